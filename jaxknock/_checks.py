@@ -1,0 +1,109 @@
+"""Input validation shared by the public functions.
+
+Shape / dtype / configuration checks run on static information and therefore
+work on traced inputs too. Value checks (NaN, PSD, ...) need concrete arrays;
+they are skipped for tracers (inside ``jit``), where solvers report problems
+through their ``RESULTS`` code instead.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def is_concrete(x) -> bool:
+    """True if ``x`` holds values (not a tracer inside jit/vmap/grad)."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+def as_float_array(x, name: str):
+    """Convert to a JAX floating array (ints are promoted to the default float)."""
+    if hasattr(x, "dtype") and not jnp.issubdtype(x.dtype, jnp.floating):
+        if jnp.issubdtype(x.dtype, jnp.complexfloating) or x.dtype == bool:
+            raise TypeError(f"{name} must be a real floating array, got dtype {x.dtype}")
+        x = jnp.asarray(x, dtype=jnp.result_type(float))
+    return jnp.asarray(x)
+
+
+def require_x64(x, name: str, why: str):
+    """Raise if ``x`` is not float64 (the algorithm needs double precision)."""
+    if x.dtype != jnp.float64:
+        hint = (
+            "call jax.config.update('jax_enable_x64', True) before creating arrays"
+            if not jax.config.jax_enable_x64
+            else f"pass {name} as float64 (e.g. jnp.asarray({name}, jnp.float64))"
+        )
+        raise TypeError(f"{name} has dtype {x.dtype}, but {why} needs float64: {hint}.")
+
+
+def check_ndim(x, ndim: int, name: str, what: str = ""):
+    if x.ndim != ndim:
+        desc = what or f"a {ndim}-D array"
+        raise ValueError(f"{name} must be {desc}, got shape {tuple(x.shape)}")
+
+
+def check_square(S, name: str = "Sigma", *, batch: bool = False):
+    """Check that ``S`` is (a batch of) square matrices."""
+    if S.ndim < 2 or (S.ndim != 2 and not batch):
+        raise ValueError(f"{name} must be a square 2-D matrix, got shape {tuple(S.shape)}")
+    if S.shape[-1] != S.shape[-2]:
+        raise ValueError(f"{name} must be square, got shape {tuple(S.shape)}")
+
+
+def check_finite(x, name: str):
+    if is_concrete(x):
+        bad = ~np.isfinite(np.asarray(x))
+        if bad.any():
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"{name} contains {int(bad.sum())} non-finite value(s) (NaN or Inf), "
+                f"first at index {idx}"
+            )
+
+
+def check_symmetric(S, name: str = "Sigma", *, rtol: float = 1e-8):
+    if is_concrete(S):
+        a = np.asarray(S)
+        asym = np.max(np.abs(a - np.swapaxes(a, -1, -2)))
+        scale = max(np.max(np.abs(a)), 1e-300)
+        if asym > rtol * scale:
+            raise ValueError(
+                f"{name} must be symmetric: max |{name} - {name}^T| = {asym:.3g}; "
+                f"symmetrise with ({name} + {name}.T) / 2 if this is rounding"
+            )
+
+
+def check_positive_definite(S, name: str = "Sigma"):
+    """Raise if (any matrix of) ``S`` is not numerically positive definite."""
+    if not is_concrete(S):
+        return
+    a = np.asarray(S, dtype=np.float64)
+    eig_min = np.linalg.eigvalsh(a)[..., 0]
+    bad = np.atleast_1d(eig_min <= 0)
+    if bad.any():
+        worst = float(np.min(eig_min))
+        raise ValueError(
+            f"{name} is not positive definite (smallest eigenvalue {worst:.3g}); "
+            "estimate it with jaxknock.ledoit_wolf(X), which is always positive "
+            "definite, or add a small ridge to the diagonal"
+        )
+
+
+def check_unit_diagonal(S, name: str = "Sigma", *, atol: float = 1e-6):
+    if is_concrete(S):
+        d = np.diagonal(np.asarray(S), axis1=-2, axis2=-1)
+        dev = np.max(np.abs(d - 1.0))
+        if dev > atol:
+            raise ValueError(
+                f"{name} must be a correlation matrix (unit diagonal), but its "
+                f"diagonal deviates from 1 by up to {dev:.3g}; convert it with "
+                f"jaxknock.to_correlation({name}) and rescale s by diag({name}) "
+                "(s_cov = s_corr * diag(Sigma))"
+            )
+
+
+def check_in_open_interval(value, lo, hi, name: str):
+    if not (lo < value < hi):
+        raise ValueError(f"{name} must lie in ({lo}, {hi}), got {value}")
