@@ -38,6 +38,7 @@ class RESULTS(enum.IntEnum):
     max_steps_reached = 1
     nonfinite = 2
     infeasible = 3
+    stagnated = 4
 
     @staticmethod
     def message(code) -> str:
@@ -56,6 +57,11 @@ _MESSAGES = {
     ),
     RESULTS.infeasible: (
         "the problem is infeasible for the given input (see the solver docstring)"
+    ),
+    RESULTS.stagnated: (
+        "the iterate stopped improving before the certified optimality gap met tol "
+        "(coordinate ascent can jam on degenerate problems); the reported gap is "
+        "still a valid bound - inspect Solution.stats['gap']"
     ),
 }
 

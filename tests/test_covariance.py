@@ -1,0 +1,106 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from sklearn.covariance import empirical_covariance as sk_emp
+from sklearn.covariance import ledoit_wolf as sk_lw
+
+from jaxknock.covariance import (
+    FactorModel,
+    empirical_covariance,
+    estimate_factor_model,
+    factor_model_from_data,
+    ledoit_wolf,
+    to_correlation,
+)
+
+
+@pytest.fixture
+def X():
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((60, 20)) @ rng.standard_normal((20, 20)) + 3.0
+
+
+def test_empirical_matches_sklearn(X):
+    np.testing.assert_allclose(empirical_covariance(X), sk_emp(X), atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(60, 20), (15, 40)])
+def test_ledoit_wolf_matches_sklearn(shape):
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal(shape) @ rng.standard_normal((shape[1], shape[1]))
+    S, delta = ledoit_wolf(X)
+    S_ref, delta_ref = sk_lw(X)
+    np.testing.assert_allclose(S, S_ref, atol=1e-10, rtol=0)
+    assert abs(float(delta) - delta_ref) < 1e-10
+    assert np.linalg.eigvalsh(np.asarray(S))[0] > 0
+
+
+def test_to_correlation(X):
+    C = to_correlation(jnp.asarray(np.cov(X.T)))
+    np.testing.assert_array_equal(np.diag(C), 1.0)
+    np.testing.assert_allclose(C, np.corrcoef(X.T), atol=1e-12)
+
+
+def test_factor_model_operations():
+    rng = np.random.default_rng(2)
+    m = FactorModel(jnp.asarray(rng.uniform(0.5, 2, 30)), jnp.asarray(rng.standard_normal((30, 4))))
+    dense = np.asarray(m.dense())
+    v = rng.standard_normal(30)
+    V = rng.standard_normal((30, 3))
+    np.testing.assert_allclose(m.matvec(v), dense @ v, atol=1e-12)
+    np.testing.assert_allclose(m.matvec(V), dense @ V, atol=1e-12)
+    np.testing.assert_allclose(m.solve(v), np.linalg.solve(dense, v), atol=1e-10)
+    np.testing.assert_allclose(m.solve(V), np.linalg.solve(dense, V), atol=1e-10)
+    np.testing.assert_allclose(m.logdet(), np.linalg.slogdet(dense)[1], atol=1e-10)
+    np.testing.assert_allclose(m.diagonal(), np.diag(dense), atol=1e-12)
+    # a pytree: vmaps over a batch of models
+    batch = jax.tree.map(lambda a: jnp.stack([a, 2 * a]), m)
+    ld = jax.vmap(FactorModel.logdet)(batch)
+    assert ld.shape == (2,)
+
+
+def test_estimate_factor_model_recovers_exact_model():
+    rng = np.random.default_rng(3)
+    U = rng.standard_normal((40, 3))
+    d = rng.uniform(0.5, 1.0, 40)
+    Sigma = np.diag(d) + U @ U.T
+    sol = estimate_factor_model(Sigma, rank=3, max_steps=500, tol=1e-12)
+    m = sol.value
+    assert int(sol.result) == 0
+    np.testing.assert_allclose(m.dense(), Sigma, atol=1e-5)
+    assert float(sol.stats["objective"]) < 1e-5
+
+
+def test_estimate_factor_model_reports_max_steps():
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((20, 20))
+    sol = estimate_factor_model(np.corrcoef(A), rank=2, max_steps=2, tol=1e-14)
+    assert int(sol.result) == 1  # max_steps_reached
+
+
+def test_factor_model_from_data_unit_diagonal_and_close_to_dense(key):
+    rng = np.random.default_rng(4)
+    n, p, k = 400, 60, 3
+    F = rng.standard_normal((n, k)) @ rng.standard_normal((k, p))
+    X = F + 0.5 * rng.standard_normal((n, p))
+    model, delta = factor_model_from_data(key, X, rank=k)
+    np.testing.assert_allclose(model.diagonal(), 1.0, atol=1e-12)
+    Z = (X - X.mean(0)) / X.std(0)
+    _, delta_ref = sk_lw(Z, assume_centered=True)
+    assert abs(float(delta) - delta_ref) < 1e-10
+    R = np.corrcoef(X.T)
+    err = np.linalg.norm(np.asarray(model.dense()) - R) / np.linalg.norm(R)
+    assert err < 0.1
+    assert float(jnp.min(model.d)) >= float(delta) - 1e-12
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="2-D"):
+        ledoit_wolf(np.ones(5))
+    with pytest.raises(ValueError, match="non-finite"):
+        ledoit_wolf(np.array([[1.0, np.nan], [2.0, 3.0], [1.0, 1.0]]))
+    with pytest.raises(ValueError, match="rank"):
+        estimate_factor_model(np.eye(4), rank=4)
+    with pytest.raises(ValueError, match="constant column"):
+        factor_model_from_data(jax.random.key(0), np.c_[np.ones(10), np.arange(10.0), np.arange(10.0) ** 2], rank=1)

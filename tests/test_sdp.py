@@ -1,0 +1,240 @@
+import warnings
+
+import cvxpy as cp
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxknock import RESULTS
+from jaxknock.covariance import FactorModel, to_correlation
+from jaxknock.sdp import (
+    asdp,
+    equicorrelated,
+    scale_to_feasible,
+    sdp,
+    sdp_dual_gap,
+    sdp_factor,
+    sdp_init,
+    sdp_step,
+)
+
+
+def factor_correlation(p, k, seed, diag=1e-3):
+    """The thesis benchmark: D + V Lambda V^T rescaled to a correlation matrix."""
+    rng = np.random.default_rng(seed)
+    V = rng.standard_normal((p, k))
+    lam = rng.uniform(0, 1, k)
+    S = diag * np.eye(p) + (V * lam) @ V.T
+    d = np.sqrt(np.diag(S))
+    return S / np.outer(d, d)
+
+
+def ar1(p, rho):
+    i = np.arange(p)
+    return rho ** np.abs(i[:, None] - i[None, :])
+
+
+def cvxpy_sdp(C):
+    p = C.shape[0]
+    s = cp.Variable(p)
+    prob = cp.Problem(cp.Maximize(cp.sum(s)), [2 * C - cp.diag(s) >> 0, s >= 0, s <= 1])
+    with warnings.catch_warnings():
+        # Clarabel flags "inaccurate" near its tolerance floor; the value is still
+        # accurate to far better than the 1e-5 compared below
+        warnings.simplefilter("ignore", UserWarning)
+        prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-9, tol_gap_rel=1e-9, tol_feas=1e-9, max_iter=500)
+    assert prob.status in ("optimal", "optimal_inaccurate")
+    return prob.value
+
+
+def equi_matrix(p, rho):
+    return (1 - rho) * np.eye(p) + rho * np.ones((p, p))
+
+
+def test_identity_gives_ones():
+    sol = sdp(np.eye(7))
+    np.testing.assert_allclose(sol.value, 1.0, atol=1e-8)
+    assert int(sol.result) == RESULTS.successful
+
+
+@pytest.mark.parametrize("rho", [0.3, 0.6, 0.9])
+def test_equicorrelated_closed_form(rho):
+    C = equi_matrix(12, rho)
+    expected = min(1.0, 2 * (1 - rho))
+    np.testing.assert_allclose(equicorrelated(C).value, expected, atol=1e-12)
+    sol = sdp(C, tol=1e-5)
+    assert int(sol.result) == 0
+    np.testing.assert_allclose(sol.value, expected, atol=1e-5)
+    model = FactorModel(jnp.full(12, 1 - rho), jnp.full((12, 1), np.sqrt(rho)))
+    np.testing.assert_allclose(sdp_factor(model, tol=1e-5).value, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "C",
+    [factor_correlation(30, 2, 1), factor_correlation(60, 3, 2), np.corrcoef(np.random.default_rng(5).standard_normal((1000, 50)).T),
+     factor_correlation(80, 4, 3)],
+    ids=["factor30", "factor60", "wishart50", "factor80"],
+)
+def test_sdp_matches_cvxpy(C):
+    ref = cvxpy_sdp(C)
+    sol = sdp(C, tol=1e-5)
+    assert int(sol.result) == RESULTS.successful
+    obj = float(sol.stats["objective"])
+    assert abs(obj - ref) <= 1e-5 * max(1.0, ref)
+    assert float(sol.stats["min_eig"]) >= 0  # feasible
+    assert np.all(np.asarray(sol.value) >= 0) and np.all(np.asarray(sol.value) <= 1)
+    # certificate is valid: OPT - 1's <= gap (OPT <= dual)
+    assert ref <= float(sol.stats["dual"]) + 1e-8
+
+
+def test_certified_gap_bounds_true_suboptimality():
+    C = factor_correlation(40, 2, 7)
+    opt = float(sdp(C, tol=1e-5).stats["dual"])
+    # a deliberately unconverged iterate and an arbitrary feasible point
+    rough = sdp(C, tol=1e-5, max_sweeps=12)
+    assert int(rough.result) == RESULTS.max_steps_reached
+    for s, lam in [(rough.value, 1e-3), (equicorrelated(C).value, 1e-4), (0.5 * rough.value, 1e-2)]:
+        dual, gap = sdp_dual_gap(C, s, lam)
+        assert float(gap) >= opt - float(jnp.sum(s)) - 1e-10
+        assert float(dual) >= opt - 1e-10
+
+
+def test_cholesky_factor_after_sweep_equals_fresh_factorisation():
+    C = factor_correlation(70, 4, 3)
+    state, b = sdp_init(C, block_size=16)
+    for _ in range(6):
+        state = sdp_step(state, C, block_size=b)
+    p = C.shape[0]
+    s = np.asarray(state.s)
+    n = s.shape[0]
+    Cp = np.eye(n)
+    Cp[:p, :p] = C
+    fresh = np.linalg.cholesky(2 * Cp - np.diag(s))
+    np.testing.assert_allclose(np.asarray(state.L), fresh, atol=1e-9)
+    assert s[:p].sum() > 0
+
+
+def test_covariance_input_is_rescaled():
+    C = factor_correlation(25, 2, 4)
+    scale = np.linspace(0.5, 3.0, 25)
+    Sigma = C * np.outer(scale, scale)
+    s_corr = sdp(C).value
+    s_cov = sdp(Sigma).value
+    np.testing.assert_allclose(s_cov, s_corr * scale**2, rtol=1e-5, atol=1e-9)
+
+
+def test_sdp_factor_matches_dense():
+    rng = np.random.default_rng(0)
+    p, k = 80, 4
+    model = FactorModel(jnp.asarray(rng.uniform(0.1, 1.0, p)), jnp.asarray(0.5 * rng.standard_normal((p, k))))
+    sf = sdp_factor(model, tol=1e-5)
+    sd = sdp(model.dense(), tol=1e-5)
+    assert int(sf.result) == 0 and bool(sf.stats["feasible"])
+    obj_f, obj_d = float(sf.stats["objective"]), float(sd.stats["objective"])
+    assert abs(obj_f - obj_d) <= 2e-6 * obj_d
+    np.testing.assert_allclose(sf.value, sd.value, atol=5e-3)
+
+
+def test_jit_equals_eager_and_no_retrace():
+    C = factor_correlation(20, 2, 9)
+    eager = sdp(C)
+    traces = []
+
+    def f(S):
+        traces.append(1)
+        return sdp(S).value
+
+    jf = jax.jit(f)
+    np.testing.assert_allclose(jf(C), eager.value, atol=1e-12)
+    jf(factor_correlation(20, 2, 10))
+    assert len(traces) == 1
+
+
+def test_vmap_equals_loop():
+    Cs = np.stack([factor_correlation(24, 2, i) for i in range(3)])
+    batched = sdp(Cs)
+    via_vmap = jax.vmap(lambda S: sdp(S).value)(jnp.asarray(Cs))
+    loop = np.stack([np.asarray(sdp(C).value) for C in Cs])
+    np.testing.assert_allclose(batched.value, loop, atol=1e-9)
+    np.testing.assert_allclose(via_vmap, loop, atol=1e-9)
+    assert batched.result.shape == (3,)
+    rng = np.random.default_rng(1)
+    ds = jnp.asarray(rng.uniform(0.2, 1, (2, 30)))
+    Us = jnp.asarray(0.4 * rng.standard_normal((2, 30, 2)))
+    fb = sdp_factor(FactorModel(ds, Us))
+    for i in range(2):
+        np.testing.assert_allclose(fb.value[i], sdp_factor(FactorModel(ds[i], Us[i])).value, atol=1e-9)
+
+
+def test_max_steps_reported():
+    sol = sdp(factor_correlation(30, 2, 1), max_sweeps=3)
+    assert int(sol.result) == RESULTS.max_steps_reached
+    with pytest.raises(RuntimeError, match="max_steps"):
+        sdp(factor_correlation(30, 2, 1), max_sweeps=3, throw=True)
+
+
+def test_scale_to_feasible_matches_generalised_eigenvalue():
+    C = ar1(30, 0.7)
+    s = np.linspace(0.2, 1.5, 30)
+    sol = scale_to_feasible(C, s)
+    # largest gamma with 2C - gamma diag(s) >= 0 is 2 / lambda_max(S^1/2 C^-1 S^1/2)
+    Sh = np.sqrt(s)
+    lam_max = np.linalg.eigvalsh(Sh[:, None] * np.linalg.inv(C) * Sh[None, :])[-1]
+    expected = min(2.0 / lam_max, 1.0 / s.max())
+    assert abs(float(sol.stats["gamma"]) - expected) < 1e-9
+    assert np.linalg.eigvalsh(2 * C - np.diag(np.asarray(sol.value)))[0] >= -1e-12
+    # factor-model route
+    rng = np.random.default_rng(2)
+    model = FactorModel(jnp.asarray(rng.uniform(0.2, 1, 30)), jnp.asarray(0.5 * rng.standard_normal((30, 2))))
+    g_dense = scale_to_feasible(model.dense(), s).stats["gamma"]
+    g_fac = scale_to_feasible(model, s).stats["gamma"]
+    assert abs(float(g_dense) - float(g_fac)) < 1e-9
+
+
+def test_asdp_feasible_and_below_sdp():
+    C = ar1(45, 0.6)
+    a = asdp(C, block_size=10)
+    full = sdp(C)
+    assert float(a.stats["min_eig"]) >= -1e-10
+    assert float(a.stats["objective"]) <= float(full.stats["objective"]) + 1e-8
+    assert float(a.stats["objective"]) >= float(equicorrelated(C).stats["objective"]) - 1e-8
+
+
+def test_bad_inputs():
+    C = ar1(5, 0.5)
+    with pytest.raises(ValueError, match="square"):
+        sdp(np.ones((3, 4)))
+    with pytest.raises(ValueError, match="symmetric"):
+        sdp(C + np.triu(np.ones((5, 5)), 1) * 0.1)
+    bad = C.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        sdp(bad)
+    with pytest.raises(ValueError, match="not positive definite.*ledoit_wolf"):
+        sdp(np.ones((4, 4)))
+    with pytest.raises(TypeError, match="float64"):
+        sdp(jnp.asarray(C, jnp.float32))
+    with pytest.raises(ValueError, match="rank"):
+        sdp_factor(FactorModel(jnp.ones(3), jnp.ones((3, 3))))
+    with pytest.raises(ValueError, match="decay"):
+        sdp(C, decay=1.5)
+    with pytest.raises(ValueError, match="positive diagonal"):
+        sdp(-np.eye(3))
+
+
+@pytest.mark.parametrize(
+    "C", [ar1(50, 0.5), np.corrcoef(np.random.default_rng(5).standard_normal((400, 40)).T)], ids=["ar1", "wishart40"]
+)
+def test_jammed_solve_is_reported_not_hidden(C):
+    """Coordinate ascent can jam 1e-4 short on degenerate problems; the certificate must say so."""
+    opt = cvxpy_sdp(C)
+    sol = sdp(C, tol=1e-6)
+    obj = float(sol.stats["objective"])
+    assert float(sol.stats["min_eig"]) >= 0
+    assert opt - obj < 1e-3 * opt
+    # the bound is valid ...
+    assert float(sol.stats["dual"]) >= opt - 1e-8
+    # ... and a solve that is not within tol is not reported as successful
+    if opt - obj > 1e-6 * opt:
+        assert int(sol.result) in (RESULTS.stagnated, RESULTS.max_steps_reached)
