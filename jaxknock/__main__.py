@@ -1,0 +1,3 @@
+from jaxknock.cli import main
+
+raise SystemExit(main())
