@@ -901,7 +901,7 @@ def asdp(Sigma, *, block_size: int = 100, tol: float = 1e-6, max_sweeps: int = 5
     Cp = jnp.eye(n, dtype=C.dtype).at[:p, :p].set(C)
     idx = jnp.arange(nb)[:, None] * bs + jnp.arange(bs)[None, :]
     blocks = Cp[idx[:, :, None], idx[:, None, :]]
-    inner = _sdp_jit if nb == 1 else jax.vmap(_sdp_jit, in_axes=(0, None, None, None, None, None))
+    inner = jax.vmap(_sdp_jit, in_axes=(0, None, None, None, None, None))
     bsol = inner(blocks, float(tol), int(max_sweeps), 0.5, 0.7, _default_block(bs))
     s_blk = bsol.value.reshape(-1)[:p]
     scaled = scale_to_feasible(C, s_blk)
