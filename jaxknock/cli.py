@@ -70,6 +70,11 @@ def run_demo(args) -> int:
 
     import jaxknock as jk
 
+    for name in ("n", "p", "rank", "signals", "replicates"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be a positive integer, got {getattr(args, name)}")
+    if args.rank >= min(args.n, args.p) or args.signals > args.p:
+        raise ValueError("need --rank < min(--n, --p) and --signals <= --p")
     key = jax.random.key(args.seed)
     kdata, kfac = jax.random.split(key)
     n, p, k = args.n, args.p, args.rank
@@ -132,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--signals", type=int, default=50, help="non-zero coefficients (default 50)")
     demo.add_argument("--amplitude", type=float, default=4.5, help="signal amplitude (default 4.5)")
     demo.add_argument("--fdr", type=float, default=0.1, help="target FDR (default 0.1)")
-    demo.add_argument("--replicates", type=int, default=10, help="knockoff replicates for aggregation")
+    demo.add_argument("--replicates", type=int, default=5, help="knockoff replicates for aggregation")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--quiet", action="store_true")
     demo.set_defaults(func=run_demo)
