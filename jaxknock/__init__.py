@@ -11,6 +11,19 @@ from jaxknock.covariance import (
     to_correlation,
 )
 from jaxknock.sdp import asdp, equicorrelated, scale_to_feasible, sdp, sdp_dual_gap, sdp_factor, sdp_init, sdp_step
+from jaxknock.statistics import antisymmetric_combine, lcd, lsm, marginal_correlation, sparse_centroid
+from jaxknock.lasso import LassoState, kfold_ids, lambda_grid, lambda_max, lasso, lasso_cv, lasso_init, lasso_path, lasso_step
+from jaxknock.filter import (
+    aggregate_ebh,
+    aggregate_frequency,
+    benjamini_hochberg,
+    benjamini_yekutieli,
+    ebh,
+    knockoff_evalues,
+    knockoff_select,
+    knockoff_threshold,
+)
+from jaxknock.pipeline import Selection, knockoff_filter
 
 __version__ = "0.1.0"
 
@@ -33,4 +46,32 @@ __all__ = [
     "sdp_dual_gap",
     "sdp_init",
     "sdp_step",
+    # lasso
+    "lasso",
+    "lasso_path",
+    "lasso_cv",
+    "lasso_init",
+    "lasso_step",
+    "LassoState",
+    "lambda_max",
+    "lambda_grid",
+    "kfold_ids",
+    # statistics
+    "lcd",
+    "lsm",
+    "marginal_correlation",
+    "sparse_centroid",
+    "antisymmetric_combine",
+    # filters
+    "knockoff_threshold",
+    "knockoff_select",
+    "knockoff_evalues",
+    "benjamini_hochberg",
+    "benjamini_yekutieli",
+    "ebh",
+    "aggregate_ebh",
+    "aggregate_frequency",
+    # pipeline
+    "knockoff_filter",
+    "Selection",
 ]

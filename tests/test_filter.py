@@ -1,0 +1,248 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.stats import false_discovery_control
+
+from jaxknock import filter as F
+from jaxknock import statistics as S
+
+# ----------------------------------------------------------------------------
+# Thresholds and procedures against brute-force definitions
+# ----------------------------------------------------------------------------
+
+
+def _brute_threshold(W, q, plus):
+    """Definition: min t > 0 over candidate |W_j| with ratio <= q (inf if none)."""
+    best = np.inf
+    for t in np.abs(W):
+        if t <= 0:
+            continue
+        num = float(plus) + np.sum(W <= -t)
+        den = max(1, np.sum(W >= t))
+        if num / den <= q:
+            best = min(best, t)
+    return best
+
+
+def _random_w(rng, R, p):
+    """Statistics with ties, exact zeros and a few strong positives."""
+    W = np.round(rng.standard_normal((R, p)) * 3) / 2  # half-integers: many ties
+    W[:, : p // 5] += rng.uniform(2, 6, (R, p // 5))
+    W[rng.random((R, p)) < 0.1] = 0.0
+    return W
+
+
+@pytest.mark.parametrize("plus", [True, False])
+def test_knockoff_threshold_matches_brute_force(plus):
+    rng = np.random.default_rng(0)
+    W = _random_w(rng, 60, 40)
+    for q in [0.05, 0.1, 0.2, 0.5]:
+        T = np.asarray(F.knockoff_threshold(W, q, plus=plus))
+        ref = np.array([_brute_threshold(w, q, plus) for w in W])
+        np.testing.assert_array_equal(T, ref)
+        sel = np.asarray(F.knockoff_select(W, q, plus=plus))
+        np.testing.assert_array_equal(sel, W >= ref[:, None])
+    assert np.isinf(float(F.knockoff_threshold(-np.abs(W[0]) - 1, 0.1)))  # nothing qualifies
+
+
+def test_knockoff_threshold_jit_and_shapes():
+    rng = np.random.default_rng(1)
+    W = _random_w(rng, 6, 25)
+    eager = F.knockoff_threshold(W, 0.2)
+    jitted = jax.jit(lambda w, q: F.knockoff_threshold(w, q))(W, 0.2)
+    np.testing.assert_array_equal(eager, jitted)
+    T3 = F.knockoff_threshold(W.reshape(2, 3, 25), 0.2)
+    np.testing.assert_array_equal(np.asarray(T3).ravel(), eager)
+    assert F.knockoff_threshold(W[0], 0.2).shape == ()
+
+
+@pytest.mark.parametrize("method", ["bh", "by"])
+def test_bh_by_match_scipy(method):
+    rng = np.random.default_rng(2)
+    fn = F.benjamini_hochberg if method == "bh" else F.benjamini_yekutieli
+    for m in [7, 150] * 10:
+        pv = np.where(rng.random(m) < 0.3, rng.uniform(0, 1e-3, m), rng.random(m))
+        for q in [0.05, 0.1, 0.3]:
+            ref = false_discovery_control(pv, method=method) <= q
+            np.testing.assert_array_equal(fn(pv, q), ref)
+    batch = rng.random((4, 30)) ** 3
+    np.testing.assert_array_equal(
+        fn(batch, 0.1), np.stack([false_discovery_control(b, method=method) <= 0.1 for b in batch])
+    )
+
+
+def test_ebh_matches_definition_and_reproduces_knockoff_plus():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        e = np.where(rng.random(50) < 0.2, rng.uniform(5, 200, 50), rng.exponential(1.0, 50))
+        q = 0.1
+        order = np.sort(e)[::-1]
+        ks = [k for k in range(1, 51) if order[k - 1] >= 50 / (k * q)]
+        k = max(ks, default=0)
+        ref = e >= order[k - 1] if k else np.zeros(50, bool)
+        np.testing.assert_array_equal(F.ebh(e, q), ref)
+    # e-BH on the knockoff e-values at the same level is the knockoff+ filter (Ren & Barber).
+    W = _random_w(rng, 30, 40)
+    for q in [0.1, 0.3]:
+        e = F.knockoff_evalues(W, q)
+        np.testing.assert_array_equal(F.ebh(e, q), F.knockoff_select(W, q, plus=True))
+        assert np.all(np.asarray(jnp.mean(e, axis=-1)) <= 40.0)
+
+
+def test_aggregation_degenerate_cases():
+    rng = np.random.default_rng(4)
+    W = _random_w(rng, 1, 40)[0]
+    same = np.stack([W, W])  # identical replicates aggregate to the single-run filter
+    single = F.knockoff_select(W, 0.2)
+    np.testing.assert_array_equal(F.aggregate_ebh(same, 0.2, alpha_kn=0.2), single)
+    np.testing.assert_array_equal(F.aggregate_frequency(same, 0.2, eta=1.0), single)
+    two = np.stack([W, -W])
+    np.testing.assert_array_equal(
+        F.aggregate_frequency(two, 0.5, eta=0.5),
+        np.asarray(F.knockoff_select(two, 0.5)).any(axis=0),
+    )
+    assert not np.any(F.aggregate_frequency(two, 0.5, eta=1.0))  # W_j and -W_j never both pass
+
+
+def test_docstring_examples():
+    import doctest
+
+    result = doctest.testmod(F, extraglobs={"jax": jax, "jnp": jnp})
+    assert result.failed == 0 and result.attempted > 0
+
+
+def test_bad_inputs():
+    W = np.arange(10.0) - 3
+    for q in [0.0, 1.0, -0.1, 1.5, np.nan]:
+        with pytest.raises(ValueError, match="fdr must lie in \\(0, 1\\)"):
+            F.knockoff_threshold(W, q)
+    with pytest.raises(ValueError, match="fdr must lie in"):
+        F.benjamini_hochberg(np.full(3, 0.5), 1.0)
+    with pytest.raises(ValueError, match="W contains NaN"):
+        F.knockoff_select(np.array([1.0, np.nan]), 0.1)
+    with pytest.raises(ValueError, match="pvalues must lie in \\[0, 1\\]"):
+        F.benjamini_yekutieli(np.array([0.1, 1.2]), 0.1)
+    with pytest.raises(ValueError, match="shape \\(R, p\\)"):
+        F.aggregate_ebh(W, 0.1)
+    with pytest.raises(ValueError, match="alpha_kn must lie in"):
+        F.aggregate_ebh(W[None], 0.1, alpha_kn=2.0)
+    with pytest.raises(ValueError, match="eta must lie in"):
+        F.aggregate_frequency(W[None], 0.1, eta=0.0)
+    with pytest.raises(ValueError, match="non-negative"):
+        F.ebh(np.array([1.0, -1.0]), 0.1)
+
+
+# ----------------------------------------------------------------------------
+# FDR control by simulation with exact Gaussian knockoffs
+# ----------------------------------------------------------------------------
+
+Q = 0.2
+
+
+def _ar1_knockoff_model(p, rho):
+    """AR(1) Sigma with the equicorrelated s = min(1, 2 lambda_min) (times 0.99 to stay off
+    the PSD boundary); returns chol(Sigma), the conditional-mean map and chol of the
+    conditional covariance of X~ given X."""
+    idx = np.arange(p)
+    Sigma = rho ** np.abs(idx[:, None] - idx[None, :])
+    s = min(1.0, 2 * np.linalg.eigvalsh(Sigma)[0]) * 0.99
+    Sinv = np.linalg.inv(Sigma)
+    D = s * np.eye(p)
+    return (
+        jnp.asarray(np.linalg.cholesky(Sigma)),
+        jnp.asarray(np.eye(p) - Sinv @ D),  # E[X~ | X] = X (I - Sigma^-1 D)
+        jnp.asarray(np.linalg.cholesky(2 * D - D @ Sinv @ D)),
+    )
+
+
+def _simulate(key, statistics, *, reps, n=200, p=100, k=20, amplitude=0.5, rho=0.4, R=5):
+    """``reps`` data sets y = X beta + noise, each with ``R`` exact knockoff copies.
+
+    Returns ``(W_1, W_2, ...)``, one ``(reps, R, p)`` array per function in
+    ``statistics`` (called as ``f(Xk, y)`` with ``Xk`` of shape ``(R, n, 2p)``),
+    and the boolean signal mask. Randomness comes from ``key`` only.
+    """
+    chol, mean_map, cond_chol = _ar1_knockoff_model(p, rho)
+    beta = np.zeros(p)
+    beta[np.linspace(0, p - 1, k).astype(int)] = amplitude
+    signals = beta != 0
+    beta = jnp.asarray(beta)
+
+    def one(key):
+        kx, ky, kk = jax.random.split(key, 3)
+        X = jax.random.normal(kx, (n, p)) @ chol.T
+        y = X @ beta + jax.random.normal(ky, (n,))
+        Xt = X @ mean_map + jax.random.normal(kk, (R, n, p)) @ cond_chol.T
+        Xk = jnp.concatenate([jnp.broadcast_to(X, Xt.shape), Xt], axis=-1)
+        return tuple(f(Xk, y) for f in statistics)
+
+    return jax.lax.map(one, jax.random.split(key, reps)), signals
+
+
+def _fdp(selected, signals):
+    selected = np.asarray(selected)
+    n_sel = selected.sum(axis=-1)
+    false = (selected & ~signals).sum(axis=-1)
+    return false / np.maximum(n_sel, 1), (selected & signals).sum(axis=-1) / signals.sum()
+
+
+def _controls(fdp, q=Q):
+    """Empirical FDR <= q + 3 standard errors."""
+    return fdp.mean() <= q + 3 * fdp.std(ddof=1) / np.sqrt(fdp.size)
+
+
+def _check_fdr(W, signals, *, valid, min_power=(0.3, 0.05)):
+    """knockoff+ on the first replicate and e-value aggregation over all of them."""
+    fdp_kn, power_kn = _fdp(F.knockoff_select(W[:, 0], Q), signals)
+    fdp_ebh, power_ebh = _fdp(jax.vmap(lambda w: F.aggregate_ebh(w, Q))(W), signals)
+    if valid:
+        assert _controls(fdp_kn), fdp_kn.mean()
+        assert _controls(fdp_ebh), fdp_ebh.mean()
+        assert power_kn.mean() > min_power[0] and power_ebh.mean() > min_power[1]  # has teeth
+    else:
+        assert not _controls(fdp_kn), fdp_kn.mean()
+        assert not _controls(fdp_ebh), fdp_ebh.mean()
+
+
+def _broken_marginal(Xk, y):
+    """Not antisymmetric: originals get a head start over their knockoffs."""
+    Xc = Xk - Xk.mean(axis=-2, keepdims=True)
+    yc = y - y.mean()
+    r = jnp.abs(Xc.transpose(0, 2, 1) @ yc) / (jnp.linalg.norm(Xc, axis=-2) * jnp.linalg.norm(yc))
+    p = r.shape[-1] // 2
+    return r[..., :p] - 0.6 * r[..., p:]
+
+
+def test_fdr_control_marginal_correlation(key):
+    """200 data sets, AR(1) design, p = 100: knockoff+ and e-value aggregation control
+    the FDR; a statistic that favours the originals fails the same check."""
+    (W, W_bad), signals = _simulate(key, [S.marginal_correlation, _broken_marginal], reps=200)
+    W, W_bad = np.asarray(W), np.asarray(W_bad)
+    assert W.shape == (200, 5, 100)
+    _check_fdr(W, signals, valid=True)
+    _check_fdr(W_bad, signals, valid=False)
+
+
+def _lcd_fixed_fraction(Xk, y):
+    """LCD at 0.2 * lambda_max of each design (a swap-invariant choice of lambda)."""
+    Xc = Xk - Xk.mean(axis=-2, keepdims=True)
+    lam = 0.2 * jnp.max(jnp.abs(Xc.transpose(0, 2, 1) @ (y - y.mean())), axis=-1) / y.shape[0]
+    return S.lcd(Xk, y, lam=lam, tol=1e-6).value
+
+
+def _lcd_cv(Xk, y):
+    return S.lcd(Xk[:1], y, folds=3, num_lambdas=10, eps=5e-2, tol=1e-6).value
+
+
+@pytest.mark.slow
+def test_fdr_control_lcd(key):
+    """200 data sets, p = 100: LCD at a fixed fraction of lambda_max (knockoff+ and
+    e-values over 5 replicates) and cross-validated LCD (knockoff+) control the FDR;
+    shifting LCD towards the originals breaks it."""
+    (W, W_cv), signals = _simulate(key, [_lcd_fixed_fraction, _lcd_cv], reps=200)
+    W, W_cv = np.asarray(W), np.asarray(W_cv)
+    _check_fdr(W, signals, valid=True)
+    _check_fdr(W + 0.5 * np.abs(W).mean(), signals, valid=False)
+    fdp_cv, power_cv = _fdp(F.knockoff_select(W_cv[:, 0], Q), signals)
+    assert _controls(fdp_cv) and power_cv.mean() > 0.3

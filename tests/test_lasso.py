@@ -1,0 +1,242 @@
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import Lasso, LassoCV, LogisticRegression, lasso_path as sk_lasso_path
+
+from jaxknock import RESULTS
+from jaxknock import lasso as L
+
+SOLVERS = ["cd", "fista"]
+
+
+def _regression(seed=0, n=80, m=40, k=5, noise=1.0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, m)) + 0.3 * rng.standard_normal((n, 1))  # correlated columns
+    beta = np.zeros(m)
+    beta[:k] = rng.choice([-1.0, 1.0], k) * np.linspace(1.0, 2.0, k)
+    y = X @ beta + 0.5 + noise * rng.standard_normal(n)
+    return X, y
+
+
+def _classification(seed=0, n=80, m=40, k=4):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, m))
+    beta = np.zeros(m)
+    beta[:k] = 1.0
+    prob = 1.0 / (1.0 + np.exp(-(X @ beta + 0.3)))
+    y = (rng.random(n) < prob).astype(float)
+    return X, y
+
+
+@pytest.mark.parametrize(
+    "solver, fit_intercept", [("cd", True), ("cd", False), ("fista", True)]
+)
+def test_lasso_matches_sklearn(solver, fit_intercept):
+    X, y = _regression()
+    lam = 0.08
+    sol = L.lasso(X, y, lam, solver=solver, fit_intercept=fit_intercept, tol=1e-12)
+    ref = Lasso(alpha=lam, fit_intercept=fit_intercept, tol=1e-14, max_iter=100_000).fit(X, y)
+    assert sol.result == RESULTS.successful
+    np.testing.assert_allclose(sol.value, ref.coef_, atol=1e-7)
+    np.testing.assert_allclose(sol.stats["intercept"], ref.intercept_, atol=1e-7)
+    assert 0 < int(sol.stats["num_steps"]) < int(sol.stats["max_steps"])
+    scale = np.var(y) if fit_intercept else np.mean(y**2)
+    assert float(sol.stats["duality_gap"]) <= 1e-12 * scale
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_logistic_matches_sklearn_saga(solver):
+    X, y = _classification()
+    n, lam = X.shape[0], 0.03
+    sol = L.lasso(X, y, lam, loss="logistic", solver=solver, tol=1e-12)
+    ref = LogisticRegression(
+        l1_ratio=1.0, C=1.0 / (n * lam), solver="saga", tol=1e-13, max_iter=100_000
+    ).fit(X, y)
+    assert sol.result == RESULTS.successful
+    np.testing.assert_allclose(sol.value, ref.coef_[0], atol=1e-6)
+    np.testing.assert_allclose(sol.stats["intercept"], ref.intercept_[0], atol=1e-6)
+
+
+def test_logistic_pm1_labels_without_intercept_matches_liblinear():
+    X, y01 = _classification(seed=1)
+    n, lam = X.shape[0], 0.03
+    sol = L.lasso(X, 2 * y01 - 1, lam, loss="logistic", fit_intercept=False, solver="cd", tol=1e-12)
+    ref = LogisticRegression(
+        l1_ratio=1.0, C=1.0 / (n * lam), solver="liblinear", fit_intercept=False, tol=1e-12,
+        max_iter=100_000,
+    ).fit(X, y01)
+    np.testing.assert_allclose(sol.value, ref.coef_[0], atol=1e-6)
+
+
+def test_path_matches_sklearn_lasso_path():
+    X, y = _regression(seed=2)
+    lambdas = L.lambda_grid(X, y, num=15, eps=1e-2)
+    path = L.lasso_path(X, y, lambdas, tol=1e-12)
+    Xc, yc = X - X.mean(0), y - y.mean()
+    ref_lams, ref_coefs, _ = sk_lasso_path(
+        Xc, yc, alphas=np.asarray(lambdas), tol=1e-14, max_iter=100_000
+    )
+    np.testing.assert_allclose(ref_lams, lambdas)
+    np.testing.assert_allclose(path.value, ref_coefs.T, atol=1e-7)
+    assert path.value.shape == (15, X.shape[1]) and path.result.shape == (15,)
+    assert np.all(path.result == RESULTS.successful)
+    # lambda_max: everything is zero there, something is not just below
+    assert np.all(path.value[0] == 0)
+    below = L.lasso(X, y, 0.99 * float(lambdas[0]), tol=1e-12).value
+    assert np.count_nonzero(below) >= 1
+
+
+def test_cv_matches_sklearn_lassocv():
+    X, y = _regression(seed=3, noise=2.0)
+    sol = L.lasso_cv(X, y, folds=3, num_lambdas=15, tol=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = LassoCV(cv=3, alphas=15, tol=1e-14, max_iter=100_000).fit(X, y)
+    np.testing.assert_allclose(sol.stats["lambdas"], ref.alphas_, rtol=1e-12)
+    np.testing.assert_allclose(sol.stats["cv_error"], ref.mse_path_, rtol=1e-6)
+    assert float(sol.stats["lam"]) == pytest.approx(ref.alpha_, rel=1e-12)
+    np.testing.assert_allclose(sol.value, ref.coef_, atol=1e-7)
+    np.testing.assert_allclose(sol.stats["intercept"], ref.intercept_, atol=1e-7)
+    assert sol.result == RESULTS.successful
+
+
+def test_logistic_cv_equals_manual_folds():
+    """Fold deviances and refit against scikit-learn fits on each training fold."""
+    X, y = _classification(seed=4, n=90)
+    lambdas = np.geomspace(0.1, 0.01, 6)
+    sol = L.lasso_cv(X, y, loss="logistic", folds=3, lambdas=lambdas, tol=1e-12)
+
+    def fit(Xt, yt, lam):
+        return LogisticRegression(
+            l1_ratio=1.0, C=1.0 / (len(yt) * lam), solver="saga", tol=1e-13, max_iter=100_000
+        ).fit(Xt, yt)
+
+    fold = L.kfold_ids(X.shape[0], 3)
+    errs = np.zeros((6, 3))
+    for k in range(3):
+        tr, te = fold != k, fold == k
+        for i, lam in enumerate(lambdas):
+            z = fit(X[tr], y[tr], lam).decision_function(X[te])
+            errs[i, k] = 2 * np.mean(np.logaddexp(0, z) - y[te] * z)
+    np.testing.assert_allclose(sol.stats["cv_error"], errs, rtol=1e-5)
+    best = int(np.argmin(errs.mean(1)))
+    assert int(sol.stats["lam_index"]) == best
+    np.testing.assert_allclose(sol.value, fit(X, y, lambdas[best]).coef_[0], atol=1e-5)
+
+
+def test_explicit_fold_ids_and_kfold():
+    assert L.kfold_ids(7, 3).tolist() == [0, 0, 0, 1, 1, 2, 2]
+    X, y = _regression(seed=5)
+    ids = L.kfold_ids(80, 3)
+    a = L.lasso_cv(X, y, folds=3, num_lambdas=15)
+    b = L.lasso_cv(X, y, folds=ids, num_lambdas=15)
+    np.testing.assert_array_equal(a.value, b.value)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_vmap_equals_loop_and_jit_equals_eager(solver):
+    X, y = _regression(seed=6)
+    rng = np.random.default_rng(0)
+    Xs = jnp.asarray(np.stack([X, X + 0.1 * rng.standard_normal(X.shape), X[:, ::-1].copy()]))
+    f = lambda A: L.lasso(A, y, 0.1, solver=solver, tol=1e-10).value  # noqa: E731
+    batched = jax.jit(jax.vmap(f))(Xs)
+    for r in range(3):
+        np.testing.assert_allclose(batched[r], f(Xs[r]), atol=1e-8)
+
+
+def test_no_retrace_on_same_shapes():
+    X, y = _regression(seed=7)
+    L.lasso(X, y, 0.1)
+    size = L._lasso_jit._cache_size()
+    L.lasso(X + 1.0, y * 2.0, 0.2)  # new values, same shapes: no new trace
+    assert L._lasso_jit._cache_size() == size
+
+
+def test_step_api_matches_solve():
+    X, y = _regression(seed=8)
+    lam = 0.1
+    state = L.lasso_init(X, y, lam, solver="cd", tol=1e-10)
+    for _ in range(200):
+        if float(state.gap) <= 1e-10 * np.var(y):
+            break
+        state = L.lasso_step(state, X, y, lam, solver="cd", tol=1e-10)
+    sol = L.lasso(X, y, lam, solver="cd", tol=1e-10)
+    np.testing.assert_allclose(state.coef, sol.value, atol=1e-12)
+    assert int(state.num_steps) == int(sol.stats["num_steps"])
+
+
+def test_max_steps_reached_and_throw():
+    X, y = _regression(seed=9)
+    sol = L.lasso(X, y, 0.01, tol=1e-14, max_steps=2, solver="cd")
+    assert sol.result == RESULTS.max_steps_reached
+    assert "max_steps" in sol.messages()
+    with pytest.raises(RuntimeError, match="max_steps"):
+        L.lasso(X, y, 0.01, tol=1e-14, max_steps=2, solver="cd", throw=True)
+
+
+def test_nonfinite_input_under_jit_sets_code():
+    X, y = _regression(seed=10)
+    X = X.copy()
+    X[3, 2] = np.nan  # value checks are skipped on tracers; the code must report it
+    code = jax.jit(lambda A: L.lasso(A, y, 0.1).result)(X)
+    assert int(code) == RESULTS.nonfinite
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_safe_screening_is_safe(loss):
+    if loss == "squared":
+        X, y = _regression(seed=11)
+        lam = 0.2
+    else:
+        X, y = _classification(seed=11)
+        lam = 0.03
+    screened = L.lasso(X, y, lam, loss=loss, tol=1e-12)
+    plain = L.lasso(X, y, lam, loss=loss, tol=1e-12, screen=False)
+    assert int(screened.stats["num_screened"]) > 0
+    removed = ~np.asarray(screened.state.active)
+    assert np.all(np.asarray(plain.value)[removed] == 0)
+    np.testing.assert_allclose(screened.value, plain.value, atol=1e-6)
+
+
+def test_warm_start_init():
+    X, y = _regression(seed=12)
+    cold = L.lasso(X, y, 0.05, tol=1e-10, solver="cd")
+    warm = L.lasso(X, y, 0.05, tol=1e-10, solver="cd", init=cold.value)
+    assert int(warm.stats["num_steps"]) <= 1
+    np.testing.assert_allclose(warm.value, cold.value, atol=1e-8)
+
+
+def test_bad_inputs():
+    X, y = _regression(seed=13, n=20, m=5)
+    with pytest.raises(ValueError, match="y has 19 entries but X has 20 rows"):
+        L.lasso(X, y[:-1], 0.1)
+    with pytest.raises(ValueError, match="y is constant"):
+        L.lasso(X, np.ones(20), 0.1)
+    Xn = X.copy()
+    Xn[0, 0] = np.nan
+    with pytest.raises(ValueError, match="X contains 1 non-finite"):
+        L.lasso(Xn, y, 0.1)
+    with pytest.raises(ValueError, match="y contains"):
+        L.lasso(X, np.where(np.arange(20) == 3, np.inf, y), 0.1)
+    with pytest.raises(ValueError, match="lam must be positive"):
+        L.lasso(X, y, 0.0)
+    with pytest.raises(ValueError, match="binary labels"):
+        L.lasso(X, np.arange(20.0), 0.1, loss="logistic")
+    with pytest.raises(ValueError, match="single class"):
+        L.lasso(X, np.ones(20), 0.1, loss="logistic")
+    with pytest.raises(ValueError, match="loss must be one of"):
+        L.lasso(X, y, 0.1, loss="hinge")
+    with pytest.raises(ValueError, match="solver must be one of"):
+        L.lasso(X, y, 0.1, solver="newton")
+    with pytest.raises(ValueError, match="2-D array"):
+        L.lasso(X[None], y, 0.1)
+    with pytest.raises(ValueError, match="folds must be"):
+        L.lasso_cv(X, y, folds=1)
+    with pytest.raises(ValueError, match="eps must lie in"):
+        L.lasso_path(X, y, eps=2.0)
+    with pytest.raises(ValueError, match="init must have shape"):
+        L.lasso(X, y, 0.1, init=np.zeros(3))

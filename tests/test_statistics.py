@@ -1,0 +1,191 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.optimize import minimize_scalar
+
+from jaxknock import RESULTS
+from jaxknock import lasso as L
+from jaxknock import statistics as S
+
+N, P = 80, 20  # (80, 40) designs, as in test_lasso.py: compilations are shared
+
+
+def _design(seed=0, binary=False):
+    """A design [X, X~] (X~ a noisy copy of X) and a response depending on 4 columns."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((N, P)) + 0.4 * rng.standard_normal((N, 1))
+    Xt = 0.5 * X + np.sqrt(0.75) * rng.standard_normal((N, P))
+    Xk = np.hstack([X, Xt])
+    eta = X[:, :4] @ np.array([1.5, -1.0, 1.0, 0.8]) + 0.2 * Xt[:, 5]
+    if binary:
+        y = (rng.random(N) < 1 / (1 + np.exp(-eta))).astype(float)
+    else:
+        y = eta + rng.standard_normal(N)
+    return Xk, y
+
+
+def _swap(Xk, idx):
+    Xs = Xk.copy()
+    idx = np.asarray(idx)
+    Xs[:, idx], Xs[:, idx + P] = Xk[:, idx + P], Xk[:, idx]
+    return Xs
+
+
+def _swapped_batch(Xk):
+    """[Xk, Xk with column 2 swapped, Xk with a subset swapped] and the subsets."""
+    subset = np.array([0, 3, 7, 11, 19])
+    return np.stack([Xk, _swap(Xk, [2]), _swap(Xk, subset)]), [np.array([2]), subset]
+
+
+def _assert_flip_sign(W, subsets, atol):
+    W = np.asarray(W)
+    assert np.count_nonzero(W[0]) >= 3  # a statistic that is all zero proves nothing
+    for r, S_ in enumerate(subsets, start=1):
+        sign = np.ones(P)
+        sign[S_] = -1.0
+        np.testing.assert_allclose(W[r], sign * W[0], atol=atol)
+
+
+STATISTICS = {
+    "lcd_fixed": lambda Xk, y: S.lcd(Xk, y, lam=0.05, tol=1e-12).value,
+    "lcd_cv": lambda Xk, y: S.lcd(Xk, y, folds=3, num_lambdas=15, tol=1e-12).value,
+    "lcd_logistic": lambda Xk, y: S.lcd(Xk, y, lam=0.02, loss="logistic", tol=1e-12).value,
+    "lsm": lambda Xk, y: S.lsm(Xk, y, num_lambdas=15, tol=1e-12).value,
+    "marginal_correlation": S.marginal_correlation,
+    "marginal_signed_max": lambda Xk, y: S.marginal_correlation(Xk, y, method="signed_max"),
+    "sparse_centroid": S.sparse_centroid,
+}
+BINARY = {"lcd_logistic", "sparse_centroid"}
+
+
+@pytest.mark.parametrize("name", list(STATISTICS))
+def test_flip_sign(name):
+    Xk, y = _design(seed=1, binary=name in BINARY)
+    batch, subsets = _swapped_batch(Xk)
+    W = STATISTICS[name](batch, y)
+    assert W.shape == (3, P)
+    _assert_flip_sign(W, subsets, atol=1e-7)
+
+
+def test_antisymmetric_combine():
+    Z = jnp.array([[3.0, 1.0, 2.0, 1.0, 2.0, 2.0]])
+    np.testing.assert_array_equal(S.antisymmetric_combine(Z), [[2.0, -1.0, 0.0]])
+    np.testing.assert_array_equal(
+        S.antisymmetric_combine(Z, method="signed_max"), [[3.0, -2.0, 0.0]]
+    )
+    Zs = jnp.concatenate([Z[:, 3:], Z[:, :3]], axis=1)
+    for method in ["difference", "signed_max"]:
+        np.testing.assert_array_equal(
+            S.antisymmetric_combine(Zs, method=method), -S.antisymmetric_combine(Z, method=method)
+        )
+    with pytest.raises(ValueError, match="even last dimension"):
+        S.antisymmetric_combine(jnp.ones(3))
+    with pytest.raises(ValueError, match="method must be one of"):
+        S.antisymmetric_combine(Z, method="ratio")
+
+
+def test_lcd_batch_equals_loop_and_is_deterministic():
+    Xk, y = _design(seed=2)
+    batch, _ = _swapped_batch(Xk)
+    sol = S.lcd(batch, y, lam=0.05, tol=1e-12)
+    assert sol.value.shape == (3, P) and sol.result.shape == (3,)
+    assert np.all(sol.result == RESULTS.successful)
+    for r in range(3):
+        coef = L.lasso(batch[r], y, 0.05, tol=1e-12).value
+        np.testing.assert_allclose(sol.stats["coef"][r], coef, atol=1e-9)
+        np.testing.assert_allclose(
+            sol.value[r], np.abs(coef[:P]) - np.abs(coef[P:]), atol=1e-9
+        )
+    again = S.lcd(batch, y, lam=np.full(3, 0.05), tol=1e-12)  # one lambda per design
+    np.testing.assert_array_equal(again.value, sol.value)
+    with pytest.raises(ValueError, match="broadcast to the batch shape"):
+        S.lcd(batch, y, lam=np.full(2, 0.05))
+
+
+def test_lcd_cv_equals_lasso_cv():
+    Xk, y = _design(seed=3)
+    batch, _ = _swapped_batch(Xk)
+    sol = S.lcd(batch, y, folds=3, num_lambdas=15, tol=1e-12)
+    ref = L.lasso_cv(Xk, y, folds=3, num_lambdas=15, tol=1e-12)
+    np.testing.assert_allclose(sol.stats["coef"][0], ref.value, atol=1e-9)
+    assert float(sol.stats["lam"][0]) == pytest.approx(float(ref.stats["lam"]), rel=1e-12)
+    again = S.lcd(batch, y, folds=3, num_lambdas=15, tol=1e-12)
+    np.testing.assert_array_equal(again.value, sol.value)  # deterministic
+
+
+def test_lsm_entry_matches_path():
+    Xk, y = _design(seed=4)
+    batch, _ = _swapped_batch(Xk)
+    sol = S.lsm(batch, y, num_lambdas=15, tol=1e-12)
+    path = L.lasso_path(Xk, y, num_lambdas=15, tol=1e-12)
+    lambdas = np.asarray(path.stats["lam"])
+    nonzero = np.asarray(path.value) != 0
+    entry = np.array([lambdas[nz].max() if nz.any() else 0.0 for nz in nonzero.T])
+    np.testing.assert_allclose(sol.stats["entry"][0], entry, rtol=1e-12)
+    W = np.maximum(entry[:P], entry[P:]) * np.sign(entry[:P] - entry[P:])
+    np.testing.assert_allclose(sol.value[0], W, rtol=1e-12)
+    assert int(np.argmax(sol.value[0])) == 0  # the strongest signal enters first
+
+
+def test_marginal_correlation_matches_numpy_and_batches():
+    Xk, y = _design(seed=5)
+    W = S.marginal_correlation(Xk, y)
+    r = np.array([np.corrcoef(Xk[:, k], y)[0, 1] for k in range(2 * P)])
+    np.testing.assert_allclose(W, np.abs(r[:P]) - np.abs(r[P:]), atol=1e-12)
+    batch = np.stack([np.stack([Xk, Xk[::-1]]), np.stack([Xk * 2, Xk])])  # (2, 2, n, 2p)
+    Wb = S.marginal_correlation(batch, y)
+    assert Wb.shape == (2, 2, P)
+    np.testing.assert_allclose(Wb[1, 0], W, atol=1e-12)
+    jitted = jax.jit(lambda A: S.marginal_correlation(A, y))(Xk)
+    np.testing.assert_allclose(jitted, W, atol=1e-12)
+
+
+def test_sparse_centroid_matches_l0_problem():
+    Xk, y = _design(seed=6, binary=True)
+    W = np.asarray(S.sparse_centroid(Xk, 2 * y - 1))  # {-1, 1} labels work too
+    pos, neg = Xk[y == 1], Xk[y == 0]
+    Z = np.zeros(2 * P)
+    for k in range(2 * P):
+        # The l0 problem keeps theta+_k != theta-_k iff lam < cost(shared) - cost(separate).
+        separate = pos[:, k].var() + neg[:, k].var()
+
+        def shared_cost(t, k=k):
+            return np.mean((pos[:, k] - t) ** 2) + np.mean((neg[:, k] - t) ** 2)
+
+        shared = minimize_scalar(shared_cost, tol=1e-12).fun
+        Z[k] = shared - separate
+    np.testing.assert_allclose(W, Z[:P] - Z[P:], atol=1e-8)
+
+
+def test_bad_inputs():
+    Xk, y = _design(seed=7)
+    with pytest.raises(ValueError, match="2p columns"):
+        S.marginal_correlation(Xk[:, :-1], y)
+    with pytest.raises(ValueError, match="y has 79 entries but Xk has 80 rows"):
+        S.lcd(Xk, y[:-1], lam=0.1)
+    with pytest.raises(ValueError, match="y is constant"):
+        S.lcd(Xk, np.ones(N), lam=0.1)
+    Xn = Xk.copy()
+    Xn[4, 4] = np.nan
+    with pytest.raises(ValueError, match="Xk contains 1 non-finite"):
+        S.lsm(Xn, y)
+    with pytest.raises(ValueError, match="binary labels"):
+        S.sparse_centroid(Xk, y)
+    with pytest.raises(ValueError, match="single class"):
+        S.sparse_centroid(Xk, np.zeros(N))
+    with pytest.raises(ValueError, match="decreasing order"):
+        S.lsm(Xk, y, lambdas=[0.1, 0.2])
+    with pytest.raises(ValueError, match="lam must be positive"):
+        S.lcd(Xk, y, lam=-1.0)
+    with pytest.raises(ValueError, match="shape \\(n, 2p\\)"):
+        S.lcd(np.ones(4), np.ones(4))
+
+
+@pytest.mark.slow
+def test_docstring_examples():
+    import doctest
+
+    for module in (S, L):
+        result = doctest.testmod(module, extraglobs={"jax": jax, "jnp": jnp})
+        assert result.failed == 0 and result.attempted > 0
