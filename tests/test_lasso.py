@@ -8,7 +8,10 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Lasso, LassoCV, LogisticRegression, lasso_path as sk_lasso_path
 
 from jaxknock import RESULTS
-from jaxknock import lasso as L
+import jaxknock.lasso  # noqa: F401  (binds the submodule)
+import sys
+
+L = sys.modules["jaxknock.lasso"]
 
 SOLVERS = ["cd", "fista"]
 

@@ -5,7 +5,10 @@ import pytest
 from scipy.optimize import minimize_scalar
 
 from jaxknock import RESULTS
-from jaxknock import lasso as L
+import jaxknock.lasso  # noqa: F401  (binds the submodule)
+import sys
+
+L = sys.modules["jaxknock.lasso"]
 from jaxknock import statistics as S
 
 N, P = 80, 20  # (80, 40) designs, as in test_lasso.py: compilations are shared
