@@ -1,0 +1,972 @@
+"""Knockoff samplers: dense Gaussian, linear-time factor model, fixed-X, replicates.
+
+Model-X Gaussian knockoffs (Candes et al. 2018). Given ``X ~ N(mu, Sigma)`` and
+a feasible ``s`` (``0 <= diag(s) <= 2 Sigma``), each row of the knockoff
+matrix is drawn from
+
+    X~ | X  ~  N( X - (X - mu) Sigma^{-1} S ,  Omega ),
+    Omega = 2 S - S Sigma^{-1} S,   S = diag(s),
+
+so that ``[X, X~]`` has covariance ``[[Sigma, Sigma - S], [Sigma - S, Sigma]]``
+and is invariant (in distribution) to swapping any subset of columns between
+``X`` and ``X~``.
+
+* :func:`sample_knockoffs` - dense ``Sigma``: ``O(n p^2 + p^3)`` time,
+  ``O(p^2 + n p)`` memory.
+* :func:`sample_knockoffs_factor` - factor model ``Sigma = D + U U^T``
+  (:class:`jaxknock.FactorModel`): ``O(p k^2 + p m^2 + n p (m + 3k))`` time
+  (``O(p k^2 + n p k)`` when ``C = 2S - S D^-1 S >= 0``) and ``O(p (n + k + m))``
+  memory (block size ``m = 64``), no ``p x p`` array ever.
+* :func:`sample_replicates` - many replicates at once (``vmap`` over split
+  keys), materialised as ``(R, n, p)`` or streamed in memory-sized chunks.
+* :func:`fixed_x_knockoffs` - the deterministic fixed-X construction of
+  Barber & Candes (2015), ``n >= 2p``.
+
+Both model-X samplers are written for one replicate, take the key first, and
+are exactly ``jax.vmap``-able over ``jax.random.split(key, R)``; everything that
+does not depend on the key (the factorisation of ``Omega``, the conditional
+mean) is then computed once and shared by the replicates.
+
+Input checks: shapes and dtypes raise ``ValueError``/``TypeError`` before
+tracing; values (NaN, ``Sigma`` positive definite, feasibility of ``s``) are
+checked on concrete inputs before ``jit`` and skipped for tracers.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from typing import Iterator, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxknock._checks import (
+    as_float_array,
+    check_finite,
+    check_ndim,
+    check_positive_definite,
+    check_square,
+    check_symmetric,
+    is_concrete,
+)
+from jaxknock._solution import Solution
+from jaxknock.covariance import FactorModel
+
+__all__ = [
+    "sample_knockoffs",
+    "sample_knockoffs_factor",
+    "sample_replicates",
+    "fixed_x_knockoffs",
+]
+
+HIGHEST = lax.Precision.HIGHEST
+
+
+def _mm(a, b):
+    return jnp.matmul(a, b, precision=HIGHEST)
+
+
+# --------------------------------------------------------------------------
+# Input checks
+# --------------------------------------------------------------------------
+
+
+def _check_key(key):
+    if not hasattr(key, "dtype"):
+        raise TypeError(f"key must be a jax.random key (jax.random.key(seed)), got {type(key)}")
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.ndim != 0:
+            raise ValueError(
+                f"key must be a single key, got a batch of shape {tuple(key.shape)}; draw "
+                "many replicates with jax.vmap over jax.random.split(key, R) or with "
+                "jaxknock.sample_replicates"
+            )
+    elif key.dtype == jnp.uint32:
+        if key.ndim != 1:
+            raise ValueError(
+                f"key must be a single raw key of shape (2,), got shape {tuple(key.shape)}; "
+                "draw many replicates with jaxknock.sample_replicates"
+            )
+    else:
+        raise TypeError(
+            f"key must be a jax.random key (jax.random.key(seed)), got dtype {key.dtype}"
+        )
+
+
+def _as_s(s, p: int):
+    if isinstance(s, Solution):  # output of the S-vector solvers
+        s = s.value
+    s = as_float_array(s, "s")
+    check_ndim(s, 1, "s", f"a 1-D vector of length p = {p}")
+    if s.shape[0] != p:
+        raise ValueError(f"s has length {s.shape[0]} but X has p = {p} columns")
+    return s
+
+
+def _column_means(X):
+    # a GEMV: XLA's CPU reduction over the leading axis is ~30x slower
+    return _mm(jnp.ones(X.shape[0], X.dtype), X) / X.shape[0]
+
+
+_columns_finite = jax.jit(lambda x: jnp.all(jnp.isfinite(_column_means(x))))
+
+
+def _check_finite_large(x, name: str):
+    """``check_finite`` for big arrays: NaN/Inf propagate to the column sums (a
+    fast GEMV); the host scan only runs to word the error."""
+    if is_concrete(x) and not bool(_columns_finite(x)):
+        check_finite(x, name)
+
+
+def _as_X(X):
+    X = as_float_array(X, "X")
+    check_ndim(X, 2, "X", "a 2-D (n, p) array")
+    if X.shape[0] < 1 or X.shape[1] < 1:
+        raise ValueError(f"X must have at least one row and one column, got shape {X.shape}")
+    return X
+
+
+def _as_mu(mu, p: int):
+    if mu is None:
+        return None
+    mu = as_float_array(mu, "mu")
+    if mu.ndim == 0:
+        mu = jnp.broadcast_to(mu, (p,))
+    check_ndim(mu, 1, "mu", f"a scalar or a vector of length p = {p}")
+    if mu.shape[0] != p:
+        raise ValueError(f"mu has length {mu.shape[0]} but X has p = {p} columns")
+    return mu
+
+
+def _common_dtype(*arrays):
+    dtype = jnp.result_type(*[a.dtype for a in arrays if a is not None])
+    return [None if a is None else a.astype(dtype) for a in arrays]
+
+
+def _feasibility_tol(diag_sigma: np.ndarray, dtype) -> float:
+    """Slack accepted in ``2 Sigma - diag(s) >= 0``: sqrt(eps) relative to max diag(Sigma)."""
+    return float(np.sqrt(np.finfo(np.dtype(dtype)).eps) * max(np.max(np.abs(diag_sigma)), 1e-300))
+
+
+def _check_s_nonnegative(s):
+    if not is_concrete(s):
+        return
+    sv = np.asarray(s)
+    if np.any(sv < 0):
+        j = int(np.argmin(sv))
+        raise ValueError(
+            f"s must be non-negative, but {int(np.sum(sv < 0))} entries are negative "
+            f"(s[{j}] = {sv[j]:.3g})"
+        )
+
+
+def _infeasible_message(gamma: float, lam_min: float | None) -> str:
+    lam = (
+        f" (smallest eigenvalue {lam_min:.3g})" if lam_min is not None else ""
+    )
+    return (
+        "s is infeasible for Sigma: 2 Sigma - diag(s) is not positive semidefinite"
+        f"{lam}, so the knockoff covariance 2S - S Sigma^-1 S is not a covariance. "
+        f"The largest feasible scaling is gamma = {gamma:.6g} (s is "
+        f"{100.0 * (1.0 - gamma):.3g}% too large): use "
+        "s = jaxknock.scale_to_feasible(Sigma, s)"
+    )
+
+
+def _check_feasible_dense(Sigma, s, name: str = "Sigma"):
+    """Raise unless Sigma > 0 and 2 Sigma - diag(s) >= -tol I (numpy, concrete only)."""
+    if not (is_concrete(Sigma) and is_concrete(s)):
+        return
+    A = np.asarray(Sigma, dtype=np.float64)
+    sv = np.asarray(s, dtype=np.float64)
+    try:
+        L = np.linalg.cholesky(A)
+    except np.linalg.LinAlgError:
+        check_positive_definite(A, name)  # raises with the smallest eigenvalue
+        raise ValueError(f"{name} is numerically singular (its Cholesky factorisation failed)")
+    tol = _feasibility_tol(np.diagonal(A), Sigma.dtype)
+    B = 2.0 * A - np.diag(sv)
+    B[np.diag_indices_from(B)] += tol
+    try:
+        np.linalg.cholesky(B)
+        return
+    except np.linalg.LinAlgError:
+        pass
+    lam_min = float(np.linalg.eigvalsh(2.0 * A - np.diag(sv))[0])
+    # gamma* = 2 / lambda_max(S^1/2 Sigma^-1 S^1/2)
+    W = np.linalg.solve(L, np.diag(np.sqrt(sv)))
+    gamma = 2.0 / float(np.linalg.eigvalsh(W.T @ W)[-1])
+    raise ValueError(_infeasible_message(gamma, lam_min))
+
+
+@jax.jit
+def _diag_plus_lowrank_is_pd_blocked(e, V):
+    """True if ``diag(e) + V V^T`` is positive definite, in O(p k^2) (e may be indefinite).
+
+    Blocked Cholesky in which the trailing Schur complement is carried as a k x k
+    matrix ``M``: the Schur complement of the rows after a block is
+    ``diag(e_rest) + V_rest M V_rest^T``.
+    """
+    p, k = V.shape
+    m = _block_size(p, k)
+    nb = -(-p // m)
+    pad = nb * m - p  # independent dummy coordinates (e = 1, V = 0) complete the last block
+    e = jnp.concatenate([e, jnp.ones(pad, e.dtype)])
+    V = jnp.concatenate([V, jnp.zeros((pad, k), V.dtype)])
+
+    def block(M, eV):
+        ej, Vj = eV
+        VM = _mm(Vj, M)
+        L = jnp.linalg.cholesky(jnp.diag(ej) + _mm(VM, Vj.T))
+        ok = jnp.all(jnp.isfinite(L))
+        L = jnp.where(ok, L, jnp.eye(m, dtype=L.dtype))
+        Linv = jax.scipy.linalg.solve_triangular(L, jnp.eye(m, dtype=L.dtype), lower=True)
+        Ft = _mm(Linv, VM)
+        return M - _mm(Ft.T, Ft), ok
+
+    _, oks = lax.scan(block, jnp.eye(k, dtype=V.dtype), (e.reshape(nb, m), V.reshape(nb, m, k)))
+    return jnp.all(oks)
+
+
+@jax.jit
+def _weighted_gram(e, V, positive):
+    """``V_P^T diag(1 / e_P) V_P`` over the rows in ``positive`` (one GEMM)."""
+    w = jnp.where(positive, 1.0 / jnp.where(positive, e, 1.0), 0.0)
+    return _mm(V.T, V * w[:, None])
+
+
+def _diag_plus_lowrank_is_pd(e, V) -> bool:
+    """True if ``E = diag(e) + V V^T`` is positive definite; ``e`` may be indefinite.
+
+    Fast path, O(p k^2) in one GEMM: split the rows into P (``e_j`` clearly
+    positive) and N (the rest). ``E_PP`` is PD, and by the Woodbury identity the
+    Schur complement of ``E_PP`` is ``diag(e_N) + V_N K V_N^T`` with
+    ``K = (I + V_P^T diag(e_P)^-1 V_P)^-1``, an ``|N| x |N|`` matrix tested by
+    Cholesky. More than ``k`` negative ``e_j`` is infeasible outright (``E``
+    is then negative on a subspace of dimension >= #neg - k). When ``|N|`` is
+    large, or the fast path says "not PD" (confirmed before raising), the
+    blocked Cholesky :func:`_diag_plus_lowrank_is_pd_blocked` decides.
+    """
+    e = jnp.asarray(e)
+    p, k = V.shape
+    e_np = np.asarray(e, dtype=np.float64)
+    if np.all(e_np > 0):
+        return True
+    if int(np.sum(e_np < 0)) > k:
+        return False
+    scale = float(np.max(np.abs(e_np)) + np.max(np.sum(np.asarray(V, np.float64) ** 2, axis=1)))
+    positive = e_np > 1e-3 * scale
+    neg = np.flatnonzero(~positive)
+    if neg.size > max(4 * k, 512):
+        return bool(_diag_plus_lowrank_is_pd_blocked(e, V))
+    G = np.asarray(_weighted_gram(e, V, jnp.asarray(positive)), np.float64)
+    try:
+        Lk = np.linalg.cholesky(np.eye(k) + 0.5 * (G + G.T))
+        T = np.linalg.solve(Lk, np.asarray(V, np.float64)[neg].T)  # K = Lk^-T Lk^-1
+        np.linalg.cholesky(np.diag(e_np[neg]) + T.T @ T)
+        return True
+    except np.linalg.LinAlgError:
+        return bool(_diag_plus_lowrank_is_pd_blocked(e, V))
+
+
+def _check_feasible_factor(d, U, s):
+    """Raise unless 2 (D + U U^T) - diag(s) >= -tol I, in O(p k^2) (concrete only)."""
+    if not all(is_concrete(a) for a in (d, U, s)):
+        return
+    tol = _feasibility_tol(np.asarray(d + jnp.sum(U**2, axis=1)), d.dtype)
+    V = jnp.sqrt(2.0) * U
+    if bool(_diag_plus_lowrank_is_pd(2.0 * d - s + tol, V)):
+        return
+    lo, hi = 0.0, 1.0  # feasible at 0 (D > 0), infeasible at 1
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if bool(_diag_plus_lowrank_is_pd(2.0 * d - mid * s + tol, V)):
+            lo = mid
+        else:
+            hi = mid
+    raise ValueError(_infeasible_message(lo, None))
+
+
+# --------------------------------------------------------------------------
+# Dense sampler
+# --------------------------------------------------------------------------
+
+
+def _psd_factor(Omega):
+    """A with ``A A^T = Omega`` for a matrix that is PSD up to rounding; never NaN.
+
+    Tries the Cholesky factor of ``Omega + tau I`` with ``tau = p eps max(diag)``
+    (a variance change far below sampling error). If that fails (Omega singular or
+    slightly indefinite beyond the jitter), falls back to the eigendecomposition
+    with negative eigenvalues clipped to 0, i.e. the factor of the nearest PSD
+    matrix in Frobenius norm.
+    """
+    p = Omega.shape[-1]
+    eps = jnp.finfo(Omega.dtype).eps
+    Omega = 0.5 * (Omega + Omega.T)
+    tau = p * eps * jnp.max(jnp.abs(jnp.diagonal(Omega)))
+    L = jnp.linalg.cholesky(Omega + tau * jnp.eye(p, dtype=Omega.dtype))
+
+    def eig_factor():
+        lam, Q = jnp.linalg.eigh(Omega)
+        return Q * jnp.sqrt(jnp.clip(lam, 0.0))
+
+    return lax.cond(jnp.all(jnp.isfinite(L)), lambda: L, eig_factor)
+
+
+class _DensePlan(NamedTuple):
+    mean: jax.Array  # (n, p) conditional mean
+    L: jax.Array  # (p, p), L L^T = Omega
+
+
+def _dense_plan(X, Sigma, s, mu) -> _DensePlan:
+    if mu is None:
+        mu = _column_means(X)
+    Lc = jnp.linalg.cholesky(0.5 * (Sigma + Sigma.T))
+    SinvS = jax.scipy.linalg.cho_solve((Lc, True), jnp.diag(s))  # Sigma^-1 S
+    Omega = 2.0 * jnp.diag(s) - s[:, None] * SinvS
+    mean = X - _mm(X - mu, SinvS)
+    return _DensePlan(mean, _psd_factor(Omega))
+
+
+def _dense_draw(key, plan: _DensePlan):
+    n, p = plan.mean.shape
+    g = jax.random.normal(key, (n, p), plan.mean.dtype)
+    return plan.mean + _mm(g, plan.L.T)
+
+
+def _validate_dense(X, Sigma, s, mu):
+    X = _as_X(X)
+    n, p = X.shape
+    Sigma = as_float_array(Sigma, "Sigma")
+    check_square(Sigma, "Sigma")
+    if Sigma.shape[0] != p:
+        raise ValueError(f"Sigma has shape {tuple(Sigma.shape)} but X has p = {p} columns")
+    s = _as_s(s, p)
+    mu = _as_mu(mu, p)
+    X, Sigma, s, mu = _common_dtype(X, Sigma, s, mu)
+    _check_finite_large(X, "X")
+    check_finite(Sigma, "Sigma")
+    check_finite(s, "s")
+    if mu is not None:
+        check_finite(mu, "mu")
+    check_symmetric(Sigma, "Sigma")
+    _check_s_nonnegative(s)
+    _check_feasible_dense(Sigma, s)
+    return X, Sigma, s, mu
+
+
+def sample_knockoffs(key, X, Sigma, s, *, mu=None):
+    r"""Gaussian model-X knockoffs for a dense covariance (one replicate).
+
+    Each row is drawn independently from
+
+    .. math::
+        \tilde x \mid x \sim \mathcal N\big(x - S\Sigma^{-1}(x - \mu),\;
+        \Omega = 2S - S\Sigma^{-1}S\big),\qquad S = \mathrm{diag}(s),
+
+    as ``X~ = mean + G L^T`` with ``G`` an ``(n, p)`` matrix of standard normals
+    and ``L L^T = Omega`` factorised once. ``Omega`` is often PSD only up to
+    rounding (it is singular for the equicorrelated ``s``): it is symmetrised
+    and Cholesky-factorised with a jitter ``tau = p eps max(diag Omega)``; if
+    that still fails, the factor falls back to ``Q sqrt(max(Lambda, 0))`` from the
+    eigendecomposition (the nearest PSD matrix), so the result is never NaN.
+    Same distribution as fanok's ``GaussianKnockoffs`` and knockpy's Gaussian
+    sampler.
+
+    Cost: ``O(n p^2 + p^3)`` time, ``O(p^2 + n p)`` memory. For a factor model
+    use :func:`sample_knockoffs_factor` (linear in ``p``).
+
+    Args:
+        key: a ``jax.random`` key (one replicate; ``jax.vmap`` over
+            ``jax.random.split(key, R)`` for many, or :func:`sample_replicates`).
+        X: ``(n, p)`` observations.
+        Sigma: ``(p, p)`` symmetric positive definite covariance of the rows.
+        s: ``(p,)`` vector with ``0 <= diag(s) <= 2 Sigma`` (e.g. from
+            ``jaxknock.sdp``); a ``Solution`` is accepted (its ``value``).
+        mu: mean of the rows, ``(p,)`` or scalar; ``None`` uses the column
+            means of ``X`` (as fanok and knockpy do). Pass ``mu=0`` for centred data.
+
+    Returns:
+        ``(n, p)`` knockoff matrix ``X~`` in the dtype of the inputs.
+
+    Raises:
+        ValueError: shape mismatch, NaN/Inf in the inputs, ``Sigma`` not
+            positive definite, ``s < 0``, or ``s`` infeasible (the message gives
+            the largest feasible scaling ``gamma``; fix with
+            ``jaxknock.scale_to_feasible``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxknock
+        >>> Sigma = 0.5 * jnp.eye(3) + 0.5
+        >>> X = jax.random.normal(jax.random.key(1), (100, 3)) @ jnp.linalg.cholesky(Sigma).T
+        >>> s = jnp.full(3, 2 * jnp.linalg.eigvalsh(Sigma)[0])  # equicorrelated
+        >>> Xk = jaxknock.sample_knockoffs(jax.random.key(0), X, Sigma, s)
+        >>> Xk.shape
+        (100, 3)
+    """
+    _check_key(key)
+    X, Sigma, s, mu = _validate_dense(X, Sigma, s, mu)
+    return _draw_one(key, _plan(X, (Sigma, s), mu, "dense"))
+
+
+# --------------------------------------------------------------------------
+# Factor-model sampler
+# --------------------------------------------------------------------------
+
+
+def _block_size(p: int, k: int) -> int:
+    """Block size m of the blocked L Delta L^T recursion (flops n p (m + 3k))."""
+    return max(1, min(p, 64))
+
+
+class _FactorPlan(NamedTuple):
+    """Everything the draw needs; O(p (k + m)) memory, no p x p array.
+
+    The noise is ``y = A g`` with ``A`` block lower triangular: diagonal blocks
+    ``A_J`` (``A_J A_J^T`` = the block's Schur complement) and below-diagonal
+    blocks ``Z_I F_J`` (rank k), so ``A`` is never stored. When ``m`` does not
+    divide ``p`` the last block is the window of the last ``m`` columns, its first
+    ``m - r`` coordinates being independent dummies (``c = 1``, ``Z = 0``) that the
+    draw masks out.
+    """
+
+    X: jax.Array  # (n, p)
+    mu: jax.Array  # (p,)
+    s_over_d: jax.Array  # (p,)
+    Zb: jax.Array  # (nb, m, k) rows of Z per block (dummies: 0); Omega = diag(c) + Z Z^T
+    P0: jax.Array  # (n, k) initial state (X - mu) D^-1 U N: the mean's low-rank term
+    nonneg: jax.Array  # () bool, c >= 0: Omega = [C^1/2, Z][C^1/2, Z]^T, no recursion needed
+    sqrt_c: jax.Array  # (nb, m) sqrt(max(c, 0)) per block
+    A: jax.Array  # (nb, m, m) diagonal-block factors (zeros when nonneg)
+    F: jax.Array  # (nb, k, m)
+
+
+def _lowrank_conditional_cov(d, U, s):
+    """``Omega = 2S - S Sigma^-1 S = diag(c) + Z Z^T`` (section 4.3, eq. 4.1).
+
+    With ``Sigma^-1 = D^-1 - D^-1 U N N^T U^T D^-1`` (Woodbury, ``N N^T =
+    (I + U^T D^-1 U)^-1``): ``c = 2s - s^2 / d`` (possibly negative) and
+    ``Z = S D^-1 U N``. Here ``N = Lc^-T`` with ``Lc Lc^T = I + U^T D^-1 U``.
+    Returns ``(c, Z, DinvU_N)`` where ``DinvU_N = D^-1 U N``.
+    """
+    k = U.shape[1]
+    V = U / d[:, None]
+    cap = jnp.eye(k, dtype=U.dtype) + _mm(U.T, V)
+    Lc = jnp.linalg.cholesky(0.5 * (cap + cap.T))
+    # (D^-1 U N)^T = Lc^-1 V^T
+    VN = jax.scipy.linalg.solve_triangular(Lc, V.T, lower=True).T
+    c = 2.0 * s - s * s / d
+    Z = s[:, None] * VN
+    return c, Z, VN
+
+
+def _factor_block(M, c, Zj):
+    """One block of the blocked Algorithm 6.
+
+    ``M`` (k x k) carries the trailing Schur complement: the covariance of the
+    rows not yet factorised, given the earlier ones, is ``diag(c) + Z M Z^T``.
+    The block's own Schur complement ``S_J = diag(c_J) + Z_J M Z_J^T`` (PSD even
+    when ``c`` is not) is factorised as ``A_J A_J^T``, then
+    ``F_J = M Z_J^T A_J^{-T}`` and ``M <- M - F_J F_J^T``.
+
+    ``A_J`` is the Cholesky factor when every pivot exceeds the rounding level
+    ``tol = 8 m eps (max|c_J| + max diag S_J)``. Otherwise (a singular block,
+    e.g. at the boundary of feasibility) it is ``Q sqrt(lam)`` from the
+    eigendecomposition with eigenvalues ``<= tol`` set to zero and the
+    pseudo-inverse in ``F_J``: the blocked analogue of Algorithm 6's
+    ``Delta_jj = 0 -> b_j = 0`` (for PSD ``Omega``, a null direction of ``S_J``
+    has no covariance with later rows).
+    """
+    m = Zj.shape[0]
+    eps = jnp.finfo(M.dtype).eps
+    ZM = _mm(Zj, M)  # (m, k)
+    S = jnp.diag(c) + _mm(ZM, Zj.T)
+    S = 0.5 * (S + S.T)
+    tol = 8 * m * eps * (jnp.max(jnp.abs(c)) + jnp.max(jnp.abs(jnp.diagonal(S))))
+    L = jnp.linalg.cholesky(S)
+    ok = jnp.all(jnp.isfinite(L)) & (jnp.min(jnp.diagonal(L)) ** 2 > tol)
+
+    def cholesky_branch():
+        # XLA's CPU triangular solve is slow for many right-hand sides: invert L
+        # (m x m, well conditioned here since every pivot exceeds tol) and multiply.
+        Linv = jax.scipy.linalg.solve_triangular(L, jnp.eye(m, dtype=L.dtype), lower=True)
+        return L, _mm(Linv, ZM).T  # F = M Z^T L^-T
+
+    def eigen_branch():
+        lam, Q = jnp.linalg.eigh(S)
+        keep = lam > tol
+        lam_k = jnp.where(keep, lam, 1.0)
+        A = Q * jnp.where(keep, jnp.sqrt(lam_k), 0.0)
+        F = _mm(ZM.T, Q) * jnp.where(keep, 1.0 / jnp.sqrt(lam_k), 0.0)
+        return A, F
+
+    A, F = lax.cond(ok, cholesky_branch, eigen_branch)
+    M = M - _mm(F, F.T)
+    return 0.5 * (M + M.T), A, F
+
+
+def _pad_last_block(a, m, fill):
+    """Insert ``m - r`` rows of ``fill`` before the last partial block of ``a``."""
+    p = a.shape[0]
+    pad = -p % m
+    if not pad:
+        return a
+    filler = jnp.full((pad,) + a.shape[1:], fill, a.dtype)
+    cut = p - p % m
+    return jnp.concatenate([a[:cut], filler, a[cut:]])
+
+
+def _factor_plan(X, d, U, s, mu, force_recursion: bool = False) -> _FactorPlan:
+    n, p = X.shape
+    k = U.shape[1]
+    m = _block_size(p, k)
+    nb = -(-p // m)
+    if mu is None:
+        mu = _column_means(X)
+    c, Z, VN = _lowrank_conditional_cov(d, U, s)
+    cb = _pad_last_block(c, m, 1.0).reshape(nb, m)
+    Zb = _pad_last_block(Z, m, 0.0).reshape(nb, m, k)
+
+    def body(M, cz):
+        M, A, F = _factor_block(M, *cz)
+        return M, (A, F)
+
+    def recursion():
+        return lax.scan(body, jnp.eye(k, dtype=U.dtype), (cb, Zb))[1]
+
+    def no_recursion():
+        return (jnp.zeros((nb, m, m), U.dtype), jnp.zeros((nb, k, m), U.dtype))
+
+    nonneg = jnp.all(c >= 0) & (not force_recursion)
+    A, F = lax.cond(nonneg, no_recursion, recursion)
+    # (X - mu) D^-1 U N without an (n, p) temporary
+    P0 = _mm(X, VN) - _mm(mu, VN)
+    sqrt_c = jnp.sqrt(jnp.clip(cb, 0.0))
+    return _FactorPlan(X, mu, s / d, Zb, P0, nonneg, sqrt_c, A, F)
+
+
+def _factor_draw(key, plan: _FactorPlan):
+    """Blocked Algorithms 7-8: one pass over column blocks, O(n p (m + 2k)).
+
+    For block J (columns ``[Jm, (J+1)m)``), with ``g_J`` fresh normals (n x m)
+    drawn from ``fold_in(key, J)``:
+
+        X~_J = X_J - (s/d)_J (X_J - mu_J) + g_J A_J^T + W_J Z_J^T
+        W_{J+1} = W_J + g_J F_J^T
+
+    ``W`` (n x k) starts at ``(X - mu) D^-1 U N``, which folds the low-rank part
+    of the conditional mean into the same product as the noise: with
+    ``Z = S D^-1 U N``, ``(X - mu) Sigma^-1 S = (X - mu) D^-1 S - W_0 Z^T``.
+    """
+    X, mu, sd = plan.X, plan.mu, plan.s_over_d
+    n, p = X.shape
+    nb, m = plan.A.shape[0], plan.A.shape[1]
+    k = plan.Zb.shape[-1]
+    dtype = X.dtype
+
+    def general(J, g, W):
+        return _mm(g, plan.A[J].T) + _mm(W, plan.Zb[J].T), W + _mm(g, plan.F[J].T)
+
+    def nonneg(J, g, W):  # W = P0 + h is constant: y = g C^1/2 + h Z^T
+        return g * plan.sqrt_c[J] + _mm(W, plan.Zb[J].T), W
+
+    def body(J, carry):
+        W, out = carry
+        start = jnp.minimum(J * m, p - m)  # the last window ends at column p
+        Xj = lax.dynamic_slice_in_dim(X, start, m, axis=1)
+        muj = lax.dynamic_slice_in_dim(mu, start, m)
+        sdj = lax.dynamic_slice_in_dim(sd, start, m)
+        g = jax.random.normal(jax.random.fold_in(key, J), (n, m), dtype)
+        noise, W = lax.cond(plan.nonneg, nonneg, general, J, g, W)
+        Yj = Xj - sdj * (Xj - muj) + noise
+        if p % m:  # keep the columns the clamped last window shares with the previous block
+            fresh = jnp.arange(m) >= J * m - start
+            Yj = jnp.where(fresh, Yj, lax.dynamic_slice_in_dim(out, start, m, axis=1))
+        return W, lax.dynamic_update_slice_in_dim(out, Yj, start, axis=1)
+
+    h = jax.random.normal(jax.random.fold_in(key, nb), (n, k), dtype)
+    W0 = plan.P0 + jnp.where(plan.nonneg, h, 0.0)
+    _, out = lax.fori_loop(0, nb, body, (W0, jnp.zeros((n, p), dtype)))
+    return out
+
+
+def _validate_factor(X, model, s, mu):
+    X = _as_X(X)
+    n, p = X.shape
+    if isinstance(model, FactorModel):
+        d, U = model.d, model.U
+    elif isinstance(model, (tuple, list)) and len(model) == 2:
+        d, U = model
+    else:
+        raise TypeError(
+            "model must be a jaxknock.FactorModel(d, U) (Sigma = diag(d) + U U^T), "
+            f"got {type(model).__name__}; for a dense Sigma use sample_knockoffs"
+        )
+    d = as_float_array(d, "model.d")
+    U = as_float_array(U, "model.U")
+    check_ndim(d, 1, "model.d", "a 1-D (p,) vector")
+    check_ndim(U, 2, "model.U", "a 2-D (p, k) matrix")
+    if d.shape[0] != p or U.shape[0] != p:
+        raise ValueError(
+            f"the factor model has d of shape {tuple(d.shape)} and U of shape "
+            f"{tuple(U.shape)}, but X has p = {p} columns"
+        )
+    if U.shape[1] < 1:
+        raise ValueError("model.U must have at least one column (rank k >= 1)")
+    s = _as_s(s, p)
+    mu = _as_mu(mu, p)
+    X, d, U, s, mu = _common_dtype(X, d, U, s, mu)
+    _check_finite_large(X, "X")
+    for a, name in ((d, "model.d"), (U, "model.U"), (s, "s"), (mu, "mu")):
+        if a is not None:
+            check_finite(a, name)
+    if is_concrete(d) and np.any(np.asarray(d) <= 0):
+        dv = np.asarray(d)
+        j = int(np.argmin(dv))
+        raise ValueError(
+            f"model.d must be positive (Sigma = diag(d) + U U^T with d > 0), got "
+            f"d[{j}] = {dv[j]:.3g}"
+        )
+    _check_s_nonnegative(s)
+    _check_feasible_factor(d, U, s)
+    return X, d, U, s, mu
+
+
+def sample_knockoffs_factor(key, X, model, s, *, mu=None):
+    r"""Gaussian knockoffs in linear time under a factor model (one replicate).
+
+    For ``Sigma = D + U U^T`` (``model = FactorModel(d, U)``, ``U`` of shape
+    ``(p, k)``) the conditional covariance is (thesis section 4.3, eq. 4.1)
+
+    .. math::
+        \Omega = 2S - S\Sigma^{-1}S = C + ZZ^\top,\quad C = 2S - SD^{-1}S,\quad
+        Z = SD^{-1}UN,\quad NN^\top = (I_k + U^\top D^{-1}U)^{-1},
+
+    where the diagonal ``C`` may be indefinite (``s_j > 2 d_j``, possible on at
+    most ``k`` coordinates since ``2D - S + 2UU^T >= 0``). Two exact factorisations
+    ``Omega = A A^T``, chosen on the data (``lax.cond``, so ``jit``/``vmap`` safe):
+
+    * ``C >= 0``: ``A = [C^{1/2}, Z]`` (``p x (p + k)``), i.e.
+      ``X~ = mean + G C^{1/2} + H Z^T`` with ``H`` an extra ``n x k`` normal
+      matrix; no recursion, draw ``O(n p k)``.
+    * ``C`` indefinite: ``A`` block lower triangular, a blocked form of the
+      ``L Delta L^T`` factorisation of Algorithms 6-8. The trailing Schur
+      complement is carried as a ``k x k`` matrix ``M``; each block of ``m``
+      columns factorises its ``m x m`` Schur complement (Cholesky, or an
+      eigendecomposition with the pseudo-inverse where a block is singular,
+      which is Algorithm 6's ``Delta_jj = 0`` case), and the below-diagonal part
+      of ``A`` is ``Z_I F_J`` (rank ``k``), never stored. The sequential
+      recursions of Algorithms 7-8 become matrix products per block:
+      ``X~_J = mean_J + G_J A_J^T + W Z_J^T`` and ``W += G_J F_J^T``.
+
+    In both, the conditional mean's low-rank term is folded into ``W`` (its
+    initial value), and the output is written block by block, so the only
+    ``(n, p)`` array besides ``X`` is the result.
+
+    Cost: ``O(p k^2)`` checks and set-up, plus ``O(p m (m + k))`` for the
+    recursion; draw ``O(n p k)`` (``C >= 0``) or ``O(n p (m + 3k))`` (block size
+    ``m = 64``). Memory ``(n p + n k + p (m + 2k)) x itemsize`` beyond ``X``; no
+    ``p x p`` array is formed. Same distribution as :func:`sample_knockoffs`
+    with ``Sigma = model.dense()`` and as fanok's ``LowRankGaussianKnockoffs``.
+
+    Args:
+        key: a ``jax.random`` key (one replicate; vmappable over split keys).
+        X: ``(n, p)`` observations.
+        model: :class:`jaxknock.FactorModel` ``(d, U)`` with ``d > 0``.
+        s: ``(p,)`` with ``0 <= diag(s) <= 2 (D + U U^T)`` (checked in
+            ``O(p k^2)``); a ``Solution`` is accepted.
+        mu: row mean, ``(p,)`` or scalar; ``None`` uses the column means of ``X``.
+
+    Returns:
+        ``(n, p)`` knockoff matrix.
+
+    Raises:
+        TypeError / ValueError: as :func:`sample_knockoffs`; infeasible ``s``
+            reports the largest feasible scaling ``gamma`` and points to
+            ``jaxknock.scale_to_feasible``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxknock
+        >>> kd, ku, kx = jax.random.split(jax.random.key(0), 3)
+        >>> p, k = 1000, 5
+        >>> model = jaxknock.FactorModel(jax.random.uniform(kd, (p,)) + 0.5,
+        ...                              jax.random.normal(ku, (p, k)) / jnp.sqrt(k))
+        >>> X = jax.random.normal(kx, (50, p))
+        >>> s = jnp.full(p, 1.0)      # 2 diag(d) >= s, hence feasible
+        >>> Xk = jaxknock.sample_knockoffs_factor(jax.random.key(1), X, model, s)
+        >>> Xk.shape
+        (50, 1000)
+    """
+    _check_key(key)
+    X, d, U, s, mu = _validate_factor(X, model, s, mu)
+    return _draw_one(key, _plan(X, (d, U, s), mu, "factor"))
+
+
+# --------------------------------------------------------------------------
+# Many replicates
+# --------------------------------------------------------------------------
+
+
+def _available_memory_bytes(device=None) -> int:
+    """Free memory of ``device``: accelerator ``memory_stats``, else host MemAvailable."""
+    device = device or jax.devices()[0]
+    try:
+        stats = device.memory_stats()
+    except Exception:  # pragma: no cover - backend without stats
+        stats = None
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover
+        pass
+    try:  # pragma: no cover
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover
+        return 4 * 2**30
+
+
+def _replicate_bytes(n: int, p: int, k: int | None, itemsize: int) -> tuple[int, int]:
+    """(shared, per-replicate workspace) bytes; see :func:`sample_replicates`."""
+    if k is None:  # dense: mean + factor shared; normals + product + output per replicate
+        return (n * p + p * p) * itemsize, 3 * n * p * itemsize
+    m = _block_size(p, k)
+    return (n * k + p * (m + 2 * k)) * itemsize, (n * p + 4 * n * (m + k)) * itemsize
+
+
+def _auto_chunk(R, n, p, k, itemsize, stream, budget):
+    shared, per_rep = _replicate_bytes(n, p, k, itemsize)
+    out_bytes = 0 if stream else R * n * p * itemsize
+    free = budget - shared - out_bytes
+    if stream:
+        per_rep += n * p * itemsize  # the chunk held by the consumer
+    if free < per_rep:
+        if stream:
+            raise ValueError(
+                f"one replicate needs about {(shared + per_rep) / 2**30:.3g} GiB but only "
+                f"{budget / 2**30:.3g} GiB of the available memory is budgeted"
+            )
+        raise ValueError(
+            f"the (R, n, p) = ({R}, {n}, {p}) result needs {out_bytes / 2**30:.3g} GiB, "
+            f"more than the {budget / 2**30:.3g} GiB budgeted from available memory; pass "
+            "stream=True to iterate over chunks of replicates instead"
+        )
+    return int(max(1, min(R, free // per_rep)))
+
+
+def _sampler_spec(X, Sigma, s, mu):
+    if isinstance(Sigma, FactorModel):
+        X, d, U, s, mu = _validate_factor(X, Sigma, s, mu)
+        return "factor", X, (d, U, s), mu, U.shape[1]
+    X, Sig, s, mu = _validate_dense(X, Sigma, s, mu)
+    return "dense", X, (Sig, s), mu, None
+
+
+# The key-independent plan (factorisation of Omega, conditional mean) and the draw
+# are separate jits: the plan is compiled and computed once and shared by the
+# single-replicate samplers, the vmapped chunks and the streaming iterator.
+@partial(jax.jit, static_argnames=("kind",))
+def _plan(X, params, mu, kind):
+    if kind == "factor":
+        return _factor_plan(X, *params, mu)
+    if kind == "factor_recursive":  # benchmarks/tests: the indefinite-C path on any data
+        return _factor_plan(X, *params, mu, force_recursion=True)
+    return _dense_plan(X, *params, mu)
+
+
+def _draw(key, plan):
+    return _factor_draw(key, plan) if isinstance(plan, _FactorPlan) else _dense_draw(key, plan)
+
+
+_draw_one = jax.jit(_draw)
+_draw_chunk = jax.jit(jax.vmap(_draw, in_axes=(0, None)))
+
+
+@partial(jax.jit, donate_argnums=0)
+def _write_chunk(out, chunk, start):
+    return lax.dynamic_update_slice_in_dim(out, chunk, start, axis=0)
+
+
+def _chunk_starts(R, chunk):
+    # every chunk has the same size (one compilation); the last one is moved back
+    # to end at R, recomputing a few replicates with the same keys (same values)
+    return [min(start, R - chunk) for start in range(0, R, chunk)]
+
+
+def _stream(keys, plan, R, chunk) -> Iterator[jax.Array]:
+    done = 0
+    for start in _chunk_starts(R, chunk):
+        block = _draw_chunk(keys[start:start + chunk], plan)
+        yield block if start == done else block[done - start:]
+        done = start + chunk
+
+
+def sample_replicates(key, X, Sigma, s, num_replicates, *, mu=None, chunk_size=None,
+                      stream=False):
+    r"""``R`` independent knockoff replicates, batched with ``vmap`` in chunks.
+
+    Replicate ``r`` is exactly ``sampler(jax.random.split(key, R)[r], X, Sigma, s)``
+    with ``sampler`` = :func:`sample_knockoffs_factor` if ``Sigma`` is a
+    :class:`jaxknock.FactorModel`, else :func:`sample_knockoffs`; the chunking
+    never changes the numbers. The factorisation of ``Omega`` and the
+    conditional mean are computed once and shared by all replicates.
+
+    Memory (``b`` bytes per element, ``m`` the block size ~64, ``c`` replicates
+    per chunk): shared part ``(n p + p^2) b`` dense or ``(n k + p (m + 2k)) b``
+    factor; per replicate in flight ``3 n p b`` dense or ``(n p + 4 n (m + k)) b``
+    factor; plus the result, ``R n p b`` when materialised, or one chunk
+    ``c n p b`` held by the caller when streaming. With ``chunk_size=None`` the
+    chunk is the largest ``c`` for which all of that fits in half of the
+    available memory (accelerator ``memory_stats`` or the host's
+    ``MemAvailable``). If the ``(R, n, p)`` result itself does not fit, a
+    ``ValueError`` asks for ``stream=True``.
+
+    Args:
+        key: a ``jax.random`` key.
+        X: ``(n, p)`` observations.
+        Sigma: ``(p, p)`` covariance or a :class:`jaxknock.FactorModel`.
+        s: ``(p,)`` feasible vector (or ``Solution``).
+        num_replicates: ``R >= 1``.
+        mu: row mean (``None``: column means of ``X``).
+        chunk_size: replicates per ``vmap`` batch; ``None`` picks it from
+            available memory.
+        stream: if True, return an iterator over ``(c, n, p)`` chunks (in
+            replicate order, the last one possibly shorter) instead of the full
+            ``(R, n, p)`` array.
+
+    Returns:
+        ``(R, n, p)`` array, or (``stream=True``) an iterator of chunks.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxknock
+        >>> Sigma = 0.5 * jnp.eye(4) + 0.5
+        >>> X = jax.random.normal(jax.random.key(1), (30, 4))
+        >>> Xk = jaxknock.sample_replicates(jax.random.key(0), X, Sigma,
+        ...                                 jnp.full(4, 0.9), 8)
+        >>> Xk.shape
+        (8, 30, 4)
+        >>> total = sum(c.sum() for c in jaxknock.sample_replicates(
+        ...     jax.random.key(0), X, Sigma, jnp.full(4, 0.9), 8, stream=True))
+    """
+    _check_key(key)
+    if isinstance(num_replicates, bool) or not isinstance(num_replicates, (int, np.integer)):
+        raise TypeError(f"num_replicates must be an int, got {type(num_replicates).__name__}")
+    R = int(num_replicates)
+    if R < 1:
+        raise ValueError(f"num_replicates must be >= 1, got {R}")
+    if chunk_size is not None:
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)):
+            raise TypeError(f"chunk_size must be an int or None, got {type(chunk_size).__name__}")
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    kind, X, params, mu, k = _sampler_spec(X, Sigma, s, mu)
+    n, p = X.shape
+    if chunk_size is None:
+        budget = _available_memory_bytes() // 2
+        chunk = _auto_chunk(R, n, p, k, X.dtype.itemsize, stream, budget)
+    else:
+        chunk = int(min(chunk_size, R))
+    keys = jax.random.split(key, R)
+    plan = _plan(X, params, mu, kind)
+    if stream:
+        return _stream(keys, plan, R, chunk)
+    out = jnp.zeros((R, n, p), X.dtype)
+    for start in _chunk_starts(R, chunk):
+        out = _write_chunk(out, _draw_chunk(keys[start:start + chunk], plan), start)
+    return out
+
+
+# --------------------------------------------------------------------------
+# Fixed-X knockoffs
+# --------------------------------------------------------------------------
+
+
+@jax.jit
+def _fixed_x(Xn, s):
+    n, p = Xn.shape
+    G = _mm(Xn.T, Xn)
+    G = 0.5 * (G + G.T)
+    Lg = jnp.linalg.cholesky(G)
+    GinvS = jax.scipy.linalg.cho_solve((Lg, True), jnp.diag(s))
+    Omega = 2.0 * jnp.diag(s) - s[:, None] * GinvS
+    Omega = 0.5 * (Omega + Omega.T)
+    lam, Q = jnp.linalg.eigh(Omega)
+    C = jnp.sqrt(jnp.clip(lam, 0.0))[:, None] * Q.T  # C^T C = Omega (clipped)
+    # Orthonormal U~ with U~^T X = 0: Householder QR of [X, 0]; the zero columns get
+    # identity reflectors, so Q[:, p:2p] = H_1...H_p e_{p+j} spans part of col(X)^perp.
+    Qx, _ = jnp.linalg.qr(jnp.concatenate([Xn, jnp.zeros_like(Xn)], axis=1))
+    Ut = Qx[:, p:]
+    return Xn - _mm(Xn, GinvS) + _mm(Ut, C)
+
+
+def fixed_x_knockoffs(X, s):
+    r"""Fixed-X knockoffs (Barber & Candes 2015), deterministic, for ``n >= 2p``.
+
+    After the standard normalisation ``X_j <- X_j / ||X_j||`` (so the Gram matrix
+    ``Sigma = X^T X`` has unit diagonal), with ``S = diag(s)``:
+
+    .. math::
+        \tilde X = X(I - \Sigma^{-1}S) + \tilde U C,\qquad
+        C^\top C = 2S - S\Sigma^{-1}S,
+
+    where ``U~`` (``n x p``) is orthonormal and orthogonal to the columns of
+    ``X``. Then exactly ``X~^T X~ = X^T X`` and ``X^T X~ = X^T X - diag(s)``.
+    ``C`` comes from the eigendecomposition with rounding-level negative
+    eigenvalues clipped; ``U~`` from a Householder QR of ``[X, 0]``. ``X`` is not
+    centred (centre it first if the model has an intercept). Matches fanok's
+    ``fixed_knockoffs`` / knockpy's fixed-X construction up to the choice of ``U~``.
+
+    Cost: ``O(n p^2 + p^3)`` time, ``O(n p + p^2)`` memory.
+
+    Args:
+        X: ``(n, p)`` design with ``n >= 2p`` and linearly independent columns.
+        s: ``(p,)`` with ``0 <= diag(s) <= 2 X_n^T X_n`` for the *normalised*
+            ``X_n`` (e.g. equicorrelated ``min(1, 2 lambda_min(X_n^T X_n))``).
+
+    Returns:
+        ``(X_normalized, X_tilde)``, both ``(n, p)``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxknock
+        >>> X = jax.random.normal(jax.random.key(0), (40, 10))
+        >>> Xn = X / jnp.linalg.norm(X, axis=0)
+        >>> s = jnp.full(10, min(1.0, 2 * float(jnp.linalg.eigvalsh(Xn.T @ Xn)[0])))
+        >>> Xn, Xk = jaxknock.fixed_x_knockoffs(X, s)
+        >>> bool(jnp.allclose(Xk.T @ Xk, Xn.T @ Xn))
+        True
+    """
+    X = _as_X(X)
+    n, p = X.shape
+    if n < 2 * p:
+        raise ValueError(
+            f"fixed-X knockoffs need n >= 2p, got n = {n} < 2p = {2 * p}; use model-X "
+            "knockoffs (jaxknock.sample_knockoffs / sample_knockoffs_factor) instead"
+        )
+    s = _as_s(s, p)
+    X, s = _common_dtype(X, s)
+    _check_finite_large(X, "X")
+    check_finite(s, "s")
+    _check_s_nonnegative(s)
+    norms = jnp.linalg.norm(X, axis=0)
+    if is_concrete(norms) and np.any(np.asarray(norms) == 0):
+        j = int(np.argmin(np.asarray(norms)))
+        raise ValueError(f"X has an all-zero column (column {j}); drop it first")
+    Xn = X / norms
+    if is_concrete(Xn):
+        G = np.asarray(Xn, np.float64)
+        G = G.T @ G
+        if np.linalg.eigvalsh(G)[0] <= 64 * p * np.finfo(np.dtype(X.dtype)).eps:
+            raise ValueError(
+                "X has (nearly) linearly dependent columns: the normalised Gram matrix "
+                f"has smallest eigenvalue {np.linalg.eigvalsh(G)[0]:.3g}; fixed-X "
+                "knockoffs need full column rank"
+            )
+        _check_feasible_dense(G.astype(np.dtype(X.dtype)), s, name="X^T X (normalised)")
+    return Xn, _fixed_x(Xn, s)

@@ -1,0 +1,444 @@
+"""Tests for jaxknock.sampling (dense, factor-model, replicates, fixed-X).
+
+Statistical checks use fixed keys and a tolerance derived from n: for Gaussian
+data the sample covariance entry G^_ij has standard deviation
+sqrt((G_ii G_jj + G_ij^2) / n), and we require every standardised deviation
+|G^_ij - G_ij| / sd_ij to stay below Z_MAX (a 5.5-sigma bound: with at most a
+few 10^4 entries the chance of a false failure is below 1e-3 per test), while
+the same statistic must exceed Z_MAX when s is perturbed.
+"""
+
+import doctest
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxknock.sampling as sampling
+from jaxknock.covariance import FactorModel
+from jaxknock.sampling import (
+    fixed_x_knockoffs,
+    sample_knockoffs,
+    sample_knockoffs_factor,
+    sample_replicates,
+)
+
+Z_MAX = 5.5
+N = 10_000  # one shape (N, P) for all model-X tests: fewer compilations
+P, K = 70, 3  # 70 = one block of 64 plus a tail of 6
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def joint_target(Sigma, s):
+    Sigma = np.asarray(Sigma)
+    off = Sigma - np.diag(np.asarray(s))
+    return np.block([[Sigma, off], [off, Sigma]])
+
+
+def max_z(Xall, G):
+    """Largest standardised deviation of the sample covariance of Xall from G."""
+    n = Xall.shape[0]
+    emp = np.cov(np.asarray(Xall), rowvar=False)
+    dg = np.diag(G)
+    sd = np.sqrt((np.outer(dg, dg) + G**2) / n)
+    return float(np.max(np.abs(emp - G) / sd))
+
+
+def gaussian_rows(key, n, Sigma):
+    L = np.linalg.cholesky(np.asarray(Sigma))
+    return np.asarray(jax.random.normal(key, (n, L.shape[0]))) @ L.T
+
+
+def equicorrelated_s(Sigma):
+    """s_j = min(1, 2 lambda_min) for a correlation matrix (the boundary: Omega singular)."""
+    return np.full(Sigma.shape[0], min(1.0, 2.0 * np.linalg.eigvalsh(Sigma)[0]))
+
+
+def max_feasible_gamma(Sigma, v):
+    """Largest gamma with diag(gamma v) <= 2 Sigma (generalised eigenvalue)."""
+    L = np.linalg.cholesky(Sigma)
+    W = np.linalg.solve(L, np.diag(np.sqrt(v)))
+    return 2.0 / np.linalg.eigvalsh(W.T @ W)[-1]
+
+
+def random_factor_model(seed, p, k, dscale=1.0):
+    rng = np.random.default_rng(seed)
+    d = rng.uniform(0.5, 1.0, p) * dscale
+    U = rng.normal(size=(p, k)) / np.sqrt(k)
+    return d, U
+
+
+def conditional_cov(Sigma, s):
+    S = np.diag(s)
+    return 2 * S - S @ np.linalg.solve(Sigma, S)
+
+
+def dense_noise_factor(plan, p, key, n):
+    """Rebuild A (A A^T = Omega) from a factor plan and the normals G the draw uses
+    for ``key``, so that the draw is exactly ``mean + G A^T``."""
+    nb, m = plan.A.shape[0], plan.A.shape[1]
+    Z = np.asarray(plan.Zb).reshape(nb * m, -1)
+    k = Z.shape[1]
+    G = [np.asarray(jax.random.normal(jax.random.fold_in(key, J), (n, m))) for J in range(nb)]
+    if bool(plan.nonneg):  # A = [C^1/2, Z] with the extra normals h for Z
+        A = np.hstack([np.diag(np.asarray(plan.sqrt_c).ravel()), Z])
+        G.append(np.asarray(jax.random.normal(jax.random.fold_in(key, nb), (n, k))))
+    else:  # block lower triangular
+        A = np.zeros((nb * m, nb * m))
+        for J in range(nb):
+            A[J * m:(J + 1) * m, J * m:(J + 1) * m] = np.asarray(plan.A[J])
+            A[(J + 1) * m:, J * m:(J + 1) * m] = Z[(J + 1) * m:] @ np.asarray(plan.F[J])
+    cut, pad = p - p % m, -p % m
+    real = np.r_[np.arange(cut), np.arange(cut, p) + pad]  # dummies sit before the tail
+    return A[real], np.hstack(G)
+
+
+@pytest.fixture(scope="module")
+def ar1():
+    p = 6
+    Sigma = 0.6 ** np.abs(np.subtract.outer(np.arange(p), np.arange(p)))
+    return Sigma, equicorrelated_s(Sigma)
+
+
+@pytest.fixture(scope="module")
+def well():
+    """Well-conditioned factor model, s at the largest feasible scaling (Omega singular)."""
+    d, U = random_factor_model(11, P, K)
+    Sigma = np.diag(d) + U @ U.T
+    s = max_feasible_gamma(Sigma, np.diag(Sigma)) * np.diag(Sigma)
+    X = gaussian_rows(jax.random.key(1), N, Sigma)
+    return d, U, Sigma, s, X
+
+
+@pytest.fixture(scope="module")
+def indef():
+    """Factor model whose c = 2s - s^2/d is indefinite (the recursive path).
+
+    Feasibility allows s_j > 2 d_j (c_j < 0) on at most k coordinates, since
+    2D - S plus a rank-k PSD term must be PSD; small d makes it happen here.
+    """
+    d, U = random_factor_model(1, P, K, dscale=0.03)
+    Sigma = np.diag(d) + U @ U.T
+    s = 0.999 * max_feasible_gamma(Sigma, np.diag(Sigma)) * np.diag(Sigma)
+    assert np.min(2 * s - s**2 / d) < -1e-3  # C is indefinite
+    X = gaussian_rows(jax.random.key(2), N, Sigma)
+    return d, U, Sigma, s, X
+
+
+def assert_swap_invariant(joint, G, subsets):
+    """Swapping columns j <-> j + p for j in a subset leaves the covariance unchanged.
+
+    The sample covariance of the swapped matrix is the permuted sample covariance,
+    which must match both the unswapped one and the target within sampling error.
+    """
+    n, p2 = joint.shape
+    p = p2 // 2
+    emp = np.cov(joint, rowvar=False)
+    dg = np.diag(G)
+    sd = np.sqrt((np.outer(dg, dg) + G**2) / n)
+    for subset in subsets:
+        perm = np.arange(p2)
+        perm[subset], perm[subset + p] = subset + p, subset
+        emp_swapped = emp[np.ix_(perm, perm)]
+        assert np.max(np.abs(emp_swapped - emp) / (np.sqrt(2) * sd)) < Z_MAX
+        assert np.max(np.abs(emp_swapped - G) / sd) < Z_MAX
+
+
+def random_subsets(p, seed=0):
+    rng = np.random.default_rng(seed)
+    return [np.arange(p), np.array([0]), np.array([3, 64, 69])] + [
+        np.flatnonzero(rng.random(p) < 0.5) for _ in range(4)
+    ]
+
+
+# ---------------------------------------------------------- distribution
+
+
+@pytest.mark.parametrize("which", ["dense", "factor"])
+def test_joint_covariance_swap_and_perturbed_s(which, well):
+    d, U, Sigma, s, X = well
+    sampler, cov = ((sample_knockoffs, Sigma) if which == "dense"
+                    else (sample_knockoffs_factor, FactorModel(d, U)))
+    Xk = np.asarray(sampler(jax.random.key(3), X, cov, s))
+    assert np.all(np.isfinite(Xk))  # Omega is singular at this s
+    joint = np.hstack([X, Xk])
+    G = joint_target(Sigma, s)
+    assert max_z(joint, G) < Z_MAX
+    # the statistic detects a wrong s ...
+    assert max_z(joint, joint_target(Sigma, 0.7 * s)) > Z_MAX
+    # ... and knockoffs drawn with a perturbed s fail against the target for s
+    Xk_bad = np.asarray(sampler(jax.random.key(3), X, cov, 0.5 * s))
+    assert max_z(np.hstack([X, Xk_bad]), G) > Z_MAX
+    assert_swap_invariant(joint, G, random_subsets(P))
+
+
+def test_psd_factor_is_robust():
+    rng = np.random.default_rng(0)
+    Q, _ = np.linalg.qr(rng.normal(size=(8, 8)))
+    lam = np.array([-1e-13, 0.0, 1e-16, 0.5, 1, 1, 2, 3])  # PSD only up to rounding
+    Om = (Q * lam) @ Q.T
+    A = np.asarray(sampling._psd_factor(jnp.asarray(Om)))
+    assert np.all(np.isfinite(A))
+    np.testing.assert_allclose(A @ A.T, Om, atol=1e-12)
+    Om_bad = (Q * np.array([-1e-3, 0, 0, 0.5, 1, 1, 2, 3])) @ Q.T  # clearly indefinite
+    A = np.asarray(sampling._psd_factor(jnp.asarray(Om_bad)))
+    assert np.all(np.isfinite(A))
+    np.testing.assert_allclose(A @ A.T, (Q * np.clip(np.diag(Q.T @ Om_bad @ Q), 0, None)) @ Q.T,
+                               atol=1e-12)
+
+
+# ------------------------------------------------------ factor model sampler
+
+
+@pytest.mark.parametrize("case", ["indefinite", "zeros_in_s", "boundary", "nonnegative"])
+def test_factor_plan_is_exact(case, indef, well):
+    """A A^T = Omega to 1e-10, and the draw equals mean + G A^T for the key's normals."""
+    d, U, Sigma, s, X = indef
+    zeros = np.flatnonzero(2 * s - s**2 / d > 0)[[0, 5, 17]]
+    if case == "zeros_in_s":  # singular first block: eigen branch, X~_j = X_j
+        s = s.copy()
+        s[zeros] = 0.0
+    elif case == "boundary":  # s at the largest feasible scaling: Omega singular
+        s = max_feasible_gamma(Sigma, np.diag(Sigma)) * np.diag(Sigma)
+    elif case == "nonnegative":  # c >= 0: the non-recursive factor [C^1/2, Z]
+        d, U, Sigma, _, X = well
+        s = 1.5 * d
+    c = 2 * s - s**2 / d
+    plan = sampling._plan(X, (d, U, s), None, "factor")
+    assert bool(plan.nonneg) == (case == "nonnegative") == bool(np.all(c >= 0))
+    key = jax.random.key(6)
+    A, G = dense_noise_factor(plan, P, key, N)
+    np.testing.assert_allclose(A @ A.T, conditional_cov(Sigma, s), atol=1e-10)
+
+    Y = np.asarray(sample_knockoffs_factor(key, X, FactorModel(d, U), s))
+    mean = X - (X - X.mean(0)) @ np.linalg.solve(Sigma, np.diag(s))
+    np.testing.assert_allclose(Y, mean + G @ A.T, atol=1e-10)
+    if case == "zeros_in_s":
+        np.testing.assert_allclose(Y[:, zeros], X[:, zeros], atol=1e-14)
+
+
+def test_factor_and_dense_same_mean_and_covariance(indef):
+    d, U, Sigma, s, X = indef
+    model = FactorModel(jnp.asarray(d), jnp.asarray(U))
+    # same conditional mean to 1e-10: the noise depends only on the key, so
+    # Y(X) - Y(X0) = mean(X) - mean(X0), and mean(X0) = X0 when the rows of X0 are mu
+    mu = np.random.default_rng(7).normal(size=P)
+    X0 = np.tile(mu, (N, 1))
+    key = jax.random.key(8)
+    expected = X - (X - mu) @ np.linalg.solve(Sigma, np.diag(s))
+    samples = {}
+    for sampler, cov in ((sample_knockoffs, Sigma), (sample_knockoffs_factor, model)):
+        noise = np.asarray(sampler(key, X0, cov, s, mu=mu)) - X0
+        mean = np.asarray(sampler(key, X, cov, s, mu=mu)) - noise
+        np.testing.assert_allclose(mean, expected, atol=1e-10)
+        # mu=None uses the column means of X
+        samples[sampler] = np.asarray(sampler(key, X, cov, s))
+        np.testing.assert_allclose(samples[sampler], np.asarray(sampler(key, X, cov, s, mu=X.mean(0))),
+                                   atol=1e-12)
+
+    # same covariance to sampling error, both equal to the target (C indefinite)
+    G = joint_target(Sigma, s)
+    Xk_d, Xk_f = samples[sample_knockoffs], samples[sample_knockoffs_factor]
+    assert max_z(np.hstack([X, Xk_d]), G) < Z_MAX
+    assert max_z(np.hstack([X, Xk_f]), G) < Z_MAX
+    cf, cd = np.cov(Xk_f, rowvar=False), np.cov(Xk_d, rowvar=False)
+    dg = np.diag(Sigma)
+    sd = np.sqrt((np.outer(dg, dg) + Sigma**2) / N)
+    assert np.max(np.abs(cf - cd) / (np.sqrt(2) * sd)) < Z_MAX
+    assert_swap_invariant(np.hstack([X, Xk_f]), G, random_subsets(P, seed=1))
+
+
+# ------------------------------------------------ vmap, jit, determinism
+
+
+@pytest.fixture(scope="module")
+def small_problem(well):
+    d, U, Sigma, s, X = well
+    return X, Sigma, FactorModel(jnp.asarray(d), jnp.asarray(U)), 0.9 * s
+
+
+@pytest.mark.parametrize("which", ["dense", "factor"])
+def test_vmap_equals_loop_and_determinism(which, small_problem):
+    X, Sigma, model, s = small_problem
+    sampler, cov = (sample_knockoffs, Sigma) if which == "dense" else (sample_knockoffs_factor, model)
+    key = jax.random.key(13)
+    keys = jax.random.split(key, 3)
+    batched = jax.vmap(sampler, in_axes=(0, None, None, None))(keys, X, cov, s)
+    looped = jnp.stack([sampler(k, X, cov, s) for k in keys])
+    np.testing.assert_allclose(batched, looped, rtol=1e-12, atol=1e-12)
+    # deterministic for a key, different for different keys
+    np.testing.assert_array_equal(sampler(key, X, cov, s), sampler(key, X, cov, s))
+    assert not np.allclose(looped[0], looped[1])
+    # jit equals eager, and the internal kernels are not retraced for the same shapes
+    jitted = jax.jit(sampler)(key, X, cov, s)
+    np.testing.assert_allclose(jitted, sampler(key, X, cov, s), rtol=1e-12, atol=1e-12)
+    sizes = (sampling._plan._cache_size(), sampling._draw_one._cache_size())
+    sampler(keys[2], X + 1.0, cov, s)
+    assert (sampling._plan._cache_size(), sampling._draw_one._cache_size()) == sizes
+
+
+def test_dtype_follows_inputs(small_problem):
+    X, Sigma, model, s = small_problem
+    key = jax.random.key(0)
+    f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
+    out = sample_knockoffs(key, f32(X), f32(Sigma), f32(s))
+    assert out.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(out)))
+    out = sample_knockoffs_factor(key, f32(X), FactorModel(f32(model.d), f32(model.U)), f32(s))
+    assert out.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(out)))
+
+
+# ------------------------------------------------------------- replicates
+
+
+@pytest.mark.parametrize("which", ["dense", "factor"])
+def test_sample_replicates_matches_vmap(which, small_problem):
+    X, Sigma, model, s = small_problem
+    sampler, cov = (sample_knockoffs, Sigma) if which == "dense" else (sample_knockoffs_factor, model)
+    key = jax.random.key(14)
+    R = 5
+    ref = jax.vmap(sampler, in_axes=(0, None, None, None))(jax.random.split(key, R), X, cov, s)
+    for chunk in (None, 2):
+        out = sample_replicates(key, X, cov, s, R, chunk_size=chunk)
+        assert out.shape == (R,) + X.shape
+        np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
+    chunks = list(sample_replicates(key, X, cov, s, R, chunk_size=2, stream=True))
+    assert [c.shape[0] for c in chunks] == [2, 2, 1]
+    np.testing.assert_allclose(jnp.concatenate(chunks), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_sample_replicates_memory(monkeypatch, small_problem):
+    X, Sigma, model, s = small_problem
+    n, p = X.shape
+    b = 8
+    shared, per_rep = sampling._replicate_bytes(n, p, 3, b)
+    assert per_rep == (n * p + 4 * n * (64 + 3)) * b  # the documented formula
+    # materialised: the result plus exactly 3 replicates in flight fit
+    budget = shared + 10 * n * p * b + 3 * per_rep
+    assert sampling._auto_chunk(10, n, p, 3, b, False, budget) == 3
+    # streamed: each replicate also holds its share of the yielded chunk
+    assert sampling._auto_chunk(10, n, p, 3, b, True, budget) == (budget - shared) // (
+        per_rep + n * p * b)
+    assert sampling._auto_chunk(10**6, n, p, 3, b, True, budget) >= 1
+    dense_shared, dense_rep = sampling._replicate_bytes(n, p, None, b)
+    assert (dense_shared, dense_rep) == ((n * p + p * p) * b, 3 * n * p * b)
+    # the (R, n, p) result does not fit: ask for streaming (raised before any work)
+    monkeypatch.setattr(sampling, "_available_memory_bytes", lambda device=None: 2 * budget)
+    with pytest.raises(ValueError, match="stream=True"):
+        sample_replicates(jax.random.key(0), X, model, s, 1000)
+    assert sampling._available_memory_bytes.__name__ == "<lambda>"
+    monkeypatch.undo()
+    assert sampling._available_memory_bytes() > 0
+
+
+def test_sample_replicates_bad_args(small_problem):
+    X, Sigma, _, s = small_problem
+    with pytest.raises(ValueError, match="num_replicates"):
+        sample_replicates(jax.random.key(0), X, Sigma, s, 0)
+    with pytest.raises(TypeError, match="num_replicates"):
+        sample_replicates(jax.random.key(0), X, Sigma, s, 2.0)
+    with pytest.raises(ValueError, match="chunk_size"):
+        sample_replicates(jax.random.key(0), X, Sigma, s, 2, chunk_size=0)
+
+
+# ------------------------------------------------------------------ fixed-X
+
+
+def test_fixed_x_identities():
+    rng = np.random.default_rng(15)
+    n, p = 60, 25
+    X = rng.normal(size=(n, p)) @ np.linalg.cholesky(
+        0.5 ** np.abs(np.subtract.outer(np.arange(p), np.arange(p)))).T * rng.uniform(1, 5, p)
+    Xn_ref = X / np.linalg.norm(X, axis=0)
+    G = Xn_ref.T @ Xn_ref
+    for s in (equicorrelated_s(G), 0.5 * equicorrelated_s(G)):
+        Xn, Xk = fixed_x_knockoffs(X, s)
+        Xn, Xk = np.asarray(Xn), np.asarray(Xk)
+        np.testing.assert_allclose(Xn, Xn_ref, atol=1e-12)
+        np.testing.assert_allclose(Xk.T @ Xk, G, atol=1e-8)
+        np.testing.assert_allclose(Xn.T @ Xk, G - np.diag(s), atol=1e-8)
+    assert np.max(np.abs(Xk - Xn)) > 0.1  # not a copy
+    with pytest.raises(ValueError, match=r"n >= 2p, got n = 60 < 2p = 62"):
+        fixed_x_knockoffs(rng.normal(size=(60, 31)), np.ones(31))
+    with pytest.raises(ValueError, match="scale_to_feasible"):
+        fixed_x_knockoffs(X, 3 * equicorrelated_s(G))
+    Xdep = X.copy()
+    Xdep[:, 1] = 2 * Xdep[:, 0]
+    with pytest.raises(ValueError, match="linearly dependent"):
+        fixed_x_knockoffs(Xdep, np.full(p, 0.01))
+
+
+# --------------------------------------------------------------- bad input
+
+
+def test_shape_errors(ar1, small_problem):
+    Sigma, s = ar1
+    key = jax.random.key(0)
+    X = np.zeros((10, 6))
+    with pytest.raises(ValueError, match=r"X must be a 2-D \(n, p\) array, got shape \(6,\)"):
+        sample_knockoffs(key, np.zeros(6), Sigma, s)
+    with pytest.raises(ValueError, match=r"Sigma has shape \(6, 6\) but X has p = 5"):
+        sample_knockoffs(key, np.zeros((10, 5)), Sigma, s[:5])
+    with pytest.raises(ValueError, match="Sigma must be square"):
+        sample_knockoffs(key, X, Sigma[:, :5], s)
+    with pytest.raises(ValueError, match="s has length 5 but X has p = 6"):
+        sample_knockoffs(key, X, Sigma, s[:5])
+    with pytest.raises(ValueError, match="mu has length 3"):
+        sample_knockoffs(key, X, Sigma, s, mu=np.zeros(3))
+    with pytest.raises(TypeError, match="real floating"):
+        sample_knockoffs(key, X.astype(complex), Sigma, s)
+    with pytest.raises(ValueError, match="single key"):
+        sample_knockoffs(jax.random.split(key, 3), X, Sigma, s)
+    Xf, _, model, sf = small_problem
+    with pytest.raises(ValueError, match=r"but X has p = 69 columns"):
+        sample_knockoffs_factor(key, Xf[:, :69], model, sf[:69])
+    with pytest.raises(TypeError, match="FactorModel"):
+        sample_knockoffs_factor(key, Xf, np.eye(70), sf)
+    with pytest.raises(ValueError, match="model.d must be positive"):
+        sample_knockoffs_factor(key, Xf, FactorModel(-model.d, model.U), sf)
+
+
+def test_value_errors(ar1, indef):
+    Sigma, s = ar1
+    key = jax.random.key(0)
+    X = np.zeros((10, 6))
+    Xnan = X.copy()
+    Xnan[3, 2] = np.nan
+    with pytest.raises(ValueError, match=r"X contains 1 non-finite value\(s\).*\(3, 2\)"):
+        sample_knockoffs(key, Xnan, Sigma, s)
+    with pytest.raises(ValueError, match="non-negative"):
+        sample_knockoffs(key, X, Sigma, -s)
+    with pytest.raises(ValueError, match="not positive definite"):
+        sample_knockoffs(key, X, Sigma - 2 * np.eye(6), s)
+    with pytest.raises(ValueError, match="symmetric"):
+        sample_knockoffs(key, X, Sigma + np.triu(np.full((6, 6), 0.1), 1), s)
+    # infeasible s: says by how much and points to scale_to_feasible
+    gamma = max_feasible_gamma(Sigma, 1.25 * s)
+    with pytest.raises(ValueError, match="scale_to_feasible") as err:
+        sample_knockoffs(key, X, Sigma, 1.25 * s)
+    reported = float(str(err.value).split("gamma = ")[1].split()[0])
+    assert abs(reported - gamma) < 1e-5 * gamma
+    assert "smallest eigenvalue" in str(err.value)
+
+    d, U, Sig_f, s_f, _ = indef
+    gamma = max_feasible_gamma(Sig_f, 1.5 * s_f)
+    with pytest.raises(ValueError, match="scale_to_feasible") as err:
+        sample_knockoffs_factor(key, np.zeros((4, 70)), FactorModel(d, U), 1.5 * s_f)
+    reported = float(str(err.value).split("gamma = ")[1].split()[0])
+    assert abs(reported - gamma) < 1e-5 * gamma
+    Xnan = np.zeros((4, 70))
+    Xnan[0, 0] = np.inf
+    with pytest.raises(ValueError, match="X contains 1 non-finite"):
+        sample_knockoffs_factor(key, Xnan, FactorModel(d, U), s_f)
+
+
+@pytest.mark.slow
+def test_docstring_examples(monkeypatch):
+    import jaxknock
+
+    for name in sampling.__all__:  # until the lead re-exports them
+        monkeypatch.setattr(jaxknock, name, getattr(sampling, name), raising=False)
+    result = doctest.testmod(sampling, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
