@@ -1,0 +1,498 @@
+"""Tests for jaxknock.naive_bayes (sparse naive Bayes)."""
+
+import itertools
+import os
+import zipfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxknock import naive_bayes as nbm
+from jaxknock._solution import RESULTS
+from jaxknock.naive_bayes import (
+    ClassSums,
+    SparseNaiveBayes,
+    class_sums,
+    sparse_naive_bayes,
+    sparse_naive_bayes_path,
+)
+
+sp = pytest.importorskip("scipy.sparse")
+
+
+# ---------------------------------------------------------------- references
+
+
+def _bernoulli_objective(X, y, support, alpha):
+    """Smoothed Bernoulli log-likelihood of the best point with the given support."""
+    total = 0.0
+    classes = np.unique(y)
+
+    def ll(a, b):
+        t = a / (a + b)
+        return (a * np.log(t) if a else 0.0) + (b * np.log1p(-t) if b else 0.0)
+
+    for j in range(X.shape[1]):
+        ones = [X[y == c, j].sum() + alpha for c in classes]
+        zeros = [(y == c).sum() - X[y == c, j].sum() + alpha for c in classes]
+        if j in support:
+            total += sum(ll(a, b) for a, b in zip(ones, zeros))
+        else:
+            total += ll(sum(ones), sum(zeros))
+    return total
+
+
+def _multinomial_primal(f, support):
+    """Optimal multinomial log-likelihood when classes may differ only on ``support``."""
+    f = np.asarray(f, dtype=float)
+    g = f.sum(0)
+    S = g.sum()
+    mask = np.zeros(f.shape[1], bool)
+    mask[list(support)] = True
+    B_c = f[:, mask].sum(1)
+    B = B_c.sum()
+    theta = np.where(mask, (B / S) * f / np.where(B_c > 0, B_c, 1)[:, None], g / S)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.sum(np.where(f > 0, f * np.log(theta), 0.0)))
+
+
+def _phi_brute_force(f, k):
+    m = f.shape[1]
+    return max(_multinomial_primal(f, T) for T in itertools.combinations(range(m), k))
+
+
+def _count_data(rng, n, m, C, informative=3, scale=2.0):
+    y = np.arange(n) % C
+    rate = np.full((C, m), scale)
+    rate[:, :informative] *= np.exp(rng.normal(0, 1.0, (C, informative)))
+    X = rng.poisson(rate[y])
+    return X, y
+
+
+# ---------------------------------------------------------------- selection
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("m", [300, 70000])
+def test_radix_select_matches_sort(dtype, m):
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal(m).astype(dtype)
+    z[:40] = z[40]  # a block of ties
+    z[50], z[51] = -0.0, 0.0
+    ref = np.sort(z)[::-1]
+
+    @jax.jit
+    def select(z, k):
+        top = nbm._top_k(z, k)
+        return nbm._kth_largest(z, jnp.maximum(k, 1)), top.s, nbm._top_k_mask(top).sum()
+
+    for k in [0, 1, 2, 40, 41, 42, m // 2, m]:
+        lam, s, count = select(jnp.asarray(z), k)
+        if k:
+            assert lam == ref[k - 1]
+        rtol = 1e-6 if dtype == np.float32 else 1e-13
+        np.testing.assert_allclose(s, ref[:k].sum(dtype=np.float64), atol=rtol * np.abs(ref[:k]).sum())
+        assert int(count) == k
+
+
+# ---------------------------------------------------------------- Bernoulli
+
+
+@pytest.mark.parametrize("C", [2, 3])
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_bernoulli_equals_exhaustive_search(C, alpha):
+    rng = np.random.default_rng(C + int(10 * alpha))
+    n, m = 40, 10
+    y = np.arange(n) % C
+    X = (rng.random((n, m)) < rng.uniform(0.05, 0.9, (C, m))[y]).astype(np.int64)
+    X[:, 0] = 0  # an all-zero and an all-one feature: never informative
+    X[:, 1] = 1
+    sums = class_sums(X, y, model="bernoulli")
+    for k in range(m + 1):
+        sol = sparse_naive_bayes(sums, None, k, model="bernoulli", alpha=alpha)
+        best = max(_bernoulli_objective(X, y, set(T), alpha) for T in itertools.combinations(range(m), k))
+        mine = _bernoulli_objective(X, y, set(np.flatnonzero(sol.value.support)), alpha)
+        assert int(sol.value.support.sum()) == k
+        np.testing.assert_allclose(float(sol.stats["objective"]), best, rtol=1e-12)
+        np.testing.assert_allclose(mine, best, rtol=1e-12)
+        assert float(sol.stats["gap"]) == 0.0
+        assert int(sol.result) == RESULTS.successful
+        # theta: class estimates on the support, pooled estimate elsewhere
+        theta = np.asarray(sol.value.theta)
+        off = ~np.asarray(sol.value.support)
+        assert np.allclose(theta[:, off], theta[0, off])
+
+
+def test_bernoulli_never_prefers_all_zero_features():
+    # The public NaiveFeatureSelection code has a sign error that ranks all-zero
+    # (and other uninformative) features first; the gain here is exactly zero for them.
+    rng = np.random.default_rng(3)
+    n = 200
+    y = np.arange(n) % 2
+    X = np.zeros((n, 12), np.int64)
+    X[:, :4] = rng.random((n, 4)) < np.where(y[:, None] == 1, 0.7, 0.2)  # informative
+    X[:, 4:8] = rng.random((n, 4)) < 0.3  # noise
+    # columns 8..11 are all zero
+    sol = sparse_naive_bayes(X, y, 4, model="bernoulli", alpha=1.0)
+    assert set(np.flatnonzero(sol.value.support)) == {0, 1, 2, 3}
+    a, b, pooled, gain = nbm._bernoulli_parts(class_sums(X, y).counts, jnp.asarray([100.0, 100.0]), 1.0)
+    np.testing.assert_allclose(np.asarray(gain)[8:], 0.0, atol=1e-9)
+    assert np.all(np.asarray(gain) >= -1e-9)
+
+
+# ---------------------------------------------------------------- multinomial
+
+
+@pytest.mark.parametrize("C", [2, 3])
+def test_multinomial_duality_and_shapley_folkman_bounds(C):
+    rng = np.random.default_rng(7 + C)
+    m = 10
+    for trial in range(2):
+        X, y = _count_data(rng, 60, m, C, informative=4, scale=1.5)
+        sums = class_sums(X, y)
+        f = np.asarray(sums.counts) + 1.0
+        phi = np.array([_phi_brute_force(f, k) for k in range(m + 1)])
+        path = sparse_naive_bayes_path(sums, None, np.arange(m + 1)).value
+        psi, psi_lo, obj = (np.asarray(a) for a in (path.psi, path.psi_lower, path.objective))
+        tol = 1e-9 * np.abs(phi)
+        assert np.all(psi >= phi - tol)  # weak duality
+        assert np.all(obj <= phi + tol)  # recovered point is feasible
+        assert np.all(psi_lo <= psi + tol)
+        # Shapley-Folkman: psi(k - C - 2) <= phi(k)   (psi(k - 4) for two classes)
+        d = C + 2
+        assert np.all(psi_lo[: m + 1 - d] <= phi[d:] + tol[d:])
+        # k = 0 and k = m are exact
+        np.testing.assert_allclose([psi[0], psi[m]], [phi[0], phi[m]], rtol=1e-12)
+        np.testing.assert_allclose(obj, phi, rtol=1e-3)  # near-optimal on these problems
+        # the path equals one-at-a-time solves
+        for k in (1, 5):
+            sol = sparse_naive_bayes(sums, None, k)
+            np.testing.assert_allclose(float(sol.stats["psi"]), psi[k], rtol=1e-12)
+            np.testing.assert_allclose(float(sol.stats["objective"]), obj[k], rtol=1e-12)
+            np.testing.assert_allclose(
+                float(sol.stats["gap"]), float(sol.stats["psi"] - sol.stats["objective"]), rtol=1e-9
+            )
+            assert int(sol.value.support.sum()) == k
+
+
+def test_bisection_agrees_with_frank_wolfe_for_two_classes():
+    rng = np.random.default_rng(11)
+    X, y = _count_data(rng, 80, 10, 2, informative=6)
+    sums = class_sums(X, y)
+    pb = nbm._multinomial_problem(sums.counts, 1.0)
+    solve = jax.jit(nbm._solve_dual, static_argnames=("max_steps", "method"))
+    for k in (1, 3, 5, 7):
+        bis = solve(pb, k, 1e-12, max_steps=200, method="bisection")
+        fw = solve(pb, k, 1e-12, max_steps=200, method="frank_wolfe")
+        assert bool(bis.converged) and bool(fw.converged)
+        np.testing.assert_allclose(float(bis.upper), float(fw.upper), rtol=1e-10)
+        assert float(bis.lower) <= float(fw.upper) * (1 - 1e-11) or np.isclose(float(bis.lower), float(fw.upper), rtol=1e-10)
+
+
+def test_multinomial_recovery_formula():
+    """theta from Theorem 4: shared g/S off the support, (B/S) f_c / B_c on it."""
+    rng = np.random.default_rng(5)
+    X, y = _count_data(rng, 50, 10, 2)
+    sol = sparse_naive_bayes(X, y, 4, alpha=0.5)
+    f = np.asarray(class_sums(X, y).counts) + 0.5
+    T = np.asarray(sol.value.support)
+    theta = np.asarray(sol.value.theta)
+    g, S = f.sum(0), f.sum()
+    np.testing.assert_allclose(theta[:, ~T], np.broadcast_to(g[~T] / S, (2, (~T).sum())), rtol=1e-12)
+    B_c = f[:, T].sum(1)
+    np.testing.assert_allclose(theta[:, T], (B_c.sum() / S) * f[:, T] / B_c[:, None], rtol=1e-12)
+    np.testing.assert_allclose(theta.sum(1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(float(sol.stats["objective"]), np.sum(f * np.log(theta)), rtol=1e-12)
+    coef = np.asarray(sol.value.coef)
+    assert np.all(coef[:, ~T] == 0) and np.all(coef[:, T] != 0)
+
+
+# ---------------------------------------------------------------- scikit-learn at k = m
+
+
+@pytest.mark.parametrize("model", ["multinomial", "bernoulli"])
+@pytest.mark.parametrize("C", [2, 3])
+def test_full_k_reproduces_scikit_learn(model, C):
+    from sklearn.naive_bayes import BernoulliNB, MultinomialNB
+
+    rng = np.random.default_rng(C)
+    X, y = _count_data(rng, 90, 10, C)
+    y = np.array(["neg", "pos", "mid"])[y]  # string labels
+    if model == "bernoulli":
+        X = (X > 2).astype(np.int64)
+        ref = BernoulliNB(alpha=0.7).fit(X, y)
+    else:
+        ref = MultinomialNB(alpha=0.7).fit(X, y)
+    sol = sparse_naive_bayes(X, y, X.shape[1], model=model, alpha=0.7)
+    nb = sol.value
+    assert list(nb.classes) == list(ref.classes_)
+    np.testing.assert_allclose(np.log(np.asarray(nb.theta)), ref.feature_log_prob_, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(nb.predict_proba(X)), ref.predict_proba(X), atol=1e-12)
+    np.testing.assert_array_equal(nb.predict(X), ref.predict(X))
+    jll = ref.predict_joint_log_proba(X)
+    dec = np.asarray(nb.decision_function(X))
+    if C == 2:
+        np.testing.assert_allclose(dec, jll[:, 1] - jll[:, 0], rtol=1e-10, atol=1e-10)
+    else:  # equal up to a per-row constant
+        np.testing.assert_allclose(dec - dec[:, :1], jll - jll[:, :1], rtol=1e-10, atol=1e-10)
+    assert float(sol.stats["gap"]) <= 1e-9 * abs(float(sol.stats["psi"]))
+
+
+# ---------------------------------------------------------------- inputs
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_sparse_and_dense_inputs_agree(fmt):
+    rng = np.random.default_rng(2)
+    X, y = _count_data(rng, 70, 10, 2, informative=5, scale=0.4)
+    Xs = sp.csr_matrix(X).asformat(fmt)
+    dense = class_sums(X, y)
+    sparse = class_sums(Xs, y)
+    np.testing.assert_array_equal(np.asarray(dense.counts), np.asarray(sparse.counts))
+    np.testing.assert_array_equal(np.asarray(dense.n_samples), np.asarray(sparse.n_samples))
+    a = sparse_naive_bayes(X, y, 6)
+    b = sparse_naive_bayes(Xs, y, 6)
+    np.testing.assert_array_equal(np.asarray(a.value.support), np.asarray(b.value.support))
+    np.testing.assert_array_equal(np.asarray(a.value.theta), np.asarray(b.value.theta))
+    assert float(a.stats["psi"]) == float(b.stats["psi"])
+    np.testing.assert_allclose(
+        np.asarray(a.value.predict_proba(Xs)), np.asarray(a.value.predict_proba(X)), rtol=1e-12
+    )
+
+
+def test_integer_and_float32_inputs():
+    rng = np.random.default_rng(4)
+    X, y = _count_data(rng, 60, 10, 2)
+    ref = sparse_naive_bayes(X.astype(np.float64), y, 5)
+    ints = sparse_naive_bayes(X.astype(np.int32), y, 5)
+    assert ints.value.theta.dtype == jnp.float64
+    np.testing.assert_array_equal(np.asarray(ints.value.theta), np.asarray(ref.value.theta))
+    # float32 data is summed in float64 (x64 is on); float32 sums fit in float32
+    assert class_sums(X.astype(np.float32), y).counts.dtype == jnp.float64
+    s64 = class_sums(X, y)
+    s32 = ClassSums(s64.counts.astype(jnp.float32), s64.n_samples.astype(jnp.float32), s64.classes)
+    f32 = sparse_naive_bayes(s32, None, 5)
+    assert f32.value.theta.dtype == jnp.float32 and f32.stats["psi"].dtype == jnp.float32
+    assert int(f32.result) == RESULTS.successful
+    np.testing.assert_allclose(float(f32.stats["psi"]), float(ref.stats["psi"]), rtol=1e-5)
+
+
+class _FakeDaskArray:
+    """The slice of the dask.array interface that class_sums uses (blocks, chunks, compute)."""
+
+    def __init__(self, x, rows):
+        self._x, self.shape, self.ndim = x, x.shape, x.ndim
+        self.chunks = (tuple(rows),) + tuple((s,) for s in x.shape[1:])
+        self.numblocks = (len(rows),) + (1,) * (x.ndim - 1)
+        starts = np.cumsum((0,) + tuple(rows))
+        self.blocks = [_Computed(x[a:b]) for a, b in zip(starts[:-1], starts[1:])]
+
+    def compute(self):
+        return self._x
+
+
+class _Computed:
+    def __init__(self, x):
+        self._x = x
+
+    def compute(self):
+        return self._x
+
+
+def test_chunked_sums_equal_one_shot():
+    rng = np.random.default_rng(6)
+    X, y = _count_data(rng, 90, 10, 3)
+    y = y + 10
+    once = class_sums(X, y)
+    # streaming, where the first chunk lacks a class
+    order = np.argsort(y == 12, kind="stable")
+    Xo, yo = X[order], y[order]
+    sums = ClassSums.empty(10)
+    for start in range(0, 90, 25):
+        sl = slice(start, start + 25)
+        chunk = sp.csr_matrix(Xo[sl]) if start % 50 else Xo[sl]
+        sums = sums.update(chunk, yo[sl])
+    assert sums.classes == once.classes == (10, 11, 12)
+    np.testing.assert_array_equal(np.asarray(sums.counts), np.asarray(once.counts))
+    np.testing.assert_array_equal(np.asarray(sums.n_samples), np.asarray(once.n_samples))
+    # merge of two halves, an iterator of chunks, a Dask-like array
+    halves = class_sums(X[:45], y[:45]).merge(class_sums(X[45:], y[45:]))
+    it = class_sums((X[i:i + 20], y[i:i + 20]) for i in range(0, 90, 20))
+    dask = class_sums(_FakeDaskArray(X, [30, 30, 30]), y)
+    dask_y = class_sums(_FakeDaskArray(X, [40, 50]), _FakeDaskArray(y, [40, 50]))
+    for other in (halves, it, dask, dask_y):
+        assert other.classes == once.classes
+        np.testing.assert_array_equal(np.asarray(other.counts), np.asarray(once.counts))
+        np.testing.assert_array_equal(np.asarray(other.n_samples), np.asarray(once.n_samples))
+    a = sparse_naive_bayes(sums, None, 4)
+    b = sparse_naive_bayes(X, y, 4)
+    np.testing.assert_array_equal(np.asarray(a.value.theta), np.asarray(b.value.theta))
+
+
+# ---------------------------------------------------------------- transformations
+
+
+def test_jit_vmap_and_no_retrace():
+    rng = np.random.default_rng(8)
+    X, y = _count_data(rng, 60, 10, 2)
+    Xj, yj = jnp.asarray(X, jnp.float64), jnp.asarray(y)
+    eager = sparse_naive_bayes(Xj, yj, 5)
+
+    @jax.jit
+    def fit(X, y):
+        sol = sparse_naive_bayes(X, y, 5, classes=(0, 1))
+        return sol.stats["psi"], sol.value.theta, sol.value.predict_proba(X), sol.result
+
+    psi, theta, proba, code = fit(Xj, yj)
+    np.testing.assert_allclose(psi, eager.stats["psi"], rtol=1e-12)
+    np.testing.assert_allclose(theta, eager.value.theta, rtol=1e-12)
+    np.testing.assert_allclose(proba, eager.value.predict_proba(Xj), rtol=1e-12)
+    assert int(code) == RESULTS.successful
+    # vmap over k equals a Python loop
+    sums = class_sums(X, y)
+    ks = jnp.arange(0, 11, 2)
+    batched = jax.vmap(lambda k: sparse_naive_bayes(sums, None, k).stats["psi"])(ks)
+    looped = [float(sparse_naive_bayes(sums, None, int(k)).stats["psi"]) for k in ks]
+    np.testing.assert_allclose(batched, looped, rtol=1e-12)
+    # a new k (same shapes) does not recompile the solver
+    before = nbm._fit_core._cache_size()
+    sparse_naive_bayes(sums, None, 7)
+    sparse_naive_bayes(sums, None, 9)
+    assert nbm._fit_core._cache_size() == before
+
+
+def test_path_is_monotone_and_batches_agree():
+    rng = np.random.default_rng(9)
+    X, y = _count_data(rng, 120, 10, 2, informative=8)
+    ks = np.arange(11)
+    one = sparse_naive_bayes_path(X, y, ks, batch_size=1)  # lax.map over k
+    many = sparse_naive_bayes_path(X, y, ks, batch_size=len(ks))  # one vmap over k
+    np.testing.assert_allclose(one.value.psi, many.value.psi, rtol=1e-12)
+    np.testing.assert_allclose(one.value.objective, many.value.objective, rtol=1e-12)
+    psi = np.asarray(one.value.psi)
+    assert np.all(np.diff(psi) >= -1e-9 * np.abs(psi[1:]))  # psi(k) grows with k
+    assert np.all(np.asarray(one.value.gap) >= -1e-9 * np.abs(psi))
+    assert np.all(np.asarray(one.result) == RESULTS.successful)
+    bern = sparse_naive_bayes_path((X > 1).astype(int), y, ks, model="bernoulli").value
+    for i, k in enumerate(ks[::3]):
+        ref = sparse_naive_bayes((X > 1).astype(int), y, int(k), model="bernoulli")
+        np.testing.assert_allclose(bern.objective[3 * i], ref.stats["objective"], rtol=1e-12)
+
+
+def test_result_codes_and_throw():
+    rng = np.random.default_rng(10)
+    X, y = _count_data(rng, 100, 10, 2, informative=10)
+    sol = sparse_naive_bayes(X, y, 5, max_steps=1, tol=1e-15)
+    assert int(sol.result) == RESULTS.max_steps_reached
+    assert int(sol.stats["num_steps"]) == 1
+    assert float(sol.stats["gap"]) >= 0  # the certificate stays valid
+    with pytest.raises(RuntimeError, match="max_steps"):
+        sparse_naive_bayes(X, y, 5, max_steps=1, tol=1e-15, throw=True)
+    X3, y3 = _count_data(rng, 90, 10, 3, informative=10)
+    sol3 = sparse_naive_bayes(X3, y3, 2, max_steps=1, tol=1e-15)
+    assert int(sol3.result) == RESULTS.max_steps_reached
+    ok = sparse_naive_bayes(X3, y3, 2, throw=True)
+    assert int(ok.result) == RESULTS.successful
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_input_errors():
+    X = np.array([[1, 0, 2], [0, 3, 1], [2, 2, 0], [1, 1, 1]])
+    y = np.array([0, 1, 0, 1])
+    Xneg = X.copy()
+    Xneg[1, 2] = -1
+    with pytest.raises(ValueError, match=r"1 negative entries: X\[1, 2\] = -1"):
+        sparse_naive_bayes(Xneg, y, 1)
+    with pytest.raises(ValueError, match=r"non-binary entries: X\[0, 2\] = 2"):
+        sparse_naive_bayes(X, y, 1, model="bernoulli")
+    with pytest.raises(ValueError, match=r"non-binary entries: X\[0, 2\] = 2"):
+        sparse_naive_bayes(sp.csr_matrix(X), y, 1, model="bernoulli")
+    with pytest.raises(ValueError, match=r"k must lie in \[0, 3\]"):
+        sparse_naive_bayes(X, y, 4)
+    with pytest.raises(ValueError, match=r"k must lie in \[0, 3\]"):
+        sparse_naive_bayes(X, y, -1)
+    with pytest.raises(ValueError, match=r"ks must lie in \[0, 3\]"):
+        sparse_naive_bayes_path(X, y, [0, 5])
+    with pytest.raises(TypeError, match="integer"):
+        sparse_naive_bayes(X, y, 1.5)
+    with pytest.raises(ValueError, match="at least two classes.*only label 0"):
+        sparse_naive_bayes(X, np.zeros(4, int), 1)
+    with pytest.raises(ValueError, match="X has 4 rows but y has 3 labels"):
+        sparse_naive_bayes(X, y[:3], 1)
+    with pytest.raises(ValueError, match=r"label\(s\) \(7,\) that are not in classes"):
+        sparse_naive_bayes(X, np.array([0, 1, 7, 1]), 1, classes=[0, 1])
+    with pytest.raises(ValueError, match="no samples"):
+        sparse_naive_bayes(X, y, 1, classes=[0, 1, 2])
+    with pytest.raises(ValueError, match="all-zero counts.*alpha > 0"):
+        sparse_naive_bayes(np.where(y[:, None] == 1, 0, X), y, 1, alpha=0.0)
+    with pytest.raises(ValueError, match="model must be one of"):
+        sparse_naive_bayes(X, y, 1, model="gaussian")
+    with pytest.raises(ValueError, match="alpha"):
+        sparse_naive_bayes(X, y, 1, alpha=-1.0)
+    with pytest.raises(ValueError, match="non-finite"):
+        sparse_naive_bayes(np.where(X == 3, np.nan, X), y, 1)
+    with pytest.raises(ValueError, match="2-D"):
+        sparse_naive_bayes(X[0], y, 1)
+    with pytest.raises(TypeError, match="pass classes"):
+        jax.jit(lambda X, y: sparse_naive_bayes(X, y, 1).stats["psi"])(jnp.asarray(X), jnp.asarray(y))
+    with pytest.raises(ValueError, match="cannot merge"):
+        class_sums(X, y).merge(class_sums(X[:, :2], y))
+
+
+# ---------------------------------------------------------------- estimator
+
+
+def test_selector_estimator_and_sklearn_interop():
+    from sklearn.base import clone
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    rng = np.random.default_rng(12)
+    X, y = _count_data(rng, 200, 10, 2, informative=5)
+    sel = SparseNaiveBayes(k=5).fit(sp.csr_matrix(X), y)
+    assert sel.get_support().sum() == 5 and len(sel.get_support(indices=True)) == 5
+    np.testing.assert_array_equal(sel.transform(X), X[:, sel.get_support()])
+    np.testing.assert_array_equal(sel.transform(sp.csr_matrix(X)).toarray(), X[:, sel.get_support()])
+    assert sel.predict(X).shape == (200,) and sel.predict_proba(X).shape == (200, 2)
+    assert sel.decision_function(X).shape == (200,)
+    assert sel.score(X, y) > 0.6
+    assert sel.gap_ >= -1e-6 and sel.result_ == RESULTS.successful
+    assert clone(sel).get_params() == {"k": 5, "model": "multinomial", "alpha": 1.0}
+    pipe = make_pipeline(SparseNaiveBayes(k=5), LogisticRegression()).fit(X, y)
+    assert pipe.score(X, y) > 0.6
+    with pytest.raises(RuntimeError, match="not fitted"):
+        SparseNaiveBayes(3).transform(X)
+
+
+# ---------------------------------------------------------------- real data
+
+
+def test_sentence_polarity_smoke(data_dir):
+    path = os.path.join(data_dir, "sentence_polarity.zip")
+    if not os.path.exists(path):
+        pytest.skip("sentence_polarity.zip not available")
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    docs, labels = [], []
+    with zipfile.ZipFile(path) as zf:
+        for name in zf.namelist():
+            for label, suffix in ((1, "rt-polarity.pos"), (0, "rt-polarity.neg")):
+                if name.endswith(suffix):
+                    lines = zf.read(name).decode("latin-1").splitlines()
+                    docs += lines
+                    labels += [label] * len(lines)
+    y = np.array(labels)
+    idx = np.random.default_rng(0).permutation(len(y))
+    train, test = idx[:8000], idx[8000:]
+    vec = CountVectorizer()
+    Xtr = vec.fit_transform([docs[i] for i in train])
+    Xte = vec.transform([docs[i] for i in test])
+    sol = sparse_naive_bayes(Xtr, y[train], 1000)
+    assert int(sol.result) == RESULTS.successful
+    assert 0 <= float(sol.stats["gap"]) <= 1e-6 * abs(float(sol.stats["psi"]))
+    acc = np.mean(sol.value.predict(Xte) == y[test])
+    assert acc > 0.7
