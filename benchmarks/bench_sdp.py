@@ -109,7 +109,10 @@ def fanok_runs(code, arrays):
 
 
 def row(name, solver, t, sweeps, total, min_eig, gap, result):
-    return dict(problem=name, solver=solver, time=t, sweeps=sweeps, sum=total, min_eig=min_eig, gap=gap, result=result)
+    r = dict(problem=name, solver=solver, time=t, sweeps=sweeps, sum=total, min_eig=min_eig, gap=gap, result=result)
+    print(f"    {name} | {solver}: {t:.3f}s sweeps={sweeps} sum={total:.8f} min_eig={min_eig} gap={gap} result={result}",
+          flush=True)
+    return r
 
 
 def print_table(rows):

@@ -24,6 +24,16 @@ from jaxknock.filter import (
     knockoff_threshold,
 )
 from jaxknock.pipeline import Selection, knockoff_filter
+from jaxknock.sampling import fixed_x_knockoffs, sample_knockoffs, sample_knockoffs_factor, sample_replicates
+from jaxknock.naive_bayes import (
+    ClassSums,
+    NaiveBayesModel,
+    SNBPath,
+    SparseNaiveBayes,
+    class_sums,
+    sparse_naive_bayes,
+    sparse_naive_bayes_path,
+)
 
 __version__ = "0.1.0"
 
@@ -74,4 +84,17 @@ __all__ = [
     # pipeline
     "knockoff_filter",
     "Selection",
+    # sampling
+    "sample_knockoffs",
+    "sample_knockoffs_factor",
+    "sample_replicates",
+    "fixed_x_knockoffs",
+    # sparse naive Bayes
+    "sparse_naive_bayes",
+    "sparse_naive_bayes_path",
+    "SparseNaiveBayes",
+    "ClassSums",
+    "class_sums",
+    "NaiveBayesModel",
+    "SNBPath",
 ]

@@ -476,7 +476,7 @@ def sdp_init(Sigma, *, lam0=None, block_size=None, s0=None) -> tuple[SDPState, i
     return SDPState(s, L, lam, jnp.int32(0), inf, inf), b
 
 
-def sdp_step(state: SDPState, Sigma, *, block_size: int, decay: float = 0.7) -> SDPState:
+def sdp_step(state: SDPState, Sigma, *, block_size: int, decay: float = 0.8) -> SDPState:
     """One sweep of :func:`sdp` (all coordinates once), then ``lam <- decay * lam``."""
     C = _pad_correlation(to_correlation(jnp.asarray(Sigma)), block_size)
     state, _ = jax.jit(_sweep, static_argnums=(2,))(state, 2.0 * jnp.diagonal(C), block_size)
@@ -484,7 +484,7 @@ def sdp_step(state: SDPState, Sigma, *, block_size: int, decay: float = 0.7) -> 
 
 
 def sdp(Sigma, *, tol: float = 1e-5, max_sweeps: int = 500, lam0: float | None = None,
-        decay: float = 0.7, block_size: int | None = None, throw: bool = False) -> Solution:
+        decay: float = 0.8, block_size: int | None = None, throw: bool = False) -> Solution:
     r"""Gaussian knockoff SDP by barrier coordinate ascent (FANOK Algorithm 4).
 
     Maximises the barrier problem (thesis eq. 4.3)
@@ -707,7 +707,7 @@ def _factor_is_pd(d, U, s):
 
 
 def sdp_factor(model: FactorModel, *, tol: float = 1e-5, max_sweeps: int = 500,
-               lam0: float | None = None, decay: float = 0.7, throw: bool = False) -> Solution:
+               lam0: float | None = None, decay: float = 0.8, throw: bool = False) -> Solution:
     r"""Knockoff SDP for a factor model ``Sigma = D + U U^T`` (FANOK Algorithm 5).
 
     Same barrier problem and coordinate update as :func:`sdp`, but
@@ -902,7 +902,7 @@ def asdp(Sigma, *, block_size: int = 100, tol: float = 1e-6, max_sweeps: int = 5
     idx = jnp.arange(nb)[:, None] * bs + jnp.arange(bs)[None, :]
     blocks = Cp[idx[:, :, None], idx[:, None, :]]
     inner = jax.vmap(_sdp_jit, in_axes=(0, None, None, None, None, None))
-    bsol = inner(blocks, float(tol), int(max_sweeps), 0.5, 0.7, _default_block(bs))
+    bsol = inner(blocks, float(tol), int(max_sweeps), 0.5, 0.8, _default_block(bs))
     s_blk = bsol.value.reshape(-1)[:p]
     scaled = scale_to_feasible(C, s_blk)
     s_corr = scaled.value
