@@ -24,6 +24,16 @@ from jaxknock.filter import (
     knockoff_threshold,
 )
 from jaxknock.pipeline import Selection, knockoff_filter
+from jaxknock.lifted import (
+    LiftedHyper,
+    LiftedSpec,
+    LiftedState,
+    fit_lifted,
+    lifted_to_mlp,
+    predict_lifted,
+    train_mlp,
+    tune_lifted,
+)
 from jaxknock.sampling import fixed_x_knockoffs, sample_knockoffs, sample_knockoffs_factor, sample_replicates
 from jaxknock.naive_bayes import (
     ClassSums,
@@ -97,4 +107,13 @@ __all__ = [
     "class_sums",
     "NaiveBayesModel",
     "SNBPath",
+    # lifted networks (the rest lives in jaxknock.lifted)
+    "LiftedSpec",
+    "LiftedHyper",
+    "LiftedState",
+    "fit_lifted",
+    "tune_lifted",
+    "predict_lifted",
+    "lifted_to_mlp",
+    "train_mlp",
 ]
