@@ -1213,6 +1213,20 @@ def _epoch_fn(spec: LiftedSpec, settings: _Settings, batch_size, vmapped: bool):
 _gram_jit = jax.jit(_gram)
 
 
+def _sequential_models(step):
+    """Apply a single-model epoch to each model of a stacked state / hyper batch."""
+
+    def run(state, X, Y, hyper, perm, gram0):
+        outs = []
+        for i in range(hyper.lam.shape[0]):
+            pick = functools.partial(lambda a, i: a[i], i=i)
+            outs.append(step(jax.tree_util.tree_map(pick, state), X, Y,
+                             jax.tree_util.tree_map(pick, hyper), perm, gram0))
+        return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *outs)
+
+    return run
+
+
 @functools.lru_cache(maxsize=None)
 def _eval_fn(loss: str, vmapped: bool):
     def ev(params, X, Y, labels):
@@ -1267,7 +1281,14 @@ def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations,
         state = jax.vmap(lambda p: _forward_state(p, X, spec))(params)
     else:
         state = _forward_state(params, X, spec)
-    step = _epoch_fn(spec, settings, batch_size, vmapped)
+    if vmapped and batch_size is None and jax.default_backend() == "cpu":
+        # XLA:CPU (jaxlib 0.10) can deadlock on the second execution of the
+        # vmapped non-batched epoch for MNIST-sized layers; there the models are
+        # run one after the other through the same compiled single-model epoch
+        # (identical results; the batched mode and other backends use vmap).
+        step = _sequential_models(_epoch_fn(spec, settings, batch_size, False))
+    else:
+        step = _epoch_fn(spec, settings, batch_size, vmapped)
     evaluate = _eval_fn(spec.loss, vmapped)
     # Algorithm 1 sees the same input every pass: factor its Gram matrix once.
     gram0 = _gram_jit(X) if batch_size is None else None

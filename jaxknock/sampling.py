@@ -741,24 +741,27 @@ def _replicate_bytes(n: int, p: int, k: int | None, itemsize: int) -> tuple[int,
     return (n * k + p * (m + 2 * k)) * itemsize, (n * p + 4 * n * (m + k)) * itemsize
 
 
-def _auto_chunk(R, n, p, k, itemsize, stream, budget):
+def _auto_chunk(R, n, p, k, itemsize, stream, available):
+    """Replicates per chunk: as many as fit in half of ``available`` bytes, at least 1."""
     shared, per_rep = _replicate_bytes(n, p, k, itemsize)
-    out_bytes = 0 if stream else R * n * p * itemsize
-    free = budget - shared - out_bytes
     if stream:
         per_rep += n * p * itemsize  # the chunk held by the consumer
-    if free < per_rep:
+        out_bytes = 0
+    else:
+        out_bytes = R * n * p * itemsize
+    if shared + out_bytes + per_rep > available:
         if stream:
             raise ValueError(
                 f"one replicate needs about {(shared + per_rep) / 2**30:.3g} GiB but only "
-                f"{budget / 2**30:.3g} GiB of the available memory is budgeted"
+                f"{available / 2**30:.3g} GiB are available"
             )
         raise ValueError(
-            f"the (R, n, p) = ({R}, {n}, {p}) result needs {out_bytes / 2**30:.3g} GiB, "
-            f"more than the {budget / 2**30:.3g} GiB budgeted from available memory; pass "
-            "stream=True to iterate over chunks of replicates instead"
+            f"the (R, n, p) = ({R}, {n}, {p}) result needs {out_bytes / 2**30:.3g} GiB and "
+            f"only {available / 2**30:.3g} GiB are available; pass stream=True to iterate "
+            "over chunks of replicates instead"
         )
-    return int(max(1, min(R, free // per_rep)))
+    budget = available // 2
+    return int(max(1, min(R, (budget - shared - out_bytes) // per_rep)))
 
 
 def _sampler_spec(X, Sigma, s, mu):
@@ -825,8 +828,9 @@ def sample_replicates(key, X, Sigma, s, num_replicates, *, mu=None, chunk_size=N
     ``c n p b`` held by the caller when streaming. With ``chunk_size=None`` the
     chunk is the largest ``c`` for which all of that fits in half of the
     available memory (accelerator ``memory_stats`` or the host's
-    ``MemAvailable``). If the ``(R, n, p)`` result itself does not fit, a
-    ``ValueError`` asks for ``stream=True``.
+    ``MemAvailable``), and at least 1. If the ``(R, n, p)`` result plus one
+    replicate does not fit in the available memory, a ``ValueError`` asks for
+    ``stream=True``.
 
     Args:
         key: a ``jax.random`` key.
@@ -869,8 +873,7 @@ def sample_replicates(key, X, Sigma, s, num_replicates, *, mu=None, chunk_size=N
     kind, X, params, mu, k = _sampler_spec(X, Sigma, s, mu)
     n, p = X.shape
     if chunk_size is None:
-        budget = _available_memory_bytes() // 2
-        chunk = _auto_chunk(R, n, p, k, X.dtype.itemsize, stream, budget)
+        chunk = _auto_chunk(R, n, p, k, X.dtype.itemsize, stream, _available_memory_bytes())
     else:
         chunk = int(min(chunk_size, R))
     keys = jax.random.split(key, R)

@@ -289,15 +289,20 @@ def test_fenchel_objective_lower_bounds_standard_loss(key):
 # --- drivers: jit / vmap / retrace / batched / divergence -------------------------
 
 
+BATCHED = dict(rho=0.0, gamma=(0.003, 0.05))
+
+
 def test_fit_tune_vmap_equals_loop_and_no_retrace(key):
-    spec = _spec()
+    spec = _spec(**BATCHED)
     lams = jnp.array([0.5, 2.0])
-    tuned = tune_lifted(key, X_TR, Y_TR, spec, lam=lams, epochs=2)
+    # Batched (Algorithm 2) training of two models in one vmapped program.
+    tuned = tune_lifted(key, X_TR, Y_TR, spec, lam=lams, epochs=2, batch_size=6)
     assert tuned.stats["objective"].shape == (2, 2)
     assert tuned.result.shape == (2,)
-    fn = lf._epoch_fn(spec, lf._default_settings(jnp.float64), None, False)
+    fn = lf._epoch_fn(spec, lf._default_settings(jnp.float64), 6, False)
     for i, lam in enumerate(lams):
-        sol = fit_lifted(key, X_TR, Y_TR, spec, epochs=2, hyper=spec.hyper()._replace(lam=lam))
+        sol = fit_lifted(key, X_TR, Y_TR, spec, epochs=2, batch_size=6,
+                         hyper=spec.hyper()._replace(lam=lam))
         assert sol.result == RESULTS.successful
         np.testing.assert_allclose(sol.stats["objective"], tuned.stats["objective"][i], rtol=1e-8)
         np.testing.assert_allclose(sol.value[0]["w"], tuned.value[0]["w"][i], atol=1e-8)
@@ -308,10 +313,25 @@ def test_fit_tune_vmap_equals_loop_and_no_retrace(key):
     np.testing.assert_allclose(mlp_apply(exported, X_TR), mlp_apply(sol.value, X_TR), atol=1e-8)
     with pytest.raises(ValueError, match="index="):
         lifted_to_mlp(tuned)
+    # Non-batched tuning over the ridge weight (rho of shape (H,)).
+    spec_nb = _spec()
+    tuned = tune_lifted(key, X_TR, Y_TR, spec_nb, rho=jnp.array([1e-3, 1e-2]), epochs=2)
+    sol = fit_lifted(key, X_TR, Y_TR, spec_nb, epochs=2)
+    np.testing.assert_allclose(sol.stats["objective"], tuned.stats["objective"][0], rtol=1e-8)
+    # The vmapped Algorithm-1 epoch equals the single-model one.
+    settings = lf._default_settings(jnp.float64)
+    init = mlp_init(key, SIZES)
+    state = init_lifted_state(init, X_TR, spec_nb)
+    hyper = spec_nb.hyper()
+    stack = lambda t: jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), t)  # noqa: E731
+    hyp2 = stack(hyper)._replace(lam=jnp.array([1.0, 3.0]))
+    vm = lf._epoch_fn(spec_nb, settings, None, True)(stack(state), X_TR, ONEHOT_TR, hyp2, None, None)
+    one = lf._epoch_fn(spec_nb, settings, None, False)(state, X_TR, ONEHOT_TR, hyper._replace(lam=3.0), None, None)
+    np.testing.assert_allclose(vm[1]["objective"][1], one[1]["objective"], rtol=1e-10)
 
 
 def test_batched_algorithm2_learns_and_uses_kernel_form(key):
-    spec = _spec(rho=0.0, gamma=(0.003, 0.05))
+    spec = _spec(**BATCHED)
     # batch_size 6 <= p_0 + 1: the first layer's W-step runs in the kernel form.
     sol = fit_lifted(key, X_TR, Y_TR, spec, epochs=4, batch_size=6, X_test=X_TE, y_test=Y_TE)
     assert sol.result == RESULTS.successful

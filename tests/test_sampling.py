@@ -315,17 +315,21 @@ def test_sample_replicates_memory(monkeypatch, small_problem):
     b = 8
     shared, per_rep = sampling._replicate_bytes(n, p, 3, b)
     assert per_rep == (n * p + 4 * n * (64 + 3)) * b  # the documented formula
-    # materialised: the result plus exactly 3 replicates in flight fit
+    # materialised: the result plus exactly 3 replicates in flight fit in half the memory
     budget = shared + 10 * n * p * b + 3 * per_rep
-    assert sampling._auto_chunk(10, n, p, 3, b, False, budget) == 3
+    assert sampling._auto_chunk(10, n, p, 3, b, False, 2 * budget) == 3
     # streamed: each replicate also holds its share of the yielded chunk
-    assert sampling._auto_chunk(10, n, p, 3, b, True, budget) == (budget - shared) // (
+    assert sampling._auto_chunk(10, n, p, 3, b, True, 2 * budget) == (budget - shared) // (
         per_rep + n * p * b)
-    assert sampling._auto_chunk(10**6, n, p, 3, b, True, budget) >= 1
+    assert sampling._auto_chunk(10**6, n, p, 3, b, True, 2 * budget) >= 1
+    # at least one replicate when it fits in all of the available memory
+    assert sampling._auto_chunk(1, n, p, 3, b, True, shared + per_rep + n * p * b) == 1
+    with pytest.raises(ValueError, match="one replicate needs"):
+        sampling._auto_chunk(1, n, p, 3, b, True, shared + per_rep)
     dense_shared, dense_rep = sampling._replicate_bytes(n, p, None, b)
     assert (dense_shared, dense_rep) == ((n * p + p * p) * b, 3 * n * p * b)
     # the (R, n, p) result does not fit: ask for streaming (raised before any work)
-    monkeypatch.setattr(sampling, "_available_memory_bytes", lambda device=None: 2 * budget)
+    monkeypatch.setattr(sampling, "_available_memory_bytes", lambda device=None: budget)
     with pytest.raises(ValueError, match="stream=True"):
         sample_replicates(jax.random.key(0), X, model, s, 1000)
     assert sampling._available_memory_bytes.__name__ == "<lambda>"
