@@ -16,6 +16,7 @@ r"""End-to-end model-X knockoff filter: covariance -> S-vector -> replicates -> 
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import NamedTuple
 
@@ -114,7 +115,8 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank):
 def knockoff_filter(key, X, y, *, fdr: float = 0.1, s_method: str = "sdp", rank: int | None = None,
                     statistic: str = "lcd", num_replicates: int = 1, aggregate: str = "ebh",
                     plus: bool = True, lam=None, asdp_block_size: int = 100,
-                    sdp_tol: float = 1e-4) -> Selection:
+                    sdp_tol: float = 1e-4, devices=None, mesh=None,
+                    chunk_size: int | None = None) -> Selection:
     r"""Model-X knockoff selection with FDR control at level ``fdr``.
 
     Gaussian knockoffs (Candes et al. 2018) built from a Ledoit-Wolf estimate
@@ -149,6 +151,17 @@ def knockoff_filter(key, X, y, *, fdr: float = 0.1, s_method: str = "sdp", rank:
         lam: fixed lasso penalty for ``"lcd"`` (default: cross-validation).
         asdp_block_size: block size for ``"asdp"``.
         sdp_tol: relative certified-gap tolerance for the SDP solvers.
+        devices, mesh: run the replicate stage (sampling and statistics of
+            each replicate, fused) sharded over devices with
+            :func:`jaxknock.distributed.shard_batch`: ``None`` uses every device
+            (the plain single-device path when there is only one), an int the
+            first ``d``, or a 1-D ``mesh``. Keys are split before sharding, so
+            ``W`` equals the single-device run. In the fused stage
+            ``timings["sampling"]`` holds both stages and
+            ``timings["statistics"]`` is 0.
+        chunk_size: replicates per device and step of the fused stage
+            (default: planned from the free memory of a device; also selects
+            the fused stage on a single device, to bound memory for large ``R``).
 
     Returns:
         :class:`Selection`.
@@ -180,10 +193,22 @@ def knockoff_filter(key, X, y, *, fdr: float = 0.1, s_method: str = "sdp", rank:
             s_sol, timings["s_vector"] = _clock(equicorrelated, Sigma)
     s = s_sol.value
 
-    Xt, timings["sampling"] = _clock(_sampling.sample_replicates, k_samp, Xs, Sigma, s, int(num_replicates))
+    loss = "logistic" if binary else "squared"
+    from jaxknock import distributed as _dist  # deferred: a leaf module
+
+    if chunk_size is not None or _dist._wants_sharding(devices, mesh):
+        (W, stat_sol), timings["sampling"] = _clock(
+            _fused_replicates, k_samp, Xs, y, Sigma, s, int(num_replicates), statistic=statistic,
+            lam=lam, loss=loss, mesh=_dist._resolve_mesh(devices, mesh, None), chunk_size=chunk_size)
+        timings["statistics"] = 0.0
+        return _select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate,
+                       dict(fdr=fdr, s_method=s_method, rank=rank, statistic=statistic,
+                            num_replicates=int(num_replicates), aggregate=aggregate, plus=plus, loss=loss))
+
+    Xt, timings["sampling"] = _clock(_sampling.sample_replicates, k_samp, Xs, Sigma, s, int(num_replicates),
+                                     devices=devices)
     Xk = jnp.concatenate([jnp.broadcast_to(Xs, Xt.shape), Xt], axis=-1)
 
-    loss = "logistic" if binary else "squared"
     stat_sol = None
     t0 = time.perf_counter()
     if statistic == "lcd":
@@ -198,7 +223,51 @@ def knockoff_filter(key, X, y, *, fdr: float = 0.1, s_method: str = "sdp", rank:
         W = _stats.sparse_centroid(Xk, y)
     W = jax.block_until_ready(jnp.asarray(W))
     timings["statistics"] = time.perf_counter() - t0
+    settings = dict(fdr=fdr, s_method=s_method, rank=rank, statistic=statistic, num_replicates=int(num_replicates),
+                    aggregate=aggregate, plus=plus, loss=loss)
+    return _select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate, settings)
 
+
+def _replicate_statistics(keys, plan, Xs, y, lam, *, statistic, loss):
+    """Knockoffs and statistics of a batch of replicates (one device's share)."""
+    Xt = jax.vmap(_sampling._draw, in_axes=(0, None))(keys, plan)
+    Xk = jnp.concatenate([jnp.broadcast_to(Xs, Xt.shape), Xt], axis=-1)
+    if statistic == "lcd":
+        sol = _stats.lcd(Xk, y, lam=lam, loss=loss)
+        return sol.value, sol
+    if statistic == "lsm":
+        sol = _stats.lsm(Xk, y, loss=loss)
+        return sol.value, sol
+    if statistic == "correlation":
+        return _stats.marginal_correlation(Xk, y), None
+    return _stats.sparse_centroid(Xk, y), None
+
+
+def _fused_replicates(key, Xs, y, Sigma, s, R, *, statistic, lam, loss, mesh, chunk_size):
+    """Sampling + statistics per replicate, sharded over ``mesh`` in memory-sized steps.
+
+    Peak memory per replicate in flight (``b`` bytes per number): the sampler's
+    workspace and the knockoffs, the design ``[X, X~]`` (``2 n p b``) and the
+    statistic's workspace (``(K + 3) 2 n p b`` for the lasso statistics with
+    ``K = 5`` folds, ``4 n p b`` for the closed forms); shared: the sampling
+    plan and ``X``. Only ``W`` (``R p b``) is kept.
+    """
+    from jaxknock import distributed as _dist
+
+    kind, X, params, mu, k = _sampling._sampler_spec(Xs, Sigma, s, None)
+    n, p = X.shape
+    b = X.dtype.itemsize
+    shared, per_rep = _sampling._replicate_bytes(n, p, k, b)
+    per_rep += (8 * 2 * n * p if statistic in ("lcd", "lsm") else 4 * n * p) * b
+    keys = jax.random.split(key, R)  # same keys as sample_replicates, split before sharding
+    plan = _sampling._plan(X, params, mu, kind)
+    fn = functools.partial(_replicate_statistics, statistic=statistic, loss=loss)
+    return _dist.shard_batch(fn, keys, broadcast=(plan, X, y, lam), mesh=mesh, axis_name=mesh.axis_names[0],
+                             vectorized=True, chunk_size=chunk_size, per_item_bytes=per_rep,
+                             shared_bytes=shared + (n * p + R * p) * b, knob="chunk_size")
+
+
+def _select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate, settings):
     t0 = time.perf_counter()
     thresholds = jax.vmap(lambda w: _filter.knockoff_threshold(w, fdr, plus=plus))(W)
     if num_replicates == 1:
@@ -209,8 +278,6 @@ def knockoff_filter(key, X, y, *, fdr: float = 0.1, s_method: str = "sdp", rank:
         mask = _filter.aggregate_frequency(W, fdr, plus=plus)
     mask = np.asarray(mask)
     timings["selection"] = time.perf_counter() - t0
-    settings = dict(fdr=fdr, s_method=s_method, rank=rank, statistic=statistic, num_replicates=int(num_replicates),
-                    aggregate=aggregate, plus=plus, loss=loss)
     return Selection(np.flatnonzero(mask), mask, W, thresholds, s_sol, stat_sol, timings, settings)
 
 

@@ -812,7 +812,7 @@ def _stream(keys, plan, R, chunk) -> Iterator[jax.Array]:
 
 
 def sample_replicates(key, X, Sigma, s, num_replicates, *, mu=None, chunk_size=None,
-                      stream=False):
+                      stream=False, devices=None, mesh=None):
     r"""``R`` independent knockoff replicates, batched with ``vmap`` in chunks.
 
     Replicate ``r`` is exactly ``sampler(jax.random.split(key, R)[r], X, Sigma, s)``
@@ -844,6 +844,14 @@ def sample_replicates(key, X, Sigma, s, num_replicates, *, mu=None, chunk_size=N
         stream: if True, return an iterator over ``(c, n, p)`` chunks (in
             replicate order, the last one possibly shorter) instead of the full
             ``(R, n, p)`` array.
+        devices, mesh: shard the replicates over devices
+            (:func:`jaxknock.distributed.shard_batch`): ``None`` uses every
+            device (the plain single-device path when there is only one), an
+            int the first ``d`` devices, or pass a 1-D ``mesh``. The keys are
+            split before sharding, so the result does not depend on the number
+            of devices; ``chunk_size`` is then per device and step, and the
+            memory plan (:func:`jaxknock.distributed.plan_chunk`) uses one
+            device's free memory and its ``1/D`` share of the result.
 
     Returns:
         ``(R, n, p)`` array, or (``stream=True``) an iterator of chunks.
@@ -872,6 +880,11 @@ def sample_replicates(key, X, Sigma, s, num_replicates, *, mu=None, chunk_size=N
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     kind, X, params, mu, k = _sampler_spec(X, Sigma, s, mu)
     n, p = X.shape
+    from jaxknock import distributed as _dist  # deferred: distributed is a leaf module
+
+    if _dist._wants_sharding(devices, mesh):
+        return _sharded_replicates(key, X, params, mu, kind, k, R, chunk_size, stream,
+                                   _dist._resolve_mesh(devices, mesh, None))
     if chunk_size is None:
         chunk = _auto_chunk(R, n, p, k, X.dtype.itemsize, stream, _available_memory_bytes())
     else:
@@ -884,6 +897,35 @@ def sample_replicates(key, X, Sigma, s, num_replicates, *, mu=None, chunk_size=N
     for start in _chunk_starts(R, chunk):
         out = _write_chunk(out, _draw_chunk(keys[start:start + chunk], plan), start)
     return out
+
+
+def _sharded_replicates(key, X, params, mu, kind, k, R, chunk_size, stream, mesh):
+    """:func:`sample_replicates` over the devices of a 1-D mesh (see its docstring)."""
+    from jaxknock import distributed as _dist
+
+    n, p = X.shape
+    D = int(mesh.shape[mesh.axis_names[0]])
+    b = X.dtype.itemsize
+    shared, per_rep = _replicate_bytes(n, p, k, b)
+    if stream:
+        per_rep += n * p * b  # the chunk held by the consumer
+    else:
+        shared += -(-R // D) * n * p * b  # this device's share of the (R, n, p) result
+    if chunk_size is None:
+        chunk = _dist.plan_chunk(R, per_rep, shared_bytes=shared, num_devices=D,
+                                 memory_bytes=_dist.device_memory_bytes(mesh), what="replicate",
+                                 knob="stream=True" if not stream else "chunk_size")
+    else:
+        chunk = int(min(chunk_size, -(-R // D)))
+    keys = jax.random.split(key, R)  # before sharding: independent of D
+    plan = _plan(X, params, mu, kind)
+    if stream:
+        step = D * chunk
+        return (_dist.shard_batch(_draw, keys[i:i + step], broadcast=(plan,), mesh=mesh,
+                                  axis_name=mesh.axis_names[0], chunk_size=chunk)
+                for i in range(0, R, step))
+    return _dist.shard_batch(_draw, keys, broadcast=(plan,), mesh=mesh, axis_name=mesh.axis_names[0],
+                             chunk_size=chunk)
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,513 @@
+r"""Scaling past one device: batches sharded over a device mesh, memory planning, multi-host.
+
+Everything batched in jaxknock (knockoff replicates with their statistics,
+batches of S-vector problems, hyper-parameter sweeps) is a map over a
+leading axis of independent problems. :func:`shard_batch` runs such a map
+with JAX's own SPMD machinery: a 1-D :class:`jax.sharding.Mesh` over the
+devices, the batch placed with a :class:`~jax.sharding.NamedSharding` that
+splits its leading axis, and the per-device work written once with
+:func:`jax.shard_map` (each device ``vmap``-s its slice). No hand-written
+multiprocessing; on GPUs/TPUs the devices run concurrently, on CPU they are
+XLA's simulated host devices (``XLA_FLAGS=--xla_force_host_platform_device_count=8``).
+
+Invariance. Randomness is split *before* sharding (``jax.random.split(key, R)``
+on the host, then the keys are distributed), every problem is computed by the
+same per-item program whatever the device count, and the batch is padded by
+repeating its last item (so padding never creates a degenerate problem) and
+unpadded after. Results therefore equal the single-device ``vmap`` run for the
+same key (bit for bit in the tests; ``1e-12`` is the documented tolerance).
+
+Memory planning. :func:`plan_chunk` turns a per-item byte estimate into the
+largest number of items per device and step that fits in ``fraction`` of the
+device's free memory (accelerator ``memory_stats``; for CPU devices the
+host's ``MemAvailable`` divided among the simulated devices), and raises a
+``ValueError`` naming the knob to turn when not even one item fits.
+
+Multi-host (``jax.distributed``). Start one process per host with::
+
+    jax.distributed.initialize(coordinator_address="host0:1234",
+                               num_processes=N, process_id=i)
+
+after which ``jax.devices()`` lists the devices of *all* processes (CPU
+collectives go through gloo). Every process runs the same program: with the
+default ``devices=None`` the mesh spans all processes, so
+``sample_replicates`` / ``knockoff_filter`` / :func:`shard_batch` give each
+process its contiguous shard of the replicates. The e-value aggregation of
+:func:`jaxknock.aggregate_ebh` is a cheap ``(p,)`` reduction: either keep ``W``
+as a global array (``knockoff_filter(..., devices=None)`` does, the mean runs
+as an all-reduce), or compute the replicates of :func:`process_replicates`
+locally and call :func:`aggregate_ebh_across_processes`, which sums the
+per-process e-value totals with one all-gather of ``p`` numbers.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+__all__ = [
+    "device_mesh",
+    "device_memory_bytes",
+    "plan_chunk",
+    "shard_batch",
+    "sdp_batch",
+    "process_replicates",
+    "aggregate_ebh_across_processes",
+]
+
+try:  # jax >= 0.6
+    _shard_map = jax.shard_map
+except AttributeError:  # pragma: no cover - older jax
+    from jax.experimental.shard_map import shard_map as _old_shard_map
+
+    def _shard_map(f, *, mesh, in_specs, out_specs, check_vma=False):
+        return _old_shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=check_vma)
+
+
+# --------------------------------------------------------------------------
+# Meshes
+# --------------------------------------------------------------------------
+
+
+def device_mesh(devices=None, *, axis_name: str = "batch") -> Mesh:
+    """A 1-D mesh over ``devices``.
+
+    Args:
+        devices: ``None`` for all devices (``jax.devices()``: the local devices
+            of a single-process run, every process's devices after
+            ``jax.distributed.initialize``); an int ``d`` for the first ``d`` of
+            them; or a sequence of :class:`jax.Device`.
+        axis_name: name of the mesh axis.
+
+    Example:
+        >>> device_mesh(1).shape
+        {'batch': 1}
+    """
+    if not isinstance(axis_name, str) or not axis_name:
+        raise TypeError(f"axis_name must be a non-empty string, got {axis_name!r}")
+    every = jax.devices()
+    if devices is None:
+        devs = every
+    elif isinstance(devices, (int, np.integer)) and not isinstance(devices, bool):
+        if not 1 <= devices <= len(every):
+            raise ValueError(
+                f"devices = {int(devices)} but {len(every)} device(s) are available "
+                f"({every[0].platform}); on CPU simulate more with "
+                "XLA_FLAGS=--xla_force_host_platform_device_count=N set before jax starts"
+            )
+        devs = every[: int(devices)]
+    else:
+        try:
+            devs = list(devices)
+        except TypeError:
+            raise TypeError(
+                f"devices must be None, an int or a sequence of jax devices, got {type(devices).__name__}"
+            ) from None
+        if not devs or not all(isinstance(d, jax.Device) for d in devs):
+            raise TypeError("devices must be a non-empty sequence of jax.Device (e.g. jax.devices()[:4])")
+        if len({d.id for d in devs}) != len(devs):
+            raise ValueError("devices contains the same device twice")
+    return Mesh(np.asarray(devs, dtype=object), (axis_name,))
+
+
+def _resolve_mesh(devices, mesh, axis_name) -> Mesh:
+    """The mesh of a call; ``axis_name=None`` accepts any mesh and uses its first axis."""
+    if mesh is None:
+        return device_mesh(devices, axis_name=axis_name or "batch")
+    if devices is not None:
+        raise ValueError("pass devices= or mesh=, not both")
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+    if axis_name is not None and axis_name not in mesh.axis_names:
+        raise ValueError(f"mesh has axes {mesh.axis_names}, none named axis_name = {axis_name!r}")
+    return mesh
+
+
+def _wants_sharding(devices, mesh) -> bool:
+    """True unless the call resolves to the plain single-device path."""
+    if mesh is not None:
+        return True
+    if devices is None:
+        return len(jax.devices()) > 1
+    if isinstance(devices, (int, np.integer)) and not isinstance(devices, bool):
+        return int(devices) > 1 or int(devices) < 1  # < 1: let device_mesh word the error
+    return True
+
+
+# --------------------------------------------------------------------------
+# Memory planning
+# --------------------------------------------------------------------------
+
+
+def _host_available_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover
+        pass
+    try:  # pragma: no cover
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover
+        return 4 * 2**30
+
+
+def device_memory_bytes(devices=None) -> int:
+    """Free bytes per device: the minimum over the (addressable) ``devices``.
+
+    Accelerators report ``memory_stats()["bytes_limit"] - bytes_in_use``. CPU
+    devices (one real or several simulated ones) share the host's
+    ``MemAvailable``, which is divided among the CPU devices of this process
+    that are in ``devices``.
+    """
+    if devices is None:
+        devs = jax.local_devices()
+    elif isinstance(devices, Mesh):
+        devs = [d for d in devices.devices.flat if d.process_index == jax.process_index()]
+    elif isinstance(devices, jax.Device):
+        devs = [devices]
+    else:
+        devs = [d for d in devices if d.process_index == jax.process_index()]
+    devs = devs or jax.local_devices()
+    n_cpu = sum(d.platform == "cpu" for d in devs)
+    free = []
+    for d in devs:
+        try:
+            stats = d.memory_stats()
+        except Exception:  # pragma: no cover - backend without stats
+            stats = None
+        if stats and "bytes_limit" in stats:
+            free.append(int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)))
+        else:
+            free.append(_host_available_bytes() // max(n_cpu, 1))
+    return int(min(free))
+
+
+def plan_chunk(num_items: int, per_item_bytes: int, *, shared_bytes: int = 0, num_devices: int = 1,
+               memory_bytes: int | None = None, fraction: float = 0.5, knob: str = "chunk_size",
+               what: str = "item") -> int:
+    r"""Items per device and step so that the step fits in device memory.
+
+    With ``M`` the free bytes of one device (``memory_bytes``, default
+    :func:`device_memory_bytes`), ``S`` the bytes every device holds whatever
+    the chunk (``shared_bytes``: replicated inputs, outputs kept) and ``b`` the
+    peak bytes of one item in flight (``per_item_bytes``), the chunk is
+
+    .. math:: c = \min\big(\lceil B / D\rceil,\ \lfloor(\text{fraction}\cdot M - S) / b\rfloor\big),
+        \quad c \ge 1,
+
+    for ``B = num_items`` spread over ``D = num_devices``. If ``S + b > M``
+    (not even one item fits) a ``ValueError`` names ``knob``.
+
+    Example:
+        >>> plan_chunk(100, 10 * 2**20, memory_bytes=2**30, num_devices=4)
+        25
+        >>> plan_chunk(100, 10 * 2**20, memory_bytes=200 * 2**20)
+        10
+    """
+    if num_items < 1:
+        raise ValueError(f"num_items must be >= 1, got {num_items}")
+    if per_item_bytes < 0 or shared_bytes < 0:
+        raise ValueError("per_item_bytes and shared_bytes must be non-negative")
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
+    M = device_memory_bytes() if memory_bytes is None else int(memory_bytes)
+    per_device = -(-int(num_items) // max(int(num_devices), 1))
+    if shared_bytes + per_item_bytes > M:
+        raise ValueError(
+            f"one {what} needs about {(shared_bytes + per_item_bytes) / 2**30:.3g} GiB "
+            f"({shared_bytes / 2**30:.3g} GiB shared + {per_item_bytes / 2**30:.3g} GiB per {what}) "
+            f"but a device has only {M / 2**30:.3g} GiB free; reduce the problem size or pass "
+            f"{knob}= explicitly (and more devices= if you have them)"
+        )
+    room = int(fraction * M) - int(shared_bytes)
+    c = room // max(int(per_item_bytes), 1) if per_item_bytes else per_device
+    return int(max(1, min(per_device, c)))
+
+
+# --------------------------------------------------------------------------
+# Sharded map over a leading batch axis
+# --------------------------------------------------------------------------
+
+
+def _is_key(x) -> bool:
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _fn_token(fn):
+    """A hashable identity for caching: partials compare by their contents."""
+    if isinstance(fn, functools.partial):
+        try:
+            token = (_fn_token(fn.func), fn.args, tuple(sorted(fn.keywords.items())))
+            hash(token)
+            return token
+        except TypeError:
+            return fn
+    return fn
+
+
+@functools.lru_cache(maxsize=128)
+def _sharded_program(token, fn, mesh, axis_name, batched_def, broadcast_def, key_impls, vectorized):
+    del token  # only the cache key
+
+    def body(batched_leaves, broadcast_leaves):
+        leaves = [jax.random.wrap_key_data(x, impl=impl) if impl is not None else x
+                  for x, impl in zip(batched_leaves, key_impls)]
+        batched = jax.tree_util.tree_unflatten(batched_def, leaves)
+        broadcast = jax.tree_util.tree_unflatten(broadcast_def, broadcast_leaves)
+        if vectorized:
+            return fn(*batched, *broadcast)
+        return jax.vmap(lambda b: fn(*b, *broadcast))(batched)
+
+    mapped = _shard_map(body, mesh=mesh, in_specs=(P(axis_name), P()), out_specs=P(axis_name),
+                        check_vma=False)
+    return jax.jit(mapped)
+
+
+def _place(x, sharding, multi_process):
+    if multi_process:  # each process fills only its addressable shards
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+    return jax.device_put(x, sharding)
+
+
+def shard_batch(fn: Callable, *batched, broadcast: Sequence[Any] = (), devices=None, mesh: Mesh | None = None,
+                axis_name: str = "batch", chunk_size: int | None = None, vectorized: bool = False,
+                per_item_bytes: int | None = None, shared_bytes: int = 0, knob: str = "chunk_size"):
+    r"""Map ``fn`` over the leading axis of ``batched``, sharded over a device mesh.
+
+    Computes ``[fn(*b_i, *broadcast) for b_i in zip(*batched)]`` stacked along
+    a new leading axis, i.e. ``jax.vmap(fn)`` over the batched arguments with
+    ``broadcast`` held fixed, but with the batch of ``B`` items split over the
+    ``D`` devices of a 1-D mesh (``NamedSharding(mesh, P(axis_name))``, body
+    written with ``jax.shard_map``) in steps of ``D * c`` items, ``c`` items
+    per device and step. The batch is padded to a multiple of ``D * c`` by
+    repeating its last item and the padding is dropped from the result, so
+    the result does not depend on ``D`` or ``c``. Keys (typed ``jax.random``
+    key arrays) may appear among ``batched``: split them before calling.
+
+    Args:
+        fn: the per-item function (or, with ``vectorized=True``, a function
+            already mapping over a leading axis, e.g. a batched solver; it
+            then gets ``c`` items at once and must return outputs whose
+            leaves all have the leading axis ``c``).
+        *batched: pytrees whose leaves share the leading dimension ``B``.
+        broadcast: pytrees of arrays passed unchanged to every item
+            (replicated on every device).
+        devices: ``None`` (all devices), an int or a list of devices; see
+            :func:`device_mesh`.
+        mesh: a :class:`jax.sharding.Mesh` with an axis ``axis_name`` (other
+            axes, if any, replicate); excludes ``devices``.
+        chunk_size: items per device and step; default: all at once, or
+            from ``per_item_bytes`` with :func:`plan_chunk`.
+        per_item_bytes, shared_bytes: peak-memory estimate of one item and of
+            the replicated part, for :func:`plan_chunk`.
+        knob: the name :func:`plan_chunk` cites when one item does not fit.
+
+    Returns:
+        The stacked outputs, leaves of leading dimension ``B`` (sharded over
+        the mesh; after ``jax.distributed.initialize`` a global array).
+
+    Example:
+        >>> keys = jax.random.split(jax.random.key(0), 10)
+        >>> out = shard_batch(lambda k, s: s * jax.random.normal(k, (3,)), keys,
+        ...                   broadcast=(2.0,))
+        >>> out.shape
+        (10, 3)
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if not batched:
+        raise ValueError("give at least one batched argument")
+    mesh = _resolve_mesh(devices, mesh, axis_name)
+    D = int(mesh.shape[axis_name])
+    leaves, batched_def = jax.tree_util.tree_flatten(tuple(batched))
+    if not leaves:
+        raise ValueError("the batched arguments hold no arrays")
+    leaves = [x if _is_key(x) else jnp.asarray(x) for x in leaves]
+    sizes = {int(x.shape[0]) if x.ndim else -1 for x in leaves}
+    if len(sizes) != 1 or -1 in sizes:
+        raise ValueError(
+            "every batched leaf needs the same leading (batch) dimension, got shapes "
+            f"{sorted({tuple(x.shape) for x in leaves})}"
+        )
+    B = sizes.pop()
+    if B < 1:
+        raise ValueError("the batch is empty")
+    key_impls = tuple(jax.random.key_impl(x) if _is_key(x) else None for x in leaves)
+    leaves = [jax.random.key_data(x) if _is_key(x) else x for x in leaves]
+    bc_leaves, broadcast_def = jax.tree_util.tree_flatten(tuple(broadcast))
+    bc_leaves = [jax.random.key_data(x) if _is_key(x) else jnp.asarray(x) for x in bc_leaves]
+    if any(_is_key(x) for x in jax.tree_util.tree_leaves(tuple(broadcast))):
+        raise TypeError("keys must be batched (split them), not broadcast")
+
+    if chunk_size is not None:
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}")
+        c = int(min(chunk_size, -(-B // D)))
+    elif per_item_bytes is not None:
+        c = plan_chunk(B, per_item_bytes, shared_bytes=shared_bytes, num_devices=D,
+                       memory_bytes=device_memory_bytes(mesh), knob=knob)
+    else:
+        c = -(-B // D)
+    step = D * c
+    steps = -(-B // step)
+    idx = np.minimum(np.arange(steps * step), B - 1)
+    multi = jax.process_count() > 1
+    program = _sharded_program(_fn_token(fn), fn, mesh, axis_name, batched_def, broadcast_def,
+                               key_impls, bool(vectorized))
+    rep = NamedSharding(mesh, P())
+    split = NamedSharding(mesh, P(axis_name))
+    bc_placed = [_place(x, rep, multi) for x in bc_leaves]
+    pad = steps * step != B
+    outs = []
+    for i in range(steps):
+        sel = idx[i * step:(i + 1) * step]
+        if not pad and steps == 1:
+            part = leaves
+        elif multi:
+            part = [np.asarray(x)[sel] for x in leaves]
+        else:
+            part = [x[jnp.asarray(sel)] for x in leaves]
+        outs.append(program([_place(x, split, multi) for x in part], bc_placed))
+    out = outs[0] if steps == 1 else jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *outs)
+    return jax.tree_util.tree_map(lambda a: a[:B], out) if pad else out
+
+
+# --------------------------------------------------------------------------
+# Batched S-vector problems
+# --------------------------------------------------------------------------
+
+_SDP_METHODS = ("sdp", "asdp", "equicorrelated")
+
+
+def sdp_batch(Sigmas, *, method: str = "sdp", devices=None, mesh: Mesh | None = None,
+              chunk_size: int | None = None, **kwargs):
+    r"""Solve a batch of S-vector problems, sharded over devices.
+
+    ``Sigmas`` is ``(B, p, p)``; item ``b`` equals ``method(Sigmas[b], **kwargs)``
+    (:func:`jaxknock.sdp`, :func:`jaxknock.asdp` or
+    :func:`jaxknock.equicorrelated`) and the batch of ``Solution`` objects is
+    stacked along a leading axis. The problems are split over the devices
+    (:func:`shard_batch`; each device ``vmap``-s its share).
+
+    Memory: about ``8 p^2`` numbers per problem in flight (the correlation,
+    its padded copy, the Cholesky factor and temporaries); the chunk per
+    device comes from :func:`plan_chunk` unless ``chunk_size`` is given.
+
+    Example:
+        >>> Sigmas = jnp.stack([0.5 * jnp.eye(4) + 0.5, jnp.eye(4)])
+        >>> sdp_batch(Sigmas, method="equicorrelated", devices=1).value.shape
+        (2, 4)
+    """
+    import importlib
+
+    _sdp = importlib.import_module("jaxknock.sdp")  # the module (jaxknock.sdp is also a function)
+
+    if method not in _SDP_METHODS:
+        raise ValueError(f"method must be one of {_SDP_METHODS}, got {method!r}")
+    Sigmas = jnp.asarray(Sigmas)
+    if Sigmas.ndim != 3 or Sigmas.shape[1] != Sigmas.shape[2]:
+        raise ValueError(f"Sigmas must be a batch of square matrices (B, p, p), got shape {tuple(Sigmas.shape)}")
+    # validate on concrete values once, before tracing (the solvers skip checks on tracers)
+    if method == "asdp":
+        for b in range(Sigmas.shape[0]):
+            _sdp._validate_sigma(Sigmas[b], batch_ok=False)
+    else:
+        _sdp._validate_sigma(Sigmas, need_x64=(method != "equicorrelated"))
+    solver = {"sdp": _sdp.sdp, "asdp": _sdp.asdp, "equicorrelated": _sdp.equicorrelated}[method]
+    fn = functools.partial(_solve_one, solver, tuple(sorted(kwargs.items())))
+    p = Sigmas.shape[-1]
+    if not _wants_sharding(devices, mesh) and chunk_size is None:
+        return jax.vmap(fn)(Sigmas)
+    return shard_batch(fn, Sigmas, devices=devices, mesh=mesh, chunk_size=chunk_size,
+                       per_item_bytes=8 * p * p * Sigmas.dtype.itemsize, knob="chunk_size")
+
+
+def _solve_one(solver, kwargs, Sigma):
+    return solver(Sigma, **dict(kwargs))
+
+
+# --------------------------------------------------------------------------
+# Multi-process replicate aggregation
+# --------------------------------------------------------------------------
+
+
+def process_replicates(num_replicates: int, *, process_index: int | None = None,
+                       process_count: int | None = None) -> slice:
+    """The contiguous range of replicates this process computes.
+
+    Replicate ``r`` always uses ``jax.random.split(key, R)[r]``; the ranges of
+    the processes partition ``range(R)`` (sizes differ by at most one), so the
+    union of the processes' replicates is the single-process batch.
+
+    Example:
+        >>> process_replicates(10, process_index=1, process_count=3)
+        slice(4, 7, None)
+    """
+    i = jax.process_index() if process_index is None else int(process_index)
+    n = jax.process_count() if process_count is None else int(process_count)
+    if not 0 <= i < n:
+        raise ValueError(f"process_index must lie in [0, {n}), got {i}")
+    R = int(num_replicates)
+    if R < 1:
+        raise ValueError(f"num_replicates must be >= 1, got {R}")
+    base, extra = divmod(R, n)
+    start = i * base + min(i, extra)
+    return slice(start, start + base + (i < extra))
+
+
+def aggregate_ebh_across_processes(W_local, fdr, *, num_replicates: int, alpha_kn=None, plus: bool = True):
+    r""":func:`jaxknock.aggregate_ebh` when each process holds some replicates.
+
+    Each process passes the ``(R_i, p)`` statistics of its replicates (e.g.
+    those of :func:`process_replicates`); the per-process sums of knockoff
+    e-values :math:`\sum_{r \in \text{process}} e^{(r)}` (``p`` numbers) are
+    all-gathered (``jax.experimental.multihost_utils.process_allgather``) and
+    summed, and every process applies e-BH at ``fdr`` to
+    :math:`\bar e = \frac1R \sum_r e^{(r)}`. Equals ``aggregate_ebh`` on the
+    stacked ``(R, p)`` statistics (up to the order of the sum). In a
+    single-process run this is the local computation.
+
+    Args:
+        W_local: ``(R_i, p)`` statistics of this process's replicates (may be empty, ``R_i = 0``).
+        fdr: target FDR; ``alpha_kn``: per-replicate level (default ``fdr / 2``).
+        num_replicates: ``R``, the total over all processes (checked).
+
+    Returns:
+        ``(p,)`` boolean mask, the same on every process.
+    """
+    from jaxknock import filter as _filter
+
+    _filter._check_fdr(fdr)
+    alpha = fdr / 2 if alpha_kn is None else alpha_kn
+    _filter._check_fdr(alpha, "alpha_kn")
+    W_local = jnp.asarray(W_local)
+    if W_local.ndim != 2:
+        raise ValueError(f"W_local must have shape (R_i, p), got {tuple(W_local.shape)}")
+    if W_local.shape[0]:
+        W_local = _filter._check_replicates(W_local)
+        e_sum = jnp.sum(_filter._evalues(W_local, jnp.asarray(alpha, W_local.dtype), plus=bool(plus)), axis=0)
+    else:
+        e_sum = jnp.zeros(W_local.shape[1], W_local.dtype if jnp.issubdtype(W_local.dtype, jnp.floating)
+                          else jnp.result_type(float))
+    count = np.asarray([W_local.shape[0]])
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        e_all = multihost_utils.process_allgather(np.asarray(e_sum))
+        count = multihost_utils.process_allgather(count)
+        e_sum = jnp.asarray(np.sum(np.asarray(e_all), axis=0))
+    total = int(np.sum(count))
+    if total != int(num_replicates):
+        raise ValueError(f"the processes hold {total} replicates in all, but num_replicates = {num_replicates}")
+    return _filter._ebh(e_sum / total, jnp.asarray(fdr, e_sum.dtype))
