@@ -1247,7 +1247,7 @@ def _result_code(nonfinite: np.ndarray, converged: np.ndarray) -> np.ndarray:
 
 
 def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations, init,
-           X_test, y_test, tol, inner_tol, inner_max_steps, w_max_steps, throw, verbose):
+           X_test, y_test, tol, inner_tol, inner_max_steps, w_max_steps, throw, verbose, mesh=None):
     if not isinstance(spec, LiftedSpec):
         raise TypeError(f"spec must be a LiftedSpec, got {type(spec).__name__}")
     X, Y, labels = _prepare_xy(X, y, spec)
@@ -1289,6 +1289,9 @@ def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations,
         step = _sequential_models(_epoch_fn(spec, settings, batch_size, False))
     else:
         step = _epoch_fn(spec, settings, batch_size, vmapped)
+        if mesh is not None and vmapped:  # models split over the mesh's devices (GSPMD partitions the vmap)
+            models = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(mesh.axis_names[0]))
+            state, hyper = jax.device_put((state, hyper), models)
     evaluate = _eval_fn(spec.loss, vmapped)
     # Algorithm 1 sees the same input every pass: factor its Gram matrix once.
     gram0 = _gram_jit(X) if batch_size is None else None
@@ -1303,10 +1306,11 @@ def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations,
     nonfinite = np.zeros((H,) if vmapped else (), bool)
     for epoch in range(int(epochs)):
         perm = jax.random.permutation(jax.random.fold_in(k_perm, epoch), N)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         state, metrics = step(state, X, Y, hyper, perm, gram0)
         jax.block_until_ready(state.params)
         record("epoch_time", time.perf_counter() - t0)
+        record("epoch_cpu_time", time.process_time() - c0)
         for k_, v in metrics.items():
             record("inner_" + k_ if k_ in ("steps", "failures", "solves") else k_, v)
         tr = evaluate(state.params, X, Y, labels)
@@ -1383,7 +1387,8 @@ def fit_lifted(key, X, y, spec: LiftedSpec, *, epochs: int = 10, batch_size: int
       ``objective, loss, penalty, ridge, violation`` (for batched training the
       mean over batches), ``train_loss``/``train_accuracy`` (feed-forward rule on
       the whole training set), ``test_loss``/``test_accuracy``, ``epoch_time``
-      (seconds, training only), ``inner_steps``, ``inner_failures``,
+      (seconds, training only), ``epoch_cpu_time`` (process CPU seconds of the
+      same work, less sensitive to other load on shared machines), ``inner_steps``, ``inner_failures``,
       ``inner_solves``; and ``num_steps`` (epochs run), ``max_steps``.
       ``result`` is ``nonfinite`` if the objective diverged (training stops),
       ``max_steps_reached`` if ``tol`` was given and not met.
@@ -1408,7 +1413,7 @@ def tune_lifted(key, X, y, spec: LiftedSpec, *, lam=None, rho=None, gamma=None,
                 epochs: int = 10, batch_size: int | None = None, alternations: int = 1,
                 init=None, X_test=None, y_test=None, inner_tol: float | None = None,
                 inner_max_steps: int = 100, w_max_steps: int | None = None,
-                throw: bool = False, verbose: bool = False) -> Solution:
+                throw: bool = False, verbose: bool = False, devices=None, mesh=None) -> Solution:
     r"""Train several lifted networks with different hyper-parameters in one ``vmap``-ed call.
 
     ``lam`` has shape ``(H,)``; ``rho`` and ``gamma`` shape ``(H,)`` (same value
@@ -1416,6 +1421,17 @@ def tune_lifted(key, X, y, spec: LiftedSpec, *, lam=None, rho=None, gamma=None,
     models start from the same initialisation and see the same batches, so the
     ``H`` runs equal ``H`` separate :func:`fit_lifted` calls (one compiled
     program, one pass over the data per epoch for all models).
+
+    ``devices`` / ``mesh`` split the ``H`` models over devices (the model axis
+    of the state and hyper-parameters is placed with a ``NamedSharding``, ``H``
+    padded to a multiple of the device count by repeating the last model and
+    unpadded after; see :mod:`jaxknock.distributed`): ``None`` uses every
+    device, an int the first ``d``. Each model's numbers do not depend on the
+    device count. On CPU the non-batched mode (``batch_size=None``) keeps its
+    sequential fallback and runs on one device. Peak memory is estimated as
+    ``4 (N' sum(widths) + #weights)`` numbers per model (``N'`` the batch size
+    or ``N``); a ``ValueError`` names ``devices`` when a device cannot hold its
+    share of the models.
 
     Returns:
       :func:`fit_lifted`'s ``Solution`` with a leading model axis on ``value``,
@@ -1458,10 +1474,36 @@ def tune_lifted(key, X, y, spec: LiftedSpec, *, lam=None, rho=None, gamma=None,
     if lam_arr.shape != (H,):
         raise ValueError(f"lam must have shape ({H},), got {tuple(lam_arr.shape)}")
     hyper = LiftedHyper(lam_arr, per_layer(rho, base.rho, "rho"), per_layer(gamma, base.gamma, "gamma"))
-    return _train(key, X, y, spec, hyper, vmapped=True, epochs=epochs, batch_size=batch_size,
-                  alternations=alternations, init=init, X_test=X_test, y_test=y_test, tol=None,
-                  inner_tol=inner_tol, inner_max_steps=inner_max_steps, w_max_steps=w_max_steps,
-                  throw=throw, verbose=verbose)
+    from jaxknock import distributed as _dist  # deferred: a leaf module
+
+    # the CPU fallback of the non-batched mode runs the models one by one on one device
+    sequential = batch_size is None and jax.default_backend() == "cpu"
+    shard = _dist._wants_sharding(devices, mesh) and not sequential
+    mesh = _dist._resolve_mesh(devices, mesh, None) if shard else None
+    D = int(mesh.shape[mesh.axis_names[0]]) if shard else 1
+    rows = int(jnp.shape(X)[0]) if batch_size is None else int(batch_size)
+    per_model = 4 * (rows * sum(spec.sizes[1:]) + sum(a * b for a, b in zip(spec.sizes, spec.sizes[1:])))
+    per_model *= jnp.dtype(dtype).itemsize
+    free = _dist.device_memory_bytes(mesh)
+    if -(-H // D) * per_model > free:
+        raise ValueError(f"{-(-H // D)} models per device need about {-(-H // D) * per_model / 2**30:.3g} GiB "
+                         f"but a device has {free / 2**30:.3g} GiB free; pass more devices= (or fewer "
+                         "hyper-parameter values per call, or a batch_size)")
+    Hp = -(-H // D) * D
+    if Hp != H:  # pad with copies of the last model; dropped below
+        hyper = jax.tree_util.tree_map(lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], Hp - H, axis=0)]), hyper)
+    sol = _train(key, X, y, spec, hyper, vmapped=True, epochs=epochs, batch_size=batch_size,
+                 alternations=alternations, init=init, X_test=X_test, y_test=y_test, tol=None,
+                 inner_tol=inner_tol, inner_max_steps=inner_max_steps, w_max_steps=w_max_steps,
+                 throw=throw, verbose=verbose, mesh=mesh)
+    if Hp == H:
+        return sol
+    def cut(a):
+        return a[:H]
+
+    stats = {k_: (v[:H] if np.ndim(v) == 2 else v) for k_, v in sol.stats.items()}
+    return Solution(jax.tree_util.tree_map(cut, sol.value), sol.result[:H], stats,
+                    jax.tree_util.tree_map(cut, sol.state))
 
 
 # ----------------------------------------------------------------------------
@@ -1611,7 +1653,7 @@ def train_mlp(key, X, y, init, *, optimizer, loss: str = "cross_entropy", epochs
 
     Returns:
       ``Solution(value=params, result, stats)`` with per-epoch ``train_loss``,
-      ``test_accuracy``/``test_loss`` (if given) and ``epoch_time``;
+      ``test_accuracy``/``test_loss`` (if given), ``epoch_time`` and ``epoch_cpu_time``;
       ``result`` is ``nonfinite`` if the loss diverged.
 
     Example:
@@ -1651,10 +1693,11 @@ def train_mlp(key, X, y, init, *, optimizer, loss: str = "cross_entropy", epochs
     nonfinite = False
     for epoch in range(int(epochs)):
         perm = jax.random.permutation(jax.random.fold_in(k_perm, epoch), N)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         params, opt_state, value = step(params, opt_state, X, Y, perm)
         jax.block_until_ready(params)
         hist.setdefault("epoch_time", []).append(time.perf_counter() - t0)
+        hist.setdefault("epoch_cpu_time", []).append(time.process_time() - c0)
         hist.setdefault("train_loss", []).append(float(value))
         if test is not None:
             te = evaluate(params, *test)
