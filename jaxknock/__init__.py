@@ -44,6 +44,15 @@ from jaxknock.naive_bayes import (
     sparse_naive_bayes,
     sparse_naive_bayes_path,
 )
+from jaxknock.distributed import (
+    aggregate_ebh_across_processes,
+    device_mesh,
+    plan_chunk,
+    process_replicates,
+    sdp_batch,
+    shard_batch,
+)
+from jaxknock._io import class_sums_dask, class_sums_npz, iter_npz_blocks
 
 __version__ = "0.1.0"
 
@@ -107,6 +116,16 @@ __all__ = [
     "class_sums",
     "NaiveBayesModel",
     "SNBPath",
+    # scaling: devices, memory, multi-host, out of core
+    "shard_batch",
+    "device_mesh",
+    "plan_chunk",
+    "sdp_batch",
+    "process_replicates",
+    "aggregate_ebh_across_processes",
+    "class_sums_npz",
+    "class_sums_dask",
+    "iter_npz_blocks",
     # lifted networks (the rest lives in jaxknock.lifted)
     "LiftedSpec",
     "LiftedHyper",
