@@ -1,0 +1,366 @@
+"""The command line: every subcommand on small data, every bad input gets a one-line error and exit code 2."""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxknock import cli
+from jaxknock._progress import Progress, progress_enabled
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------- helpers
+
+def write_csv(path, header, rows):
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+    return str(path)
+
+
+def regression_table(n=200, p=30, signals=12, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    beta = np.zeros(p)
+    beta[:signals] = 1.0
+    y = X @ beta + rng.standard_normal(n)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def reg_csv(tmp_path_factory):
+    X, y = regression_table()
+    path = tmp_path_factory.mktemp("data") / "reg.csv"
+    header = [f"g{j}" for j in range(X.shape[1])] + ["y"]
+    return write_csv(path, header, np.column_stack([X, y]).tolist())
+
+
+@pytest.fixture(scope="module")
+def reg_npz(tmp_path_factory):
+    X, y = regression_table()
+    path = tmp_path_factory.mktemp("data") / "reg.npz"
+    np.savez(path, X=np.column_stack([X, y]), columns=np.array([f"g{j}" for j in range(X.shape[1])] + ["y"]))
+    return str(path)
+
+
+def count_table(n=120, m=15, seed=0):
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % 2
+    rate = np.ones((2, m))
+    rate[1, :3] = 4.0
+    return rng.poisson(rate[y]), y
+
+
+def run(argv, capsys):
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_error(argv, capsys, *fragments):
+    code, out, err = run(argv, capsys)
+    assert code == 2, (code, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("jaxknock: error: "), err
+    assert "Traceback" not in err
+    for frag in fragments:
+        assert frag in lines[0], (frag, lines[0])
+    return lines[0]
+
+
+# ---------------------------------------------------------------- select
+
+def test_select_csv_finds_signals_and_writes_report(reg_csv, tmp_path, capsys):
+    out_json = tmp_path / "result.json"
+    code, out, err = run(["select", reg_csv, "--target", "y", "--method", "equi", "--statistic", "lsm",
+                          "--out", str(out_json)], capsys)
+    assert code == 0, err
+    assert "selected" in out and "of 30 features at FDR 0.1" in out
+    report = json.loads(out_json.read_text())
+    assert set(report) >= {"inputs", "settings", "versions", "device", "timings", "selected"}
+    assert report["inputs"]["rows"] == 200 and report["inputs"]["features"] == 30
+    assert report["settings"]["method"] == "equi" and report["settings"]["statistic"] == "lsm"
+    assert report["versions"]["jax"] and report["device"]["platform"]
+    assert {"covariance", "s_vector", "sampling", "statistics", "selection", "total"} <= set(report["timings"])
+    names = [s["name"] for s in report["selected"]]
+    truth = {f"g{j}" for j in range(12)}
+    assert len(set(names) & truth) >= 8                 # strong signals found
+    assert len(set(names) - truth) <= 2                 # few false discoveries
+    for s in report["selected"]:                        # printed with their statistics
+        assert s["name"] in out and s["W"] > 0
+
+
+def test_select_npz_replicates_and_quiet(reg_npz, capsys):
+    code, out, err = run(["select", reg_npz, "--target", "y", "--method", "equi", "--statistic", "lsm",
+                          "--replicates", "2", "--aggregate", "frequency", "--quiet"], capsys)
+    assert code == 0, err
+    assert "selected in" in out and "100%" in out      # per-feature selection frequency
+    assert err == ""                                    # quiet: no progress, no notes
+    assert "features, 200 rows" not in out
+
+
+def test_select_sdp_factor_and_npy_index_target(tmp_path, capsys):
+    X, y = regression_table(n=120, p=20, signals=10, seed=1)
+    path = tmp_path / "t.npy"
+    np.save(path, np.column_stack([y, X]))
+    code, out, err = run(["select", str(path), "--target", "0", "--method", "sdp-factor", "--rank", "3",
+                          "--statistic", "correlation", "--quiet"], capsys)
+    assert code == 0, err
+    assert "of 20 features" in out
+
+
+def test_select_subprocess_no_traceback(tmp_path):
+    bad = write_csv(tmp_path / "bad.csv", ["a", "b", "y"], [[1, 2, 3]] * 20)
+    proc = subprocess.run([sys.executable, "-m", "jaxknock", "select", bad, "--target", "y"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+    assert "constant" in proc.stderr
+
+
+@pytest.fixture
+def bad_files(tmp_path):
+    X, y = regression_table(n=40, p=5, signals=2)
+    header = ["a", "b", "c", "d", "e", "y"]
+    rows = np.column_stack([X, y]).tolist()
+    f = {}
+    f["text"] = write_csv(tmp_path / "text.csv", header, [r[:2] + ["hello"] + r[3:] if i == 3 else r
+                                                           for i, r in enumerate(rows)])
+    f["nan"] = write_csv(tmp_path / "nan.csv", header, [r[:1] + [""] + r[2:] if i == 5 else r
+                                                         for i, r in enumerate(rows)])
+    f["const"] = write_csv(tmp_path / "const.csv", header, [r[:3] + [7.0] + r[4:] for r in rows])
+    f["const_target"] = write_csv(tmp_path / "const_target.csv", header, [r[:5] + [1.0] for r in rows])
+    f["few"] = write_csv(tmp_path / "few.csv", header, rows[:6])
+    f["wide"] = write_csv(tmp_path / "wide.csv", [f"x{j}" for j in range(30)] + ["y"],
+                          np.random.default_rng(0).standard_normal((20, 31)).tolist())
+    f["empty"] = tmp_path / "empty.csv"
+    f["empty"].write_text("")
+    f["noheader"] = write_csv(tmp_path / "noheader.csv", ["1", "2", "3"], [[4, 5, 6]])
+    f["ragged"] = tmp_path / "ragged.csv"
+    f["ragged"].write_text("a,b,y\n1,2,3\n4,5\n")
+    f["dup"] = write_csv(tmp_path / "dup.csv", ["a", "a", "y"], [[1, 2, 3]])
+    f["headeronly"] = write_csv(tmp_path / "headeronly.csv", header, [])
+    f["binary"] = tmp_path / "binary.csv"
+    f["binary"].write_bytes(b"\xff\xfe\x00\x81\x82" * 50)
+    f["xlsx"] = tmp_path / "data.xlsx"
+    f["xlsx"].write_text("not really")
+    f["badnpy"] = tmp_path / "bad.npy"
+    f["badnpy"].write_bytes(b"garbage")
+    f["npy1d"] = tmp_path / "one.npy"
+    np.save(f["npy1d"], np.arange(10.0))
+    f["npzstr"] = tmp_path / "str.npz"
+    np.savez(f["npzstr"], a=np.array(["x"] * 20), y=np.arange(20.0))
+    f["npzlen"] = tmp_path / "len.npz"
+    np.savez(f["npzlen"], a=np.arange(20.0), y=np.arange(21.0))
+    sp = pytest.importorskip("scipy.sparse")
+    f["sparse"] = tmp_path / "sparse.npz"
+    sp.save_npz(f["sparse"], sp.csr_matrix(np.eye(5)))
+    return {k: str(v) for k, v in f.items()}
+
+
+@pytest.mark.parametrize("case, extra, fragments", [
+    ("missing", [], ["does not exist"]),
+    ("dir", [], ["is a directory"]),
+    ("xlsx", [], ["unsupported file type '.xlsx'", ".csv, .npz or .npy"]),
+    ("empty", [], ["is empty", "header row"]),
+    ("noheader", [], ["no header row", "add a row of column names"]),
+    ("ragged", [], ["line 3 has 2 fields but the header has 3"]),
+    ("dup", [], ["duplicate column name(s) ['a']"]),
+    ("headeronly", [], ["no data rows"]),
+    ("binary", [], ["cannot decode"]),
+    ("badnpy", [], ["not a readable .npy"]),
+    ("npy1d", [], ["must be 2-D"]),
+    ("npzstr", [], ["array 'a' is not numeric"]),
+    ("npzlen", [], ["different lengths"]),
+    ("sparse", [], ["scipy.sparse matrix", "jaxknock snb"]),
+    ("const", ["--target", "why"], ["target column 'why' is not in", "available: a, b, c, d, e, y"]),
+    ("text", [], ["column 'c' is not numeric (row 4 has 'hello')", "encode it as numbers or drop"]),
+    ("nan", [], ["missing/NaN/Inf value(s) in column(s) b", "impute or drop"]),
+    ("const", [], ["constant column(s) d", "drop them"]),
+    ("const_target", [], ["target column 'y' is constant"]),
+    ("few", [], ["only 6 rows", "at least 10"]),
+    ("wide", [], ["20 rows for 30 features", "--method sdp-factor"]),
+    ("text", ["--fdr", "1.5"], ["--fdr must lie strictly between 0 and 1"]),
+    ("text", ["--replicates", "0"], ["--replicates must be a positive integer"]),
+    ("text", ["--rank", "3"], ["--rank only applies to --method sdp-factor"]),
+    ("wide", ["--method", "sdp-factor", "--rank", "25"], ["--rank must be smaller than min(rows, features) = 20"]),
+    ("text", ["--lam", "-1"], ["--lam must be positive"]),
+])
+def test_select_bad_input(bad_files, tmp_path, capsys, case, extra, fragments):
+    path = {"missing": str(tmp_path / "nope.csv"), "dir": str(tmp_path)}.get(case) or bad_files[case]
+    target = [] if "--target" in extra else ["--target", "y"]
+    assert_error(["select", path, *target, *extra], capsys, *fragments)
+
+
+def test_select_unwritable_report(reg_csv, tmp_path, capsys):
+    assert_error(["select", reg_csv, "--target", "y", "--method", "equi", "--statistic", "correlation",
+                  "--out", str(tmp_path / "no" / "such" / "dir.json")], capsys, "cannot write the report")
+
+
+def test_argparse_errors_return_code(capsys):
+    assert cli.main(["select", "x.csv"]) == 2            # --target is required
+    assert "--target" in capsys.readouterr().err
+    assert cli.main(["select", "x.csv", "--target", "y", "--method", "nope"]) == 2
+    assert cli.main(["--help"]) == 0
+
+
+# ---------------------------------------------------------------- snb
+
+def test_snb_csv_with_text_labels(tmp_path, capsys):
+    X, y = count_table()
+    path = write_csv(tmp_path / "counts.csv", [f"w{j}" for j in range(X.shape[1])] + ["label"],
+                     [list(r) + [["neg", "pos"][c]] for r, c in zip(X.tolist(), y)])
+    out_json = tmp_path / "snb.json"
+    code, out, err = run(["snb", path, "--target", "label", "-k", "3", "--out", str(out_json)], capsys)
+    assert code == 0, err
+    assert "selected 3 features" in out and "log-odds (pos vs neg)" in out
+    rep = json.loads(out_json.read_text())
+    assert rep["inputs"]["classes"] == ["neg", "pos"] and len(rep["selected"]) == 3
+    assert rep["gap"] >= -1e-9 and 0.5 < rep["train_accuracy"] <= 1
+    assert {"versions", "device", "timings", "settings"} <= set(rep)
+
+
+def test_snb_sparse_npz_matches_library(tmp_path, capsys):
+    sp = pytest.importorskip("scipy.sparse")
+    import jaxknock as jk
+
+    X, y = count_table()
+    path = tmp_path / "m.npz"
+    sp.save_npz(path, sp.csr_matrix(np.column_stack([X, y])))
+    code, out, err = run(["snb", str(path), "--target", str(X.shape[1]), "-k", "2", "--model", "bernoulli",
+                          "--quiet"], capsys)
+    assert code == 2  # counts are not binary: refused with a clear message
+    assert "--model bernoulli needs binary" in err
+    Xb = (X > 1).astype(int)
+    sp.save_npz(path, sp.csr_matrix(Xb))
+    labels = tmp_path / "labels.npy"
+    np.save(labels, y)
+    code, out, err = run(["snb", str(path), "--labels", str(labels), "-k", "2", "--model", "bernoulli"], capsys)
+    assert code == 0, err
+    ref = np.flatnonzero(np.asarray(jk.sparse_naive_bayes(Xb, y, 2, model="bernoulli").value.support))
+    for j in ref:
+        assert f"x{j} " in out
+
+
+@pytest.mark.parametrize("case, argv_tail, fragments", [
+    ("neg", ["--target", "label", "-k", "2"], ["negative values", ">= 0"]),
+    ("single", ["--target", "label", "-k", "2"], ["single class"]),
+    ("counts", ["--target", "label", "-k", "99"], ["-k must lie in [0, 3]"]),
+    ("counts", ["--target", "lab", "-k", "1"], ["target column 'lab' is not in", "label"]),
+    ("counts", ["-k", "1"], ["give the label column with --target"]),
+    ("counts", ["--target", "label", "-k", "1", "--alpha", "-1"], ["--alpha must be >= 0"]),
+    ("nan", ["--target", "label", "-k", "1"], ["missing/NaN/Inf"]),
+    ("text", ["--target", "label", "-k", "1"], ["column 'b' is not numeric"]),
+    ("sparse", ["-k", "1"], ["give --target COLUMN_INDEX", "--labels FILE"]),
+    ("sparse", ["--labels", "LABELS", "-k", "1"], ["3 labels for 4 rows"]),
+    ("badnpz", ["--target", "0", "-k", "1"], ["not a scipy.sparse .npz"]),
+    ("json", ["--target", "0", "-k", "1"], ["unsupported file type '.json'"]),
+])
+def test_snb_bad_input(tmp_path, capsys, case, argv_tail, fragments):
+    header = ["a", "b", "c", "label"]
+    rows = {
+        "neg": [[1, -2, 0, "x"], [0, 1, 1, "y"]],
+        "single": [[1, 2, 0, "x"], [0, 1, 1, "x"]],
+        "counts": [[1, 2, 0, "x"], [0, 1, 1, "y"]],
+        "nan": [[1, "nan", 0, "x"], [0, 1, 1, "y"]],
+        "text": [[1, "many", 0, "x"], [0, 1, 1, "y"]],
+    }
+    if case in rows:
+        path = write_csv(tmp_path / f"{case}.csv", header, rows[case])
+    elif case in ("sparse", "badnpz"):
+        sp = pytest.importorskip("scipy.sparse")
+        path = str(tmp_path / "m.npz")
+        if case == "sparse":
+            sp.save_npz(path, sp.csr_matrix(np.ones((4, 3))))
+        else:
+            np.savez(path, a=np.arange(3))
+    else:
+        path = str(tmp_path / "d.json")
+        Path(path).write_text("{}")
+    labels = tmp_path / "labels.txt"
+    labels.write_text("a\nb\na\n")
+    argv_tail = [str(labels) if a == "LABELS" else a for a in argv_tail]
+    assert_error(["snb", path, *argv_tail], capsys, *fragments)
+
+
+# ---------------------------------------------------------------- bench
+
+def test_bench_runs_scripts_small(tmp_path, capsys):
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    (bench / "bench_ok.py").write_text("import sys\nprint('ran with', sys.argv[1:])\n")
+    (bench / "bench_other.py").write_text("print('other')\n")
+    code, out, err = run(["bench", "--bench-dir", str(bench), "--only", "ok"], capsys)
+    assert code == 0, err
+    assert "ran with ['--small']" in out and "bench_ok.py" in out and "other" not in out
+    (bench / "bench_fail.py").write_text("raise SystemExit('boom')\n")
+    code, out, err = run(["bench", "--bench-dir", str(bench), "--quiet"], capsys)
+    assert code == 2
+    assert "bench_fail.py failed: boom" in err and "1 benchmark(s) failed: bench_fail.py" in err
+    assert "FAILED" in out and "ran with" not in out      # quiet: summary table only
+
+
+def test_bench_bad_options(tmp_path, capsys):
+    assert_error(["bench", "--bench-dir", str(tmp_path / "none")], capsys, "does not exist")
+    assert_error(["bench", "--only", "nope"], capsys, "unknown benchmark(s) ['nope']", "sdp")
+    assert_error(["bench", "--bench-dir", str(tmp_path)], capsys, "no bench_*.py scripts")
+
+
+def test_real_benchmarks_accept_small_flag():
+    for script in sorted((ROOT / "benchmarks").glob("bench_*.py")):
+        assert "--small" in script.read_text(), script.name
+
+
+# ---------------------------------------------------------------- demo
+
+def test_demo_plot_without_matplotlib(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert_error(["demo", "--plot", str(tmp_path / "x.png")], capsys, "needs matplotlib", "pip install matplotlib")
+
+
+def test_demo_bad_arguments(capsys):
+    assert_error(["demo", "--p", "0"], capsys, "--p must be a positive integer")
+    assert_error(["demo", "--n", "20", "--p", "10", "--rank", "10"], capsys, "--rank < min(--n, --p)")
+
+
+# the small demo itself (with --plot when matplotlib is installed) runs in tests/test_readme.py
+
+
+# ---------------------------------------------------------------- progress
+
+class FakeTTY(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_draws_only_on_tty():
+    tty = FakeTTY()
+    with Progress(4, "replicates", stream=tty) as bar:
+        for _ in range(4):
+            bar.update()
+    text = tty.getvalue()
+    assert "[" + "#" * 30 + "] 4/4 replicates" in text and text.endswith("\n") and "\r" in text
+    pipe = io.StringIO()
+    with Progress(4, "replicates", stream=pipe) as bar:
+        bar.update(4)
+    assert pipe.getvalue() == ""
+    quiet = FakeTTY()
+    with Progress(4, stream=quiet, enabled=progress_enabled(quiet, quiet=True)) as bar:
+        bar.update()
+    assert quiet.getvalue() == ""
+    assert progress_enabled(FakeTTY()) and not progress_enabled(io.StringIO())
+
+
+def test_select_progress_silent_when_not_tty(reg_csv, capsys):
+    # capsys streams are not TTYs: no progress characters in either stream
+    code, out, err = run(["select", reg_csv, "--target", "y", "--method", "equi", "--statistic", "correlation"],
+                         capsys)
+    assert code == 0 and "\r" not in out + err and "#" not in err
