@@ -29,15 +29,25 @@ Multi-host (``jax.distributed``). Start one process per host with::
                                num_processes=N, process_id=i)
 
 after which ``jax.devices()`` lists the devices of *all* processes (CPU
-collectives go through gloo). Every process runs the same program: with the
-default ``devices=None`` the mesh spans all processes, so
-``sample_replicates`` / ``knockoff_filter`` / :func:`shard_batch` give each
-process its contiguous shard of the replicates. The e-value aggregation of
-:func:`jaxknock.aggregate_ebh` is a cheap ``(p,)`` reduction: either keep ``W``
-as a global array (``knockoff_filter(..., devices=None)`` does, the mean runs
-as an all-reduce), or compute the replicates of :func:`process_replicates`
-locally and call :func:`aggregate_ebh_across_processes`, which sums the
-per-process e-value totals with one all-gather of ``p`` numbers.
+cross-process collectives go through gloo, the default in jax 0.10). Every
+process then runs the same program, and there are two equivalent routes:
+
+1. Global arrays: :func:`shard_batch` with the default ``devices=None`` builds
+   its mesh over all processes' devices, each process computes only the
+   replicates on its own devices, and the result is a global ``(R, p)``
+   array; reduce it inside ``jit`` with a replicated output, e.g.
+   ``jax.jit(lambda W: jaxknock.aggregate_ebh(W, q), out_shardings=NamedSharding(mesh, P()))``
+   (the mean over replicates becomes an all-reduce of ``p`` numbers).
+2. Host shards: each process computes the replicates
+   ``jax.random.split(key, R)[process_replicates(R)]`` locally (any local
+   ``devices=``) and calls :func:`aggregate_ebh_across_processes`, which
+   all-gathers the per-process e-value sums (``p`` numbers each).
+
+Both give the single-process selection (tested with two processes on one
+host, ``tests/test_distributed.py``). The high-level entry points
+(``sample_replicates``, ``knockoff_filter``) return host-readable results
+only for single-process meshes: under ``jax.distributed`` use route 2, or
+pass them ``devices=jax.local_devices()``.
 """
 
 from __future__ import annotations
