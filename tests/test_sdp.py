@@ -76,9 +76,10 @@ def test_equicorrelated_closed_form(rho):
      factor_correlation(80, 4, 3)],
     ids=["factor30", "factor60", "wishart50", "factor80"],
 )
-def test_sdp_matches_cvxpy(C):
+@pytest.mark.parametrize("method", ["newton", "coordinate"])
+def test_sdp_matches_cvxpy(C, method):
     ref = cvxpy_sdp(C)
-    sol = sdp(C, tol=1e-5)
+    sol = sdp(C, tol=1e-5, method=method)
     assert int(sol.result) == RESULTS.successful
     obj = float(sol.stats["objective"])
     assert abs(obj - ref) <= 1e-5 * max(1.0, ref)
@@ -151,11 +152,12 @@ def test_jit_equals_eager_and_no_retrace():
     assert len(traces) == 1
 
 
-def test_vmap_equals_loop():
+@pytest.mark.parametrize("method", ["newton", "coordinate"])
+def test_vmap_equals_loop(method):
     Cs = np.stack([factor_correlation(24, 2, i) for i in range(3)])
-    batched = sdp(Cs)
-    via_vmap = jax.vmap(lambda S: sdp(S).value)(jnp.asarray(Cs))
-    loop = np.stack([np.asarray(sdp(C).value) for C in Cs])
+    batched = sdp(Cs, method=method)
+    via_vmap = jax.vmap(lambda S: sdp(S, method=method).value)(jnp.asarray(Cs))
+    loop = np.stack([np.asarray(sdp(C, method=method).value) for C in Cs])
     np.testing.assert_allclose(batched.value, loop, atol=1e-9)
     np.testing.assert_allclose(via_vmap, loop, atol=1e-9)
     assert batched.result.shape == (3,)
@@ -167,8 +169,9 @@ def test_vmap_equals_loop():
         np.testing.assert_allclose(fb.value[i], sdp_factor(FactorModel(ds[i], Us[i])).value, atol=1e-9)
 
 
-def test_max_steps_reported():
-    sol = sdp(factor_correlation(30, 2, 1), max_sweeps=3)
+@pytest.mark.parametrize("method", ["newton", "coordinate"])
+def test_max_steps_reported(method):
+    sol = sdp(factor_correlation(30, 2, 1), max_sweeps=3, method=method)
     assert int(sol.result) == RESULTS.max_steps_reached
     with pytest.raises(RuntimeError, match="max_steps"):
         sdp(factor_correlation(30, 2, 1), max_sweeps=3, throw=True)
@@ -226,6 +229,8 @@ def test_bad_inputs():
         sdp_factor(FactorModel(jnp.ones(3), jnp.ones((3, 3))))
     with pytest.raises(ValueError, match="decay"):
         sdp(C, decay=1.5)
+    with pytest.raises(ValueError, match="method"):
+        sdp(C, method="interior")
     with pytest.raises(ValueError, match="positive diagonal"):
         sdp(-np.eye(3))
 
@@ -236,7 +241,7 @@ def test_bad_inputs():
 def test_jammed_solve_is_reported_not_hidden(C):
     """Coordinate ascent can jam 1e-4 short on degenerate problems; the certificate must say so."""
     opt = cvxpy_sdp(C)
-    sol = sdp(C, tol=1e-6)
+    sol = sdp(C, tol=1e-6, method="coordinate")
     obj = float(sol.stats["objective"])
     assert float(sol.stats["min_eig"]) >= 0
     assert opt - obj < 1e-3 * opt
@@ -245,3 +250,22 @@ def test_jammed_solve_is_reported_not_hidden(C):
     # ... and a solve that is not within tol is not reported as successful
     if opt - obj > 1e-6 * opt:
         assert int(sol.result) in (RESULTS.stagnated, RESULTS.max_steps_reached)
+
+
+@pytest.mark.parametrize(
+    "C,tol",
+    [(ar1(50, 0.5), 1e-6), (np.corrcoef(np.random.default_rng(5).standard_normal((400, 40)).T), 1e-6),
+     (factor_correlation(90, 5, 11), 2e-6)],  # near-singular optimum: certificate floor ~1.3e-6
+    ids=["ar1", "wishart40", "factor90"],
+)
+def test_newton_certifies_where_coordinate_ascent_jams(C, tol):
+    """The default Newton path follower reaches a certified ~1e-6 relative gap on the jamming problems."""
+    opt = cvxpy_sdp(C)
+    sol = sdp(C, tol=tol)
+    obj, dual = float(sol.stats["objective"]), float(sol.stats["dual"])
+    assert int(sol.result) == RESULTS.successful
+    assert float(sol.stats["min_eig"]) >= 0
+    assert dual >= opt - 1e-9 * max(1.0, opt)  # valid bound
+    assert dual - obj <= tol * obj  # certified
+    assert opt - obj <= 2e-6 * opt  # and true (cvxpy/Clarabel at 1e-9)
+    assert int(sol.stats["newton_steps"]) <= 80 and int(sol.stats["sweeps"]) == 0
