@@ -265,9 +265,26 @@ def _fn_token(fn):
     return fn
 
 
-@functools.lru_cache(maxsize=128)
+_PROGRAMS: dict = {}
+
+
 def _sharded_program(token, fn, mesh, axis_name, batched_def, broadcast_def, key_impls, vectorized):
-    del token  # only the cache key
+    """The jitted shard_map program, cached on ``token`` (not on ``fn``: equal partials share it)."""
+    cache_key = (token, mesh, axis_name, batched_def, broadcast_def, key_impls, vectorized)
+    try:
+        return _PROGRAMS[cache_key]
+    except TypeError:  # unhashable token: build without caching
+        return _build_program(fn, mesh, axis_name, batched_def, broadcast_def, key_impls, vectorized)
+    except KeyError:
+        pass
+    if len(_PROGRAMS) > 128:
+        _PROGRAMS.clear()
+    program = _build_program(fn, mesh, axis_name, batched_def, broadcast_def, key_impls, vectorized)
+    _PROGRAMS[cache_key] = program
+    return program
+
+
+def _build_program(fn, mesh, axis_name, batched_def, broadcast_def, key_impls, vectorized):
 
     def body(batched_leaves, broadcast_leaves):
         leaves = [jax.random.wrap_key_data(x, impl=impl) if impl is not None else x
