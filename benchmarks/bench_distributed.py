@@ -69,7 +69,7 @@ def filt():
                                    num_replicates=Rf, devices=devices)
     return sel.timings["sampling"] + sel.timings["statistics"]
 filt()
-tf = [filt() for _ in range(2)]
+tf = [filt() for _ in range(3)]
 print(json.dumps({{"D": len(jax.devices()) if not real else D, "sample_s": min(t), "filter_s": min(tf),
                    "platform": jax.devices()[0].platform}}))
 """

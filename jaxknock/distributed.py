@@ -98,7 +98,7 @@ def device_mesh(devices=None, *, axis_name: str = "batch") -> Mesh:
         axis_name: name of the mesh axis.
 
     Example:
-        >>> device_mesh(1).shape
+        >>> dict(device_mesh(1).shape)
         {'batch': 1}
     """
     if not isinstance(axis_name, str) or not axis_name:
