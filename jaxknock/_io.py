@@ -96,7 +96,7 @@ def _npz_header(zf: zipfile.ZipFile, path: str):
 
 
 def iter_npz_blocks(path: str | os.PathLike, *, max_block_bytes: int = _DEFAULT_BLOCK_BYTES
-                    ) -> Iterator[tuple[int, "scipy.sparse.csr_matrix"]]:  # noqa: F821
+                    ) -> Iterator[tuple]:
     """Row blocks of a CSR matrix saved with ``scipy.sparse.save_npz``, with bounded memory.
 
     Yields ``(row_start, block)`` with ``block`` the CSR matrix of rows

@@ -53,7 +53,6 @@ pass them ``devices=jax.local_devices()``.
 from __future__ import annotations
 
 import functools
-import math
 import os
 from typing import Any, Callable, Sequence
 
