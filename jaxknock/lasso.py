@@ -1137,6 +1137,7 @@ def lasso_cv(
     max_steps: int | None = None,
     solver: str = "auto",
     screen: bool = True,
+    patience: int | None = None,
     throw: bool = False,
 ) -> Solution:
     r"""K-fold cross-validated lasso / l1-logistic regression, refitted on all rows.
@@ -1159,6 +1160,13 @@ def lasso_cv(
         lambdas, num_lambdas, eps: the grid (see :func:`lasso_path`); the
             default grid is computed on the full data.
         loss, fit_intercept, tol, max_steps, solver, screen, throw: as in :func:`lasso`.
+        patience: early stop along the path (glmnet-style): once the mean CV
+            error has not improved on its best for ``patience`` consecutive
+            lambdas, the remaining (smaller) lambdas are not solved (their
+            ``cv_error`` is ``inf``). The small-lambda end of the path is by
+            far the most expensive (near-interpolation when ``m >= n``) and
+            rarely holds the CV minimum once the error has risen for a while.
+            ``None`` (default) solves the whole grid, exactly like scikit-learn.
 
     Returns:
         :class:`~jaxknock.Solution` with ``value`` the ``(m,)`` refitted
@@ -1185,6 +1193,7 @@ def lasso_cv(
     lambdas = jnp.asarray(lambdas, X.dtype)
     _checks.check_ndim(lambdas, 1, "lambdas", "a 1-D array of penalties")
     _check_lam(lambdas, "lambdas")
+    patience = _check_patience(patience)
     sol = _cv_jit(
         X,
         y,
@@ -1197,8 +1206,17 @@ def lasso_cv(
         max_steps=max_steps,
         solver=solver,
         screen=screen,
+        patience=patience,
     )
     return raise_if_failed(sol, throw)
+
+
+def _check_patience(patience):
+    if patience is None:
+        return None
+    if not (isinstance(patience, (int, np.integer)) and patience >= 1):
+        raise ValueError(f"patience must be None or a positive integer, got {patience!r}")
+    return int(patience)
 
 
 def _check_folds_nonempty(fold_ids, K, y, loss):
@@ -1217,9 +1235,10 @@ def _check_folds_nonempty(fold_ids, K, y, loss):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("K", "loss", "fit_intercept", "solver", "screen")
+    jax.jit, static_argnames=("K", "loss", "fit_intercept", "solver", "screen", "patience")
 )
-def _cv_jit(X, y, fold_ids, lambdas, *, K, loss, fit_intercept, tol, max_steps, solver, screen):
+def _cv_jit(X, y, fold_ids, lambdas, *, K, loss, fit_intercept, tol, max_steps, solver, screen,
+            patience=None):
     return _cv_impl(
         X,
         y,
@@ -1232,10 +1251,12 @@ def _cv_jit(X, y, fold_ids, lambdas, *, K, loss, fit_intercept, tol, max_steps, 
         max_steps=max_steps,
         solver=solver,
         screen=screen,
+        patience=patience,
     )
 
 
-def _cv_impl(X, y, fold_ids, lambdas, *, K, loss, fit_intercept, tol, max_steps, solver, screen):
+def _cv_impl(X, y, fold_ids, lambdas, *, K, loss, fit_intercept, tol, max_steps, solver, screen,
+             patience=None):
     """Cross-validation for one design (traceable; ``vmap`` over designs)."""
     dtype = X.dtype
     XT = X.T
@@ -1254,22 +1275,29 @@ def _cv_impl(X, y, fold_ids, lambdas, *, K, loss, fit_intercept, tol, max_steps,
         solver=solver,
         screen=screen,
         tol=tol,
-        max_steps=max_steps,
     )
-    solve = jax.vmap(lambda prob, lam, c, o: _solve(prob, lam, c, o, **kw), in_axes=(0, None, 0, 0))
+    # max_steps is traced (not static), so an early-stopped lambda costs one gap check
+    solve = jax.vmap(
+        lambda prob, lam, c, o, ms: _solve(prob, lam, c, o, max_steps=ms, **kw),
+        in_axes=(0, None, 0, 0, None),
+    )
     held_out = 1.0 - W[:K]
     n_held = jnp.sum(held_out, axis=1)
     m = X.shape[1]
     L = lambdas.shape[0]
 
     def body(carry, xs):
-        coefs, offsets, best = carry
+        coefs, offsets, best, stall = carry
         lam, idx = xs
-        states, codes = solve(probs, lam, coefs, offsets)
+        stopped = jnp.asarray(False) if patience is None else stall >= patience
+        states, codes = solve(probs, lam, coefs, offsets, jnp.where(stopped, 0, max_steps))
         dev = 2.0 * _loss(loss, states.z[:K], y[None, :])
         errs = jnp.sum(held_out * dev, axis=1) / n_held
+        errs = jnp.where(stopped, jnp.inf, errs)
+        codes = jnp.where(stopped, 0, codes)
         mean = jnp.mean(errs)
         better = mean < best["err"]
+        stall = jnp.where(better, 0, stall + 1)
         full = jax.tree_util.tree_map(lambda a: a[K], states)
         full_prob = jax.tree_util.tree_map(lambda a: a[K], probs)
         candidate = {
@@ -1281,7 +1309,7 @@ def _cv_impl(X, y, fold_ids, lambdas, *, K, loss, fit_intercept, tol, max_steps,
         }
         best = jax.tree_util.tree_map(lambda new, old: jnp.where(better, new, old), candidate, best)
         out = (errs, jnp.max(codes), jnp.sum(states.num_steps))
-        return (states.coef, states.offset, best), out
+        return (states.coef, states.offset, best, stall), out
 
     best0 = {
         "err": jnp.asarray(jnp.inf, dtype),
@@ -1290,8 +1318,8 @@ def _cv_impl(X, y, fold_ids, lambdas, *, K, loss, fit_intercept, tol, max_steps,
         "intercept": jnp.zeros((), dtype),
         "gap": jnp.zeros((), dtype),
     }
-    init = (jnp.zeros((K + 1, m), dtype), probs.offset0, best0)
-    (_, _, best), (errs, codes, steps) = lax.scan(
+    init = (jnp.zeros((K + 1, m), dtype), probs.offset0, best0, jnp.zeros((), jnp.int32))
+    (_, _, best, _), (errs, codes, steps) = lax.scan(
         body, init, (lambdas, jnp.arange(L, dtype=jnp.int32))
     )
     stats = {

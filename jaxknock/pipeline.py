@@ -112,11 +112,35 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank):
     return X, y, binary, rank
 
 
+def _covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings):
+    """Stages 2-3 on the standardised ``Xs``: ``(Sigma or FactorModel, s Solution)``.
+
+    Fills ``timings["covariance"]`` and ``timings["s_vector"]``. Depends on ``X``
+    only, so a caller with several responses for one design (benchmarks) can
+    reuse it.
+    """
+    if s_method == "sdp_factor":
+        (model, _), timings["covariance"] = _clock(factor_model_from_data, key, Xs, rank)
+        Sigma = model
+        s_sol, timings["s_vector"] = _clock(sdp_factor, model, tol=sdp_tol)
+    else:
+        (S_lw, _), t_cov = _clock(ledoit_wolf, Xs)
+        Sigma = to_correlation(S_lw)
+        timings["covariance"] = t_cov
+        if s_method == "sdp":
+            s_sol, timings["s_vector"] = _clock(sdp, Sigma, tol=sdp_tol)
+        elif s_method == "asdp":
+            s_sol, timings["s_vector"] = _clock(asdp, Sigma, block_size=asdp_block_size, tol=sdp_tol)
+        else:
+            s_sol, timings["s_vector"] = _clock(equicorrelated, Sigma)
+    return Sigma, s_sol
+
+
 def knockoff_filter(key, X, y, *, fdr: float = 0.1, s_method: str = "sdp", rank: int | None = None,
                     statistic: str = "lcd", num_replicates: int = 1, aggregate: str = "ebh",
                     plus: bool = True, lam=None, asdp_block_size: int = 100,
-                    sdp_tol: float = 1e-4, devices=None, mesh=None,
-                    chunk_size: int | None = None) -> Selection:
+                    sdp_tol: float = 1e-4, lasso_tol: float | None = 1e-4, cv_patience: int | None = 10,
+                    devices=None, mesh=None, chunk_size: int | None = None) -> Selection:
     r"""Model-X knockoff selection with FDR control at level ``fdr``.
 
     Gaussian knockoffs (Candes et al. 2018) built from a Ledoit-Wolf estimate
@@ -151,6 +175,14 @@ def knockoff_filter(key, X, y, *, fdr: float = 0.1, s_method: str = "sdp", rank:
         lam: fixed lasso penalty for ``"lcd"`` (default: cross-validation).
         asdp_block_size: block size for ``"asdp"``.
         sdp_tol: relative certified-gap tolerance for the SDP solvers.
+        lasso_tol: relative duality-gap tolerance of the lasso solves for
+            ``"lcd"``/``"lsm"`` (``None``: the solver default, 1e-6 in
+            float64); 1e-4 is scikit-learn's default (knockpy uses 1e-3).
+        cv_patience: early stop of the cross-validated ``"lcd"`` path once
+            the CV error has not improved for this many lambdas (see
+            :func:`jaxknock.lasso.lasso_cv`; ``None`` solves the whole
+            100-lambda grid, which costs several times more when ``2p >= n``
+            because the smallest penalties nearly interpolate).
         devices, mesh: run the replicate stage (sampling and statistics of
             each replicate, fused) sharded over devices with
             :func:`jaxknock.distributed.shard_batch`: ``None`` uses every device
@@ -177,20 +209,7 @@ def knockoff_filter(key, X, y, *, fdr: float = 0.1, s_method: str = "sdp", rank:
     timings = {}
     Xs = (X - jnp.mean(X, axis=0)) / jnp.std(X, axis=0)
 
-    if s_method == "sdp_factor":
-        (model, _), timings["covariance"] = _clock(factor_model_from_data, k_fac, Xs, rank)
-        Sigma = model
-        s_sol, timings["s_vector"] = _clock(sdp_factor, model, tol=sdp_tol)
-    else:
-        (S_lw, _), t_cov = _clock(ledoit_wolf, Xs)
-        Sigma = to_correlation(S_lw)
-        timings["covariance"] = t_cov
-        if s_method == "sdp":
-            s_sol, timings["s_vector"] = _clock(sdp, Sigma, tol=sdp_tol)
-        elif s_method == "asdp":
-            s_sol, timings["s_vector"] = _clock(asdp, Sigma, block_size=asdp_block_size, tol=sdp_tol)
-        else:
-            s_sol, timings["s_vector"] = _clock(equicorrelated, Sigma)
+    Sigma, s_sol = _covariance_and_s(k_fac, Xs, s_method, rank, asdp_block_size, sdp_tol, timings)
     s = s_sol.value
 
     loss = "logistic" if binary else "squared"
@@ -199,7 +218,8 @@ def knockoff_filter(key, X, y, *, fdr: float = 0.1, s_method: str = "sdp", rank:
     if chunk_size is not None or _dist._wants_sharding(devices, mesh):
         (W, stat_sol), timings["sampling"] = _clock(
             _fused_replicates, k_samp, Xs, y, Sigma, s, int(num_replicates), statistic=statistic,
-            lam=lam, loss=loss, mesh=_dist._resolve_mesh(devices, mesh, None), chunk_size=chunk_size)
+            lam=lam, loss=loss, mesh=_dist._resolve_mesh(devices, mesh, None), chunk_size=chunk_size,
+            lasso_tol=lasso_tol, cv_patience=cv_patience)
         timings["statistics"] = 0.0
         return _select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate,
                        dict(fdr=fdr, s_method=s_method, rank=rank, statistic=statistic,
@@ -212,10 +232,11 @@ def knockoff_filter(key, X, y, *, fdr: float = 0.1, s_method: str = "sdp", rank:
     stat_sol = None
     t0 = time.perf_counter()
     if statistic == "lcd":
-        stat_sol = _stats.lcd(Xk, y, lam=lam, loss=loss)
+        stat_sol = _stats.lcd(Xk, y, lam=lam, loss=loss, tol=lasso_tol,
+                              patience=cv_patience if lam is None else None)
         W = stat_sol.value
     elif statistic == "lsm":
-        stat_sol = _stats.lsm(Xk, y, loss=loss)
+        stat_sol = _stats.lsm(Xk, y, loss=loss, tol=lasso_tol)
         W = stat_sol.value
     elif statistic == "correlation":
         W = _stats.marginal_correlation(Xk, y)
@@ -224,26 +245,28 @@ def knockoff_filter(key, X, y, *, fdr: float = 0.1, s_method: str = "sdp", rank:
     W = jax.block_until_ready(jnp.asarray(W))
     timings["statistics"] = time.perf_counter() - t0
     settings = dict(fdr=fdr, s_method=s_method, rank=rank, statistic=statistic, num_replicates=int(num_replicates),
-                    aggregate=aggregate, plus=plus, loss=loss)
+                    aggregate=aggregate, plus=plus, loss=loss, lasso_tol=lasso_tol, cv_patience=cv_patience)
     return _select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate, settings)
 
 
-def _replicate_statistics(keys, plan, Xs, y, lam, *, statistic, loss):
+def _replicate_statistics(keys, plan, Xs, y, lam, *, statistic, loss, lasso_tol=None, cv_patience=None):
     """Knockoffs and statistics of a batch of replicates (one device's share)."""
     Xt = jax.vmap(_sampling._draw, in_axes=(0, None))(keys, plan)
     Xk = jnp.concatenate([jnp.broadcast_to(Xs, Xt.shape), Xt], axis=-1)
     if statistic == "lcd":
-        sol = _stats.lcd(Xk, y, lam=lam, loss=loss)
+        sol = _stats.lcd(Xk, y, lam=lam, loss=loss, tol=lasso_tol,
+                         patience=cv_patience if lam is None else None)
         return sol.value, sol
     if statistic == "lsm":
-        sol = _stats.lsm(Xk, y, loss=loss)
+        sol = _stats.lsm(Xk, y, loss=loss, tol=lasso_tol)
         return sol.value, sol
     if statistic == "correlation":
         return _stats.marginal_correlation(Xk, y), None
     return _stats.sparse_centroid(Xk, y), None
 
 
-def _fused_replicates(key, Xs, y, Sigma, s, R, *, statistic, lam, loss, mesh, chunk_size):
+def _fused_replicates(key, Xs, y, Sigma, s, R, *, statistic, lam, loss, mesh, chunk_size,
+                      lasso_tol=None, cv_patience=None):
     """Sampling + statistics per replicate, sharded over ``mesh`` in memory-sized steps.
 
     Peak memory per replicate in flight (``b`` bytes per number): the sampler's
@@ -261,7 +284,8 @@ def _fused_replicates(key, Xs, y, Sigma, s, R, *, statistic, lam, loss, mesh, ch
     per_rep += (8 * 2 * n * p if statistic in ("lcd", "lsm") else 4 * n * p) * b
     keys = jax.random.split(key, R)  # same keys as sample_replicates, split before sharding
     plan = _sampling._plan(X, params, mu, kind)
-    fn = functools.partial(_replicate_statistics, statistic=statistic, loss=loss)
+    fn = functools.partial(_replicate_statistics, statistic=statistic, loss=loss, lasso_tol=lasso_tol,
+                           cv_patience=cv_patience)
     return _dist.shard_batch(fn, keys, broadcast=(plan, X, y, lam), mesh=mesh, axis_name=mesh.axis_names[0],
                              vectorized=True, chunk_size=chunk_size, per_item_bytes=per_rep,
                              shared_bytes=shared + (n * p + R * p) * b, knob="chunk_size")

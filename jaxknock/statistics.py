@@ -161,6 +161,7 @@ def lcd(
     max_steps: int | None = None,
     solver: str = "auto",
     screen: bool = True,
+    patience: int | None = None,
     throw: bool = False,
 ) -> Solution:
     r"""Lasso coefficient difference :math:`W_j = |\hat\beta_j| - |\hat\beta_{j+p}|`.
@@ -185,6 +186,10 @@ def lcd(
             (per design by default), see :func:`jaxknock.lasso.lasso_cv`.
         loss, fit_intercept, tol, max_steps, solver, screen: solver settings,
             see :func:`jaxknock.lasso.lasso`.
+        patience: early stop of the cross-validation path (see
+            :func:`jaxknock.lasso.lasso_cv`); ``None`` solves the whole grid.
+            It depends on CV errors only, which are swap-invariant, so the
+            flip-sign property is kept.
         throw: raise ``RuntimeError`` if any solve failed.
 
     Returns:
@@ -233,6 +238,7 @@ def lcd(
             _lasso._check_lam(lambdas, "lambdas")
         else:
             _lasso._check_grid_settings(num_lambdas, eps)
+        patience = _lasso._check_patience(patience)
         sol = _lcd_cv_jit(
             Xk3,
             y,
@@ -247,6 +253,7 @@ def lcd(
             max_steps=max_steps,
             solver=solver,
             screen=screen,
+            patience=patience,
         )
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
 
@@ -280,7 +287,7 @@ def _lcd_fixed_jit(Xk3, y, lams, *, loss, fit_intercept, tol, max_steps, solver,
     return _over_designs(one, (Xk3, lams), solver)
 
 
-@functools.partial(jax.jit, static_argnames=_SOLVER_STATIC + ("K", "num_lambdas", "eps"))
+@functools.partial(jax.jit, static_argnames=_SOLVER_STATIC + ("K", "num_lambdas", "eps", "patience"))
 def _lcd_cv_jit(
     Xk3,
     y,
@@ -296,6 +303,7 @@ def _lcd_cv_jit(
     max_steps,
     solver,
     screen,
+    patience=None,
 ):
     def one(X):
         grid = lambdas
@@ -315,6 +323,7 @@ def _lcd_cv_jit(
             max_steps=max_steps,
             solver=solver,
             screen=screen,
+            patience=patience,
         )
         stats = {"coef": sol.value, "lam": sol.stats["lam"], "num_steps": sol.stats["num_steps"]}
         return Solution(value=_coef_to_w(sol.value), result=sol.result, stats=stats)
