@@ -107,6 +107,26 @@ def test_cv_matches_sklearn_lassocv():
     assert sol.result == RESULTS.successful
 
 
+def test_cv_patience_stops_the_path_and_keeps_the_minimum():
+    """Early stop along the CV path: the lambdas before the stop are solved exactly as
+    without it, the rest are skipped (cv_error inf, few steps) and the CV minimum is kept."""
+    X, y = _regression(seed=3, noise=2.0)
+    full = L.lasso_cv(X, y, folds=3, num_lambdas=40, tol=1e-10)
+    early = L.lasso_cv(X, y, folds=3, num_lambdas=40, tol=1e-10, patience=3)
+    err_full, err_early = np.asarray(full.stats["cv_mean"]), np.asarray(early.stats["cv_mean"])
+    best = int(full.stats["lam_index"])
+    assert best < 36  # the grid continues well past the minimum
+    assert int(early.stats["lam_index"]) == best
+    np.testing.assert_allclose(early.value, full.value, atol=1e-9)
+    solved = np.isfinite(err_early)
+    assert solved[: best + 4].all() and not solved[best + 4 :].any()
+    np.testing.assert_allclose(err_early[solved], err_full[solved], rtol=1e-8)
+    assert int(early.stats["num_steps"]) < int(full.stats["num_steps"])
+    assert early.result == RESULTS.successful
+    with pytest.raises(ValueError, match="patience"):
+        L.lasso_cv(X, y, patience=0)
+
+
 def test_logistic_cv_equals_manual_folds():
     """Fold deviances and refit against scikit-learn fits on each training fold."""
     X, y = _classification(seed=4, n=90)
