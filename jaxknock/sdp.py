@@ -806,6 +806,9 @@ class FactorSDPState(NamedTuple):
     dual: jax.Array
 
 
+_FACTOR_BLOCK = 256
+
+
 def _factor_capacitance_inverse(d, U, s):
     dt = 2.0 * d - s
     M = jnp.eye(U.shape[1], dtype=U.dtype) + 2.0 * jnp.matmul(U.T, U / dt[:, None], precision=HIGHEST)
@@ -833,24 +836,41 @@ def _factor_sweep(state: FactorSDPState, d, U, tol):
     p = U.shape[0]
     lam = state.lam
     cap = jnp.minimum(1.0, 2.0 * (d + jnp.sum(U**2, axis=1)))
+    # Coordinates are visited in blocks of ``b``: the inner loop carries only the
+    # block's slices, so each step touches O(b + k^2) memory (a loop carrying the
+    # whole p-vector copies it at every step on some backends: O(p^2) per sweep).
+    b = min(_FACTOR_BLOCK, p)
+    nblocks = -(-p // b)
+    pad = nblocks * b - p
+    # padded coordinates have u = 0, d = 1, cap = 0: their update is s = 0, no-op
+    Ub = jnp.pad(U, ((0, pad), (0, 0))).reshape(nblocks, b, -1)
+    db = jnp.pad(d, (0, pad), constant_values=1.0).reshape(nblocks, b)
+    cb = jnp.pad(cap, (0, pad)).reshape(nblocks, b)
+    sb = jnp.pad(state.s, (0, pad)).reshape(nblocks, b)
 
-    def body(j, carry):
-        s, N, cent = carry
-        u = U[j]
+    def coord(i, carry):
+        s_blk, N, cent, Ublk, dblk, cblk = carry
+        u = Ublk[i]
         Nu = jnp.matmul(N, u, precision=HIGHEST)
         a = jnp.dot(u, Nu, precision=HIGHEST)
-        s_old = s[j]
-        dt_old = 2.0 * d[j] - s_old
+        s_old = s_blk[i]
+        dt_old = 2.0 * dblk[i] - s_old
         sigma = dt_old**2 / (dt_old - 2.0 * a)
-        s_new = jnp.clip(s_old + sigma - lam, 0.0, cap[j])
+        s_new = jnp.clip(s_old + sigma - lam, 0.0, cblk[i])
         dlt = s_new - s_old
         dt_new = dt_old - dlt
         denom = dt_old * dt_new + 2.0 * dlt * a
         N = N - (2.0 * dlt / denom) * jnp.outer(Nu, Nu)
-        cent = jnp.maximum(cent, _off_centre(s_old, s_new, sigma, lam, cap[j]))
-        return s.at[j].set(s_new), N, cent
+        cent = jnp.maximum(cent, _off_centre(s_old, s_new, sigma, lam, cblk[i]))
+        return s_blk.at[i].set(s_new), N, cent, Ublk, dblk, cblk
 
-    s, N, cent = lax.fori_loop(0, p, body, (state.s, state.N, jnp.zeros((), U.dtype)))
+    def block(kb, carry):
+        sb, N, cent = carry
+        s_blk, N, cent, *_ = lax.fori_loop(0, b, coord, (sb[kb], N, cent, Ub[kb], db[kb], cb[kb]))
+        return sb.at[kb].set(s_blk), N, cent
+
+    sb, N, cent = lax.fori_loop(0, nblocks, block, (sb, state.N, jnp.zeros((), U.dtype)))
+    s = sb.reshape(-1)[:p]
     # refresh the k x k inverse once per sweep (O(p k^2)) to stop drift
     N = _factor_capacitance_inverse(d, U, s)
     h = _factor_inverse_diag(d, U, s, N)
@@ -872,7 +892,7 @@ def _factor_is_pd(d, U, s):
 
 
 def sdp_factor(model: FactorModel, *, tol: float = 1e-5, max_sweeps: int = 500,
-               lam0: float | None = None, decay: float = 0.8, throw: bool = False) -> Solution:
+               lam0: float | None = None, decay: float = 0.6, throw: bool = False) -> Solution:
     r"""Knockoff SDP for a factor model ``Sigma = D + U U^T`` (FANOK Algorithm 5).
 
     Same barrier problem and coordinate update as :func:`sdp`, but
@@ -882,7 +902,18 @@ def sdp_factor(model: FactorModel, *, tol: float = 1e-5, max_sweeps: int = 500,
     ``M = I + 2 U^T Dt^{-1} U``. ``M^{-1}`` is kept current by a rank-one
     update per coordinate (``O(k^2)``) and recomputed from scratch once per
     sweep (``O(p k^2)``) to prevent drift. Total: ``O(p k^2)`` per sweep,
-    ``O(p k)`` memory, no ``p x p`` array.
+    ``O(p k)`` memory, no ``p x p`` array. Coordinates are visited in blocks
+    of 256 so that the inner loop only carries the block (a loop carrying the
+    whole ``s`` would copy it at each coordinate, ``O(p^2)`` per sweep).
+
+    Schedule: ``lam`` starts at ``lam0`` or, by default, at
+    ``min(0.5, max_j 1 / (2 Sigma)^{-1}_jj)``, the largest value at which a
+    coordinate leaves ``s = 0`` (sweeps above it change nothing), and is
+    multiplied by ``decay`` (default 0.6) after each sweep whose iterate is
+    within a factor 2 of the central path (``|sigma_j / lam - 1| <= 1``);
+    otherwise the sweep is repeated at the same ``lam``. The run stops when
+    the certified relative gap is at most ``tol``: about 25-35 sweeps on the
+    problems we benchmark, independent of ``p``.
 
     The model is first rescaled to unit diagonal
     (``d/diag``, ``U/sqrt(diag)``) and ``s`` mapped back. The certified gap uses
@@ -898,7 +929,9 @@ def sdp_factor(model: FactorModel, *, tol: float = 1e-5, max_sweeps: int = 500,
     Args:
         model: :class:`~jaxknock.FactorModel` (float64), or one with a leading
             batch axis on ``d`` and ``U`` (solved with ``vmap``).
-        tol, max_sweeps, lam0, decay, throw: as in :func:`sdp`.
+        tol, max_sweeps, throw: as in :func:`sdp`.
+        lam0: initial barrier parameter (default: automatic, see above).
+        decay: factor applied to ``lam`` after each centred sweep.
 
     Returns:
         :class:`~jaxknock.Solution` with ``value = s`` and ``stats``
@@ -910,7 +943,7 @@ def sdp_factor(model: FactorModel, *, tol: float = 1e-5, max_sweeps: int = 500,
     """
     _check_settings(tol, max_sweeps, decay, lam0)
     model = _validate_model(model)
-    lam0 = 0.5 if lam0 is None else float(lam0)
+    lam0 = -1.0 if lam0 is None else float(lam0)
     fn = _sdp_factor_jit
     if model.U.ndim == 3:
         fn = jax.vmap(_sdp_factor_jit, in_axes=(0, 0, None, None, None, None))
@@ -925,7 +958,14 @@ def _sdp_factor_jit(d, U, tol, max_sweeps, lam0, decay, centrality=1.0):
     dc, Uc = d / diag, U / jnp.sqrt(diag)[:, None]
     s0 = jnp.zeros(p, U.dtype)
     inf = jnp.asarray(jnp.inf, U.dtype)
-    state = FactorSDPState(s0, _factor_capacitance_inverse(dc, Uc, s0), jnp.asarray(lam0, U.dtype),
+    N0 = _factor_capacitance_inverse(dc, Uc, s0)
+    if lam0 > 0:
+        lam_start = jnp.asarray(lam0, U.dtype)
+    else:
+        # the largest lam at which a coordinate moves off s = 0 on the first sweep:
+        # max_j sigma_j(0) = max_j 1 / (2 Sigma)^{-1}_jj; sweeps above it change nothing
+        lam_start = jnp.minimum(0.5, jnp.max(1.0 / _factor_inverse_diag(dc, Uc, s0, N0)))
+    state = FactorSDPState(s0, N0, lam_start,
                            jnp.int32(0), inf, inf)
 
     def cond(st):

@@ -125,9 +125,10 @@ def test_covariance_input_is_rescaled():
     np.testing.assert_allclose(s_cov, s_corr * scale**2, rtol=1e-5, atol=1e-9)
 
 
-def test_sdp_factor_matches_dense():
+@pytest.mark.parametrize("p", [80, 300])  # 300: several coordinate blocks of 256, the last one padded
+def test_sdp_factor_matches_dense(p):
     rng = np.random.default_rng(0)
-    p, k = 80, 4
+    k = 4
     model = FactorModel(jnp.asarray(rng.uniform(0.1, 1.0, p)), jnp.asarray(0.5 * rng.standard_normal((p, k))))
     sf = sdp_factor(model, tol=1e-5)
     sd = sdp(model.dense(), tol=1e-5)
@@ -135,6 +136,10 @@ def test_sdp_factor_matches_dense():
     obj_f, obj_d = float(sf.stats["objective"]), float(sd.stats["objective"])
     assert abs(obj_f - obj_d) <= 2e-6 * obj_d
     np.testing.assert_allclose(sf.value, sd.value, atol=5e-3)
+    # the automatic start lam0 = max_j 1/(2 Sigma)^{-1}_jj skips sweeps, not accuracy
+    slow = sdp_factor(model, tol=1e-5, lam0=0.5, decay=0.8)
+    assert int(slow.result) == 0 and int(slow.stats["num_steps"]) > int(sf.stats["num_steps"])
+    assert abs(float(slow.stats["objective"]) - obj_f) <= 2e-5 * obj_f
 
 
 def test_jit_equals_eager_and_no_retrace():
