@@ -87,7 +87,9 @@ def settings(small: bool, n_train: int) -> dict:
         # Hyper-parameters (per-sample-mean objectives), chosen on MNIST by
         # tune_lifted; see the module docstring of jaxknock.lifted for the scaling.
         "fenchel_batched": dict(lam=0.3, rho=0.0, gamma=(0.003, 0.2)),
-        "fenchel_mse": dict(lam=1.0, rho=1e-5),
+        # thesis section 3.8 (non-batched 784-300-10): lambda = 0.1, rho = (1e-2, 10) on the
+        # summed objective, i.e. rho / N on our per-sample-mean objective
+        "fenchel_mse": dict(lam=0.1, rho=(1e-2 / n_train, 10.0 / n_train)),
         "lifted_xent": dict(lam=1.0, rho=1e-4),
     }
 

@@ -152,8 +152,8 @@ def main():
                     help="also time method='coordinate' (Algorithm 4) up to this p")
     args = ap.parse_args()
     anchors = not (args.small or args.no_anchors)
-    full_sizes = args.full_sizes or ([100] if args.small else [100, 300, 1000, 3000])
-    factor_sizes = args.factor_sizes or ([1000] if args.small else [1000, 10000, 50000])
+    full_sizes = args.full_sizes if args.full_sizes is not None else ([100] if args.small else [100, 300, 1000, 3000])
+    factor_sizes = args.factor_sizes if args.factor_sizes is not None else ([1000] if args.small else [1000, 10000, 50000])
     print(f"jax {jax.__version__} on {jax.devices()[0].platform} ({jax.devices()[0].device_kind})")
     rows = []
     for p in full_sizes:

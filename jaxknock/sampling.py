@@ -720,6 +720,11 @@ def _available_memory_bytes(device=None) -> int:
         stats = None
     if stats and "bytes_limit" in stats:
         return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    return _host_available_bytes()
+
+
+def _host_available_bytes() -> int:
+    """The host's ``MemAvailable`` (Linux), else free physical pages, else 4 GiB."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:

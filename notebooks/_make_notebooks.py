@@ -127,6 +127,45 @@ usually the highest power, equicorrelated the lowest on correlated designs.
 Aggregating replicates with e-BH removes the randomness of a single knockoff
 draw at a small cost in power.
 '''),
+    md('''
+## The thesis' Figure 4.5 experiment, measured against knockpy
+
+`benchmarks/bench_filter.py --json out.json` runs the full experiment
+(n = 1000, p = 500, factor-model covariance, 50 signals, many knockoff draws
+per amplitude, every S-vector method, one replicate and e-BH over `R`
+replicates, and knockpy's `KnockoffFilter` on the same data in the same run).
+The results of the run quoted in the README are stored in
+`benchmarks/measured/bench_filter.json`; this cell plots them (mean +- one
+standard error over draws).
+'''),
+    code('''
+import json
+bench = Path.cwd().parent / "benchmarks" / "measured" / "bench_filter.json"
+if bench.exists():
+    res = json.loads(bench.read_text())
+    cfg = res["config"]
+    curves = {}
+    for r in res["rows"]:
+        curves.setdefault((r["library"], r["method"], r["R"]), []).append(r)
+    print(f"n={cfg['n']} p={cfg['p']} draws={cfg['draws']} R={cfg['R']} lam={cfg['lam']} target FDR {cfg['fdr']}")
+    for (lib, meth, R_), rs in curves.items():
+        print(f"{lib:9s} {meth:15s} R={R_:<3d}", " ".join(
+            f"a={r['amplitude']:g}: FDP {r['fdp_mean']:.3f} power {r['power_mean']:.3f}" for r in rs))
+    if plt is not None:
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+        for (lib, meth, R_), rs in curves.items():
+            amp = [r["amplitude"] for r in rs]
+            style = "s--" if R_ > 1 else ("^:" if lib == "knockpy" else "o-")
+            label = f"{lib} {meth}" + (f" e-BH R={R_}" if R_ > 1 else "")
+            axes[0].errorbar(amp, [r["power_mean"] for r in rs], [r["power_se"] for r in rs], fmt=style, label=label)
+            axes[1].errorbar(amp, [r["fdp_mean"] for r in rs], [r["fdp_se"] for r in rs], fmt=style, label=label)
+        axes[1].axhline(cfg["fdr"], color="k", lw=1, ls=":")
+        axes[0].set(xlabel="amplitude", ylabel="power", title="power (thesis Fig. 4.5 setting)")
+        axes[1].set(xlabel="amplitude", ylabel="FDP", title="FDP, mean +- s.e.")
+        axes[0].legend(fontsize=6); fig.tight_layout(); plt.show()
+else:
+    print("run benchmarks/bench_filter.py --json benchmarks/measured/bench_filter.json to plot the full experiment")
+'''),
 ]
 
 NB03 = [

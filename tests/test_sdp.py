@@ -274,3 +274,17 @@ def test_newton_certifies_where_coordinate_ascent_jams(C, tol):
     assert dual - obj <= tol * obj  # certified
     assert opt - obj <= 2e-6 * opt  # and true (cvxpy/Clarabel at 1e-9)
     assert int(sol.stats["newton_steps"]) <= 80 and int(sol.stats["sweeps"]) == 0
+
+
+def test_newton_below_certificate_floor_reports_stagnated_not_max_steps():
+    """A tolerance below what rounding lets the certificate prove (1e-13 relative) ends
+    early with ``stagnated`` and a feasible ``s``, instead of running to ``max_sweeps``
+    or drifting onto the PD boundary (found at p = 2000, where it used to run 500 steps)."""
+    C = factor_correlation(60, 3, 5)
+    sol = sdp(C, tol=1e-13, max_sweeps=400)
+    assert RESULTS(int(sol.result)) == RESULTS.stagnated
+    assert int(sol.stats["newton_steps"]) < 150
+    assert float(sol.stats["min_eig"]) > -1e-12
+    ref = sdp(C, tol=1e-5)
+    assert int(ref.result) == 0
+    assert abs(float(sol.stats["objective"]) - float(ref.stats["objective"])) <= 1e-5 * float(ref.stats["objective"])
