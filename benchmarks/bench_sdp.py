@@ -146,6 +146,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--small", action="store_true", help="smoke sizes, no anchors")
     ap.add_argument("--no-anchors", action="store_true")
+    ap.add_argument("--knockpy-max-p", type=int, default=1000, help="run knockpy up to this p (0: never)")
     ap.add_argument("--full-sizes", type=int, nargs="*", default=None)
     ap.add_argument("--factor-sizes", type=int, nargs="*", default=None)
     ap.add_argument("--coordinate-max-p", type=int, default=300,
@@ -169,7 +170,7 @@ def main():
             if anchors:
                 for r in fanok_runs(FANOK_FULL, {"S": S}):
                     rows.append(row(name, f"fanok eps={r['eps']:.0e}", r["time"], r["sweeps"], r["sum"], r["min_eig"], None, "-"))
-                if p <= 1000:
+                if p <= args.knockpy_max_p:
                     r = run_anchor("knockpy", KNOCKPY, {"S": S})
                     if r is not None:
                         rows.append(row(name, "knockpy sdp", r["time"], r["sweeps"], r["sum"], r["min_eig"], None, "-"))
