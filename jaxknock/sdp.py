@@ -385,7 +385,7 @@ def _max_step(x, dx):
     return jnp.minimum(1.0, 0.99 * t)
 
 
-_NEWTON_PATIENCE = 12  # 3 centred (4 each) or 12 other steps without progress
+_NEWTON_PATIENCE = 3
 
 
 def _newton_path(C, s0, lam0, cap, tol, max_steps, mu=0.1, center=0.3, patience=_NEWTON_PATIENCE):
@@ -437,11 +437,11 @@ def _newton_path(C, s0, lam0, cap, tol, max_steps, mu=0.1, center=0.3, patience=
         # PD boundary without improving what the certificate can prove
         tot = jnp.maximum(jnp.sum(s_new), 1e-12)
         shrink_lam = (dec < center) & (st.lam * 2 * s_new.shape[0] > 0.05 * tol * tot)
-        # stall: a centred iterate, or any 4th step, that does not shrink the certified gap
+        # stall: centred iterates that do not shrink the certified gap
         new = NewtonState(
             s_new, st.z0 + td * dz0, st.z1 + td * dz1,
             jnp.where(shrink_lam, st.lam * mu, st.lam), st.step + 1,
-            best, jnp.where(improved, 0, st.stall + jnp.where(dec < center, 4, 1)),
+            best, jnp.where(improved, 0, st.stall + (dec < center)),
         )
         ok = jnp.all(jnp.isfinite(new.s)) & jnp.all(jnp.isfinite(ds))
         return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, st._replace(stall=jnp.int32(patience)))
@@ -1083,7 +1083,7 @@ def scale_to_feasible(Sigma, s, *, num_bisections: int = 60) -> Solution:
     return sol
 
 
-def asdp(Sigma, *, block_size: int = 100, tol: float = 1e-6, max_sweeps: int = 500,
+def asdp(Sigma, *, block_size: int = 100, tol: float = 1e-5, max_sweeps: int = 500,
          throw: bool = False) -> Solution:
     r"""Approximate SDP (Candes et al. 2018; Rebjock thesis ch. 4).
 
