@@ -53,6 +53,7 @@ pass them ``devices=jax.local_devices()``.
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any, Callable, Sequence
 
 import jax
@@ -60,8 +61,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-
-from jaxknock.sampling import _host_available_bytes
 
 __all__ = [
     "device_mesh",
@@ -155,6 +154,21 @@ def _wants_sharding(devices, mesh) -> bool:
 # --------------------------------------------------------------------------
 # Memory planning
 # --------------------------------------------------------------------------
+
+
+def _host_available_bytes() -> int:
+    """The host's ``MemAvailable`` (Linux), else free physical pages, else 4 GiB."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover
+        pass
+    try:  # pragma: no cover
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover
+        return 4 * 2**30
 
 
 def device_memory_bytes(devices=None) -> int:

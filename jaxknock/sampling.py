@@ -34,7 +34,6 @@ checked on concrete inputs before ``jit`` and skipped for tracers.
 
 from __future__ import annotations
 
-import os
 from functools import partial
 from typing import Iterator, NamedTuple
 
@@ -712,30 +711,11 @@ def sample_knockoffs_factor(key, X, model, s, *, mu=None):
 
 
 def _available_memory_bytes(device=None) -> int:
-    """Free memory of ``device``: accelerator ``memory_stats``, else host MemAvailable."""
-    device = device or jax.devices()[0]
-    try:
-        stats = device.memory_stats()
-    except Exception:  # pragma: no cover - backend without stats
-        stats = None
-    if stats and "bytes_limit" in stats:
-        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
-    return _host_available_bytes()
+    """Free memory of ``device`` (default: the first device); see
+    :func:`jaxknock.distributed.device_memory_bytes`."""
+    from jaxknock import distributed as _dist  # deferred: distributed is a leaf module
 
-
-def _host_available_bytes() -> int:
-    """The host's ``MemAvailable`` (Linux), else free physical pages, else 4 GiB."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:  # pragma: no cover
-        pass
-    try:  # pragma: no cover
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):  # pragma: no cover
-        return 4 * 2**30
+    return _dist.device_memory_bytes(device or jax.devices()[0])
 
 
 def _replicate_bytes(n: int, p: int, k: int | None, itemsize: int) -> tuple[int, int]:
