@@ -430,13 +430,13 @@ def _newton_path(C, s0, lam0, cap, tol, max_steps, mu=0.1, center=0.3, patience=
         td = jnp.minimum(_max_step(st.z0, dz0), _max_step(st.z1, dz1))
         s_new = st.s + tp * ds
         best = jnp.minimum(st.dual, dual)
+        sum_new = jnp.sum(s_new)
         # progress = the certified gap shrinks (a better bound or a better iterate)
-        improved = ((best - jnp.sum(s_new)) < 0.999 * (st.dual - jnp.sum(st.s))) | ~jnp.isfinite(st.dual)
+        improved = ((best - sum_new) < 0.999 * (st.dual - jnp.sum(st.s))) | ~jnp.isfinite(st.dual)
         # lam stops decreasing once the central-path gap lam * (2p) is far below the
         # target: smaller values only push the iterate onto the rounding floor of the
         # PD boundary without improving what the certificate can prove
-        tot = jnp.maximum(jnp.sum(s_new), 1e-12)
-        shrink_lam = (dec < center) & (st.lam * 2 * s_new.shape[0] > 0.05 * tol * tot)
+        shrink_lam = (dec < center) & (st.lam * 2 * s_new.shape[0] > 0.05 * tol * jnp.maximum(sum_new, 1e-12))
         # stall: centred iterates that do not shrink the certified gap
         new = NewtonState(
             s_new, st.z0 + td * dz0, st.z1 + td * dz1,
@@ -857,25 +857,27 @@ def _factor_sweep(state: FactorSDPState, d, U, tol):
     cb = jnp.pad(cap, (0, pad)).reshape(nblocks, b)
     sb = jnp.pad(state.s, (0, pad)).reshape(nblocks, b)
 
-    def coord(i, carry):
-        s_blk, N, cent, Ublk, dblk, cblk = carry
-        u = Ublk[i]
-        Nu = jnp.matmul(N, u, precision=HIGHEST)
-        a = jnp.dot(u, Nu, precision=HIGHEST)
-        s_old = s_blk[i]
-        dt_old = 2.0 * dblk[i] - s_old
-        sigma = dt_old**2 / (dt_old - 2.0 * a)
-        s_new = jnp.clip(s_old + sigma - lam, 0.0, cblk[i])
-        dlt = s_new - s_old
-        dt_new = dt_old - dlt
-        denom = dt_old * dt_new + 2.0 * dlt * a
-        N = N - (2.0 * dlt / denom) * jnp.outer(Nu, Nu)
-        cent = jnp.maximum(cent, _off_centre(s_old, s_new, sigma, lam, cblk[i]))
-        return s_blk.at[i].set(s_new), N, cent, Ublk, dblk, cblk
-
     def block(kb, carry):
         sb, N, cent = carry
-        s_blk, N, cent, *_ = lax.fori_loop(0, b, coord, (sb[kb], N, cent, Ub[kb], db[kb], cb[kb]))
+        Ublk, dblk, cblk = Ub[kb], db[kb], cb[kb]
+
+        def coord(i, carry):
+            s_blk, N, cent = carry
+            u = Ublk[i]
+            Nu = jnp.matmul(N, u, precision=HIGHEST)
+            a = jnp.dot(u, Nu, precision=HIGHEST)
+            s_old = s_blk[i]
+            dt_old = 2.0 * dblk[i] - s_old
+            sigma = dt_old**2 / (dt_old - 2.0 * a)
+            s_new = jnp.clip(s_old + sigma - lam, 0.0, cblk[i])
+            dlt = s_new - s_old
+            dt_new = dt_old - dlt
+            denom = dt_old * dt_new + 2.0 * dlt * a
+            N = N - (2.0 * dlt / denom) * jnp.outer(Nu, Nu)
+            cent = jnp.maximum(cent, _off_centre(s_old, s_new, sigma, lam, cblk[i]))
+            return s_blk.at[i].set(s_new), N, cent
+
+        s_blk, N, cent = lax.fori_loop(0, b, coord, (sb[kb], N, cent))
         return sb.at[kb].set(s_blk), N, cent
 
     sb, N, cent = lax.fori_loop(0, nblocks, block, (sb, state.N, jnp.zeros((), U.dtype)))
@@ -952,7 +954,7 @@ def sdp_factor(model: FactorModel, *, tol: float = 1e-5, max_sweeps: int = 500,
     """
     _check_settings(tol, max_sweeps, decay, lam0)
     model = _validate_model(model)
-    lam0 = -1.0 if lam0 is None else float(lam0)
+    lam0 = None if lam0 is None else float(lam0)
     fn = _sdp_factor_jit
     if model.U.ndim == 3:
         fn = jax.vmap(_sdp_factor_jit, in_axes=(0, 0, None, None, None, None))
@@ -968,7 +970,7 @@ def _sdp_factor_jit(d, U, tol, max_sweeps, lam0, decay, centrality=1.0):
     s0 = jnp.zeros(p, U.dtype)
     inf = jnp.asarray(jnp.inf, U.dtype)
     N0 = _factor_capacitance_inverse(dc, Uc, s0)
-    if lam0 > 0:
+    if lam0 is not None:
         lam_start = jnp.asarray(lam0, U.dtype)
     else:
         # the largest lam at which a coordinate moves off s = 0 on the first sweep:
