@@ -182,8 +182,13 @@ def test_w_steps_satisfy_optimality_and_kernel_equals_primal(key):
     Y = jax.nn.one_hot(jnp.arange(N) % q, q)
     W0 = 0.1 * jax.random.normal(k3, (p, q))
     b0 = jnp.full((q,), 0.05)
-    (primal, info_p), (kern, info_k), (xent, info_x), (ridge, _) = _w_step_cases(X, V, T, Y, W0, b0)
+    cases = _w_step_cases(X, V, T, Y, W0, b0)
+    (primal, info_p, _), (kern, info_k, _), (xent, info_x, _), (ridge, _, _) = cases
     assert info_p.failures == 0 and info_k.failures == 0 and info_x.failures == 0
+    # The tracked predictions U = A Theta (reused for the reported objective)
+    # match a fresh product, in the primal and in the kernel (Woodbury) form.
+    for layer, _, U_tracked in cases:
+        np.testing.assert_allclose(U_tracked, X @ layer["w"] + layer["b"], atol=1e-9)
     np.testing.assert_allclose(kern["w"], primal["w"], atol=1e-8)
     np.testing.assert_allclose(kern["b"], primal["b"], atol=1e-8)
     # Stationarity of (3.19): (lam/N) A^T (relu(U) - V) + 2 rho W + 2 gamma (Theta - Theta0) = 0.
@@ -254,15 +259,25 @@ def test_nonbatched_bcd_pass_does_not_increase_objective(key, model, loss):
     spec = _spec(model, loss)
     init = mlp_init(jax.random.fold_in(key, 7), SIZES)
     f0 = float(lifted_objective(init_lifted_state(init, X_TR, spec), X_TR, ONEHOT_TR, spec)["objective"])
-    sol = fit_lifted(key, X_TR, Y_TR, spec, epochs=6, init=init)
-    assert sol.result == RESULTS.successful
-    values = np.r_[f0, sol.stats["objective"]]
-    assert np.all(np.diff(values) <= 1e-12 * np.abs(values[1:])), values
-    assert values[-1] < 0.8 * values[1]
-    assert sol.stats["train_accuracy"][-1] > 0.6
-    assert np.all(sol.stats["inner_solves"] > 0)
+    # Plain Algorithm 1 and the default safeguarded extrapolation between passes:
+    # both never increase the objective.
+    for extrapolation in (0.0, None):
+        sol = fit_lifted(key, X_TR, Y_TR, spec, epochs=6, init=init, extrapolation=extrapolation)
+        assert sol.result == RESULTS.successful
+        values = np.r_[f0, sol.stats["objective"]]
+        assert np.all(np.diff(values) <= 1e-12 * np.abs(values[1:])), values
+        assert values[-1] < 0.8 * values[1]
+        assert sol.stats["train_accuracy"][-1] > 0.6
+        assert np.all(sol.stats["inner_solves"] > 0)
+        if extrapolation == 0.0:
+            plain = sol
+    assert "extrapolated" not in plain.stats
+    assert sol.stats["extrapolated"].sum() >= 1  # some extrapolated points were taken
     if (model, loss) != ("fenchel", "cross_entropy"):
         return
+    # Accepted extrapolations pay off here: after 6 passes the objective is lower.
+    assert sol.stats["objective"][-1] < plain.stats["objective"][-1]
+    sol = plain
     # The jitted single pass (Algorithm 1) is the training epoch.
     state, info = _bcd(init_lifted_state(init, X_TR, spec), X_TR, ONEHOT_TR, spec)
     obj = lifted_objective(state, X_TR, ONEHOT_TR, spec)["objective"]
@@ -419,6 +434,10 @@ def test_bad_inputs_raise_specific_errors(key):
         fit_lifted(key, X, y[:20], spec)
     with pytest.raises(ValueError, match="batch_size"):
         fit_lifted(key, X, y, spec, batch_size=121)
+    with pytest.raises(ValueError, match="extrapolation .* non-batched"):
+        fit_lifted(key, X, y, _spec(**BATCHED), batch_size=10, extrapolation=2.0)
+    with pytest.raises(ValueError, match="extrapolation must be"):
+        fit_lifted(key, X, y, spec, extrapolation=-1.0)
     with pytest.raises(ValueError, match="at least one hidden"):
         LiftedSpec((5, 3))
     with pytest.raises(ValueError, match="loss must be"):
