@@ -288,3 +288,24 @@ def test_newton_below_certificate_floor_reports_stagnated_not_max_steps():
     ref = sdp(C, tol=1e-5)
     assert int(ref.result) == 0
     assert abs(float(sol.stats["objective"]) - float(ref.stats["objective"])) <= 1e-5 * float(ref.stats["objective"])
+
+
+def test_newton_certifies_when_bound_active_coordinates_lag():
+    """An ASDP block of the demo's Ledoit-Wolf correlation (50 x 50, min eigenvalue
+    0.25, 7 coordinates at the cap): the certificate stays ~2e-3 relative for a
+    dozen centred steps and then drops to ~2e-7 at once. Stopping after 3 centred
+    non-improving steps reported ``stagnated`` with a 0.08 gap at the optimum."""
+    from jaxknock.cli import synthetic_factor_data
+    from jaxknock.covariance import ledoit_wolf
+
+    kdata, _ = jax.random.split(jax.random.key(0))
+    X, _, _, _ = synthetic_factor_data(kdata, 1000, 500, 50, 50, 12.0)
+    C = to_correlation(ledoit_wolf(X)[0])[200:250, 200:250]
+    sol = sdp(C, tol=1e-5)
+    assert RESULTS(int(sol.result)) == RESULTS.successful
+    total = float(sol.stats["objective"])
+    assert float(sol.stats["gap"]) <= 1e-5 * total
+    ref = cvxpy_sdp(np.asarray(C))
+    assert abs(total - ref) <= 1e-5 * total
+    blocks = asdp(to_correlation(ledoit_wolf(X)[0]), block_size=50)
+    assert np.all(np.asarray(blocks.stats["block_results"]) == int(RESULTS.successful))
