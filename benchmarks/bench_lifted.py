@@ -216,12 +216,11 @@ def main(argv=None) -> dict:
         runs["fenchel-batched-xent"] = run_lifted(
             "fenchel-batched-xent", key, data, spec, epochs=cfg["epochs"], batch_size=cfg["batch"],
             alternations=1, w_max_steps=20)
+    mse_spec = LiftedSpec(sizes, loss="mse", model="fenchel", **cfg["fenchel_mse"])
     if "fenchel-mse" not in skip:
-        spec = LiftedSpec(sizes, loss="mse", model="fenchel", **cfg["fenchel_mse"])
-        runs["fenchel-mse"] = run_lifted("fenchel-mse", key, data, spec, epochs=cfg["nb_epochs"])
+        runs["fenchel-mse"] = run_lifted("fenchel-mse", key, data, mse_spec, epochs=cfg["nb_epochs"])
     if "fenchel-mse-plain" not in skip:
-        spec = LiftedSpec(sizes, loss="mse", model="fenchel", **cfg["fenchel_mse"])
-        runs["fenchel-mse-plain"] = run_lifted("fenchel-mse-plain", key, data, spec,
+        runs["fenchel-mse-plain"] = run_lifted("fenchel-mse-plain", key, data, mse_spec,
                                                epochs=cfg["nb_epochs"], extrapolation=0.0)
     if "lifted-xent" not in skip:
         spec = LiftedSpec(sizes, loss="cross_entropy", model="lifted", **cfg["lifted_xent"])

@@ -1360,10 +1360,12 @@ def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations,
         state = jax.vmap(lambda p: _forward_state(p, X, spec))(params)
     else:
         state = _forward_state(params, X, spec)
+    # what the epoch function carries: the state, or the state and its extrapolation weight
     extrapolate = settings.extrapolation > 0
+    carry = state
     if extrapolate:
         beta0 = jnp.full((H,) if vmapped else (), min(_BETA_START, settings.extrapolation), dtype)
-        state = _Extrapolated(state, beta0)
+        carry = _Extrapolated(state, beta0)
     if vmapped and batch_size is None and jax.default_backend() == "cpu":
         # XLA:CPU (jaxlib 0.10) can deadlock on the second execution of the
         # vmapped non-batched epoch for MNIST-sized layers; there the models are
@@ -1374,7 +1376,7 @@ def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations,
         step = _epoch_fn(spec, settings, batch_size, vmapped)
         if mesh is not None and vmapped:  # models split over the mesh's devices (GSPMD partitions the vmap)
             models = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(mesh.axis_names[0]))
-            state, hyper = jax.device_put((state, hyper), models)
+            carry, hyper = jax.device_put((carry, hyper), models)
     evaluate = _eval_fn(spec.loss, vmapped)
     # Algorithm 1 sees the same input every pass: factor its Gram matrix once.
     gram0 = _gram_jit(X) if batch_size is None else None
@@ -1384,8 +1386,6 @@ def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations,
     def record(name, value):
         hist.setdefault(name, []).append(np.asarray(value))
 
-    carry = state
-    state = carry.state if extrapolate else carry
     prev_obj = None
     converged = np.zeros((H,) if vmapped else (), bool)
     nonfinite = np.zeros((H,) if vmapped else (), bool)
