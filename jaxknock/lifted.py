@@ -49,12 +49,18 @@ the X-blocks backwards from ``X_L`` to ``X_1`` and then all W-blocks:
   3.16); the lifted cross-entropy output step is the exact dual bisection of
   thesis section 2.8 (:func:`solve_simplex_cross_entropy`).
 * W-steps: ridge regressions in closed form (lifted model, MSE last layer), or
-  majorise-minimise iterations whose every step is a ridge regression with a
-  fixed Gram matrix (Fenchel hidden layers, eq. 3.17; cross-entropy last layer
-  with Bohning's curvature bound), accelerated by Nesterov momentum with
-  restart. The Gram/Cholesky factor is computed once per W-step, in the primal
+  iterations whose every step is a ridge regression with a fixed Gram matrix:
+  for Fenchel hidden layers (eq. 3.17) the majorise-minimise step is used as a
+  preconditioned gradient in a nonlinear conjugate-gradient method with an
+  exact line search per output unit (the penalty is a sum over units); for the
+  cross-entropy last layer, majorise-minimise with Bohning's curvature bound
+  accelerated by Nesterov momentum with restart. On an MNIST batch of 500
+  (first layer, float64) the objective gap left by 17 (25) accelerated
+  majorise-minimise steps is reached by 10 (14) conjugate-gradient steps.
+  The Gram/Cholesky factor is computed once per W-step, in the primal
   ``(p+1) x (p+1)`` form or, for batches smaller than the layer width, in the
-  ``N x N`` kernel (Woodbury) form.
+  ``N x N`` kernel (Woodbury) form; with ``fixed_batches`` the first layer's
+  factor is computed once per batch for the whole training.
 
 Every inexact block solve is safeguarded (a block is only accepted when it does
 not increase its subproblem objective), so a non-batched pass never increases
@@ -84,7 +90,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.scipy.linalg import cho_factor, cho_solve, solve_triangular
+from jax.scipy.linalg import cho_solve, solve_triangular
 
 from jaxknock._checks import as_float_array, check_finite, check_ndim, is_concrete
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
@@ -468,6 +474,105 @@ def _accelerated_mm(sysm, target, U_start, *, tol, max_steps):
     return z, Uz, k, err <= tol
 
 
+_LINE_NEWTON_STEPS = 3
+
+
+def _line_step(line, U, UD, b, c, from_mm):
+    """Per-column minimiser of ``f(t) = data(U + t UD) + reg(z + t D)`` (convex in ``t``).
+
+    ``line(U, UD, t)`` returns per-column ``(data(U + t UD) - data(U), d/dt, d2/dt2)``
+    and ``reg(z + t D) - reg(z) = 2 t b + t^2 c``. Two Newton steps on the
+    piecewise-linear ``f'`` from ``t = 1`` (clipped at ``t >= 0``); a column keeps
+    the safe step (``t = 1`` where ``from_mm``: the direction is a
+    majorise-minimise step, which that step cannot increase; else ``t = 0``)
+    unless the Newton point is at least as good. Three passes over the data.
+    """
+
+    def newton(t, d1, d2):
+        g = d1 + 2.0 * (b + t * c)
+        h = d2 + 2.0 * c
+        return jnp.maximum(t - g / jnp.where(h > 0, h, 1.0), 0.0)
+
+    one = jnp.ones_like(b)
+    delta1, d1, d2 = line(U, UD, one)
+    t = newton(one, d1, d2)
+    for _ in range(_LINE_NEWTON_STEPS - 1):
+        _, d1, d2 = line(U, UD, t)
+        t = newton(t, d1, d2)
+    change = line(U, UD, t)[0] + t * (2.0 * b + t * c)
+    safe_change = jnp.where(from_mm, delta1 + 2.0 * b + c, 0.0)
+    take = (change <= safe_change) & jnp.isfinite(t)
+    return jnp.where(take, t, jnp.where(from_mm, one, 0.0))
+
+
+def _cg_mm(sysm, target, line, U_start, *, tol, max_steps):
+    r"""Preconditioned nonlinear conjugate gradient with exact per-column line search.
+
+    For W-blocks whose data term is a sum over output units (columns of ``U``),
+    e.g. the Fenchel penalty of a hidden layer: the majorise-minimise step
+    ``r = solve(target(U(z))) - z`` is the gradient preconditioned by the
+    (fixed) ridge system, and the iterates move along
+    ``D_k = r_k + beta_k D_{k-1}`` (Fletcher-Reeves, ``beta_k`` the ratio of the
+    slopes ``f'(0)`` along ``r_k`` and ``r_{k-1}``; reset to ``r_k`` whenever
+    ``D_k`` is not a descent direction) with the step chosen per column by
+    :func:`_line_step`. Each iteration costs one ridge solve, like a
+    majorise-minimise step, and never increases the objective. Starts with one
+    majorise-minimise step from ``U_start``; stops when the relative change of
+    the predictions that a majorise-minimise step would make is at most
+    ``tol``. Returns ``(z, U(z), steps, converged)``.
+    """
+    z1 = sysm.solve(target(U_start))
+    U1 = sysm.U_of(z1)
+    err1 = _rel_change(U1, U_start)
+    zero_cols = jnp.zeros(U1.shape[-1:], U1.dtype)
+
+    def slope(z, U, D, UD):
+        b, _ = sysm.reg_line(z, U, D, UD)
+        return line(U, UD, zero_cols)[1] + 2.0 * b
+
+    def cond(s):
+        return (s[0] < max_steps) & (s[-1] > tol)
+
+    def body(s):
+        k, z, U, D, UD, g_prev, _ = s
+        r = sysm.solve(target(U)) - z
+        Ur = sysm.U_lin(r)
+        # slopes f'(0) at z along r (negative unless the column is stationary) and
+        # along the previous direction; the slope along r + beta D is linear in beta
+        g, g_old = slope(z, U, r, Ur), slope(z, U, D, UD)
+        moving = g < 0
+        beta = jnp.where(moving & (g_prev < 0), g / jnp.where(g_prev < 0, g_prev, 1.0), 0.0)
+        beta = jnp.where(g + beta * g_old < 0, beta, 0.0)
+        Dn, UDn = r + beta * D, Ur + beta * UD
+        b, c = sysm.reg_line(z, U, Dn, UDn)
+        t = jnp.where(moving, _line_step(line, U, UDn, b, c, beta == 0), 0.0)
+        z_new, U_new = z + t * Dn, U + t * UDn
+        # Stationarity measure: the relative size of the majorise-minimise step
+        # at z (a scaled gradient mapping), not of the step taken.
+        err = _rel_change(U + Ur, U)
+        # A column that did not move restarts from its majorise-minimise step.
+        g = jnp.where(t > 0, g, 0.0)
+        return k + 1, z_new, U_new, Dn, UDn, g, err
+
+    init = (jnp.int32(1), z1, U1, jnp.zeros_like(z1), jnp.zeros_like(U1), zero_cols, err1)
+    k, z, U, _, _, _, err = lax.while_loop(cond, body, init)
+    return z, U, k, err <= tol
+
+
+def _fenchel_line(V, s):
+    """``line`` of :func:`_cg_mm` for ``s * sum B(V, U)`` (per column)."""
+
+    def line(U, UD, t):
+        Ut = U + t * UD
+        up, ut = jax.nn.relu(U), jax.nn.relu(Ut)
+        delta = s * jnp.sum(0.5 * (ut - up) * (ut + up) - t * V * UD, axis=0)
+        d1 = s * jnp.sum((ut - V) * UD, axis=0)
+        d2 = s * jnp.sum(jnp.where(Ut > 0, UD * UD, 0.0), axis=0)
+        return delta, d1, d2
+
+    return line
+
+
 def _guard(value_fn, z_new, z_old):
     """Keep the old block unless the new one does not increase the block objective."""
     f_new = value_fn(z_new)
@@ -610,6 +715,12 @@ class _Ridge(NamedTuple):
     solve: Any
     reg_of: Any
     theta_of: Any
+    # U_lin(D) = U(z + D) - U(z): the image of a direction (one product, so that
+    # small directions are not computed as differences of large predictions);
+    # reg_line(z, U(z), D, U_lin(D)) -> (b, c) per column (output unit), with
+    # reg(z + t D) = reg(z) + 2 t b + t^2 c.
+    U_lin: Any = None
+    reg_line: Any = None
 
 
 def _stack(W, b):
@@ -621,18 +732,28 @@ def _gram(X):
     return jnp.matmul(X.T, X, precision=_HI), jnp.sum(X, axis=0)
 
 
-def _primal_ridge(X, s, c_w, c_b, W0t, b0t, gram=None) -> _Ridge:
+def _ridge_diag(p, c_w, c_b, dtype):
+    return jnp.concatenate([jnp.full((p,), c_w, dtype), jnp.reshape(c_b, (1,)).astype(dtype)])
+
+
+def _primal_factor(X, s, c_w, c_b, gram=None):
+    """Cholesky factor of ``s A^T A + 2 diag(c)``, ``A = [X, 1]`` (lower)."""
     N, p = X.shape
     dtype = X.dtype
     G, xs = _gram(X) if gram is None else gram
     top = jnp.concatenate([G, xs[:, None]], axis=1)
     bot = jnp.concatenate([xs, jnp.asarray([N], dtype)])[None, :]
-    cdiag = jnp.concatenate([jnp.full((p,), c_w, dtype), jnp.reshape(c_b, (1,)).astype(dtype)])
-    H = s * jnp.concatenate([top, bot], axis=0) + 2.0 * jnp.diag(cdiag)
+    H = s * jnp.concatenate([top, bot], axis=0) + 2.0 * jnp.diag(_ridge_diag(p, c_w, c_b, dtype))
     # The jitter only enlarges the curvature model (still a majoriser) and keeps
     # the factorisation well defined for rank-deficient data with rho = 0.
     jitter = 10.0 * jnp.finfo(dtype).eps * jnp.trace(H) / (p + 1)
-    chol = cho_factor(H + jitter * jnp.eye(p + 1, dtype=dtype))
+    return jnp.linalg.cholesky(H + jitter * jnp.eye(p + 1, dtype=dtype))
+
+
+def _primal_ridge(X, s, c_w, c_b, W0t, b0t, gram=None, factor=None) -> _Ridge:
+    p = X.shape[1]
+    cdiag = _ridge_diag(p, c_w, c_b, X.dtype)
+    chol = (_primal_factor(X, s, c_w, c_b, gram) if factor is None else factor, True)
     theta0 = _stack(W0t, b0t)
 
     def U_of(theta):
@@ -645,20 +766,28 @@ def _primal_ridge(X, s, c_w, c_b, W0t, b0t, gram=None) -> _Ridge:
     def reg_of(theta):
         return jnp.sum(cdiag[:, None] * (theta - theta0) ** 2)
 
-    return _Ridge(U_of, solve, reg_of, lambda theta: theta)
+    def reg_line(theta, U, D, UD):
+        return (jnp.sum(cdiag[:, None] * (theta - theta0) * D, axis=0),
+                jnp.sum(cdiag[:, None] * D * D, axis=0))
+
+    return _Ridge(U_of, solve, reg_of, lambda theta: theta, U_of, reg_line)
 
 
-def _kernel_ridge(X, s, c_w, c_b, W0t, b0t, U_base) -> _Ridge:
-    N, _ = X.shape
-    dtype = X.dtype
+def _kernel_factor(X, s, c_w, c_b):
+    """``Minv = (K + (2/s) I)^{-1}`` with ``K = X X^T / c_w + 1 1^T / c_b``."""
+    N = X.shape[0]
     K = jnp.matmul(X, X.T, precision=_HI) / c_w + 1.0 / c_b
-    eye = jnp.eye(N, dtype=dtype)
+    eye = jnp.eye(N, dtype=X.dtype)
     # (2/s) I + K has condition number 1 + s ||K|| / 2, modest for the batch sizes
     # this form is used for, so an explicit inverse is accurate. It is formed as
     # L^{-T} L^{-1} from the Cholesky factor: one triangular solve and one
     # product (2.7x faster on CPU at N = 500 than two triangular solves against I).
     Linv = solve_triangular(jnp.linalg.cholesky(K + (2.0 / s) * eye), eye, lower=True)
-    Minv = jnp.matmul(Linv.T, Linv, precision=_HI)
+    return jnp.matmul(Linv.T, Linv, precision=_HI)
+
+
+def _kernel_ridge(X, s, c_w, c_b, W0t, b0t, U_base, factor=None) -> _Ridge:
+    Minv = _kernel_factor(X, s, c_w, c_b) if factor is None else factor
     # Parameterise by z = T - U_base, so alpha = Minv z and, as
     # K Minv = I - (2/s) Minv, U = U_base + z - (2/s) Minv z: one N x N product
     # per majorise-minimise step.
@@ -677,29 +806,44 @@ def _kernel_ridge(X, s, c_w, c_b, W0t, b0t, U_base) -> _Ridge:
         alpha = Minv @ z
         return _stack(W0t + (X.T @ alpha) / c_w, b0t + jnp.sum(alpha, axis=0) / c_b)
 
-    return _Ridge(U_of, solve, reg_of, theta_of)
+    def reg_line(z, U, D, UD):
+        # alpha = Minv z is recovered without a product from U(z) = U_base + z -
+        # (2/s) alpha, and K alpha = U(z) - U_base, so reg = alpha^T K alpha is
+        # a quadratic in t along z + t D with per-column coefficients:
+        alpha_D = 0.5 * s * (D - UD)
+        return jnp.sum(alpha_D * (U - U_base), axis=0), jnp.sum(alpha_D * UD, axis=0)
+
+    def U_lin(D):
+        return D - (2.0 / s) * (Minv @ D)
+
+    return _Ridge(U_of, solve, reg_of, theta_of, U_lin, reg_line)
+
+
+def _ridge_weights(rho, gamma):
+    """``(c_w, c_b)``: the weights of ``||W - W0t||^2`` and ``||b - b0||^2`` in a W-block."""
+    return rho + gamma, gamma
 
 
 def _w_solve(X, W, b, *, s, target, data_value, rho, gamma, W0, b0, kernel, exact,
-             tol, max_steps, gram=None):
+             tol, max_steps, gram=None, line=None, factor=None):
     r"""One W-block: ``min_Theta data(A Theta) + rho||W||^2 + gamma||Theta - Theta0||^2``.
 
     ``data`` is majorised by ``(s/2)||A Theta - target(U_k)||^2`` at ``U_k``
     (exact when ``exact``: then ``target`` is the array ``T``), so each
     majorise-minimise step is one ridge solve with a fixed factorisation.
     Returns ``(layer, info, U)`` with ``U = A Theta`` of the returned block
-    (tracked by the iteration, so callers need not recompute it).
+    (tracked by the iteration, so callers need not recompute it). ``factor``: the
+    system's factorisation if precomputed (:func:`_w_factor`).
     """
-    c_w = rho + gamma
-    c_b = gamma
+    c_w, c_b = _ridge_weights(rho, gamma)
     shrink = gamma / jnp.where(c_w > 0, c_w, 1.0)
     W0t = shrink * W0
     if kernel:
         # Written as a product with W0 itself so that XLA shares it with the
         # forward pass (W = W0 in the first alternation of a batch).
-        sysm = _kernel_ridge(X, s, c_w, c_b, W0t, b0, shrink * (X @ W0) + b0)
+        sysm = _kernel_ridge(X, s, c_w, c_b, W0t, b0, shrink * (X @ W0) + b0, factor)
     else:
-        sysm = _primal_ridge(X, s, c_w, c_b, W0t, b0, gram)
+        sysm = _primal_ridge(X, s, c_w, c_b, W0t, b0, gram, factor)
     cdiag_w, cdiag_b = c_w, c_b
     theta_cur = _stack(W, b)
     theta0t = _stack(W0t, b0)
@@ -714,6 +858,8 @@ def _w_solve(X, W, b, *, s, target, data_value, rho, gamma, W0, b0, kernel, exac
         z = sysm.solve(target)
         U_new = sysm.U_of(z)
         k, conv = jnp.int32(1), jnp.asarray(True)
+    elif line is not None:
+        z, U_new, k, conv = _cg_mm(sysm, target, line, U_cur, tol=tol, max_steps=max_steps)
     else:
         z, U_new, k, conv = _accelerated_mm(sysm, target, U_cur, tol=tol, max_steps=max_steps)
     f_new = data_value(U_new) + sysm.reg_of(z)
@@ -737,8 +883,9 @@ def fenchel_relu_regression(X, Y, *, rho=0.0, init=None, tol: float = 1e-8,
     the W-subproblem (3.17) of a Fenchel lifted network. When ``Y = relu(X W* + b*)``
     the minimum is 0 and attained at ``(W*, b*)``: the convex relaxation solves the
     non-convex problem ``min ||Y - relu(XW + b)||^2`` exactly. Solved by
-    accelerated majorise-minimise: each step is a ridge regression with the fixed
-    Gram matrix ``A^T A/N`` onto the target ``Y + min(U, 0)``.
+    nonlinear conjugate gradient preconditioned by the majorise-minimise step (a
+    ridge regression with the fixed Gram matrix ``A^T A/N`` onto the target
+    ``Y + min(U, 0)``), with an exact line search per output column.
 
     Args:
       X: ``(N, p)`` inputs. Y: ``(N, q)`` non-negative targets.
@@ -782,6 +929,7 @@ def _fenchel_regression(X, Y, W, b, rho, tol, max_steps):
     zero = jnp.zeros((), X.dtype)
     layer, info, _ = _w_solve(
         X, W, b, s=1.0 / N, target=lambda U: Y + jnp.minimum(U, 0.0),
+        line=_fenchel_line(Y, 1.0 / N),
         data_value=lambda U: fenchel_penalty(Y, U) / N, rho=rho, gamma=zero,
         W0=jnp.zeros_like(W), b0=jnp.zeros_like(b), kernel=False, exact=False,
         tol=tol, max_steps=max_steps)
@@ -895,12 +1043,41 @@ def _x_steps(params, state: LiftedState, X, Y, hyper: LiftedHyper, spec: LiftedS
     return LiftedState(params, tuple(hidden), output), _sum_infos(infos)
 
 
+def _w_scale(spec: LiftedSpec, l: int, lam, N: int):
+    """Curvature ``s`` of the quadratic model of layer ``l``'s W-block data term."""
+    if l < spec.num_hidden:
+        return lam / N if spec.model == "fenchel" else 2.0 * lam / N
+    if spec.model == "lifted" and spec.loss == "cross_entropy":
+        return 2.0 * lam / N
+    return 1.0 / N if spec.loss == "mse" else 0.5 / N  # Bohning's bound for cross-entropy
+
+
+def _uses_kernel(N: int, p_in: int) -> bool:
+    """Batched W-blocks use the ``N x N`` kernel form when the batch is not wider than the input."""
+    return N <= p_in
+
+
+def _w_factor(X, hyper: LiftedHyper, spec: LiftedSpec):
+    """The batched first layer's W-block factorisation for the batch ``X`` (Algorithm 2).
+
+    It depends on the batch and the hyper-parameters only (the first layer's
+    input is data), so training with fixed batches computes it once per batch.
+    """
+    N = X.shape[0]
+    s = _w_scale(spec, 0, hyper.lam, N)
+    c_w, c_b = _ridge_weights(hyper.rho[0], hyper.gamma[0])
+    if _uses_kernel(N, X.shape[1]):
+        return _kernel_factor(X, s, c_w, c_b)
+    return _primal_factor(X, s, c_w, c_b)
+
+
 def _w_steps(state: LiftedState, X, Y, hyper: LiftedHyper, spec: LiftedSpec,
-             settings: _Settings, anchor=None, kernel_ok=False, gram0=None):
+             settings: _Settings, anchor=None, kernel_ok=False, gram0=None, factor0=None):
     """All W-blocks (parallel across layers) with the X-variables fixed.
 
     ``gram0``: optional precomputed Gram blocks of ``[X, 1]`` (constant over the
-    epochs of non-batched training).
+    epochs of non-batched training); ``factor0``: optional precomputed first-layer
+    factorisation of batched training (:func:`_w_factor`).
     """
     params = state.params
     L = spec.num_hidden
@@ -916,28 +1093,30 @@ def _w_steps(state: LiftedState, X, Y, hyper: LiftedHyper, spec: LiftedSpec,
         else:
             gamma = hyper.gamma[l]
             W0, b0 = anchor[l]["w"], anchor[l]["b"]
-        kernel = bool(kernel_ok and anchor is not None and N <= X_in.shape[1])
+        kernel = bool(kernel_ok and anchor is not None and _uses_kernel(N, X_in.shape[1]))
         common = dict(rho=hyper.rho[l], gamma=gamma, W0=W0, b0=b0, kernel=kernel,
                       tol=settings.inner_tol, max_steps=settings.w_max_steps,
-                      gram=gram0 if l == 0 else None)
+                      gram=gram0 if l == 0 else None, factor=factor0 if l == 0 else None,
+                      s=_w_scale(spec, l, lam, N))
         if l < L and spec.model == "fenchel":
             V = state.hidden[l]
             layer, info, U = _w_solve(
-                X_in, W, b, s=lam / N, exact=False,
+                X_in, W, b, exact=False,
                 target=lambda U, V=V: V + jnp.minimum(U, 0.0),
-                data_value=lambda U, V=V: lam * fenchel_penalty(V, U) / N, **common)
+                data_value=lambda U, V=V: lam * fenchel_penalty(V, U) / N,
+                line=_fenchel_line(V, lam / N), **common)
         elif l < L or (spec.model == "lifted" and spec.loss == "cross_entropy"):
             T = state.hidden[l] if l < L else state.output
             layer, info, U = _w_solve(
-                X_in, W, b, s=2.0 * lam / N, exact=True, target=T,
+                X_in, W, b, exact=True, target=T,
                 data_value=lambda U, T=T: lam * jnp.sum((T - U) ** 2) / N, **common)
         elif spec.loss == "mse":
             layer, info, U = _w_solve(
-                X_in, W, b, s=1.0 / N, exact=True, target=Y,
+                X_in, W, b, exact=True, target=Y,
                 data_value=lambda U: _loss_sum(Y, U, "mse") / N, **common)
         else:  # Fenchel cross-entropy last layer: Bohning majoriser, curvature 1/2
             layer, info, U = _w_solve(
-                X_in, W, b, s=0.5 / N, exact=False,
+                X_in, W, b, exact=False,
                 target=lambda U: U - 2.0 * _loss_grad(Y, U, "cross_entropy"),
                 data_value=lambda U: _loss_sum(Y, U, "cross_entropy") / N, **common)
         new_params.append(layer)
@@ -1150,13 +1329,16 @@ def lifted_batch_step(params, X, Y, spec: LiftedSpec, hyper: LiftedHyper | None 
     return _batch_update(params, X, Y, hyper, spec, settings)
 
 
-def _batch_update(params, X, Y, hyper, spec, settings):
+def _batch_update(params, X, Y, hyper, spec, settings, factor0=None):
     anchor = params
     state = _forward_state(params, X, spec)
     info = _zero_info()
+    if factor0 is None:  # shared by the alternations
+        factor0 = _w_factor(X, hyper, spec)
     for _ in range(settings.alternations):
         state, xinfo = _x_steps(state.params, state, X, Y, hyper, spec, settings)
-        state, winfo, pre = _w_steps(state, X, Y, hyper, spec, settings, anchor=anchor, kernel_ok=True)
+        state, winfo, pre = _w_steps(state, X, Y, hyper, spec, settings, anchor=anchor, kernel_ok=True,
+                                     factor0=factor0)
         info = info + xinfo + winfo
     terms = _objective_terms(state, X, Y, hyper, spec, pre)
     metrics = dict(terms, **info._asdict())
@@ -1251,8 +1433,15 @@ def _check_params(params, spec: LiftedSpec, dtype):
 
 
 @functools.lru_cache(maxsize=None)
-def _epoch_fn(spec: LiftedSpec, settings: _Settings, batch_size, vmapped: bool):
-    """Jitted epoch: one Algorithm-1 pass, or one Algorithm-2 sweep over shuffled batches."""
+def _epoch_fn(spec: LiftedSpec, settings: _Settings, batch_size, vmapped: bool, fixed: bool = False):
+    """Jitted epoch: one Algorithm-1 pass, or one Algorithm-2 sweep over shuffled batches.
+
+    The signature is ``(carry, X, Y, hyper, perm, aux)``: ``aux`` is the Gram
+    blocks of ``[X, 1]`` (non-batched), ``None`` (batched: ``perm`` shuffles the
+    rows) or, with ``fixed`` batches, ``(parts, factors)``: the ``(nb, B)`` row
+    indices of the batches and their first-layer factorisations, visited in the
+    order ``perm`` (a permutation of the ``nb`` batches).
+    """
 
     if batch_size is None and settings.extrapolation > 0:
         def epoch(carry, X, Y, hyper, perm, gram0):
@@ -1265,21 +1454,56 @@ def _epoch_fn(spec: LiftedSpec, settings: _Settings, batch_size, vmapped: bool):
             return state, metrics
 
     else:
-        def epoch(state, X, Y, hyper, perm, gram0):
-            nb = X.shape[0] // batch_size
-            idx = perm[: nb * batch_size].reshape(nb, batch_size)
+        def epoch(state, X, Y, hyper, perm, aux):
+            if fixed:
+                parts, factors = aux
 
-            def body(params, ix):
-                return _batch_update(params, X[ix], Y[ix], hyper, spec, settings)
+                def body(params, i):
+                    ix = parts[i]
+                    return _batch_update(params, X[ix], Y[ix], hyper, spec, settings, factors[i])
 
-            params, metrics = lax.scan(body, state.params, idx)
+                params, metrics = lax.scan(body, state.params, perm)
+            else:
+                nb = X.shape[0] // batch_size
+                idx = perm[: nb * batch_size].reshape(nb, batch_size)
+
+                def body(params, ix):
+                    return _batch_update(params, X[ix], Y[ix], hyper, spec, settings)
+
+                params, metrics = lax.scan(body, state.params, idx)
             agg = {k: (jnp.sum(v) if jnp.issubdtype(v.dtype, jnp.integer) else jnp.mean(v))
                    for k, v in metrics.items()}
             return LiftedState(params, (), None), agg
 
     if vmapped:
-        epoch = jax.vmap(epoch, in_axes=(0, None, None, 0, None, None))
+        epoch = jax.vmap(epoch, in_axes=(0, None, None, 0, None, (None, 0) if fixed else None))
     return jax.jit(epoch)
+
+
+def _fixed_partition(key, N: int, batch_size: int):
+    """``(nb, B)`` row indices: a random partition, the last batch filled up with
+    rows of the first one when ``B`` does not divide ``N`` (every row is used)."""
+    perm = jax.random.permutation(key, N)
+    nb = -(-N // batch_size)
+    return jnp.concatenate([perm, perm[: nb * batch_size - N]]).reshape(nb, batch_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _factors_fn(spec: LiftedSpec, vmapped: bool):
+    """Jitted first-layer factorisations of all fixed batches (one model or a stack)."""
+
+    def factors(X, parts, hyper):
+        return lax.map(lambda ix: _w_factor(X[ix], hyper, spec), parts)
+
+    if vmapped:
+        factors = jax.vmap(factors, in_axes=(None, None, 0))
+    return jax.jit(factors)
+
+
+def _factor_bytes(spec: LiftedSpec, N: int, batch_size: int, itemsize: int) -> int:
+    """Memory of the cached first-layer factorisations of one model (fixed batches)."""
+    d = batch_size if _uses_kernel(batch_size, spec.sizes[0]) else spec.sizes[0] + 1
+    return -(-N // batch_size) * d * d * itemsize
 
 
 _gram_jit = jax.jit(_gram)
@@ -1320,7 +1544,7 @@ def _result_code(nonfinite: np.ndarray, converged: np.ndarray) -> np.ndarray:
 
 def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations, init,
            X_test, y_test, tol, inner_tol, inner_max_steps, w_max_steps, throw, verbose, mesh=None,
-           extrapolation=None):
+           extrapolation=None, fixed_batches=False):
     if not isinstance(spec, LiftedSpec):
         raise TypeError(f"spec must be a LiftedSpec, got {type(spec).__name__}")
     X, Y, labels = _prepare_xy(X, y, spec)
@@ -1334,6 +1558,9 @@ def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations,
             raise ValueError(f"batch_size must lie in [1, {N}] (the number of samples), got {batch_size}")
     if tol is not None and batch_size is not None:
         raise ValueError("tol (stop on relative objective decrease) applies to non-batched training only")
+    fixed_batches = bool(fixed_batches)
+    if fixed_batches and batch_size is None:
+        raise ValueError("fixed_batches applies to batched training (Algorithm 2): give a batch_size")
     if extrapolation is None:
         extrapolation = _DEFAULT_EXTRAPOLATION if batch_size is None else 0.0
     elif batch_size is not None and extrapolation != 0:
@@ -1373,13 +1600,35 @@ def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations,
         # (identical results; the batched mode and other backends use vmap).
         step = _sequential_models(_epoch_fn(spec, settings, batch_size, False))
     else:
-        step = _epoch_fn(spec, settings, batch_size, vmapped)
+        step = _epoch_fn(spec, settings, batch_size, vmapped, fixed_batches)
         if mesh is not None and vmapped:  # models split over the mesh's devices (GSPMD partitions the vmap)
             models = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(mesh.axis_names[0]))
             carry, hyper = jax.device_put((carry, hyper), models)
     evaluate = _eval_fn(spec.loss, vmapped)
-    # Algorithm 1 sees the same input every pass: factor its Gram matrix once.
-    gram0 = _gram_jit(X) if batch_size is None else None
+    setup_time = 0.0
+    if batch_size is None:
+        # Algorithm 1 sees the same input every pass: factor its Gram matrix once.
+        aux = _gram_jit(X)
+    elif fixed_batches:
+        # The first layer's W-block system depends only on its batch: factor each once.
+        k_part, k_perm = jax.random.split(k_perm)
+        need = _factor_bytes(spec, N, batch_size, jnp.dtype(dtype).itemsize) * (H or 1)
+        from jaxknock import distributed as _dist  # deferred: a leaf module
+
+        free = _dist.device_memory_bytes(mesh)
+        if need > free:
+            raise ValueError(f"fixed_batches keeps one first-layer factorisation per batch, about "
+                             f"{need / 2**30:.3g} GiB here, but {free / 2**30:.3g} GiB are free; use "
+                             "fixed_batches=False (or fewer models per call)")
+        t_setup = time.perf_counter()
+        parts = _fixed_partition(k_part, N, batch_size)
+        factors = _factors_fn(spec, vmapped)(X, parts, hyper)
+        if mesh is not None and vmapped:
+            factors = jax.device_put(factors, models)
+        aux = (parts, jax.block_until_ready(factors))
+        setup_time = time.perf_counter() - t_setup
+    else:
+        aux = None
 
     hist: dict[str, list] = {}
 
@@ -1390,12 +1639,14 @@ def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations,
     converged = np.zeros((H,) if vmapped else (), bool)
     nonfinite = np.zeros((H,) if vmapped else (), bool)
     for epoch in range(int(epochs)):
-        perm = jax.random.permutation(jax.random.fold_in(k_perm, epoch), N)
+        perm = jax.random.permutation(jax.random.fold_in(k_perm, epoch),
+                                      aux[0].shape[0] if fixed_batches else N)
         t0, c0 = time.perf_counter(), time.process_time()
-        carry, metrics = step(carry, X, Y, hyper, perm, gram0)
+        carry, metrics = step(carry, X, Y, hyper, perm, aux)
         state = carry.state if extrapolate else carry
         jax.block_until_ready(state.params)
-        record("epoch_time", time.perf_counter() - t0)
+        # the first epoch includes compilation and the one-off factorisations
+        record("epoch_time", time.perf_counter() - t0 + (setup_time if epoch == 0 else 0.0))
         record("epoch_cpu_time", time.process_time() - c0)
         for k_, v in metrics.items():
             record("inner_" + k_ if k_ in ("steps", "failures", "solves") else k_, v)
@@ -1427,6 +1678,7 @@ def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations,
         stats = {k_: (np.moveaxis(v, 0, 1) if v.ndim == 2 else v) for k_, v in stats.items()}
     stats["num_steps"] = np.int32(len(hist["epoch_time"]))
     stats["max_steps"] = np.int32(epochs)
+    stats["setup_time"] = np.float64(setup_time)
     code = _result_code(nonfinite, converged)
     sol = Solution(state.params, jnp.asarray(code), stats, state)
     return raise_if_failed(sol, throw)
@@ -1436,7 +1688,7 @@ def fit_lifted(key, X, y, spec: LiftedSpec, *, epochs: int = 10, batch_size: int
                alternations: int = 1, hyper: LiftedHyper | None = None, init=None,
                X_test=None, y_test=None, tol: float | None = None, inner_tol: float | None = None,
                inner_max_steps: int = 100, w_max_steps: int | None = None,
-               extrapolation: float | None = None,
+               extrapolation: float | None = None, fixed_batches: bool = False,
                throw: bool = False, verbose: bool = False) -> Solution:
     r"""Train a (Fenchel) lifted network by block-coordinate descent.
 
@@ -1473,6 +1725,16 @@ def fit_lifted(key, X, y, spec: LiftedSpec, *, epochs: int = 10, batch_size: int
         accepted step and halves after a rejected one. ``None`` means 4 for
         non-batched and 0 (off) for batched training; 0 runs plain Algorithm 1.
         ``stats["extrapolated"]`` flags the passes whose step was accepted.
+      fixed_batches: (batched only) partition the data into batches once (the
+        last batch filled up with rows of the first when ``batch_size`` does
+        not divide ``N``) and visit them in a new random order every epoch,
+        instead of reshuffling the rows. The first layer's W-block system then
+        depends on the batch only, so its factorisation (the ``B x B`` kernel
+        inverse, or the ``(p_0+1)^2`` Cholesky factor when ``B > p_0``) is
+        computed once per batch and reused: ``ceil(N/B)`` such matrices are kept
+        (``N B`` numbers in the kernel form, 120 MB in float32 for MNIST with
+        ``B = 500``). Their one-off cost is included in the first epoch's time
+        and reported as ``stats["setup_time"]``.
       throw: raise ``RuntimeError`` if the result is not successful.
       verbose: print one line per epoch.
 
@@ -1484,7 +1746,7 @@ def fit_lifted(key, X, y, spec: LiftedSpec, *, epochs: int = 10, batch_size: int
       the whole training set), ``test_loss``/``test_accuracy``, ``epoch_time``
       (seconds, training only), ``epoch_cpu_time`` (process CPU seconds of the
       same work, less sensitive to other load on shared machines), ``inner_steps``, ``inner_failures``,
-      ``inner_solves``; and ``num_steps`` (epochs run), ``max_steps``.
+      ``inner_solves``; and ``num_steps`` (epochs run), ``max_steps``, ``setup_time``.
       ``result`` is ``nonfinite`` if the objective diverged (training stops),
       ``max_steps_reached`` if ``tol`` was given and not met.
 
@@ -1501,14 +1763,15 @@ def fit_lifted(key, X, y, spec: LiftedSpec, *, epochs: int = 10, batch_size: int
     return _train(key, X, y, spec, hyper, vmapped=False, epochs=epochs, batch_size=batch_size,
                   alternations=alternations, init=init, X_test=X_test, y_test=y_test, tol=tol,
                   inner_tol=inner_tol, inner_max_steps=inner_max_steps, w_max_steps=w_max_steps,
-                  throw=throw, verbose=verbose, extrapolation=extrapolation)
+                  throw=throw, verbose=verbose, extrapolation=extrapolation,
+                  fixed_batches=fixed_batches)
 
 
 def tune_lifted(key, X, y, spec: LiftedSpec, *, lam=None, rho=None, gamma=None,
                 epochs: int = 10, batch_size: int | None = None, alternations: int = 1,
                 init=None, X_test=None, y_test=None, inner_tol: float | None = None,
                 inner_max_steps: int = 100, w_max_steps: int | None = None,
-                extrapolation: float | None = None,
+                extrapolation: float | None = None, fixed_batches: bool = False,
                 throw: bool = False, verbose: bool = False, devices=None, mesh=None) -> Solution:
     r"""Train several lifted networks with different hyper-parameters in one ``vmap``-ed call.
 
@@ -1517,7 +1780,8 @@ def tune_lifted(key, X, y, spec: LiftedSpec, *, lam=None, rho=None, gamma=None,
     models start from the same initialisation and see the same batches, so the
     ``H`` runs equal ``H`` separate :func:`fit_lifted` calls (one compiled
     program, one pass over the data per epoch for all models). ``extrapolation``
-    is as in :func:`fit_lifted`, with one ``beta`` per model.
+    is as in :func:`fit_lifted`, with one ``beta`` per model; ``fixed_batches``
+    too, with one set of first-layer factorisations per model.
 
     ``devices`` / ``mesh`` split the ``H`` models over devices (the model axis
     of the state and hyper-parameters is placed with a ``NamedSharding``, ``H``
@@ -1527,8 +1791,9 @@ def tune_lifted(key, X, y, spec: LiftedSpec, *, lam=None, rho=None, gamma=None,
     device count. On CPU the non-batched mode (``batch_size=None``) keeps its
     sequential fallback and runs on one device. Peak memory is estimated as
     ``4 (N' sum(widths) + #weights)`` numbers per model (``N'`` the batch size
-    or ``N``); a ``ValueError`` names ``devices`` when a device cannot hold its
-    share of the models.
+    or ``N``), plus the factorisations kept with ``fixed_batches``; a
+    ``ValueError`` names ``devices`` when a device cannot hold its share of the
+    models.
 
     Returns:
       :func:`fit_lifted`'s ``Solution`` with a leading model axis on ``value``,
@@ -1581,6 +1846,8 @@ def tune_lifted(key, X, y, spec: LiftedSpec, *, lam=None, rho=None, gamma=None,
     rows = int(jnp.shape(X)[0]) if batch_size is None else int(batch_size)
     per_model = 4 * (rows * sum(spec.sizes[1:]) + sum(a * b for a, b in zip(spec.sizes, spec.sizes[1:])))
     per_model *= jnp.dtype(dtype).itemsize
+    if fixed_batches and batch_size is not None:
+        per_model += _factor_bytes(spec, int(jnp.shape(X)[0]), int(batch_size), jnp.dtype(dtype).itemsize)
     free = _dist.device_memory_bytes(mesh)
     if -(-H // D) * per_model > free:
         raise ValueError(f"{-(-H // D)} models per device need about {-(-H // D) * per_model / 2**30:.3g} GiB "
@@ -1592,7 +1859,8 @@ def tune_lifted(key, X, y, spec: LiftedSpec, *, lam=None, rho=None, gamma=None,
     sol = _train(key, X, y, spec, hyper, vmapped=True, epochs=epochs, batch_size=batch_size,
                  alternations=alternations, init=init, X_test=X_test, y_test=y_test, tol=None,
                  inner_tol=inner_tol, inner_max_steps=inner_max_steps, w_max_steps=w_max_steps,
-                 throw=throw, verbose=verbose, mesh=mesh, extrapolation=extrapolation)
+                 throw=throw, verbose=verbose, mesh=mesh, extrapolation=extrapolation,
+                 fixed_batches=fixed_batches)
     if Hp == H:
         return sol
     def cut(a):
