@@ -59,8 +59,8 @@ import optax  # noqa: E402
 from jaxknock.lifted import LiftedSpec, fit_lifted, lifted_to_mlp, train_mlp  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-TARGETS = {"fenchel-batched-xent": 0.976, "fenchel-batched-fixed": 0.976, "fenchel-mse": 0.961, "fenchel-mse-plain": 0.961, "adam": 0.976,
-           "sgd": 0.943}
+TARGETS = {"fenchel-batched-xent": 0.976, "fenchel-batched-fixed": 0.976, "fenchel-mse": 0.961,
+           "fenchel-mse-plain": 0.961, "adam": 0.976, "sgd": 0.943}
 
 
 def load_data(small: bool) -> dict:

@@ -794,8 +794,11 @@ def _kernel_ridge(X, s, c_w, c_b, W0t, b0t, U_base, factor=None) -> _Ridge:
     # K Minv = I - (2/s) Minv, U = U_base + z - (2/s) Minv z: one N x N product
     # per majorise-minimise step.
 
+    def U_lin(D):
+        return D - (2.0 / s) * (Minv @ D)
+
     def U_of(z):
-        return U_base + z - (2.0 / s) * (Minv @ z)
+        return U_base + U_lin(z)
 
     def solve(T):
         return T - U_base
@@ -814,9 +817,6 @@ def _kernel_ridge(X, s, c_w, c_b, W0t, b0t, U_base, factor=None) -> _Ridge:
         # a quadratic in t along z + t D with per-column coefficients:
         alpha_D = 0.5 * s * (D - UD)
         return jnp.sum(alpha_D * (U - U_base), axis=0), jnp.sum(alpha_D * UD, axis=0)
-
-    def U_lin(D):
-        return D - (2.0 / s) * (Minv @ D)
 
     return _Ridge(U_of, solve, reg_of, theta_of, U_lin, reg_line)
 
@@ -1614,14 +1614,15 @@ def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations,
     elif fixed_batches:
         # The first layer's W-block system depends only on its batch: factor each once.
         k_part, k_perm = jax.random.split(k_perm)
-        need = _factor_bytes(spec, N, batch_size, jnp.dtype(dtype).itemsize) * (H or 1)
-        from jaxknock import distributed as _dist  # deferred: a leaf module
+        if not vmapped:  # tune_lifted counts the factorisations in its per-device estimate
+            need = _factor_bytes(spec, N, batch_size, jnp.dtype(dtype).itemsize)
+            from jaxknock import distributed as _dist  # deferred: a leaf module
 
-        free = _dist.device_memory_bytes(mesh)
-        if need > free:
-            raise ValueError(f"fixed_batches keeps one first-layer factorisation per batch, about "
-                             f"{need / 2**30:.3g} GiB here, but {free / 2**30:.3g} GiB are free; use "
-                             "fixed_batches=False (or fewer models per call)")
+            free = _dist.device_memory_bytes(None)
+            if need > free:
+                raise ValueError(f"fixed_batches keeps one first-layer factorisation per batch, about "
+                                 f"{need / 2**30:.3g} GiB here, but {free / 2**30:.3g} GiB are free; "
+                                 "use fixed_batches=False")
         t_setup = time.perf_counter()
         parts = _fixed_partition(k_part, N, batch_size)
         factors = _factors_fn(spec, vmapped)(X, parts, hyper)

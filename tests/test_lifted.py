@@ -374,7 +374,8 @@ def test_batched_algorithm2_learns_and_uses_kernel_form(key):
 
 def test_fixed_batches_reuse_first_layer_factorisations(key):
     spec = _spec(**BATCHED)
-    settings = lf._default_settings(jnp.float64, inner_tol=1e-11, inner_max_steps=2000)
+    tight = dict(inner_tol=1e-11, inner_max_steps=2000)
+    settings = lf._default_settings(jnp.float64, **tight)
     B = 7  # does not divide N = 120: the last batch is filled up with rows of the first
     parts = lf._fixed_partition(key, X_TR.shape[0], B)
     assert parts.shape == (18, B)
@@ -396,11 +397,11 @@ def test_fixed_batches_reuse_first_layer_factorisations(key):
     # Through the drivers: learns, reports the one-off cost, vmaps per model,
     # and the kernel form (B <= p_0) gets B x B factors.
     sol = fit_lifted(key, X_TR, Y_TR, spec, epochs=3, batch_size=B, fixed_batches=True,
-                     X_test=X_TE, y_test=Y_TE, **dict(inner_tol=1e-11, inner_max_steps=2000))
+                     X_test=X_TE, y_test=Y_TE, **tight)
     assert sol.result == RESULTS.successful and sol.stats["test_accuracy"][-1] > 0.7
     assert sol.stats["setup_time"] > 0
     tuned = tune_lifted(key, X_TR, Y_TR, spec, lam=jnp.array([spec.lam, 2.0]), epochs=3, batch_size=B,
-                        fixed_batches=True, inner_tol=1e-11, inner_max_steps=2000)
+                        fixed_batches=True, **tight)
     np.testing.assert_allclose(tuned.stats["objective"][0], sol.stats["objective"], rtol=1e-7)
     assert lf._factors_fn(spec, False)(X_TR, parts[:, :4], hyper).shape == (18, 4, 4)
     with pytest.raises(ValueError, match="fixed_batches applies to batched"):
