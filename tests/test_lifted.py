@@ -259,6 +259,46 @@ def test_x_steps_satisfy_kkt_conditions(key, model, loss):
     assert _kkt_violation(X1, G1) < 1e-8
 
 
+@pytest.mark.parametrize("check_every", [1, 3])
+def test_grouped_convergence_checks_keep_step_limit_and_solution(key, check_every):
+    # NNLS min_{z>=0} 1/2||A z - c||^2 by the accelerated projected gradient,
+    # checked every `check_every` steps: exact step limit, and scipy's solution.
+    from scipy.optimize import nnls
+
+    A = jax.random.normal(key, (30, 12), dtype=jnp.float64)
+    c = jax.random.normal(jax.random.fold_in(key, 1), (30,), dtype=jnp.float64)
+    lip = float(jnp.linalg.norm(A, 2) ** 2)
+
+    def step(z):
+        return jax.nn.relu(z - A.T @ (A @ z - c) / lip)
+
+    z0 = jnp.zeros(12, jnp.float64)
+    for max_steps in (1, 2, 4, 7):
+        _, k, _ = lf._accelerated(step, z0, step(z0), tol=0.0, max_steps=max_steps,
+                                  check_every=check_every)
+        assert int(k) == max_steps
+    z, k, conv = lf._accelerated(step, z0, step(z0), tol=1e-13, max_steps=5000,
+                                 check_every=check_every)
+    assert bool(conv) and int(k) < 5000
+    np.testing.assert_allclose(np.asarray(z), nnls(np.asarray(A), np.asarray(c))[0], atol=1e-9)
+
+
+def test_unrolled_bounded_loop_equals_while_loop():
+    # Stops after 2 of at most 3 iterations; the unrolled form must not apply
+    # the third body (which would make the state non-finite).
+    def cond(s):
+        return s[0] < 2
+
+    def body(s):
+        return s[0] + 1, jnp.where(s[0] >= 2, jnp.nan, 2.0 * s[1])
+
+    init = (jnp.int32(0), jnp.float32(1.5))
+    unrolled = lf._bounded_loop(cond, body, init, 3)
+    looped = jax.lax.while_loop(cond, body, init)
+    assert int(unrolled[0]) == int(looped[0]) == 2
+    assert float(unrolled[1]) == float(looped[1]) == 6.0
+
+
 # --- BCD: monotone objective, lower bound -----------------------------------------
 
 
