@@ -35,6 +35,7 @@ Usage::
     python benchmarks/bench_lifted.py            # full run (MNIST: ~15-30 min on 2 CPU cores)
     python benchmarks/bench_lifted.py --small    # CI smoke test, < 1 minute
     python benchmarks/bench_lifted.py --json curves.json
+    python benchmarks/bench_lifted.py --only fenchel-batched-fixed --seed 1   # another seed
 """
 
 from __future__ import annotations
@@ -199,6 +200,8 @@ def main(argv=None) -> dict:
                         help="run only these (adam always runs: it is the speed reference)")
     parser.add_argument("--epochs", type=int, default=None,
                         help="override the number of epochs of every run (e.g. 1 to estimate the cost)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="PRNG seed of every run (initialisation and batch order); default 0")
     args = parser.parse_args(argv)
 
     data = load_data(args.small)
@@ -209,8 +212,9 @@ def main(argv=None) -> dict:
     p0, k = data["Xtr"].shape[1], int(max(data["ytr"].max(), data["yte"].max())) + 1
     sizes = (p0, cfg["hidden"], k)
     print(f"{data['name']}: {len(data['Xtr'])} train / {len(data['Xte'])} test, network {sizes}, "
-          f"float32, backend {jax.default_backend()} ({jax.device_count()} device)", flush=True)
-    key = jax.random.key(0)
+          f"float32, backend {jax.default_backend()} ({jax.device_count()} device), seed {args.seed}",
+          flush=True)
+    key = jax.random.key(args.seed)
     runs: dict = {}
     skip = set(args.skip)
     if args.only is None or "fenchel-mse-plain" not in args.only:

@@ -472,26 +472,6 @@ def _accelerated(step_fn, z0, z1, *, tol, max_steps, check_every: int = _CHECK_E
     return z, k, err <= tol
 
 
-_UNROLL_MAX = 3
-
-
-def _bounded_loop(cond, body, init, max_iters: int):
-    """``lax.while_loop(cond, body, init)`` known to stop within ``max_iters`` iterations.
-
-    Up to ``_UNROLL_MAX`` iterations it is unrolled, each iteration applied only
-    where ``cond`` holds (same result): a while-loop iteration synchronises
-    with the host to test ``cond``, which costs more than a small block solve
-    on CPU (the 3-solve W-blocks of an MNIST batch: about 0.1 ms per iteration).
-    """
-    if max_iters <= _UNROLL_MAX:
-        state = init
-        for _ in range(max(int(max_iters), 0)):
-            go = cond(state)
-            state = jax.tree.map(lambda new, old: jnp.where(go, new, old), body(state), state)
-        return state
-    return lax.while_loop(cond, body, init)
-
-
 def _accelerated_mm(sysm, target, U_start, *, tol, max_steps):
     """Accelerated majorise-minimise: ``z <- solve(target(U(y)))`` with momentum and restart.
 
@@ -513,7 +493,7 @@ def _accelerated_mm(sysm, target, U_start, *, tol, max_steps):
         k, z, zp, Uz, Uzp, t, _ = s
         t_next = 0.5 * (1.0 + jnp.sqrt(1.0 + 4.0 * t * t))
         beta = (t - 1.0) / t_next
-        y = z + beta * (z - zp)
+        y = jax.tree.map(lambda a, ap: a + beta * (a - ap), z, zp)
         Uy = Uz + beta * (Uz - Uzp)
         z_new = sysm.solve(target(Uy))
         U_new = sysm.U_of(z_new)
@@ -523,7 +503,7 @@ def _accelerated_mm(sysm, target, U_start, *, tol, max_steps):
         return k + 1, z_new, z, U_new, Uz, t_next, err
 
     init = (jnp.int32(1), z1, z1, U1, U1, jnp.asarray(1.0, dtype), err1)
-    k, z, _, Uz, _, _, err = _bounded_loop(cond, body, init, max_steps - 1)
+    k, z, _, Uz, _, _, err = lax.while_loop(cond, body, init)
     return z, Uz, k, err <= tol
 
 
@@ -590,7 +570,7 @@ def _cg_mm(sysm, target, line, U_start, *, tol, max_steps):
 
     def body(s):
         k, z, U, D, UD, g_prev, _ = s
-        r = sysm.solve(target(U)) - z
+        r = sysm.step(target(U), z)
         Ur = sysm.U_lin(r)
         # slopes f'(0) at z along r (negative unless the column is stationary) and
         # along the previous direction; the slope along r + beta D is linear in beta
@@ -598,10 +578,12 @@ def _cg_mm(sysm, target, line, U_start, *, tol, max_steps):
         moving = g < 0
         beta = jnp.where(moving & (g_prev < 0), g / jnp.where(g_prev < 0, g_prev, 1.0), 0.0)
         beta = jnp.where(g + beta * g_old < 0, beta, 0.0)
-        Dn, UDn = r + beta * D, Ur + beta * UD
+        Dn = jax.tree.map(lambda a, d: a + beta * d, r, D)
+        UDn = Ur + beta * UD
         b, c = sysm.reg_line(z, U, Dn, UDn)
         t = jnp.where(moving, _line_step(line, U, UDn, b, c, beta == 0), 0.0)
-        z_new, U_new = z + t * Dn, U + t * UDn
+        z_new = jax.tree.map(lambda a, d: a + t * d, z, Dn)
+        U_new = U + t * UDn
         # Stationarity measure: the relative size of the majorise-minimise step
         # at z (a scaled gradient mapping), not of the step taken.
         err = _rel_change(U + Ur, U)
@@ -609,8 +591,8 @@ def _cg_mm(sysm, target, line, U_start, *, tol, max_steps):
         g = jnp.where(t > 0, g, 0.0)
         return k + 1, z_new, U_new, Dn, UDn, g, err
 
-    init = (jnp.int32(1), z1, U1, jnp.zeros_like(z1), jnp.zeros_like(U1), zero_cols, err1)
-    k, z, U, _, _, _, err = _bounded_loop(cond, body, init, max_steps - 1)
+    init = (jnp.int32(1), z1, U1, jax.tree.map(jnp.zeros_like, z1), jnp.zeros_like(U1), zero_cols, err1)
+    k, z, U, _, _, _, err = lax.while_loop(cond, body, init)
     return z, U, k, err <= tol
 
 
@@ -761,21 +743,26 @@ def _simplex_xent(X0, Y, lam, tol, max_steps):
 class _Ridge(NamedTuple):
     """``min_Theta (s/2)||A Theta - T||^2 + c_w||W - W0t||^2 + c_b||b - b0t||^2``.
 
-    ``A = [X, 1]``; ``z`` is ``Theta = [W; b^T]`` (primal form) or the kernel
-    coefficients ``alpha`` with ``Theta = Theta0t + C^{-1} A^T alpha`` (Woodbury
-    form, for ``N <= p``).
+    ``A = [X, 1]``; the iterate ``z`` is ``Theta = [W; b^T]`` (primal form) or
+    the pair ``(T - U_base, alpha)`` of a target and its kernel coefficients,
+    ``Theta = Theta0t + C^{-1} A^T alpha`` (Woodbury form, for ``N <= p``);
+    the iterations combine iterates and directions leaf by leaf (``jax.tree``).
     """
 
     U_of: Any
     solve: Any
     reg_of: Any
     theta_of: Any
-    # U_lin(D) = U(z + D) - U(z): the image of a direction (one product, so that
-    # small directions are not computed as differences of large predictions);
+    # U_lin(D) = U(z + D) - U(z): the image of a direction (computed directly, so
+    # that small directions are not differences of large predictions);
     # reg_line(z, U(z), D, U_lin(D)) -> (b, c) per column (output unit), with
     # reg(z + t D) = reg(z) + 2 t b + t^2 c.
     U_lin: Any = None
     reg_line: Any = None
+    # step(T, z) = solve(T) - z, formed so that a small step is not the
+    # difference of two large solutions (the kernel pair: Minv applied to the
+    # difference of targets)
+    step: Any = None
 
 
 def _stack(W, b):
@@ -824,7 +811,8 @@ def _primal_ridge(X, s, c_w, c_b, W0t, b0t, gram=None, factor=None) -> _Ridge:
     def reg_line(theta, U, D, UD):
         return (_colsum(cdiag[:, None] * (theta - theta0) * D), _colsum(cdiag[:, None] * D * D))
 
-    return _Ridge(U_of, solve, reg_of, lambda theta: theta, U_of, reg_line)
+    return _Ridge(U_of, solve, reg_of, lambda theta: theta, U_of, reg_line,
+                  lambda T, theta: solve(T) - theta)
 
 
 def _kernel_factor(X, s, c_w, c_b):
@@ -842,35 +830,42 @@ def _kernel_factor(X, s, c_w, c_b):
 
 def _kernel_ridge(X, s, c_w, c_b, W0t, b0t, U_base, factor=None) -> _Ridge:
     Minv = _kernel_factor(X, s, c_w, c_b) if factor is None else factor
-    # Parameterise by z = T - U_base, so alpha = Minv z and, as
-    # K Minv = I - (2/s) Minv, U = U_base + z - (2/s) Minv z: one N x N product
-    # per majorise-minimise step.
+    # The iterate is the pair (z, alpha) with z = T - U_base and alpha = Minv z
+    # (the kernel coefficients); as K Minv = I - (2/s) Minv,
+    # U = U_base + z - (2/s) alpha. Each solve is one N x N product, and the
+    # pair is carried through the (linear) updates of the iterations, so that
+    # neither U nor the weights ever need another product with Minv, and the
+    # coefficients of a direction are exact (not recovered from a difference
+    # of predictions).
 
     def U_lin(D):
-        return D - (2.0 / s) * (Minv @ D)
+        return D[0] - (2.0 / s) * D[1]
 
     def U_of(z):
         return U_base + U_lin(z)
 
     def solve(T):
-        return T - U_base
+        z = T - U_base
+        return z, Minv @ z
+
+    def step(T, z):
+        d = T - U_base - z[0]
+        return d, Minv @ d
 
     def reg_of(z):
-        alpha = Minv @ z
-        return jnp.vdot(alpha, z - (2.0 / s) * alpha)  # alpha^T K alpha
+        return jnp.vdot(z[1], U_lin(z))  # alpha^T K alpha
 
     def theta_of(z):
-        alpha = Minv @ z
-        return _stack(W0t + (X.T @ alpha) / c_w, b0t + jnp.sum(alpha, axis=0) / c_b)
+        alpha = z[1]
+        return _stack(W0t + (X.T @ alpha) / c_w, b0t + _colsum(alpha) / c_b)
 
     def reg_line(z, U, D, UD):
-        # alpha = Minv z is recovered without a product from U(z) = U_base + z -
-        # (2/s) alpha, and K alpha = U(z) - U_base, so reg = alpha^T K alpha is
-        # a quadratic in t along z + t D with per-column coefficients:
-        alpha_D = 0.5 * s * (D - UD)
+        # reg = alpha^T K alpha with K alpha = U(z) - U_base and K alpha_D = U_lin(D):
+        # a quadratic in t along z + t D with per-column coefficients
+        alpha_D = D[1]
         return _colsum(alpha_D * (U - U_base)), _colsum(alpha_D * UD)
 
-    return _Ridge(U_of, solve, reg_of, theta_of, U_lin, reg_line)
+    return _Ridge(U_of, solve, reg_of, theta_of, U_lin, reg_line, step)
 
 
 def _ridge_weights(rho, gamma):

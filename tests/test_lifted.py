@@ -283,22 +283,6 @@ def test_grouped_convergence_checks_keep_step_limit_and_solution(key, check_ever
     np.testing.assert_allclose(np.asarray(z), nnls(np.asarray(A), np.asarray(c))[0], atol=1e-9)
 
 
-def test_unrolled_bounded_loop_equals_while_loop():
-    # Stops after 2 of at most 3 iterations; the unrolled form must not apply
-    # the third body (which would make the state non-finite).
-    def cond(s):
-        return s[0] < 2
-
-    def body(s):
-        return s[0] + 1, jnp.where(s[0] >= 2, jnp.nan, 2.0 * s[1])
-
-    init = (jnp.int32(0), jnp.float32(1.5))
-    unrolled = lf._bounded_loop(cond, body, init, 3)
-    looped = jax.lax.while_loop(cond, body, init)
-    assert int(unrolled[0]) == int(looped[0]) == 2
-    assert float(unrolled[1]) == float(looped[1]) == 6.0
-
-
 # --- BCD: monotone objective, lower bound -----------------------------------------
 
 
