@@ -46,8 +46,11 @@ the X-blocks backwards from ``X_L`` to ``X_1`` and then all W-blocks:
 
 * X-steps: per-sample strongly convex problems over ``Z >= 0`` solved by
   accelerated projected gradient with adaptive restart (eq. 2.13, 3.14, 3.15,
-  3.16); the lifted cross-entropy output step is the exact dual bisection of
-  thesis section 2.8 (:func:`solve_simplex_cross_entropy`).
+  3.16), the stopping and restart tests made every third step (on CPU each
+  test is a loop iteration and full-array reductions, which cost more than
+  the step itself on an MNIST batch); the lifted cross-entropy output step is
+  the exact dual bisection of thesis section 2.8
+  (:func:`solve_simplex_cross_entropy`).
 * W-steps: ridge regressions in closed form (lifted model, MSE last layer), or
   iterations whose every step is a ridge regression with a fixed Gram matrix:
   for Fenchel hidden layers (eq. 3.17) the majorise-minimise step is used as a
@@ -59,8 +62,9 @@ the X-blocks backwards from ``X_L`` to ``X_1`` and then all W-blocks:
   majorise-minimise steps is reached by 10 (14) conjugate-gradient steps.
   The Gram/Cholesky factor is computed once per W-step, in the primal
   ``(p+1) x (p+1)`` form or, for batches smaller than the layer width, in the
-  ``N x N`` kernel (Woodbury) form; with ``fixed_batches`` the first layer's
-  factor is computed once per batch for the whole training.
+  ``N x N`` kernel (Woodbury) form (whose iterates carry their kernel
+  coefficients: one ``N x N`` product per step); with ``fixed_batches`` the
+  first layer's factor is computed once per batch for the whole training.
 
 Every inexact block solve is safeguarded (a block is only accepted when it does
 not increase its subproblem objective), so a non-batched pass never increases
