@@ -423,6 +423,12 @@ def _rel_change(new, old):
     return num / den
 
 
+def _fista_next(t):
+    """FISTA's ``t_{k+1}`` and the momentum weight ``(t_k - 1) / t_{k+1}``."""
+    t_next = 0.5 * (1.0 + jnp.sqrt(1.0 + 4.0 * t * t))
+    return t_next, (t - 1.0) / t_next
+
+
 _CHECK_EVERY = 3
 
 
@@ -447,8 +453,8 @@ def _accelerated(step_fn, z0, z1, *, tol, max_steps, check_every: int = _CHECK_E
     err1 = _rel_change(z1, z0)
 
     def momentum_step(z, zp, t):
-        t_next = 0.5 * (1.0 + jnp.sqrt(1.0 + 4.0 * t * t))
-        y = z + ((t - 1.0) / t_next) * (z - zp)
+        t_next, beta = _fista_next(t)
+        y = z + beta * (z - zp)
         return step_fn(y), y, t_next
 
     def group(m):
@@ -497,8 +503,7 @@ def _accelerated_mm(sysm, target, U_start, *, tol, max_steps):
     def body(s):
         # The step from the extrapolated point y needs only its image U(y).
         k, z, Uz, Uzp, t, _ = s
-        t_next = 0.5 * (1.0 + jnp.sqrt(1.0 + 4.0 * t * t))
-        beta = (t - 1.0) / t_next
+        t_next, beta = _fista_next(t)
         Uy = Uz + beta * (Uz - Uzp)
         z_new = sysm.solve(target(Uy))
         U_new = sysm.U_of(z_new)
@@ -1104,7 +1109,7 @@ def _w_scale(spec: LiftedSpec, l: int, lam, N: int):
         return lam / N if spec.model == "fenchel" else 2.0 * lam / N
     if spec.model == "lifted" and spec.loss == "cross_entropy":
         return 2.0 * lam / N
-    return 1.0 / N if spec.loss == "mse" else 0.5 / N  # Bohning's bound for cross-entropy
+    return _LOSS_CURVATURE[spec.loss] / N  # Bohning's bound 1/2 for cross-entropy
 
 
 def _uses_kernel(N: int, p_in: int) -> bool:
