@@ -22,9 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-ANCHOR_DIR = Path(
-    os.environ.get("JAXKNOCK_ANCHOR_DIR", Path(__file__).resolve().parent / "_anchor_venvs")
-)
+ANCHOR_DIR = Path(os.environ.get("JAXKNOCK_ANCHOR_DIR", Path(__file__).resolve().parent / "_anchor_venvs"))
 
 # name -> list of pip install steps (each a list of arguments after `pip install`)
 ANCHORS = {
@@ -56,8 +54,7 @@ def anchor_python(name: str) -> str | None:
     return str(py)
 
 
-def run_anchor(name: str, code: str, arrays: dict[str, np.ndarray] | None = None,
-               timeout: float = 3600) -> dict | None:
+def run_anchor(name: str, code: str, arrays: dict[str, np.ndarray] | None = None, timeout: float = 3600) -> dict | None:
     """Run ``code`` in the anchor's interpreter and return the dict it reports.
 
     Inside ``code``: ``inputs`` is the loaded ``.npz`` of ``arrays`` and
@@ -82,7 +79,9 @@ def run_anchor(name: str, code: str, arrays: dict[str, np.ndarray] | None = None
         )
         proc = subprocess.run(
             [py, "-c", prelude + textwrap.dedent(code)],
-            capture_output=True, text=True, timeout=timeout,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         if proc.returncode != 0 or not out.exists():
             print(f"[anchors] {name} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)

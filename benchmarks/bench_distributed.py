@@ -121,24 +121,40 @@ def _env(D=None):
 
 def _table(rows, header):
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    line = lambda r: "  ".join(str(v).rjust(w) for v, w in zip(r, widths))  # noqa: E731
+    line = lambda r: "  ".join(str(v).rjust(w) for v, w in zip(r, widths))
     print(line(header))
     for r in rows:
         print(line(r))
 
 
 def scaling(args):
-    print(f"\n[1] replicates/s vs devices (sample: R = {args.replicates}, n = {args.n}, p = {args.p}; "
-          f"filter: R = {args.filter_replicates}, p = {args.pf}, LCD at fixed lambda)", flush=True)
+    print(
+        f"\n[1] replicates/s vs devices (sample: R = {args.replicates}, n = {args.n}, p = {args.p}; "
+        f"filter: R = {args.filter_replicates}, p = {args.pf}, LCD at fixed lambda)",
+        flush=True,
+    )
     rows, base = [], None
     for D in args.devices:
-        code = textwrap.dedent(_SCALING.format(D=D, n=args.n, p=args.p, R=args.replicates,
-                                               Rf=args.filter_replicates, pf=args.pf, real=args.real))
+        code = textwrap.dedent(
+            _SCALING.format(
+                D=D, n=args.n, p=args.p, R=args.replicates, Rf=args.filter_replicates, pf=args.pf, real=args.real
+            )
+        )
         res = _run(code, env=_env(None if args.real else D))
         rs, rf = args.replicates / res["sample_s"], args.filter_replicates / res["filter_s"]
         base = base or (rs, rf)
-        rows.append([D, res["platform"], f"{res['sample_s']:.3f}", f"{rs:.1f}", f"{rs / base[0]:.2f}",
-                     f"{res['filter_s']:.3f}", f"{rf:.1f}", f"{rf / base[1]:.2f}"])
+        rows.append(
+            [
+                D,
+                res["platform"],
+                f"{res['sample_s']:.3f}",
+                f"{rs:.1f}",
+                f"{rs / base[0]:.2f}",
+                f"{res['filter_s']:.3f}",
+                f"{rf:.1f}",
+                f"{rf / base[1]:.2f}",
+            ]
+        )
         print(f"  D = {D} done", flush=True)
     _table(rows, ["devices", "platform", "sample[s]", "rep/s", "x", "filter[s]", "rep/s", "x"])
 
@@ -155,8 +171,9 @@ def out_of_core(args):
     t0 = time.perf_counter()
     for i in range(args.shards):
         idx = np.sort(rng.integers(0, m, (rows_per, per_row), dtype=np.int32), axis=1).ravel()
-        X = sp.csr_matrix((np.ones(idx.size, np.float32), idx, np.arange(0, idx.size + 1, per_row)),
-                          shape=(rows_per, m))
+        X = sp.csr_matrix(
+            (np.ones(idx.size, np.float32), idx, np.arange(0, idx.size + 1, per_row)), shape=(rows_per, m)
+        )
         y = rng.integers(0, 2, rows_per).astype(np.int8)
         paths.append(str(tmp / f"part{i}.npz"))
         ypaths.append(str(tmp / f"y{i}.npy"))
@@ -164,20 +181,31 @@ def out_of_core(args):
         np.save(ypaths[-1], y)
         del X, idx
     size = sum(os.path.getsize(p) for p in paths) / 2**20
-    print(f"\n[2] out-of-core class sums: {args.shards * rows_per} rows x 2^24 features, {per_row} nnz/row, "
-          f"{args.shards} shards ({size:.0f} MiB on disk, written in {time.perf_counter() - t0:.1f}s); "
-          f"blocks of {args.block_mb} MiB", flush=True)
+    print(
+        f"\n[2] out-of-core class sums: {args.shards * rows_per} rows x 2^24 features, {per_row} nnz/row, "
+        f"{args.shards} shards ({size:.0f} MiB on disk, written in {time.perf_counter() - t0:.1f}s); "
+        f"blocks of {args.block_mb} MiB",
+        flush=True,
+    )
     rows = []
     res = {}
     for mode in ("import", "stream", "memory"):
         if mode == "memory" and args.skip_memory:
             continue
-        res[mode] = _run([sys.executable, "-c", _SUMS, mode, json.dumps(paths), json.dumps(ypaths),
-                          str(args.block_mb)], env=_env())
+        res[mode] = _run(
+            [sys.executable, "-c", _SUMS, mode, json.dumps(paths), json.dumps(ypaths), str(args.block_mb)], env=_env()
+        )
         r = res[mode]
         rate = f"{r['rows'] / r['seconds']:.3g}" if r["rows"] else "-"
-        rows.append([mode, f"{r['seconds']:.2f}", rate, f"{r['maxrss_mb']:.0f}",
-                     f"{r['maxrss_mb'] - res['import']['maxrss_mb']:.0f}"])
+        rows.append(
+            [
+                mode,
+                f"{r['seconds']:.2f}",
+                rate,
+                f"{r['maxrss_mb']:.0f}",
+                f"{r['maxrss_mb'] - res['import']['maxrss_mb']:.0f}",
+            ]
+        )
     _table(rows, ["mode", "seconds", "rows/s", "peak RSS MiB", "over import"])
     if "memory" in res:
         assert res["stream"]["check"] == res["memory"]["check"], "streamed and in-memory sums differ"

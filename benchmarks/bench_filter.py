@@ -207,11 +207,16 @@ def jaxknock_sweep(X, Y, truth, args, method, lams):
     Xj = jnp.asarray(X)
     Xs = (Xj - jnp.mean(Xj, axis=0)) / jnp.std(Xj, axis=0)
     timings = {}
-    Sigma, s_sol = P._covariance_and_s(jax.random.key(args.seed), Xs, method, args.k,
-                                       args.asdp_block_size, args.sdp_tol, timings)
+    Sigma, s_sol = P._covariance_and_s(
+        jax.random.key(args.seed), Xs, method, args.k, args.asdp_block_size, args.sdp_tol, timings
+    )
     s = s_sol.value
-    s_info = dict(s_mean=float(jnp.mean(s)), s_seconds=timings["s_vector"],
-                  cov_seconds=timings["covariance"], s_result=int(s_sol.result))
+    s_info = dict(
+        s_mean=float(jnp.mean(s)),
+        s_seconds=timings["s_vector"],
+        cov_seconds=timings["covariance"],
+        s_result=int(s_sol.result),
+    )
     R = args.R
     per_rep = 3 * n * p * 8  # knockoffs + [X, X~]
     chunk_draws = max(1, min(args.draws, int(args.chunk_gib * 2**30 // (per_rep * R))))
@@ -236,14 +241,34 @@ def jaxknock_sweep(X, Y, truth, args, method, lams):
         seconds = time.perf_counter() - t0
         single = np.asarray(F.knockoff_select(jnp.asarray(W[:, 0]), args.fdr))
         fdp1, pow1 = fdp_power(single, truth)
-        rows.append(dict(library="jaxknock", method=method, R=1, amplitude=float(a),
-                         fdp=fdp1.tolist(), power=pow1.tolist(), seconds=seconds, **s_info))
+        rows.append(
+            dict(
+                library="jaxknock",
+                method=method,
+                R=1,
+                amplitude=float(a),
+                fdp=fdp1.tolist(),
+                power=pow1.tolist(),
+                seconds=seconds,
+                **s_info,
+            )
+        )
         if R > 1:
             agg = np.asarray(jax.vmap(lambda w: F.aggregate_ebh(w, args.fdr))(jnp.asarray(W)))
             fdpR, powR = fdp_power(agg, truth)
-            rows.append(dict(library="jaxknock", method=method, R=R, amplitude=float(a),
-                             fdp=fdpR.tolist(), power=powR.tolist(), seconds=seconds, **s_info))
-        for r in rows[-(2 if R > 1 else 1):]:
+            rows.append(
+                dict(
+                    library="jaxknock",
+                    method=method,
+                    R=R,
+                    amplitude=float(a),
+                    fdp=fdpR.tolist(),
+                    power=powR.tolist(),
+                    seconds=seconds,
+                    **s_info,
+                )
+            )
+        for r in rows[-(2 if R > 1 else 1) :]:
             _print_row(r)
     return rows
 
@@ -256,9 +281,12 @@ def _summarise(row):
 
 def _print_row(r):
     _summarise(r)
-    print(f"  {r['library']:>8} {r['method']:>14} R={r['R']:<3} a={r['amplitude']:<5g} "
-          f"FDP {r['fdp_mean']:.3f} +- {r['fdp_se']:.3f}  power {r['power_mean']:.3f} +- "
-          f"{r['power_se']:.3f}", flush=True)
+    print(
+        f"  {r['library']:>8} {r['method']:>14} R={r['R']:<3} a={r['amplitude']:<5g} "
+        f"FDP {r['fdp_mean']:.3f} +- {r['fdp_se']:.3f}  power {r['power_mean']:.3f} +- "
+        f"{r['power_se']:.3f}",
+        flush=True,
+    )
 
 
 def time_pipelines(X, y, args):
@@ -280,8 +308,9 @@ def time_pipelines(X, y, args):
         theirs = run_anchor("knockpy", KNOCKPY_TIME_CODE, {"X": X, "y": y, "fdr": np.array(args.fdr)})
     ratio = None
     if theirs is not None:
-        ratio = {k: theirs[k] / ours[k] for k in ("total", "covariance", "s_vector", "sampling", "statistics")
-                 if ours.get(k)}
+        ratio = {
+            k: theirs[k] / ours[k] for k in ("total", "covariance", "s_vector", "sampling", "statistics") if ours.get(k)
+        }
     return {"jaxknock": ours, "knockpy": theirs, "ratio_knockpy_over_jaxknock": ratio}
 
 
@@ -293,8 +322,9 @@ def main(argv=None):
     ap.add_argument("--k", type=int, default=50, help="factor rank of Sigma (and of sdp_factor)")
     ap.add_argument("--nnz", type=int, default=50)
     ap.add_argument("--fdr", type=float, default=0.1)
-    ap.add_argument("--amplitudes", type=float, nargs="*", default=[4.0, 8.0, 12.0, 16.0],
-                    help="coefficients are +-a / sqrt(n)")
+    ap.add_argument(
+        "--amplitudes", type=float, nargs="*", default=[4.0, 8.0, 12.0, 16.0], help="coefficients are +-a / sqrt(n)"
+    )
     ap.add_argument("--draws", type=int, default=100, help="knockoff draws per amplitude and method")
     ap.add_argument("--R", type=int, default=10, help="replicates aggregated with e-BH per draw")
     ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS)
@@ -316,9 +346,12 @@ def main(argv=None):
         args.draws, args.R, args.amplitudes = min(args.draws, 6), min(args.R, 3), [6.0, 12.0]
     kp_draws = args.knockpy_draws if args.knockpy_draws is not None else args.draws
     load = uptime()
-    print(f"# bench_filter: n={args.n} p={args.p} k={args.k} nnz={args.nnz} fdr={args.fdr} "
-          f"amplitudes={args.amplitudes} draws={args.draws} R={args.R} lam={args.lam} "
-          f"backend={jax.default_backend()} cpus={os.cpu_count()}\n# {load}", flush=True)
+    print(
+        f"# bench_filter: n={args.n} p={args.p} k={args.k} nnz={args.nnz} fdr={args.fdr} "
+        f"amplitudes={args.amplitudes} draws={args.draws} R={args.R} lam={args.lam} "
+        f"backend={jax.default_backend()} cpus={os.cpu_count()}\n# {load}",
+        flush=True,
+    )
 
     X, support = make_data(args.seed, args.n, args.p, args.k, args.nnz)
     X = (X - X.mean(0)) / X.std(0)
@@ -330,19 +363,40 @@ def main(argv=None):
     for method in args.methods:
         t = time.perf_counter()
         rows += jaxknock_sweep(X, Y, truth, args, method, lams)
-        print(f"  [{method}: s mean {rows[-1]['s_mean']:.3f}, s-vector {rows[-1]['s_seconds']:.2f} s, "
-              f"sweep {time.perf_counter() - t:.1f} s]", flush=True)
+        print(
+            f"  [{method}: s mean {rows[-1]['s_mean']:.3f}, s-vector {rows[-1]['s_seconds']:.2f} s, "
+            f"sweep {time.perf_counter() - t:.1f} s]",
+            flush=True,
+        )
     kp_info = None
     if not args.no_knockpy and kp_draws > 0:
         t = time.perf_counter()
-        res = run_anchor("knockpy", KNOCKPY_FDP_CODE, {
-            "X": X, "Y": Y, "beta": support, "draws": np.array(kp_draws), "fdr": np.array(args.fdr),
-            "lams": np.asarray(lams)})
+        res = run_anchor(
+            "knockpy",
+            KNOCKPY_FDP_CODE,
+            {
+                "X": X,
+                "Y": Y,
+                "beta": support,
+                "draws": np.array(kp_draws),
+                "fdr": np.array(args.fdr),
+                "lams": np.asarray(lams),
+            },
+        )
         if res is not None:
             kp_info = {k: res[k] for k in ("s_mean", "s_seconds", "cov_seconds")}
             for a, r in zip(args.amplitudes, res["rows"]):
-                rows.append(dict(library="knockpy", method="sdp", R=1, amplitude=float(a), fdp=r["fdp"],
-                                 power=r["power"], **kp_info))
+                rows.append(
+                    dict(
+                        library="knockpy",
+                        method="sdp",
+                        R=1,
+                        amplitude=float(a),
+                        fdp=r["fdp"],
+                        power=r["power"],
+                        **kp_info,
+                    )
+                )
                 _print_row(rows[-1])
         print(f"  [knockpy sweep {time.perf_counter() - t:.1f} s]", flush=True)
 
@@ -351,11 +405,16 @@ def main(argv=None):
         timing = time_pipelines(X, Y[len(Y) // 2], args)
 
     # ------------------------------------------------------------------ table
-    print(f"\nFDP and power, mean +- standard error over {args.draws} knockoff draws "
-          f"(knockpy: {kp_draws}); target FDR {args.fdr}; LCD statistic, lam={args.lam}; "
-          f"n={args.n}, p={args.p}, k={args.k}, {args.nnz} signals of amplitude a/sqrt(n)")
-    header = "| library | s_method | R | mean s | " + " | ".join(
-        f"a={a:g} FDP | a={a:g} power" for a in args.amplitudes) + " |"
+    print(
+        f"\nFDP and power, mean +- standard error over {args.draws} knockoff draws "
+        f"(knockpy: {kp_draws}); target FDR {args.fdr}; LCD statistic, lam={args.lam}; "
+        f"n={args.n}, p={args.p}, k={args.k}, {args.nnz} signals of amplitude a/sqrt(n)"
+    )
+    header = (
+        "| library | s_method | R | mean s | "
+        + " | ".join(f"a={a:g} FDP | a={a:g} power" for a in args.amplitudes)
+        + " |"
+    )
     print(header)
     print("|" + "|".join("---" for _ in header.split("|")[1:-1]) + "|")
     keys = []
@@ -367,8 +426,10 @@ def main(argv=None):
         cells = []
         mean_s = None
         for a in args.amplitudes:
-            r = next((r for r in rows if (r["library"], r["method"], r["R"], r["amplitude"]) ==
-                      (lib, method, R, float(a))), None)
+            r = next(
+                (r for r in rows if (r["library"], r["method"], r["R"], r["amplitude"]) == (lib, method, R, float(a))),
+                None,
+            )
             if r is None:
                 cells += ["-", "-"]
                 continue
@@ -377,8 +438,10 @@ def main(argv=None):
         print(f"| {lib} | {method} | {R} | {mean_s:.3f} | " + " | ".join(cells) + " |")
     if timing is not None:
         ours, theirs, ratio = timing["jaxknock"], timing["knockpy"], timing["ratio_knockpy_over_jaxknock"]
-        print(f"\nFull pipeline wall time, s_method='sdp', LCD with CV, one replicate, same X, y, same CPU "
-              f"(jaxknock best of {args.timing_repeats} after a compiling call of {ours['compile_and_run']:.1f} s)")
+        print(
+            f"\nFull pipeline wall time, s_method='sdp', LCD with CV, one replicate, same X, y, same CPU "
+            f"(jaxknock best of {args.timing_repeats} after a compiling call of {ours['compile_and_run']:.1f} s)"
+        )
         print("| stage | jaxknock s | knockpy s | knockpy / jaxknock |")
         print("|---|---|---|---|")
         for st in ("covariance", "s_vector", "sampling", "statistics", "total"):
@@ -389,8 +452,14 @@ def main(argv=None):
     print(f"\n# {end_load}")
     if args.json:
         cfg = {k: v for k, v in vars(args).items() if k != "json"}
-        cfg.update(uptime_start=load, uptime_end=end_load, backend=jax.default_backend(),
-                   knockpy_draws=kp_draws, lams=lams, amplitude_scale="a / sqrt(n)")
+        cfg.update(
+            uptime_start=load,
+            uptime_end=end_load,
+            backend=jax.default_backend(),
+            knockpy_draws=kp_draws,
+            lams=lams,
+            amplitude_scale="a / sqrt(n)",
+        )
         with open(args.json, "w") as f:
             json.dump({"config": cfg, "rows": rows, "timing": timing}, f, indent=1)
         print(f"wrote {args.json}")

@@ -47,21 +47,27 @@ import os
 # set before numpy / jax load OpenBLAS.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import json
+import time
+from pathlib import Path
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
 
-from jaxknock.lifted import LiftedSpec, fit_lifted, lifted_to_mlp, train_mlp  # noqa: E402
+from jaxknock.lifted import LiftedSpec, fit_lifted, lifted_to_mlp, train_mlp
 
 REPO = Path(__file__).resolve().parents[1]
-TARGETS = {"fenchel-batched-xent": 0.976, "fenchel-batched-fixed": 0.976, "fenchel-mse": 0.961,
-           "fenchel-mse-plain": 0.961, "adam": 0.976, "sgd": 0.943}
+TARGETS = {
+    "fenchel-batched-xent": 0.976,
+    "fenchel-batched-fixed": 0.976,
+    "fenchel-mse": 0.961,
+    "fenchel-mse-plain": 0.961,
+    "adam": 0.976,
+    "sgd": 0.943,
+}
 
 
 def load_data(small: bool) -> dict:
@@ -117,8 +123,7 @@ def run_lifted(name, key, data, spec, **kw) -> dict:
     sol = fit_lifted(key, data["Xtr"], data["ytr"], spec, X_test=data["Xte"], y_test=data["yte"], **kw)
     total = time.perf_counter() - t0
     st = sol.stats
-    print(f"  {name}: test acc {st['test_accuracy'][-1]:.4f}, total {total:.1f}s, "
-          f"result {sol.messages()}", flush=True)
+    print(f"  {name}: test acc {st['test_accuracy'][-1]:.4f}, total {total:.1f}s, result {sol.messages()}", flush=True)
     return {
         "sol": sol,
         "test_accuracy": st["test_accuracy"].tolist(),
@@ -129,21 +134,40 @@ def run_lifted(name, key, data, spec, **kw) -> dict:
         "violation": st["violation"].tolist(),
         "inner_failures": int(np.sum(st["inner_failures"])),
         "inner_solves": int(np.sum(st["inner_solves"])),
-        "settings": {"model": spec.model, "loss": spec.loss, "lam": spec.lam, "rho": list(spec.rho),
-                     "gamma": list(spec.gamma), **{k: v for k, v in kw.items() if k != "verbose"}},
+        "settings": {
+            "model": spec.model,
+            "loss": spec.loss,
+            "lam": spec.lam,
+            "rho": list(spec.rho),
+            "gamma": list(spec.gamma),
+            **{k: v for k, v in kw.items() if k != "verbose"},
+        },
     }
 
 
 def run_mlp(name, key, data, init, optimizer, epochs, batch, desc) -> dict:
     t0 = time.perf_counter()
-    sol = train_mlp(key, data["Xtr"], data["ytr"], init, optimizer=optimizer, epochs=epochs,
-                    batch_size=batch, X_test=data["Xte"], y_test=data["yte"])
+    sol = train_mlp(
+        key,
+        data["Xtr"],
+        data["ytr"],
+        init,
+        optimizer=optimizer,
+        epochs=epochs,
+        batch_size=batch,
+        X_test=data["Xte"],
+        y_test=data["yte"],
+    )
     total = time.perf_counter() - t0
     st = sol.stats
     print(f"  {name}: test acc {st['test_accuracy'][-1]:.4f}, total {total:.1f}s", flush=True)
-    return {"test_accuracy": st["test_accuracy"].tolist(), "epoch_time": st["epoch_time"].tolist(),
-            "epoch_cpu_time": st["epoch_cpu_time"].tolist(),
-            "train_loss": st["train_loss"].tolist(), "settings": {"optimizer": desc, "batch_size": batch}}
+    return {
+        "test_accuracy": st["test_accuracy"].tolist(),
+        "epoch_time": st["epoch_time"].tolist(),
+        "epoch_cpu_time": st["epoch_cpu_time"].tolist(),
+        "train_loss": st["train_loss"].tolist(),
+        "settings": {"optimizer": desc, "batch_size": batch},
+    }
 
 
 def median_epoch(times) -> float:
@@ -167,17 +191,20 @@ def print_tables(runs: dict, data_name: str) -> None:
     print("epoch " + "".join(f"{n:>{width}}" for n in names))
     for e in range(max_ep):
         row = "".join(
-            f"{r['epoch_time'][e]:>{width}.2f}" if e < len(r["epoch_time"]) else " " * width
-            for r in runs.values()
+            f"{r['epoch_time'][e]:>{width}.2f}" if e < len(r["epoch_time"]) else " " * width for r in runs.values()
         )
         print(f"{e + 1:>5} " + row)
     adam = median_epoch(runs["adam"]["epoch_time"])
     adam_cpu = median_epoch(runs["adam"]["epoch_cpu_time"])
-    print("\nSummary (speed: median epoch time over epochs >= 2; epoch 1 includes compilation;\n"
-          f"CPU = process CPU seconds, less sensitive to other load; load average now {os.getloadavg()})")
+    print(
+        "\nSummary (speed: median epoch time over epochs >= 2; epoch 1 includes compilation;\n"
+        f"CPU = process CPU seconds, less sensitive to other load; load average now {os.getloadavg()})"
+    )
     adam_all = float(np.mean(runs["adam"]["epoch_time"]))
-    header = (f"{'method':<{width}}{'epochs':>7}{'test acc':>10}{'target':>8}{'s/epoch':>9}{'x Adam':>8}"
-              f"{'CPU s/ep':>10}{'x Adam':>8}{'epoch 1 s':>11}{'all s/ep':>10}{'x Adam':>8}{'inner fail':>12}")
+    header = (
+        f"{'method':<{width}}{'epochs':>7}{'test acc':>10}{'target':>8}{'s/epoch':>9}{'x Adam':>8}"
+        f"{'CPU s/ep':>10}{'x Adam':>8}{'epoch 1 s':>11}{'all s/ep':>10}{'x Adam':>8}{'inner fail':>12}"
+    )
     print(header)
     print("-" * len(header))
     for n, r in runs.items():
@@ -185,10 +212,12 @@ def print_tables(runs: dict, data_name: str) -> None:
         cpu = median_epoch(r["epoch_cpu_time"])
         target = TARGETS.get(n)
         fails = f"{r['inner_failures']}/{r['inner_solves']}" if "inner_solves" in r else "-"
-        print(f"{n:<{width}}{len(r['test_accuracy']):>7}{r['test_accuracy'][-1]:>10.4f}"
-              f"{(f'{target:.3f}' if target else '-'):>8}{med:>9.2f}{med / adam:>8.2f}"
-              f"{cpu:>10.2f}{cpu / adam_cpu:>8.2f}{r['epoch_time'][0]:>11.2f}"
-              f"{np.mean(r['epoch_time']):>10.2f}{np.mean(r['epoch_time']) / adam_all:>8.2f}{fails:>12}")
+        print(
+            f"{n:<{width}}{len(r['test_accuracy']):>7}{r['test_accuracy'][-1]:>10.4f}"
+            f"{(f'{target:.3f}' if target else '-'):>8}{med:>9.2f}{med / adam:>8.2f}"
+            f"{cpu:>10.2f}{cpu / adam_cpu:>8.2f}{r['epoch_time'][0]:>11.2f}"
+            f"{np.mean(r['epoch_time']):>10.2f}{np.mean(r['epoch_time']) / adam_all:>8.2f}{fails:>12}"
+        )
 
 
 def main(argv=None) -> dict:
@@ -196,12 +225,18 @@ def main(argv=None) -> dict:
     parser.add_argument("--small", action="store_true", help="tiny configuration for CI (< 1 minute)")
     parser.add_argument("--json", type=str, default=None, help="save per-epoch curves to this JSON file")
     parser.add_argument("--skip", nargs="*", default=(), help="runs to skip (names as in the tables)")
-    parser.add_argument("--only", nargs="*", default=None,
-                        help="run only these (adam always runs: it is the speed reference)")
-    parser.add_argument("--epochs", type=int, default=None,
-                        help="override the number of epochs of every run (e.g. 1 to estimate the cost)")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="PRNG seed of every run (initialisation and batch order); default 0")
+    parser.add_argument(
+        "--only", nargs="*", default=None, help="run only these (adam always runs: it is the speed reference)"
+    )
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="override the number of epochs of every run (e.g. 1 to estimate the cost)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="PRNG seed of every run (initialisation and batch order); default 0"
+    )
     args = parser.parse_args(argv)
 
     data = load_data(args.small)
@@ -211,53 +246,82 @@ def main(argv=None) -> dict:
             cfg[k_] = args.epochs
     p0, k = data["Xtr"].shape[1], int(max(data["ytr"].max(), data["yte"].max())) + 1
     sizes = (p0, cfg["hidden"], k)
-    print(f"{data['name']}: {len(data['Xtr'])} train / {len(data['Xte'])} test, network {sizes}, "
-          f"float32, backend {jax.default_backend()} ({jax.device_count()} device), seed {args.seed}",
-          flush=True)
+    print(
+        f"{data['name']}: {len(data['Xtr'])} train / {len(data['Xte'])} test, network {sizes}, "
+        f"float32, backend {jax.default_backend()} ({jax.device_count()} device), seed {args.seed}",
+        flush=True,
+    )
     key = jax.random.key(args.seed)
     runs: dict = {}
     skip = set(args.skip)
     if args.only is None or "fenchel-mse-plain" not in args.only:
         skip.add("fenchel-mse-plain")  # opt-in: another full non-batched run (~8 min on MNIST)
     if args.only is not None:
-        every = {"sgd", "fenchel-batched-xent", "fenchel-batched-fixed", "fenchel-mse", "fenchel-mse-plain",
-                 "lifted-xent"}
+        every = {
+            "sgd",
+            "fenchel-batched-xent",
+            "fenchel-batched-fixed",
+            "fenchel-mse",
+            "fenchel-mse-plain",
+            "lifted-xent",
+        }
         skip |= every - set(args.only)
 
-    runs["adam"] = run_mlp("adam", key, data, sizes, optax.adam(1e-3), cfg["epochs"], cfg["mlp_batch"],
-                           "adam(1e-3)")
+    runs["adam"] = run_mlp("adam", key, data, sizes, optax.adam(1e-3), cfg["epochs"], cfg["mlp_batch"], "adam(1e-3)")
     sgd = optax.sgd(1e-2)
     if "sgd" not in skip:
         runs["sgd"] = run_mlp("sgd", key, data, sizes, sgd, cfg["epochs"], cfg["mlp_batch"], "sgd(1e-2)")
     if "fenchel-batched-xent" not in skip:
         spec = LiftedSpec(sizes, loss="cross_entropy", model="fenchel", **cfg["fenchel_batched"])
         runs["fenchel-batched-xent"] = run_lifted(
-            "fenchel-batched-xent", key, data, spec, epochs=cfg["epochs"], batch_size=cfg["batch"],
-            alternations=1, w_max_steps=20)
+            "fenchel-batched-xent",
+            key,
+            data,
+            spec,
+            epochs=cfg["epochs"],
+            batch_size=cfg["batch"],
+            alternations=1,
+            w_max_steps=20,
+        )
     if "fenchel-batched-fixed" not in skip:
         spec = LiftedSpec(sizes, loss="cross_entropy", model="fenchel", **cfg["fenchel_fixed"])
         runs["fenchel-batched-fixed"] = run_lifted(
-            "fenchel-batched-fixed", key, data, spec, epochs=cfg["epochs"], batch_size=cfg["batch"],
-            alternations=1, w_max_steps=3, fixed_batches=True)
+            "fenchel-batched-fixed",
+            key,
+            data,
+            spec,
+            epochs=cfg["epochs"],
+            batch_size=cfg["batch"],
+            alternations=1,
+            w_max_steps=3,
+            fixed_batches=True,
+        )
     mse_spec = LiftedSpec(sizes, loss="mse", model="fenchel", **cfg["fenchel_mse"])
     if "fenchel-mse" not in skip:
         runs["fenchel-mse"] = run_lifted("fenchel-mse", key, data, mse_spec, epochs=cfg["nb_epochs"])
     if "fenchel-mse-plain" not in skip:
-        runs["fenchel-mse-plain"] = run_lifted("fenchel-mse-plain", key, data, mse_spec,
-                                               epochs=cfg["nb_epochs"], extrapolation=0.0)
+        runs["fenchel-mse-plain"] = run_lifted(
+            "fenchel-mse-plain", key, data, mse_spec, epochs=cfg["nb_epochs"], extrapolation=0.0
+        )
     if "lifted-xent" not in skip:
         spec = LiftedSpec(sizes, loss="cross_entropy", model="lifted", **cfg["lifted_xent"])
         runs["lifted-xent"] = run_lifted("lifted-xent", key, data, spec, epochs=cfg["lifted_epochs"])
         init = lifted_to_mlp(runs["lifted-xent"]["sol"], dtype=jnp.float32)
-        runs["sgd-lifted-init"] = run_mlp("sgd-lifted-init", key, data, init, sgd, cfg["epochs"],
-                                          cfg["mlp_batch"], "sgd(1e-2), lifted init")
+        runs["sgd-lifted-init"] = run_mlp(
+            "sgd-lifted-init", key, data, init, sgd, cfg["epochs"], cfg["mlp_batch"], "sgd(1e-2), lifted init"
+        )
     for r in runs.values():
         r.pop("sol", None)
 
     print_tables(runs, data["name"])
     if args.json:
-        out = {"dataset": data["name"], "sizes": sizes, "backend": jax.default_backend(),
-               "targets": TARGETS, "runs": runs}
+        out = {
+            "dataset": data["name"],
+            "sizes": sizes,
+            "backend": jax.default_backend(),
+            "targets": TARGETS,
+            "runs": runs,
+        }
         Path(args.json).write_text(json.dumps(out, indent=1))
         print(f"\ncurves written to {args.json}")
     return runs

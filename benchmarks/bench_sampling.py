@@ -163,8 +163,12 @@ def main(argv=None):
     ap.add_argument("--k", type=int, nargs="*", default=None)
     ap.add_argument("--R", type=int, nargs="*", default=None)
     ap.add_argument("--repeats", type=int, default=None)
-    ap.add_argument("--cell-budget", type=float, default=None,
-                    help="skip a jaxknock cell whose R x (single time) estimate exceeds this")
+    ap.add_argument(
+        "--cell-budget",
+        type=float,
+        default=None,
+        help="skip a jaxknock cell whose R x (single time) estimate exceeds this",
+    )
     ap.add_argument("--dense-budget", type=float, default=None)
     ap.add_argument("--fanok-budget", type=float, default=None)
     ap.add_argument("--no-fanok", action="store_true")
@@ -185,9 +189,12 @@ def main(argv=None):
     dense_budget = args.dense_budget or dense_budget
     fanok_budget = args.fanok_budget or fanok_budget
     anchor_dir = os.environ.get("JAXKNOCK_ANCHOR_DIR", "(default)")
-    print(f"# bench_sampling: n={n}, p={ps}, k={ks}, R={Rs}, float64, "
-          f"backend={jax.default_backend()}, devices={jax.devices()}, cpus={os.cpu_count()}, "
-          f"anchors={anchor_dir}", flush=True)
+    print(
+        f"# bench_sampling: n={n}, p={ps}, k={ks}, R={Rs}, float64, "
+        f"backend={jax.default_backend()}, devices={jax.devices()}, cpus={os.cpu_count()}, "
+        f"anchors={anchor_dir}",
+        flush=True,
+    )
 
     rows = []
     fanok_ref = None  # (p k, seconds) of the last fanok run, for extrapolation (linear in p k)
@@ -200,14 +207,20 @@ def main(argv=None):
             reps_p = 1 if p >= 100_000 else repeats
             c = 2 * s - s * s / model.d
             n_neg = int(jnp.sum(c < 0))
-            times = best_times({
-                "floor": lambda: jax.random.normal(jax.random.key(1), (n, p), X.dtype),
-                "jk": lambda: sampling.sample_knockoffs_factor(jax.random.key(2), X, model, s),
-                "rec": lambda: factor_call(jax.random.key(2), X, model, s, "factor_recursive"),
-            }, reps_p)
+            times = best_times(
+                {
+                    "floor": lambda: jax.random.normal(jax.random.key(1), (n, p), X.dtype),
+                    "jk": lambda: sampling.sample_knockoffs_factor(jax.random.key(2), X, model, s),
+                    "rec": lambda: factor_call(jax.random.key(2), X, model, s, "factor_recursive"),
+                },
+                reps_p,
+            )
             floor1, t1, t1_rec = times["floor"], times["jk"], times["rec"]
-            print(f"  p={p:>6} k={k:>3}: c < 0 on {n_neg} coordinates; floor {floor1:.3g} s, "
-                  f"jaxknock {t1:.3g} s (auto path), {t1_rec:.3g} s (recursive path)", flush=True)
+            print(
+                f"  p={p:>6} k={k:>3}: c < 0 on {n_neg} coordinates; floor {floor1:.3g} s, "
+                f"jaxknock {t1:.3g} s (auto path), {t1_rec:.3g} s (recursive path)",
+                flush=True,
+            )
             # fanok (one call; R replicates = R calls)
             fanok1 = None
             if not args.no_fanok:
@@ -215,13 +228,15 @@ def main(argv=None):
                 avail = sampling._available_memory_bytes() / 2**30
                 if fanok_mem > 0.6 * avail:
                     fanok1 = f"skip (mem ~{fanok_mem:.0f} GiB)"
-                elif fanok_ref is not None and (
-                        fanok_est := fanok_ref[1] * p * k / fanok_ref[0]) > fanok_budget:
+                elif fanok_ref is not None and (fanok_est := fanok_ref[1] * p * k / fanok_ref[0]) > fanok_budget:
                     fanok1 = f"skip (est. {fanok_est:.0f} s)"
                 else:
-                    res = run_anchor("fanok", FANOK_CODE, {
-                        "d": np.asarray(model.d), "U": np.asarray(model.U), "s": np.asarray(s),
-                        "n": np.array(n)}, timeout=fanok_budget * 3)
+                    res = run_anchor(
+                        "fanok",
+                        FANOK_CODE,
+                        {"d": np.asarray(model.d), "U": np.asarray(model.U), "s": np.asarray(s), "n": np.array(n)},
+                        timeout=fanok_budget * 3,
+                    )
                     fanok1 = None if res is None else res["seconds"]
                     if fanok1 is not None:
                         fanok_ref = (p * k, fanok1)
@@ -259,8 +274,7 @@ def main(argv=None):
                         note = "stream" if stream else "array"
 
                         def run_R():
-                            out = sampling.sample_replicates(jax.random.key(3), X, model, s, R,
-                                                             stream=stream)
+                            out = sampling.sample_replicates(jax.random.key(3), X, model, s, R, stream=stream)
                             if stream:
                                 last = None
                                 for chunk in out:
@@ -272,31 +286,50 @@ def main(argv=None):
                         gc.collect()
                 floorR = R * floor1
                 fanokR = fanok1 if (R == 1 or not isinstance(fanok1, float)) else R * fanok1
-                rows.append(dict(p=p, k=k, R=R, floor=floorR, jk=tR, fanok=fanokR,
-                                 rec=t1_rec if R == 1 else "-",
-                                 fanok_est=(R > 1 and isinstance(fanok1, float)),
-                                 dense=dense1 if R == 1 else "-", note=note))
+                rows.append(
+                    dict(
+                        p=p,
+                        k=k,
+                        R=R,
+                        floor=floorR,
+                        jk=tR,
+                        fanok=fanokR,
+                        rec=t1_rec if R == 1 else "-",
+                        fanok_est=(R > 1 and isinstance(fanok1, float)),
+                        dense=dense1 if R == 1 else "-",
+                        note=note,
+                    )
+                )
                 r = rows[-1]
-                print(f"  p={p:>6} k={k:>3} R={R:>3}  floor={fmt(floorR):>8}  jaxknock={fmt(tR):>8}"
-                      f"  fanok={fmt(fanokR):>8}  dense={fmt(r['dense']):>8}  {note}", flush=True)
+                print(
+                    f"  p={p:>6} k={k:>3} R={R:>3}  floor={fmt(floorR):>8}  jaxknock={fmt(tR):>8}"
+                    f"  fanok={fmt(fanokR):>8}  dense={fmt(r['dense']):>8}  {note}",
+                    flush=True,
+                )
             del X, model, s
             gc.collect()
 
     print()
-    print(f"n = {n}, float64; seconds, best of {repeats} interleaved runs after a warm-up "
-          "(p = 100000: 1 run). floor = R x jax.random.normal((n, p)). jaxknock = public call, "
-          "path chosen from the data (C >= 0 here); recursive = the same call forced onto the "
-          "blocked L Delta L^T path that indefinite C needs. fanok R > 1: R x one call (*).")
-    header = ("|      p |   k |   R | floor s | jaxknock s | /floor | recursive s | /floor |"
-              " fanok s | fanok/jaxknock | dense np s | dense/jaxknock | R>1 mode |")
+    print(
+        f"n = {n}, float64; seconds, best of {repeats} interleaved runs after a warm-up "
+        "(p = 100000: 1 run). floor = R x jax.random.normal((n, p)). jaxknock = public call, "
+        "path chosen from the data (C >= 0 here); recursive = the same call forced onto the "
+        "blocked L Delta L^T path that indefinite C needs. fanok R > 1: R x one call (*)."
+    )
+    header = (
+        "|      p |   k |   R | floor s | jaxknock s | /floor | recursive s | /floor |"
+        " fanok s | fanok/jaxknock | dense np s | dense/jaxknock | R>1 mode |"
+    )
     print(header)
     print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
     for r in rows:
         fan = fmt(r["fanok"]) + ("*" if r["fanok_est"] else "")
-        print(f"| {r['p']:>6} | {r['k']:>3} | {r['R']:>3} | {fmt(r['floor']):>7} | {fmt(r['jk']):>10} |"
-              f" {ratio(r['jk'], r['floor']):>6} | {fmt(r['rec']):>11} | {ratio(r['rec'], r['floor']):>6} |"
-              f" {fan:>7} | {ratio(r['fanok'], r['jk']):>14} |"
-              f" {fmt(r['dense']):>10} | {ratio(r['dense'], r['jk']):>14} | {r['note']:>8} |")
+        print(
+            f"| {r['p']:>6} | {r['k']:>3} | {r['R']:>3} | {fmt(r['floor']):>7} | {fmt(r['jk']):>10} |"
+            f" {ratio(r['jk'], r['floor']):>6} | {fmt(r['rec']):>11} | {ratio(r['rec'], r['floor']):>6} |"
+            f" {fan:>7} | {ratio(r['fanok'], r['jk']):>14} |"
+            f" {fmt(r['dense']):>10} | {ratio(r['dense'], r['jk']):>14} | {r['note']:>8} |"
+        )
     return rows
 
 

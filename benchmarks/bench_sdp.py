@@ -110,27 +110,34 @@ def fanok_runs(code, arrays):
 
 def row(name, solver, t, sweeps, total, min_eig, gap, result):
     r = dict(problem=name, solver=solver, time=t, sweeps=sweeps, sum=total, min_eig=min_eig, gap=gap, result=result)
-    print(f"    {name} | {solver}: {t:.3f}s sweeps={sweeps} sum={total:.8f} min_eig={min_eig} gap={gap} result={result}",
-          flush=True)
+    print(
+        f"    {name} | {solver}: {t:.3f}s sweeps={sweeps} sum={total:.8f} min_eig={min_eig} gap={gap} result={result}",
+        flush=True,
+    )
     return r
 
 
 def print_table(rows):
-    hdr = f"{'problem':<22}{'solver':<22}{'time[s]':>9}{'sweeps':>8}{'sum(s)':>14}{'min_eig':>11}{'gap':>10}{'result':>8}{'ratio':>8}"
+    hdr = (
+        f"{'problem':<22}{'solver':<22}{'time[s]':>9}{'sweeps':>8}{'sum(s)':>14}"
+        f"{'min_eig':>11}{'gap':>10}{'result':>8}{'ratio':>8}"
+    )
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
         gap = f"{r['gap']:.1e}" if r["gap"] is not None and np.isfinite(r["gap"]) else "-"
         me = f"{r['min_eig']:.1e}" if r["min_eig"] is not None and np.isfinite(r["min_eig"]) else "-"
         ratio = f"{r['ratio']:.2f}" if r.get("ratio") is not None else ""
-        print(f"{r['problem']:<22}{r['solver']:<22}{r['time']:>9.3f}{r['sweeps']:>8}{r['sum']:>14.8f}{me:>11}{gap:>10}{str(r['result']):>8}{ratio:>8}")
+        print(
+            f"{r['problem']:<22}{r['solver']:<22}{r['time']:>9.3f}{r['sweeps']:>8}{r['sum']:>14.8f}{me:>11}{gap:>10}{str(r['result']):>8}{ratio:>8}"
+        )
 
 
 def annotate_ratios(rows):
     by = {}
     for r in rows:
         by.setdefault(r["problem"], []).append(r)
-    for name, rs in by.items():
+    for rs in by.values():
         feas = [r["sum"] for r in rs if not (r["min_eig"] is not None and r["min_eig"] < -1e-10)]
         best = max(feas)
         for r in rs:
@@ -149,12 +156,15 @@ def main():
     ap.add_argument("--knockpy-max-p", type=int, default=1000, help="run knockpy up to this p (0: never)")
     ap.add_argument("--full-sizes", type=int, nargs="*", default=None)
     ap.add_argument("--factor-sizes", type=int, nargs="*", default=None)
-    ap.add_argument("--coordinate-max-p", type=int, default=300,
-                    help="also time method='coordinate' (Algorithm 4) up to this p")
+    ap.add_argument(
+        "--coordinate-max-p", type=int, default=300, help="also time method='coordinate' (Algorithm 4) up to this p"
+    )
     args = ap.parse_args()
     anchors = not (args.small or args.no_anchors)
     full_sizes = args.full_sizes if args.full_sizes is not None else ([100] if args.small else [100, 300, 1000, 3000])
-    factor_sizes = args.factor_sizes if args.factor_sizes is not None else ([1000] if args.small else [1000, 10000, 50000])
+    factor_sizes = (
+        args.factor_sizes if args.factor_sizes is not None else ([1000] if args.small else [1000, 10000, 50000])
+    )
     print(f"jax {jax.__version__} on {jax.devices()[0].platform} ({jax.devices()[0].device_kind})")
     rows = []
     for p in full_sizes:
@@ -164,12 +174,25 @@ def main():
             for method in ["newton"] + (["coordinate"] if p <= args.coordinate_max_p else []):
                 sol, t, first = timed(sdp, S, method=method)
                 print(f"  {name}: jaxknock {method} compile+run {first:.2f}s, run {t:.2f}s", flush=True)
-                rows.append(row(name, f"jaxknock.sdp {method[:5]}", t, int(sol.stats["num_steps"]),
-                                float(sol.stats["objective"]), float(sol.stats["min_eig"]), float(sol.stats["gap"]),
-                                int(sol.result)))
+                rows.append(
+                    row(
+                        name,
+                        f"jaxknock.sdp {method[:5]}",
+                        t,
+                        int(sol.stats["num_steps"]),
+                        float(sol.stats["objective"]),
+                        float(sol.stats["min_eig"]),
+                        float(sol.stats["gap"]),
+                        int(sol.result),
+                    )
+                )
             if anchors:
                 for r in fanok_runs(FANOK_FULL, {"S": S}):
-                    rows.append(row(name, f"fanok eps={r['eps']:.0e}", r["time"], r["sweeps"], r["sum"], r["min_eig"], None, "-"))
+                    rows.append(
+                        row(
+                            name, f"fanok eps={r['eps']:.0e}", r["time"], r["sweeps"], r["sum"], r["min_eig"], None, "-"
+                        )
+                    )
                 if p <= args.knockpy_max_p:
                     r = run_anchor("knockpy", KNOCKPY, {"S": S})
                     if r is not None:
@@ -180,16 +203,30 @@ def main():
         model = FactorModel(jax.numpy.asarray(d), jax.numpy.asarray(U))
         sol, t, first = timed(sdp_factor, model)
         print(f"  {name}: jaxknock compile+run {first:.2f}s, run {t:.2f}s", flush=True)
-        rows.append(row(name, "jaxknock.sdp_factor", t, int(sol.stats["num_steps"]), float(sol.stats["objective"]),
-                        float("nan"), float(sol.stats["gap"]), int(sol.result)))
+        rows.append(
+            row(
+                name,
+                "jaxknock.sdp_factor",
+                t,
+                int(sol.stats["num_steps"]),
+                float(sol.stats["objective"]),
+                float("nan"),
+                float(sol.stats["gap"]),
+                int(sol.result),
+            )
+        )
         if anchors:
             for r in fanok_runs(FANOK_LOW, {"d": d, "U": U}):
-                rows.append(row(name, f"fanok eps={r['eps']:.0e}", r["time"], r["sweeps"], r["sum"], r["min_eig"], None, "-"))
+                rows.append(
+                    row(name, f"fanok eps={r['eps']:.0e}", r["time"], r["sweeps"], r["sum"], r["min_eig"], None, "-")
+                )
     annotate_ratios(rows)
     print()
     print_table(rows)
-    print("\nratio = time(jaxknock) / time(first fanok run within 1e-4 of the best sum(s)); result 0 = certified to tol;"
-          " sweeps = coordinate sweeps or Newton steps.")
+    print(
+        "\nratio = time(jaxknock) / time(first fanok run within 1e-4 of the best sum(s)); result 0 = certified to tol;"
+        " sweeps = coordinate sweeps or Newton steps."
+    )
 
 
 if __name__ == "__main__":

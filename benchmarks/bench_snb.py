@@ -230,10 +230,14 @@ def accuracy_benchmark(name, make_split, ks, splits, methods):
                     notes.append(f"{mth} k={k} split {seed}: fewer than k non-zeros")
                 if mth.startswith("snb") and info.get("code", 0) != 0:
                     notes.append(f"{mth} k={k} split {seed}: result code {info['code']}")
-    print(f"\n== {name}: {Xtr.shape[1]} features (last split), {Xtr.shape[0]} train / "
-          f"{Xte.shape[0]} test, {splits} split(s) ==")
-    head = (f"{'k':>5} {'method':>9} | {'acc MNB':>15} {'vs chi2 (paired)':>22} | {'acc LR':>15} "
-            f"{'vs chi2 (paired)':>22} | {'fit s':>8} {'/ snb':>7}")
+    print(
+        f"\n== {name}: {Xtr.shape[1]} features (last split), {Xtr.shape[0]} train / "
+        f"{Xte.shape[0]} test, {splits} split(s) =="
+    )
+    head = (
+        f"{'k':>5} {'method':>9} | {'acc MNB':>15} {'vs chi2 (paired)':>22} | {'acc LR':>15} "
+        f"{'vs chi2 (paired)':>22} | {'fit s':>8} {'/ snb':>7}"
+    )
     print(head)
     print("-" * len(head))
     for k in ks:
@@ -247,8 +251,10 @@ def accuracy_benchmark(name, make_split, ks, splits, methods):
                 cells.append(f"{acc.mean():.4f}+-{acc.std(ddof=1) if len(acc) > 1 else 0:.4f}")
                 cells.append(paired(acc, np.asarray(ref[stage])) if ref and mth != "chi2" else "")
             t = np.median(r["time"])
-            print(f"{k:>5} {mth:>9} | {cells[0]:>15} {cells[1]:>22} | {cells[2]:>15} {cells[3]:>22} | "
-                  f"{t:8.3f} {t / snb_t:7.1f}")
+            print(
+                f"{k:>5} {mth:>9} | {cells[0]:>15} {cells[1]:>22} | {cells[2]:>15} {cells[3]:>22} | "
+                f"{t:8.3f} {t / snb_t:7.1f}"
+            )
     for n in notes:
         print("note:", n)
     return res
@@ -272,8 +278,7 @@ def text_splits(docs, y, test_size=0.25):
     from sklearn.model_selection import train_test_split
 
     def make(seed):
-        tr, te = train_test_split(np.arange(len(y)), test_size=test_size, random_state=seed,
-                                  stratify=y)
+        tr, te = train_test_split(np.arange(len(y)), test_size=test_size, random_state=seed, stratify=y)
         vec = CountVectorizer()
         Xtr = vec.fit_transform([docs[i] for i in tr]).astype(np.float64)
         Xte = vec.transform([docs[i] for i in te]).astype(np.float64)
@@ -286,8 +291,7 @@ def dense_splits(X, y, test_size=0.25):
     from sklearn.model_selection import train_test_split
 
     def make(seed):
-        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=test_size, random_state=seed,
-                                              stratify=y)
+        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=test_size, random_state=seed, stratify=y)
         return Xtr, ytr, Xte, yte
 
     return make
@@ -351,31 +355,49 @@ def scale_benchmark(ms, nnz, n_rows, k, path_points):
         t_mnb, _ = timed(lambda: MultinomialNB().fit(X, y))
         ks = np.unique(np.geomspace(1, m, path_points).astype(np.int64))
         t_path, path = timed(lambda: sparse_naive_bayes_path(sums, None, ks))
-        rows.append(dict(
-            m=int(m), nnz=int(X.nnz), gen=t_gen, sums=t_sums, dual=t_dual,
-            steps=int(dsol.num_steps), fit=t_fit, first=t_first, e2e=t_sums + t_fit,
-            mnb=t_mnb, path=t_path, npath=len(ks), pathsteps=int(np.max(path.stats["num_steps"])),
-            gap=float(sol.stats["gap"]), rgap=float(sol.stats["gap"]) / abs(float(sol.stats["psi"])),
-            pathgap=float(np.max(path.value.gap[ks >= 8] / np.abs(path.value.psi[ks >= 8]))),
-            codes=int(np.sum(np.asarray(path.result) != 0)),
-        ))
+        rows.append(
+            dict(
+                m=int(m),
+                nnz=int(X.nnz),
+                gen=t_gen,
+                sums=t_sums,
+                dual=t_dual,
+                steps=int(dsol.num_steps),
+                fit=t_fit,
+                first=t_first,
+                e2e=t_sums + t_fit,
+                mnb=t_mnb,
+                path=t_path,
+                npath=len(ks),
+                pathsteps=int(np.max(path.stats["num_steps"])),
+                gap=float(sol.stats["gap"]),
+                rgap=float(sol.stats["gap"]) / abs(float(sol.stats["psi"])),
+                pathgap=float(np.max(path.value.gap[ks >= 8] / np.abs(path.value.psi[ks >= 8]))),
+                codes=int(np.sum(np.asarray(path.result) != 0)),
+            )
+        )
         del X, y, sums, pb
         gc.collect()
         r = rows[-1]
-        print(f"  m={r['m']:.0e}: generated in {r['gen']:.1f}s; first fit (compile) {r['first']:.2f}s",
-              flush=True)
-    print(f"\n== scale: two classes, {nnz:.0e} non-zeros, {n_rows:.0e} rows, k = {k}, "
-          f"CPU ({jax.devices()[0].device_kind}) ==")
-    head = (f"{'m':>8} | {'sums s':>7} {'dual s':>7} {'steps':>5} {'fit s':>7} {'e2e s':>7} | "
-            f"{'MNB s':>7} {'e2e/MNB':>7} | {'gap/|psi|':>9} | {'path s':>7} {'#k':>4} "
-            f"{'max steps':>9} {'max gap/|psi| (k>=8)':>20} {'failed':>6}")
+        print(f"  m={r['m']:.0e}: generated in {r['gen']:.1f}s; first fit (compile) {r['first']:.2f}s", flush=True)
+    print(
+        f"\n== scale: two classes, {nnz:.0e} non-zeros, {n_rows:.0e} rows, k = {k}, "
+        f"CPU ({jax.devices()[0].device_kind}) =="
+    )
+    head = (
+        f"{'m':>8} | {'sums s':>7} {'dual s':>7} {'steps':>5} {'fit s':>7} {'e2e s':>7} | "
+        f"{'MNB s':>7} {'e2e/MNB':>7} | {'gap/|psi|':>9} | {'path s':>7} {'#k':>4} "
+        f"{'max steps':>9} {'max gap/|psi| (k>=8)':>20} {'failed':>6}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r['m']:8.0e} | {r['sums']:7.2f} {r['dual']:7.3f} {r['steps']:5d} {r['fit']:7.3f} "
-              f"{r['e2e']:7.2f} | {r['mnb']:7.2f} {r['e2e'] / r['mnb']:7.2f} | {r['rgap']:9.1e} | "
-              f"{r['path']:7.1f} {r['npath']:4d} {r['pathsteps']:9d} {r['pathgap']:20.1e} "
-              f"{r['codes']:6d}")
+        print(
+            f"{r['m']:8.0e} | {r['sums']:7.2f} {r['dual']:7.3f} {r['steps']:5d} {r['fit']:7.3f} "
+            f"{r['e2e']:7.2f} | {r['mnb']:7.2f} {r['e2e'] / r['mnb']:7.2f} | {r['rgap']:9.1e} | "
+            f"{r['path']:7.1f} {r['npath']:4d} {r['pathsteps']:9d} {r['pathgap']:20.1e} "
+            f"{r['codes']:6d}"
+        )
     return rows
 
 
@@ -386,8 +408,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", action="store_true", help="smoke run (well under a minute)")
     ap.add_argument("--splits", type=int, default=None)
-    ap.add_argument("--scale", type=float, nargs="*", default=None,
-                    help="feature counts m for the scale runs (default 1e5 1e6 1e7)")
+    ap.add_argument(
+        "--scale", type=float, nargs="*", default=None, help="feature counts m for the scale runs (default 1e5 1e6 1e7)"
+    )
     ap.add_argument("--nnz", type=float, default=None, help="non-zeros of the scale matrices")
     ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--skip-scale", action="store_true")
@@ -401,8 +424,13 @@ def main(argv=None):
     t_start = time.perf_counter()
     if not args.skip_accuracy:
         X, y = load_digits()
-        accuracy_benchmark("digits (8x8 pixel counts, 10 classes)", dense_splits(X, y),
-                           [10, 20] if small else [10, 20, 40], splits, methods)
+        accuracy_benchmark(
+            "digits (8x8 pixel counts, 10 classes)",
+            dense_splits(X, y),
+            [10, 20] if small else [10, 20, 40],
+            splits,
+            methods,
+        )
         sp_data = load_sentence_polarity()
         if sp_data is None:
             print("\n(sentence_polarity.zip not found: skipped)")
@@ -411,15 +439,15 @@ def main(argv=None):
                 keep = np.random.default_rng(0).permutation(len(sp_data[1]))[:3500]
                 sp_data = ([sp_data[0][i] for i in keep], sp_data[1][keep])
             ks = [10, 100] if small else [10, 100, 1000]
-            accuracy_benchmark("sentence polarity (CountVectorizer)", text_splits(*sp_data), ks,
-                               splits, methods)
+            accuracy_benchmark("sentence polarity (CountVectorizer)", text_splits(*sp_data), ks, splits, methods)
         if not small:
             mr = load_movie_reviews()
             if mr is None:
                 print("\n(movie_reviews.zip not found: skipped)")
             else:
-                accuracy_benchmark("movie reviews (CountVectorizer)", text_splits(*mr),
-                                   [10, 100, 1000], splits, methods)
+                accuracy_benchmark(
+                    "movie reviews (CountVectorizer)", text_splits(*mr), [10, 100, 1000], splits, methods
+                )
         print(f"(accuracy part: {time.perf_counter() - t_start:.0f}s)")
 
     if not args.skip_scale:

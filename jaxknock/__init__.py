@@ -1,6 +1,7 @@
 """jaxknock: GPU-accelerated knockoffs, FDR-controlled feature selection and
 the convex solvers behind them, in JAX."""
 
+from jaxknock._io import class_sums_dask, class_sums_npz, iter_npz_blocks
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import (
     FactorModel,
@@ -10,9 +11,14 @@ from jaxknock.covariance import (
     ledoit_wolf,
     to_correlation,
 )
-from jaxknock.sdp import asdp, equicorrelated, scale_to_feasible, sdp, sdp_dual_gap, sdp_factor, sdp_init, sdp_step
-from jaxknock.statistics import antisymmetric_combine, lcd, lsm, marginal_correlation, sparse_centroid
-from jaxknock.lasso import LassoState, kfold_ids, lambda_grid, lambda_max, lasso, lasso_cv, lasso_init, lasso_path, lasso_step
+from jaxknock.distributed import (
+    aggregate_ebh_across_processes,
+    device_mesh,
+    plan_chunk,
+    process_replicates,
+    sdp_batch,
+    shard_batch,
+)
 from jaxknock.filter import (
     aggregate_ebh,
     aggregate_frequency,
@@ -23,7 +29,17 @@ from jaxknock.filter import (
     knockoff_select,
     knockoff_threshold,
 )
-from jaxknock.pipeline import Selection, knockoff_filter
+from jaxknock.lasso import (
+    LassoState,
+    kfold_ids,
+    lambda_grid,
+    lambda_max,
+    lasso,
+    lasso_cv,
+    lasso_init,
+    lasso_path,
+    lasso_step,
+)
 from jaxknock.lifted import (
     LiftedHyper,
     LiftedSpec,
@@ -34,7 +50,6 @@ from jaxknock.lifted import (
     train_mlp,
     tune_lifted,
 )
-from jaxknock.sampling import fixed_x_knockoffs, sample_knockoffs, sample_knockoffs_factor, sample_replicates
 from jaxknock.naive_bayes import (
     ClassSums,
     NaiveBayesModel,
@@ -44,15 +59,10 @@ from jaxknock.naive_bayes import (
     sparse_naive_bayes,
     sparse_naive_bayes_path,
 )
-from jaxknock.distributed import (
-    aggregate_ebh_across_processes,
-    device_mesh,
-    plan_chunk,
-    process_replicates,
-    sdp_batch,
-    shard_batch,
-)
-from jaxknock._io import class_sums_dask, class_sums_npz, iter_npz_blocks
+from jaxknock.pipeline import Selection, knockoff_filter
+from jaxknock.sampling import fixed_x_knockoffs, sample_knockoffs, sample_knockoffs_factor, sample_replicates
+from jaxknock.sdp import asdp, equicorrelated, scale_to_feasible, sdp, sdp_dual_gap, sdp_factor, sdp_init, sdp_step
+from jaxknock.statistics import antisymmetric_combine, lcd, lsm, marginal_correlation, sparse_centroid
 
 __version__ = "0.1.0"
 

@@ -57,10 +57,7 @@ def check_finite(x, name: str):
         bad = ~np.isfinite(np.asarray(x))
         if bad.any():
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
-            raise ValueError(
-                f"{name} contains {int(bad.sum())} non-finite value(s) (NaN or Inf), "
-                f"first at index {idx}"
-            )
+            raise ValueError(f"{name} contains {int(bad.sum())} non-finite value(s) (NaN or Inf), first at index {idx}")
 
 
 def check_symmetric(S, name: str = "Sigma", *, rtol: float = 1e-8):

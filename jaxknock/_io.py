@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import zipfile
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import jax.numpy as jnp
 import numpy as np
@@ -46,9 +46,7 @@ class _NpyStream:
         try:
             self.f = zf.open(name)
         except KeyError:
-            raise ValueError(
-                f"{path} has no member {name!r}: not a scipy.sparse.save_npz file"
-            ) from None
+            raise ValueError(f"{path} has no member {name!r}: not a scipy.sparse.save_npz file") from None
         version = np.lib.format.read_magic(self.f)
         if version == (1, 0):
             shape, fortran, dtype = np.lib.format.read_array_header_1_0(self.f)
@@ -88,15 +86,13 @@ def _npz_header(zf: zipfile.ZipFile, path: str):
     fmt = fmt.decode() if isinstance(fmt, bytes) else str(fmt)
     if fmt != "csr":
         raise ValueError(
-            f"{path} stores a {fmt!r} matrix; row blocks need CSR: convert with "
-            "scipy.sparse.save_npz(path, X.tocsr())"
+            f"{path} stores a {fmt!r} matrix; row blocks need CSR: convert with scipy.sparse.save_npz(path, X.tocsr())"
         )
     shape = tuple(int(v) for v in small("shape.npy"))
     return shape
 
 
-def iter_npz_blocks(path: str | os.PathLike, *, max_block_bytes: int = _DEFAULT_BLOCK_BYTES
-                    ) -> Iterator[tuple]:
+def iter_npz_blocks(path: str | os.PathLike, *, max_block_bytes: int = _DEFAULT_BLOCK_BYTES) -> Iterator[tuple]:
     """Row blocks of a CSR matrix saved with ``scipy.sparse.save_npz``, with bounded memory.
 
     Yields ``(row_start, block)`` with ``block`` the CSR matrix of rows
@@ -141,8 +137,7 @@ def iter_npz_blocks(path: str | os.PathLike, *, max_block_bytes: int = _DEFAULT_
                     data = data_s.read(nnz)
                     if indices.size != nnz or data.size != nnz:
                         raise ValueError(f"{path}: indices/data shorter than indptr says")
-                    block = sp.csr_matrix((data, indices, window[lo:hi + 1] - window[lo]),
-                                          shape=(hi - lo, m))
+                    block = sp.csr_matrix((data, indices, window[lo : hi + 1] - window[lo]), shape=(hi - lo, m))
                     yield row + lo, block
                     lo = hi
                 row += window.size - 1
@@ -242,8 +237,9 @@ def class_sums_blocks(blocks: Iterable, *, classes: Sequence, num_features: int,
     return acc.result()
 
 
-def class_sums_npz(paths: Sequence, y, *, classes=None, model: str | None = None,
-                   max_block_bytes: int = _DEFAULT_BLOCK_BYTES):
+def class_sums_npz(
+    paths: Sequence, y, *, classes=None, model: str | None = None, max_block_bytes: int = _DEFAULT_BLOCK_BYTES
+):
     r"""Naive Bayes class sums of CSR ``.npz`` shards, out of core.
 
     ``counts[c] = sum_{i: y_i = classes[c]} X[i]`` over the rows of all shards
@@ -277,9 +273,9 @@ def class_sums_npz(paths: Sequence, y, *, classes=None, model: str | None = None
     if any(s[1] != m for s in shapes):
         raise ValueError(f"the shards have different numbers of columns: {[s[1] for s in shapes]}")
     rows = [s[0] for s in shapes]
+
     def per_shard(v):
-        return (isinstance(v, os.PathLike) or (isinstance(v, str) and v.endswith(".npy"))
-                or np.ndim(v) == 1)
+        return isinstance(v, os.PathLike) or (isinstance(v, str) and v.endswith(".npy")) or np.ndim(v) == 1
 
     if isinstance(y, (list, tuple)) and len(y) == len(paths) and all(per_shard(v) for v in y):
         labels = [_load_labels(v) for v in y]
@@ -287,8 +283,7 @@ def class_sums_npz(paths: Sequence, y, *, classes=None, model: str | None = None
         flat = _load_labels(y)
         if flat.ndim != 1 or flat.shape[0] != sum(rows):
             raise ValueError(
-                f"y must be one label array per shard or a 1-D array of {sum(rows)} labels, "
-                f"got shape {flat.shape}"
+                f"y must be one label array per shard or a 1-D array of {sum(rows)} labels, got shape {flat.shape}"
             )
         starts = np.concatenate([[0], np.cumsum(rows)])
         labels = [flat[a:b] for a, b in zip(starts[:-1], starts[1:])]
@@ -301,7 +296,7 @@ def class_sums_npz(paths: Sequence, y, *, classes=None, model: str | None = None
     def blocks():
         for p, lab in zip(paths, labels):
             for start, B in iter_npz_blocks(p, max_block_bytes=max_block_bytes):
-                yield B, np.asarray(lab[start:start + B.shape[0]])
+                yield B, np.asarray(lab[start : start + B.shape[0]])
 
     return class_sums_blocks(blocks(), classes=classes, num_features=m, model=model)
 
@@ -335,15 +330,17 @@ def class_sums_dask(X, y, *, classes=None, model: str | None = None):
     if y_dask and tuple(y.chunks[0]) != tuple(X.chunks[0]):
         y = y.rechunk((X.chunks[0],))
     if classes is None:  # label blocks are small; one at a time all the same
-        classes = (np.unique(np.concatenate([np.unique(np.asarray(y.blocks[i].compute()))
-                                             for i in range(y.numblocks[0])]))
-                   if y_dask else np.unique(y))
+        classes = (
+            np.unique(np.concatenate([np.unique(np.asarray(y.blocks[i].compute())) for i in range(y.numblocks[0])]))
+            if y_dask
+            else np.unique(y)
+        )
 
     def blocks():
         start = 0
         for i, r in enumerate(X.chunks[0]):
             Xi = X.blocks[i].compute()
-            yi = y.blocks[i].compute() if y_dask else y[start:start + r]
+            yi = y.blocks[i].compute() if y_dask else y[start : start + r]
             start += r
             yield Xi, yi
 

@@ -43,8 +43,9 @@ class Progress:
         width: bar width in characters.
     """
 
-    def __init__(self, total: int | None = None, desc: str = "", *, enabled: bool | None = None,
-                 stream=None, width: int = 30):
+    def __init__(
+        self, total: int | None = None, desc: str = "", *, enabled: bool | None = None, stream=None, width: int = 30
+    ):
         self.stream = sys.stderr if stream is None else stream
         self.enabled = progress_enabled(self.stream) if enabled is None else bool(enabled)
         self.total = int(total) if total else 0

@@ -55,9 +55,7 @@ _MESSAGES = {
         "the iterates became NaN or Inf; check the input for near-singularity or "
         "enable float64 (jax.config.update('jax_enable_x64', True))"
     ),
-    RESULTS.infeasible: (
-        "the problem is infeasible for the given input (see the solver docstring)"
-    ),
+    RESULTS.infeasible: ("the problem is infeasible for the given input (see the solver docstring)"),
     RESULTS.stagnated: (
         "the iterate stopped improving before the certified optimality gap met tol "
         "(coordinate ascent can jam on degenerate problems); the reported gap is "
@@ -101,9 +99,7 @@ def _raise_for_codes(codes) -> None:
     codes = np.asarray(codes).ravel()
     bad = codes[codes != RESULTS.successful]
     if bad.size:
-        raise RuntimeError(
-            f"{bad.size} of {codes.size} solve(s) failed: {RESULTS.message(bad[0])}"
-        )
+        raise RuntimeError(f"{bad.size} of {codes.size} solve(s) failed: {RESULTS.message(bad[0])}")
 
 
 def raise_if_failed(solution: Solution, throw: bool) -> Solution:

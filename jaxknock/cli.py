@@ -124,6 +124,7 @@ class _Ticker:
 # demo
 # --------------------------------------------------------------------------
 
+
 def run_demo(args) -> int:
     if args.plot:
         _require_matplotlib("--plot")
@@ -142,8 +143,10 @@ def run_demo(args) -> int:
     key = jax.random.key(args.seed)
     kdata, kfac = jax.random.split(key)
     n, p, k = args.n, args.p, args.rank
-    print(f"jaxknock {jk.__version__} | jax {jax.__version__} on {jax.devices()[0].platform} | "
-          f"synthetic factor-model data n={n}, p={p}, k={k}, {args.signals} signals")
+    print(
+        f"jaxknock {jk.__version__} | jax {jax.__version__} on {jax.devices()[0].platform} | "
+        f"synthetic factor-model data n={n}, p={p}, k={k}, {args.signals} signals"
+    )
     X, y, beta, Sigma_true = synthetic_factor_data(kdata, n, p, k, args.signals, args.amplitude)
 
     print("\n[1] covariance estimation")
@@ -153,8 +156,10 @@ def run_demo(args) -> int:
     err_lw = float(jnp.linalg.norm(Sigma_hat - Sigma_true) / jnp.linalg.norm(Sigma_true))
     err_fm = float(jnp.linalg.norm(model.dense() - Sigma_true) / jnp.linalg.norm(Sigma_true))
     _print_table(
-        [["Ledoit-Wolf", f"{t_lw:.2f}", f"{float(delta):.3f}", f"{err_lw:.3f}"],
-         [f"factor model (k={k}, from X)", f"{t_fm:.2f}", f"{float(delta_f):.3f}", f"{err_fm:.3f}"]],
+        [
+            ["Ledoit-Wolf", f"{t_lw:.2f}", f"{float(delta):.3f}", f"{err_lw:.3f}"],
+            [f"factor model (k={k}, from X)", f"{t_fm:.2f}", f"{float(delta_f):.3f}", f"{err_fm:.3f}"],
+        ],
         ["estimator", "time[s]", "shrinkage", "rel. error vs truth"],
     )
 
@@ -175,11 +180,17 @@ def run_demo(args) -> int:
             sols[name] = sol
             gap = sol.stats.get("gap")
             me = sol.stats.get("min_eig")
-            rows.append([
-                name, f"{t:.2f}", str(int(sol.stats["num_steps"])), f"{float(sol.stats['objective']):.4f}",
-                "-" if me is None or not np.isfinite(float(me)) else f"{float(me):.1e}",
-                "-" if gap is None else f"{float(gap):.1e}", jk.RESULTS(int(sol.result)).name,
-            ])
+            rows.append(
+                [
+                    name,
+                    f"{t:.2f}",
+                    str(int(sol.stats["num_steps"])),
+                    f"{float(sol.stats['objective']):.4f}",
+                    "-" if me is None or not np.isfinite(float(me)) else f"{float(me):.1e}",
+                    "-" if gap is None else f"{float(gap):.1e}",
+                    jk.RESULTS(int(sol.result)).name,
+                ]
+            )
     _print_table(rows, ["method", "time[s]", "steps", "sum(s)", "min eig", "gap", "result"])
     print("(times include jit compilation on first use)")
     _demo_pipeline(args, X, y, beta, Sigma_hat, model, sols)
@@ -191,7 +202,7 @@ def run_demo(args) -> int:
 def _demo_pipeline(args, X, y, beta, Sigma_hat, model, sols):
     """Sampling + filter stages, when those modules are installed."""
     try:
-        from jaxknock import pipeline  # noqa: F401
+        from jaxknock import pipeline
     except ImportError:
         return
     pipeline.demo_report(args, X, y, beta, Sigma_hat, model, sols)
@@ -201,8 +212,10 @@ def _require_matplotlib(option):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise CLIError(f"{option} needs matplotlib, which is not installed: "
-                       "pip install matplotlib (or pip install \"jaxknock[notebook]\")") from None
+        raise CLIError(
+            f"{option} needs matplotlib, which is not installed: "
+            'pip install matplotlib (or pip install "jaxknock[notebook]")'
+        ) from None
 
 
 def _demo_plot(args, X, y, beta, sols):
@@ -219,8 +232,9 @@ def _demo_plot(args, X, y, beta, sols):
 
     n, p = X.shape
     lam = 0.5 * float(jnp.std(y)) * float(np.sqrt(2 * np.log(2 * p) / n))
-    sel = knockoff_filter(jax.random.key(args.seed + 1), X, y, fdr=args.fdr, s_method="sdp_factor",
-                          rank=args.rank, lam=lam)
+    sel = knockoff_filter(
+        jax.random.key(args.seed + 1), X, y, fdr=args.fdr, s_method="sdp_factor", rank=args.rank, lam=lam
+    )
     W = np.asarray(sel.W[0])
     truth = np.asarray(beta) != 0
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
@@ -249,6 +263,7 @@ def _demo_plot(args, X, y, beta, sols):
 # --------------------------------------------------------------------------
 # data loading (CSV, NPZ, NPY) with one-line errors
 # --------------------------------------------------------------------------
+
 
 def _check_file(path) -> Path:
     path = Path(path)
@@ -295,8 +310,10 @@ def read_csv_table(path):
     body = rows[1:]
     for i, r in enumerate(body):
         if len(r) != len(header):
-            raise CLIError(f"{path}: line {i + 2} has {len(r)} fields but the header has {len(header)}; "
-                           "fix the row or the delimiter")
+            raise CLIError(
+                f"{path}: line {i + 2} has {len(r)} fields but the header has {len(header)}; "
+                "fix the row or the delimiter"
+            )
     columns = [[r[j].strip() for r in body] for j in range(len(header))]
     return header, columns
 
@@ -314,8 +331,10 @@ def _numeric_column(path, name, values):
             continue
         f = _float_or_none(v)
         if f is None:
-            raise CLIError(f"{path}: column {name!r} is not numeric (row {i + 1} has {v!r}); "
-                           "encode it as numbers or drop the column")
+            raise CLIError(
+                f"{path}: column {name!r} is not numeric (row {i + 1} has {v!r}); "
+                "encode it as numbers or drop the column"
+            )
         out[i] = f
     return out
 
@@ -358,8 +377,10 @@ def load_table(path):
         except (ValueError, OSError, EOFError) as err:
             raise CLIError(f"{path} is not a readable .npz archive ({err}); save it with numpy.savez") from None
         if {"indptr", "indices", "data", "shape"} <= set(arrays):
-            raise CLIError(f"{path} is a scipy.sparse matrix; `select` needs dense columns "
-                           "(save a dense array with numpy.savez, or use `jaxknock snb`)")
+            raise CLIError(
+                f"{path} is a scipy.sparse matrix; `select` needs dense columns "
+                "(save a dense array with numpy.savez, or use `jaxknock snb`)"
+            )
         names = None
         for key in ("columns", "names"):
             if key in arrays:
@@ -421,14 +442,18 @@ def _check_design(path, names, X, j_target, *, method):
     bad = ~np.isfinite(X)
     if bad.any():
         cols = [names[j] for j in np.flatnonzero(bad.any(axis=0))]
-        raise CLIError(f"{path}: {int(bad.sum())} missing/NaN/Inf value(s) in column(s) {_preview(cols, 5)}; "
-                       "impute or drop those rows first")
+        raise CLIError(
+            f"{path}: {int(bad.sum())} missing/NaN/Inf value(s) in column(s) {_preview(cols, 5)}; "
+            "impute or drop those rows first"
+        )
     features = [j for j in range(X.shape[1]) if j != j_target]
     if not features:
         raise CLIError(f"{path} has only the target column; it needs at least one feature column")
     if n < 10:
-        raise CLIError(f"{path} has only {n} rows; the knockoff filter needs at least 10 "
-                       "(and more rows than feature columns for --method sdp/asdp/equi)")
+        raise CLIError(
+            f"{path} has only {n} rows; the knockoff filter needs at least 10 "
+            "(and more rows than feature columns for --method sdp/asdp/equi)"
+        )
     y = X[:, j_target]
     if np.ptp(y) == 0:
         raise CLIError(f"target column {names[j_target]!r} is constant; there is nothing to explain")
@@ -437,8 +462,10 @@ def _check_design(path, names, X, j_target, *, method):
         raise CLIError(f"constant column(s) {_preview(const, 5)} carry no information; drop them and rerun")
     p = len(features)
     if method != "sdp_factor" and n <= p:
-        raise CLIError(f"{path} has {n} rows for {p} features; a dense covariance needs more rows than "
-                       "features: add rows or use --method sdp-factor --rank K (K < rows)")
+        raise CLIError(
+            f"{path} has {n} rows for {p} features; a dense covariance needs more rows than "
+            "features: add rows or use --method sdp-factor --rank K (K < rows)"
+        )
     return X[:, features], y, [names[j] for j in features]
 
 
@@ -448,8 +475,12 @@ def _versions():
 
     import jaxknock
 
-    out = {"jaxknock": jaxknock.__version__, "jax": jax.__version__, "numpy": np.__version__,
-           "python": platform.python_version()}
+    out = {
+        "jaxknock": jaxknock.__version__,
+        "jax": jax.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
     try:
         import jaxlib
 
@@ -463,9 +494,14 @@ def _device():
     import jax
 
     d = jax.devices()[0]
-    return {"platform": d.platform, "device_kind": getattr(d, "device_kind", str(d)),
-            "num_devices": jax.device_count(), "x64": bool(jax.config.jax_enable_x64),
-            "machine": platform.machine(), "system": platform.system()}
+    return {
+        "platform": d.platform,
+        "device_kind": getattr(d, "device_kind", str(d)),
+        "num_devices": jax.device_count(),
+        "x64": bool(jax.config.jax_enable_x64),
+        "machine": platform.machine(),
+        "system": platform.system(),
+    }
 
 
 def _sha256(path):
@@ -537,17 +573,29 @@ def run_select(args) -> int:
     from jaxknock.pipeline import knockoff_filter
 
     say = (lambda *a, **k: None) if args.quiet else print
-    say(f"{len(features)} features, {n} rows, target {names[j]!r}; method {args.method}, "
-        f"statistic {args.statistic}, {args.replicates} replicate(s), FDR {args.fdr}")
-    bar = Progress(2, f"knockoff filter ({args.replicates} replicate(s))",
-                   enabled=progress_enabled(sys.stderr, args.quiet))
+    say(
+        f"{len(features)} features, {n} rows, target {names[j]!r}; method {args.method}, "
+        f"statistic {args.statistic}, {args.replicates} replicate(s), FDR {args.fdr}"
+    )
+    bar = Progress(
+        2, f"knockoff filter ({args.replicates} replicate(s))", enabled=progress_enabled(sys.stderr, args.quiet)
+    )
     with bar, _Ticker(bar):
         bar.update(desc=f"knockoff filter ({args.replicates} replicate(s), batched)")
         t0 = time.perf_counter()
         try:
-            sel = knockoff_filter(jax.random.key(args.seed), X, y, fdr=args.fdr, s_method=method, rank=args.rank,
-                                  statistic=args.statistic, num_replicates=args.replicates,
-                                  aggregate=args.aggregate, lam=args.lam)
+            sel = knockoff_filter(
+                jax.random.key(args.seed),
+                X,
+                y,
+                fdr=args.fdr,
+                s_method=method,
+                rank=args.rank,
+                statistic=args.statistic,
+                num_replicates=args.replicates,
+                aggregate=args.aggregate,
+                lam=args.lam,
+            )
         except ValueError as err:
             raise CLIError(str(err)) from None
         t_filter = time.perf_counter() - t0
@@ -558,20 +606,28 @@ def run_select(args) -> int:
     freq = (W >= T[:, None]).mean(axis=0)
     W_mean = W.mean(axis=0)
     order = sorted(sel.selected.tolist(), key=lambda i: -W_mean[i])
-    selections = [{"name": features[i], "index": int(i), "W": float(W_mean[i]), "frequency": float(freq[i])}
-                  for i in order]
+    selections = [
+        {"name": features[i], "index": int(i), "W": float(W_mean[i]), "frequency": float(freq[i])} for i in order
+    ]
     s_sol = sel.s_solution
-    s_info = {"result": RESULTS(int(s_sol.result)).name, "sum_s": float(np.sum(np.asarray(s_sol.value))),
-              "num_steps": int(np.asarray(s_sol.stats.get("num_steps", 0)))}
+    s_info = {
+        "result": RESULTS(int(s_sol.result)).name,
+        "sum_s": float(np.sum(np.asarray(s_sol.value))),
+        "num_steps": int(np.asarray(s_sol.stats.get("num_steps", 0))),
+    }
     if s_sol.stats.get("gap") is not None:
         s_info["gap"] = float(s_sol.stats["gap"])
 
-    print(f"selected {len(order)} of {p} features at FDR {args.fdr}"
-          + (f" (e-BH over {args.replicates} replicates)" if args.replicates > 1 and args.aggregate == "ebh" else ""))
+    print(
+        f"selected {len(order)} of {p} features at FDR {args.fdr}"
+        + (f" (e-BH over {args.replicates} replicates)" if args.replicates > 1 and args.aggregate == "ebh" else "")
+    )
     if order:
         headers = ["feature", "W"] + (["selected in"] if args.replicates > 1 else [])
-        rows = [[s["name"], f"{s['W']:.4g}"] + ([f"{s['frequency']:.0%}"] if args.replicates > 1 else [])
-                for s in selections]
+        rows = [
+            [s["name"], f"{s['W']:.4g}"] + ([f"{s['frequency']:.0%}"] if args.replicates > 1 else [])
+            for s in selections
+        ]
         _print_table(rows, headers)
     if s_info["result"] != "successful":
         say(f"note: the S-vector solver ended with result {s_info['result']!r} (the selection is still valid)")
@@ -579,16 +635,35 @@ def run_select(args) -> int:
         path = Path(args.data)
         report = {
             "command": "select",
-            "inputs": {"path": str(path.resolve()), "sha256": _sha256(path), "rows": n, "features": p,
-                       "target": names[j], "feature_names": features},
-            "settings": {"fdr": args.fdr, "method": args.method, "s_method": method, "rank": sel.settings.get("rank"),
-                         "replicates": args.replicates, "statistic": args.statistic, "aggregate": args.aggregate,
-                         "lam": args.lam, "seed": args.seed, "loss": sel.settings.get("loss"),
-                         "knockoff_plus": bool(sel.settings.get("plus", True))},
+            "inputs": {
+                "path": str(path.resolve()),
+                "sha256": _sha256(path),
+                "rows": n,
+                "features": p,
+                "target": names[j],
+                "feature_names": features,
+            },
+            "settings": {
+                "fdr": args.fdr,
+                "method": args.method,
+                "s_method": method,
+                "rank": sel.settings.get("rank"),
+                "replicates": args.replicates,
+                "statistic": args.statistic,
+                "aggregate": args.aggregate,
+                "lam": args.lam,
+                "seed": args.seed,
+                "loss": sel.settings.get("loss"),
+                "knockoff_plus": bool(sel.settings.get("plus", True)),
+            },
             "versions": _versions(),
             "device": _device(),
-            "timings": {"load": t_load, **{k: float(v) for k, v in sel.timings.items()}, "filter_total": t_filter,
-                        "total": time.perf_counter() - t_start},
+            "timings": {
+                "load": t_load,
+                **{k: float(v) for k, v in sel.timings.items()},
+                "filter_total": t_filter,
+                "total": time.perf_counter() - t_start,
+            },
             "s_vector": s_info,
             "selected": selections,
             "W_mean": {features[i]: float(W_mean[i]) for i in range(p)},
@@ -602,6 +677,7 @@ def run_select(args) -> int:
 # --------------------------------------------------------------------------
 # snb
 # --------------------------------------------------------------------------
+
 
 def _load_labels(path):
     import numpy as np
@@ -636,8 +712,10 @@ def _load_snb(args):
         try:
             M = sp.load_npz(path).tocsr()
         except (ValueError, OSError, KeyError, EOFError) as err:
-            raise CLIError(f"{path} is not a scipy.sparse .npz (save it with scipy.sparse.save_npz): "
-                           f"{str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+            raise CLIError(
+                f"{path} is not a scipy.sparse .npz (save it with scipy.sparse.save_npz): "
+                f"{str(err).splitlines()[0] if str(err) else type(err).__name__}"
+            ) from None
         if M.dtype.kind not in "biuf":
             raise CLIError(f"{path}: the matrix is not numeric (dtype {M.dtype})")
         names = _default_names(M.shape[1])
@@ -648,8 +726,10 @@ def _load_snb(args):
             X = M
         else:
             if args.target is None:
-                raise CLIError(f"{path} is a sparse matrix: give --target COLUMN_INDEX (the label column) "
-                               "or --labels FILE (one label per row)")
+                raise CLIError(
+                    f"{path} is a sparse matrix: give --target COLUMN_INDEX (the label column) "
+                    "or --labels FILE (one label per row)"
+                )
             j = _resolve_target(names, args.target, path)
             y = M[:, j].toarray().ravel()
             keep = np.setdiff1d(np.arange(M.shape[1]), [j])
@@ -671,8 +751,11 @@ def _load_snb(args):
         if any(v.lower() in _MISSING for v in cols[j]):
             raise CLIError(f"target column {header[j]!r} has missing labels; drop those rows")
         names = [h for i, h in enumerate(header) if i != j]
-        X = np.column_stack([_numeric_column(path, header[i], cols[i]) for i in range(len(header)) if i != j]) \
-            if names else np.empty((len(y), 0))
+        X = (
+            np.column_stack([_numeric_column(path, header[i], cols[i]) for i in range(len(header)) if i != j])
+            if names
+            else np.empty((len(y), 0))
+        )
         vals = X
     else:
         raise CLIError(f"unsupported file type {suffix or '(none)'!r} for {path}; use .csv or a scipy.sparse .npz")
@@ -681,8 +764,9 @@ def _load_snb(args):
     if not np.all(np.isfinite(vals)):
         raise CLIError(f"{path}: the features contain missing/NaN/Inf values; impute or drop them")
     if np.any(np.asarray(vals) < 0):
-        raise CLIError(f"{path}: the features contain negative values; sparse naive Bayes needs counts "
-                       "or binary values (>= 0)")
+        raise CLIError(
+            f"{path}: the features contain negative values; sparse naive Bayes needs counts or binary values (>= 0)"
+        )
     if args.model == "bernoulli" and np.any((np.asarray(vals) != 0) & (np.asarray(vals) != 1)):
         raise CLIError("--model bernoulli needs binary (0/1) features; binarise them or use --model multinomial")
     if X.shape[0] < 2:
@@ -727,8 +811,10 @@ def run_snb(args) -> int:
     idx = np.flatnonzero(support)
     idx = idx[np.argsort(-np.abs(weight[idx]))]
     say(f"{X.shape[1]} features, {X.shape[0]} rows, classes {classes}; {args.model} sparse naive Bayes, k = {args.k}")
-    print(f"selected {len(idx)} features; training accuracy {acc:.3f}; result {RESULTS(int(sol.result)).name}; "
-          f"certified gap {float(sol.stats['gap']):.3g}")
+    print(
+        f"selected {len(idx)} features; training accuracy {acc:.3f}; result {RESULTS(int(sol.result)).name}; "
+        f"certified gap {float(sol.stats['gap']):.3g}"
+    )
     wname = f"log-odds ({classes[1]} vs {classes[0]})" if coef.shape[0] == 2 else "max-min log weight"
     if len(idx):
         _print_table([[names[i], f"{weight[i]:+.4g}"] for i in idx], ["feature", wname])
@@ -736,16 +822,25 @@ def run_snb(args) -> int:
         path = Path(args.data)
         report = {
             "command": "snb",
-            "inputs": {"path": str(path.resolve()), "sha256": _sha256(path), "rows": int(X.shape[0]),
-                       "features": int(X.shape[1]), "target": args.target, "labels": args.labels,
-                       "classes": classes, "sparse": not isinstance(X, np.ndarray)},
+            "inputs": {
+                "path": str(path.resolve()),
+                "sha256": _sha256(path),
+                "rows": int(X.shape[0]),
+                "features": int(X.shape[1]),
+                "target": args.target,
+                "labels": args.labels,
+                "classes": classes,
+                "sparse": not isinstance(X, np.ndarray),
+            },
             "settings": {"k": args.k, "model": args.model, "alpha": args.alpha},
             "versions": _versions(),
             "device": _device(),
             "timings": {"load": t_load, "class_sums": t_sums, "fit": t_fit, "total": time.perf_counter() - t_start},
             "result": RESULTS(int(sol.result)).name,
-            "objective": float(sol.stats["objective"]), "psi": float(sol.stats["psi"]),
-            "gap": float(sol.stats["gap"]), "train_accuracy": acc,
+            "objective": float(sol.stats["objective"]),
+            "psi": float(sol.stats["psi"]),
+            "gap": float(sol.stats["gap"]),
+            "train_accuracy": acc,
             "selected": [{"name": names[i], "index": int(i), "weight": float(weight[i])} for i in idx],
         }
         _write_json(args.out, report)
@@ -757,6 +852,7 @@ def run_snb(args) -> int:
 # bench
 # --------------------------------------------------------------------------
 
+
 def _find_bench_dir(arg):
     if arg:
         d = Path(arg)
@@ -766,8 +862,10 @@ def _find_bench_dir(arg):
     for cand in (Path(__file__).resolve().parents[1] / "benchmarks", Path.cwd() / "benchmarks"):
         if cand.is_dir() and any(cand.glob("bench_*.py")):
             return cand
-    raise CLIError("no benchmarks/ folder found (it ships with the source tree, not the wheel); "
-                   "run from a clone of the repository or pass --bench-dir")
+    raise CLIError(
+        "no benchmarks/ folder found (it ships with the source tree, not the wheel); "
+        "run from a clone of the repository or pass --bench-dir"
+    )
 
 
 def run_bench(args) -> int:
@@ -784,16 +882,18 @@ def run_bench(args) -> int:
         raise CLIError(f"no bench_*.py scripts in {bench_dir}")
     extra = [] if args.full else ["--small"]
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1])] +
-                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1])] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
     rows, failed = [], []
     bar = Progress(len(scripts), "benchmarks", enabled=progress_enabled(sys.stderr, args.quiet))
     with bar, _Ticker(bar):
         for script in scripts:
             bar.set_description(script.name)
             t0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, str(script), *extra], capture_output=True, text=True,
-                                  env=env, cwd=bench_dir.parent)
+            proc = subprocess.run(
+                [sys.executable, str(script), *extra], capture_output=True, text=True, env=env, cwd=bench_dir.parent
+            )
             dt = time.perf_counter() - t0
             bar.update()
             if not args.quiet:
@@ -816,6 +916,7 @@ def run_bench(args) -> int:
 # parser
 # --------------------------------------------------------------------------
 
+
 def build_parser() -> argparse.ArgumentParser:
     from jaxknock.pipeline import AGGREGATES, STATISTICS
 
@@ -826,31 +927,42 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--p", type=int, default=500, help="features (default 500)")
     demo.add_argument("--rank", type=int, default=50, help="factor-model rank (default 50)")
     demo.add_argument("--signals", type=int, default=50, help="non-zero coefficients (default 50)")
-    demo.add_argument("--amplitude", type=float, default=12.0,
-                      help="signal amplitude: coefficients +-amplitude/sqrt(n) (default 12)")
+    demo.add_argument(
+        "--amplitude", type=float, default=12.0, help="signal amplitude: coefficients +-amplitude/sqrt(n) (default 12)"
+    )
     demo.add_argument("--fdr", type=float, default=0.1, help="target FDR (default 0.1)")
     demo.add_argument("--replicates", type=int, default=5, help="knockoff replicates for aggregation")
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--plot", metavar="OUT.png", default=None,
-                      help="write a PNG with the S-vectors and W statistics (needs matplotlib)")
+    demo.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        default=None,
+        help="write a PNG with the S-vectors and W statistics (needs matplotlib)",
+    )
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(func=run_demo)
 
-    sel = sub.add_parser("select", help="knockoff filter on a CSV / NPZ / NPY table",
-                         description="Model-X knockoff selection with FDR control on a table: standardise, "
-                                     "estimate the correlation (Ledoit-Wolf, or a factor model for sdp-factor), "
-                                     "solve for s, sample knockoffs, compute W, select.")
+    sel = sub.add_parser(
+        "select",
+        help="knockoff filter on a CSV / NPZ / NPY table",
+        description="Model-X knockoff selection with FDR control on a table: standardise, "
+        "estimate the correlation (Ledoit-Wolf, or a factor model for sdp-factor), "
+        "solve for s, sample knockoffs, compute W, select.",
+    )
     sel.add_argument("data", help="CSV with a header row, .npz (named columns or one 2-D array) or .npy")
     sel.add_argument("--target", required=True, help="response column (name; index for unnamed arrays)")
     sel.add_argument("--fdr", type=float, default=0.1, help="target false discovery rate (default 0.1)")
-    sel.add_argument("--method", choices=sorted(METHODS), default="asdp",
-                     help="S-vector method (default asdp; sdp-factor for p >= n)")
+    sel.add_argument(
+        "--method",
+        choices=sorted(METHODS),
+        default="asdp",
+        help="S-vector method (default asdp; sdp-factor for p >= n)",
+    )
     sel.add_argument("--rank", type=int, default=None, help="factor-model rank for --method sdp-factor")
     sel.add_argument("--replicates", type=int, default=1, help="knockoff replicates, aggregated by e-BH")
     sel.add_argument("--aggregate", choices=AGGREGATES, default="ebh", help="how replicates are combined")
     sel.add_argument("--statistic", choices=STATISTICS, default="lcd", help="feature statistic W (default lcd)")
-    sel.add_argument("--lam", type=float, default=None,
-                     help="fixed lasso penalty for lcd (default: cross-validated)")
+    sel.add_argument("--lam", type=float, default=None, help="fixed lasso penalty for lcd (default: cross-validated)")
     sel.add_argument("--seed", type=int, default=0)
     sel.add_argument("--out", default=None, metavar="RESULT.json", help="write a JSON report")
     sel.add_argument("--quiet", action="store_true", help="only the selection, no progress bar")

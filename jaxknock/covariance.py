@@ -186,8 +186,9 @@ def to_correlation(Sigma) -> jax.Array:
 # --------------------------------------------------------------------------
 
 
-def estimate_factor_model(Sigma, rank: int, *, max_steps: int = 100, tol: float = 1e-8,
-                          min_diag: float = 1e-6, throw: bool = False):
+def estimate_factor_model(
+    Sigma, rank: int, *, max_steps: int = 100, tol: float = 1e-8, min_diag: float = 1e-6, throw: bool = False
+):
     """Fit ``Sigma ~ diag(d) + U U^T`` by alternating minimisation.
 
     Solves (Askari thesis, eq. 4.10)
@@ -271,8 +272,7 @@ def estimate_factor_model(Sigma, rank: int, *, max_steps: int = 100, tol: float 
     return raise_if_failed(sol, throw)
 
 
-def factor_model_from_data(key, X, rank: int, *, shrinkage: bool = True, num_iters: int = 6,
-                           oversample: int = 10):
+def factor_model_from_data(key, X, rank: int, *, shrinkage: bool = True, num_iters: int = 6, oversample: int = 10):
     """Factor model of the correlation matrix of ``X``, never forming ``p x p``.
 
     Standardises the columns of ``X`` (``Z = (X - mean) / std``), so the

@@ -54,7 +54,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -202,9 +203,17 @@ def device_memory_bytes(devices=None) -> int:
     return int(min(free))
 
 
-def plan_chunk(num_items: int, per_item_bytes: int, *, shared_bytes: int = 0, num_devices: int = 1,
-               memory_bytes: int | None = None, fraction: float = 0.5, knob: str = "chunk_size",
-               what: str = "item") -> int:
+def plan_chunk(
+    num_items: int,
+    per_item_bytes: int,
+    *,
+    shared_bytes: int = 0,
+    num_devices: int = 1,
+    memory_bytes: int | None = None,
+    fraction: float = 0.5,
+    knob: str = "chunk_size",
+    what: str = "item",
+) -> int:
     r"""Items per device and step so that the step fits in device memory.
 
     With ``M`` the free bytes of one device (``memory_bytes``, default
@@ -287,16 +296,17 @@ def _sharded_program(token, fn, mesh, axis_name, batched_def, broadcast_def, key
 def _build_program(fn, mesh, axis_name, batched_def, broadcast_def, key_impls, vectorized):
 
     def body(batched_leaves, broadcast_leaves):
-        leaves = [jax.random.wrap_key_data(x, impl=impl) if impl is not None else x
-                  for x, impl in zip(batched_leaves, key_impls)]
+        leaves = [
+            jax.random.wrap_key_data(x, impl=impl) if impl is not None else x
+            for x, impl in zip(batched_leaves, key_impls)
+        ]
         batched = jax.tree_util.tree_unflatten(batched_def, leaves)
         broadcast = jax.tree_util.tree_unflatten(broadcast_def, broadcast_leaves)
         if vectorized:
             return fn(*batched, *broadcast)
         return jax.vmap(lambda b: fn(*b, *broadcast))(batched)
 
-    mapped = _shard_map(body, mesh=mesh, in_specs=(P(axis_name), P()), out_specs=P(axis_name),
-                        check_vma=False)
+    mapped = _shard_map(body, mesh=mesh, in_specs=(P(axis_name), P()), out_specs=P(axis_name), check_vma=False)
     return jax.jit(mapped)
 
 
@@ -307,9 +317,19 @@ def _place(x, sharding, multi_process):
     return jax.device_put(x, sharding)
 
 
-def shard_batch(fn: Callable, *batched, broadcast: Sequence[Any] = (), devices=None, mesh: Mesh | None = None,
-                axis_name: str = "batch", chunk_size: int | None = None, vectorized: bool = False,
-                per_item_bytes: int | None = None, shared_bytes: int = 0, knob: str = "chunk_size"):
+def shard_batch(
+    fn: Callable,
+    *batched,
+    broadcast: Sequence[Any] = (),
+    devices=None,
+    mesh: Mesh | None = None,
+    axis_name: str = "batch",
+    chunk_size: int | None = None,
+    vectorized: bool = False,
+    per_item_bytes: int | None = None,
+    shared_bytes: int = 0,
+    knob: str = "chunk_size",
+):
     r"""Map ``fn`` over the leading axis of ``batched``, sharded over a device mesh.
 
     Computes ``[fn(*b_i, *broadcast) for b_i in zip(*batched)]`` stacked along
@@ -382,23 +402,30 @@ def shard_batch(fn: Callable, *batched, broadcast: Sequence[Any] = (), devices=N
             raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}")
         c = int(min(chunk_size, -(-B // D)))
     elif per_item_bytes is not None:
-        c = plan_chunk(B, per_item_bytes, shared_bytes=shared_bytes, num_devices=D,
-                       memory_bytes=device_memory_bytes(mesh), knob=knob)
+        c = plan_chunk(
+            B,
+            per_item_bytes,
+            shared_bytes=shared_bytes,
+            num_devices=D,
+            memory_bytes=device_memory_bytes(mesh),
+            knob=knob,
+        )
     else:
         c = -(-B // D)
     step = D * c
     steps = -(-B // step)
     idx = np.minimum(np.arange(steps * step), B - 1)
     multi = jax.process_count() > 1
-    program = _sharded_program(_fn_token(fn), fn, mesh, axis_name, batched_def, broadcast_def,
-                               key_impls, bool(vectorized))
+    program = _sharded_program(
+        _fn_token(fn), fn, mesh, axis_name, batched_def, broadcast_def, key_impls, bool(vectorized)
+    )
     rep = NamedSharding(mesh, P())
     split = NamedSharding(mesh, P(axis_name))
     bc_placed = [_place(x, rep, multi) for x in bc_leaves]
     pad = steps * step != B
     outs = []
     for i in range(steps):
-        sel = idx[i * step:(i + 1) * step]
+        sel = idx[i * step : (i + 1) * step]
         if not pad and steps == 1:
             part = leaves
         elif multi:
@@ -417,8 +444,9 @@ def shard_batch(fn: Callable, *batched, broadcast: Sequence[Any] = (), devices=N
 _SDP_METHODS = ("sdp", "asdp", "equicorrelated")
 
 
-def sdp_batch(Sigmas, *, method: str = "sdp", devices=None, mesh: Mesh | None = None,
-              chunk_size: int | None = None, **kwargs):
+def sdp_batch(
+    Sigmas, *, method: str = "sdp", devices=None, mesh: Mesh | None = None, chunk_size: int | None = None, **kwargs
+):
     r"""Solve a batch of S-vector problems, sharded over devices.
 
     ``Sigmas`` is ``(B, p, p)``; item ``b`` equals ``method(Sigmas[b], **kwargs)``
@@ -456,8 +484,15 @@ def sdp_batch(Sigmas, *, method: str = "sdp", devices=None, mesh: Mesh | None = 
     p = Sigmas.shape[-1]
     if not _wants_sharding(devices, mesh) and chunk_size is None:
         return jax.vmap(fn)(Sigmas)
-    return shard_batch(fn, Sigmas, devices=devices, mesh=mesh, chunk_size=chunk_size,
-                       per_item_bytes=8 * p * p * Sigmas.dtype.itemsize, knob="chunk_size")
+    return shard_batch(
+        fn,
+        Sigmas,
+        devices=devices,
+        mesh=mesh,
+        chunk_size=chunk_size,
+        per_item_bytes=8 * p * p * Sigmas.dtype.itemsize,
+        knob="chunk_size",
+    )
 
 
 def _solve_one(solver, kwargs, Sigma):
@@ -469,8 +504,9 @@ def _solve_one(solver, kwargs, Sigma):
 # --------------------------------------------------------------------------
 
 
-def process_replicates(num_replicates: int, *, process_index: int | None = None,
-                       process_count: int | None = None) -> slice:
+def process_replicates(
+    num_replicates: int, *, process_index: int | None = None, process_count: int | None = None
+) -> slice:
     """The contiguous range of replicates this process computes.
 
     Replicate ``r`` always uses ``jax.random.split(key, R)[r]``; the ranges of
@@ -525,8 +561,9 @@ def aggregate_ebh_across_processes(W_local, fdr, *, num_replicates: int, alpha_k
         W_local = _filter._check_replicates(W_local)
         e_sum = jnp.sum(_filter._evalues(W_local, jnp.asarray(alpha, W_local.dtype), plus=bool(plus)), axis=0)
     else:
-        e_sum = jnp.zeros(W_local.shape[1], W_local.dtype if jnp.issubdtype(W_local.dtype, jnp.floating)
-                          else jnp.result_type(float))
+        e_sum = jnp.zeros(
+            W_local.shape[1], W_local.dtype if jnp.issubdtype(W_local.dtype, jnp.floating) else jnp.result_type(float)
+        )
     count = np.asarray([W_local.shape[0]])
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils

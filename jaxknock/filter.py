@@ -159,9 +159,7 @@ def _check_pvalues(pvalues):
     if _checks.is_concrete(pv):
         a = np.asarray(pv)
         if np.any((a < 0) | (a > 1)):
-            raise ValueError(
-                f"pvalues must lie in [0, 1], got values in [{a.min():.3g}, {a.max():.3g}]"
-            )
+            raise ValueError(f"pvalues must lie in [0, 1], got values in [{a.min():.3g}, {a.max():.3g}]")
     return pv
 
 
@@ -266,9 +264,7 @@ def _ebh(e, fdr):
 def _check_replicates(W):
     W = _check_w(W)
     if W.ndim != 2:
-        raise ValueError(
-            f"W must hold one row of statistics per knockoff replicate, shape (R, p), got {W.shape}"
-        )
+        raise ValueError(f"W must hold one row of statistics per knockoff replicate, shape (R, p), got {W.shape}")
     return W
 
 

@@ -432,6 +432,7 @@ def _cd_epoch_blocked(prob: _Problem, lam, coef, z, active):
         b = coef[idx]
         L = prob.lipschitz[idx]
         safe_L = jnp.where(L > 0, L, 1.0)
+
         def coordinate(k, d):
             g = grad[k] + jnp.dot(G[k], d, precision=_HI)
             new = _soft(b[k] - g / safe_L[k], lam / safe_L[k])
@@ -460,7 +461,7 @@ def _anderson(prob: _Problem, lam, state: LassoState, *, loss):
     extrapolated from the stored predictors without a matrix product.
     """
     h = state.history
-    push = lambda buf, x: jnp.concatenate([buf[1:], x[None]])  # noqa: E731
+    push = lambda buf, x: jnp.concatenate([buf[1:], x[None]])
     h = _History(
         coefs=push(h.coefs, state.coef),
         offsets=push(h.offsets, state.offset),
@@ -485,10 +486,8 @@ def _anderson(prob: _Problem, lam, state: LassoState, *, loss):
         z = jnp.matmul(c, h.zs[1:], precision=_HI)
         new, old = objective(coef, z), objective(state.coef, state.z)
         better = due & jnp.isfinite(new) & (new < old)
-        pick = lambda a, b: jnp.where(better, a, b)  # noqa: E731
-        return state._replace(
-            coef=pick(coef, state.coef), offset=pick(offset, state.offset), z=pick(z, state.z)
-        )
+        pick = lambda a, b: jnp.where(better, a, b)
+        return state._replace(coef=pick(coef, state.coef), offset=pick(offset, state.offset), z=pick(z, state.z))
 
     # Computed every epoch and selected (cheap: O(M (n + m))); a lax.cond here
     # would be a select under vmap anyway and slows compilation down.
@@ -558,9 +557,7 @@ def _iterate(prob: _Problem, lam, state: LassoState, *, loss, fit_intercept, sol
         if loss == "squared":
             coef, z = _cd_epoch_blocked(prob, lam, state.coef, state.z, state.active)
         else:
-            coef, z = _cd_epoch(
-                prob, lam, state.coef, state.z, state.active, loss=loss, fit_intercept=fit_intercept
-            )
+            coef, z = _cd_epoch(prob, lam, state.coef, state.z, state.active, loss=loss, fit_intercept=fit_intercept)
         state = state._replace(coef=coef, z=z, num_steps=state.num_steps + 1)
         return _anderson(prob, lam, state, loss=loss)
     state = lax.fori_loop(
@@ -578,9 +575,7 @@ def _step(prob: _Problem, lam, state: LassoState, *, loss, fit_intercept, solver
     return _check(prob, lam, state, loss=loss, fit_intercept=fit_intercept, screen=screen, tol=tol)
 
 
-def _solve(
-    prob: _Problem, lam, coef, offset, *, loss, fit_intercept, solver, screen, tol, max_steps
-):
+def _solve(prob: _Problem, lam, coef, offset, *, loss, fit_intercept, solver, screen, tol, max_steps):
     """Alternate gap checks and iterations until the gap certificate holds.
 
     Returns ``(state, code)``; the returned iterate is the one the gap refers to.
@@ -593,9 +588,7 @@ def _solve(
         s, _ = carry
         s = _check(prob, lam, s, **kw)
         go = (s.gap > target) & (s.num_steps < max_steps) & jnp.isfinite(s.gap)
-        it = functools.partial(
-            _iterate, prob, lam, loss=loss, fit_intercept=fit_intercept, solver=solver
-        )
+        it = functools.partial(_iterate, prob, lam, loss=loss, fit_intercept=fit_intercept, solver=solver)
         s = lax.cond(go, it, lambda s: s, s)
         return s, go
 
@@ -650,8 +643,7 @@ def _prepare(X, y, *, loss, fit_intercept, name_X="X"):
     _checks.check_ndim(y, 1, "y", "a 1-D array of shape (n_samples,)")
     if y.shape[0] != X.shape[0]:
         raise ValueError(
-            f"y has {y.shape[0]} entries but {name_X} has {X.shape[0]} rows; "
-            "they must describe the same samples"
+            f"y has {y.shape[0]} entries but {name_X} has {X.shape[0]} rows; they must describe the same samples"
         )
     if X.shape[0] < 2:
         raise ValueError(f"{name_X} needs at least 2 rows, got {X.shape[0]}")
@@ -681,8 +673,7 @@ def _check_response(y, *, loss, fit_intercept):
         labels = set(np.unique(yv).tolist())
         if not (labels <= {0.0, 1.0} or labels <= {-1.0, 1.0}):
             raise ValueError(
-                "logistic loss needs binary labels in {0, 1} or {-1, 1}, got values "
-                f"{sorted(labels)[:5]}"
+                f"logistic loss needs binary labels in {{0, 1}} or {{-1, 1}}, got values {sorted(labels)[:5]}"
             )
         if len(labels) < 2:
             raise ValueError(f"y holds a single class ({sorted(labels)[0]!r}); need both classes")
@@ -733,8 +724,7 @@ def _fold_ids(n, folds):
     ids = np.asarray(folds)
     if ids.shape != (n,) or not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(
-            f"folds must be an int or an integer array of shape ({n},), got "
-            f"{ids.dtype} array of shape {ids.shape}"
+            f"folds must be an int or an integer array of shape ({n},), got {ids.dtype} array of shape {ids.shape}"
         )
     uniq = np.unique(ids)
     if uniq.size < 2 or uniq[0] != 0 or uniq[-1] != uniq.size - 1:
@@ -887,9 +877,7 @@ def lasso(
     return raise_if_failed(sol, throw)
 
 
-@functools.partial(
-    jax.jit, static_argnames=("loss", "fit_intercept", "solver", "screen")
-)
+@functools.partial(jax.jit, static_argnames=("loss", "fit_intercept", "solver", "screen"))
 def _lasso_jit(X, y, lam, coef0, *, loss, fit_intercept, tol, max_steps, solver, screen):
     w = jnp.ones(X.shape[0], X.dtype)
     prob = _make_problem(X.T, y, w, loss=loss, fit_intercept=fit_intercept, solver=solver)
@@ -1103,9 +1091,7 @@ def lasso_path(
     return raise_if_failed(sol, throw)
 
 
-@functools.partial(
-    jax.jit, static_argnames=("loss", "fit_intercept", "solver", "screen")
-)
+@functools.partial(jax.jit, static_argnames=("loss", "fit_intercept", "solver", "screen"))
 def _path_jit(X, y, lambdas, *, loss, fit_intercept, tol, max_steps, solver, screen):
     w = jnp.ones(X.shape[0], X.dtype)
     prob = _make_problem(X.T, y, w, loss=loss, fit_intercept=fit_intercept, solver=solver)
@@ -1229,16 +1215,12 @@ def _check_folds_nonempty(fold_ids, K, y, loss):
             train = yv[fold_ids != k]
             if np.unique(train).size < 2:
                 raise ValueError(
-                    f"the training rows of fold {k} hold a single class; use fewer folds "
-                    "or shuffle the fold ids"
+                    f"the training rows of fold {k} hold a single class; use fewer folds or shuffle the fold ids"
                 )
 
 
-@functools.partial(
-    jax.jit, static_argnames=("K", "loss", "fit_intercept", "solver", "screen", "patience")
-)
-def _cv_jit(X, y, fold_ids, lambdas, *, K, loss, fit_intercept, tol, max_steps, solver, screen,
-            patience=None):
+@functools.partial(jax.jit, static_argnames=("K", "loss", "fit_intercept", "solver", "screen", "patience"))
+def _cv_jit(X, y, fold_ids, lambdas, *, K, loss, fit_intercept, tol, max_steps, solver, screen, patience=None):
     return _cv_impl(
         X,
         y,
@@ -1255,8 +1237,7 @@ def _cv_jit(X, y, fold_ids, lambdas, *, K, loss, fit_intercept, tol, max_steps, 
     )
 
 
-def _cv_impl(X, y, fold_ids, lambdas, *, K, loss, fit_intercept, tol, max_steps, solver, screen,
-             patience=None):
+def _cv_impl(X, y, fold_ids, lambdas, *, K, loss, fit_intercept, tol, max_steps, solver, screen, patience=None):
     """Cross-validation for one design (traceable; ``vmap`` over designs)."""
     dtype = X.dtype
     XT = X.T
@@ -1319,9 +1300,7 @@ def _cv_impl(X, y, fold_ids, lambdas, *, K, loss, fit_intercept, tol, max_steps,
         "gap": jnp.zeros((), dtype),
     }
     init = (jnp.zeros((K + 1, m), dtype), probs.offset0, best0, jnp.zeros((), jnp.int32))
-    (_, _, best, _), (errs, codes, steps) = lax.scan(
-        body, init, (lambdas, jnp.arange(L, dtype=jnp.int32))
-    )
+    (_, _, best, _), (errs, codes, steps) = lax.scan(body, init, (lambdas, jnp.arange(L, dtype=jnp.int32)))
     stats = {
         "lam": lambdas[best["index"]],
         "lam_index": best["index"],

@@ -88,7 +88,8 @@ import dataclasses
 import functools
 import math
 import time
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -148,9 +149,7 @@ def _colsum(A):
 def _per_layer(value, n: int, name: str) -> tuple:
     arr = np.atleast_1d(np.asarray(value, dtype=np.float64))
     if arr.ndim != 1 or arr.shape[0] not in (1, n):
-        raise ValueError(
-            f"{name} must be a scalar or a sequence of {n} per-layer values, got {value!r}"
-        )
+        raise ValueError(f"{name} must be a scalar or a sequence of {n} per-layer values, got {value!r}")
     if not np.all(np.isfinite(arr)) or np.any(arr < 0):
         raise ValueError(f"{name} must be finite and non-negative, got {value!r}")
     return tuple(float(v) for v in np.broadcast_to(arr, (n,)))
@@ -221,7 +220,7 @@ class LiftedSpec:
         """Number of hidden (lifted) layers ``L``."""
         return len(self.sizes) - 2
 
-    def hyper(self, dtype=None) -> "LiftedHyper":
+    def hyper(self, dtype=None) -> LiftedHyper:
         """The spec's hyper-parameters as arrays (traceable, ``vmap``-able)."""
         dtype = dtype or jnp.result_type(float)
         return LiftedHyper(
@@ -647,8 +646,7 @@ def _nonneg_apg(value_fn, grad_fn, Z0, lipschitz, *, tol, max_steps):
     return Z, _Info.one(k, conv & finite)
 
 
-def solve_simplex_cross_entropy(X0, Y, lam, *, tol: float | None = None,
-                                max_steps: int = 200) -> Solution:
+def solve_simplex_cross_entropy(X0, Y, lam, *, tol: float | None = None, max_steps: int = 200) -> Solution:
     r"""Row-wise cross-entropy / simplex proximal problem by dual bisection (thesis 2.8).
 
     For each row ``x^0`` of ``X0`` and ``y`` of ``Y`` (``y >= 0``) solves
@@ -695,9 +693,7 @@ def solve_simplex_cross_entropy(X0, Y, lam, *, tol: float | None = None,
     dtype = X0.dtype
     Y = jnp.asarray(Y, dtype)
     if X0.ndim != 2 or Y.shape != X0.shape:
-        raise ValueError(
-            f"X0 and Y must be 2-D arrays of the same shape, got {X0.shape} and {Y.shape}"
-        )
+        raise ValueError(f"X0 and Y must be 2-D arrays of the same shape, got {X0.shape} and {Y.shape}")
     if is_concrete(lam) and not float(lam) > 0:
         raise ValueError(f"lam must be positive, got {lam}")
     tol = float(4 * jnp.finfo(dtype).eps) if tol is None else float(tol)
@@ -822,8 +818,7 @@ def _primal_ridge(X, s, c_w, c_b, W0t, b0t, gram=None, factor=None) -> _Ridge:
     def reg_line(theta, U, D, UD):
         return (_colsum(cdiag[:, None] * (theta - theta0) * D), _colsum(cdiag[:, None] * D * D))
 
-    return _Ridge(U_of, solve, reg_of, lambda theta: theta, U_of, reg_line,
-                  lambda T, theta: solve(T) - theta)
+    return _Ridge(U_of, solve, reg_of, lambda theta: theta, U_of, reg_line, lambda T, theta: solve(T) - theta)
 
 
 def _kernel_factor(X, s, c_w, c_b):
@@ -884,8 +879,26 @@ def _ridge_weights(rho, gamma):
     return rho + gamma, gamma
 
 
-def _w_solve(X, W, b, *, s, target, data_value, rho, gamma, W0, b0, kernel, exact,
-             tol, max_steps, gram=None, line=None, factor=None):
+def _w_solve(
+    X,
+    W,
+    b,
+    *,
+    s,
+    target,
+    data_value,
+    rho,
+    gamma,
+    W0,
+    b0,
+    kernel,
+    exact,
+    tol,
+    max_steps,
+    gram=None,
+    line=None,
+    factor=None,
+):
     r"""One W-block: ``min_Theta data(A Theta) + rho||W||^2 + gamma||Theta - Theta0||^2``.
 
     ``data`` is majorised by ``(s/2)||A Theta - target(U_k)||^2`` at ``U_k``
@@ -930,8 +943,7 @@ def _w_solve(X, W, b, *, s, target, data_value, rho, gamma, W0, b0, kernel, exac
     return {"w": theta[:-1], "b": theta[-1]}, _Info.one(k, conv & jnp.isfinite(f_new)), U
 
 
-def fenchel_relu_regression(X, Y, *, rho=0.0, init=None, tol: float = 1e-8,
-                            max_steps: int = 1000) -> Solution:
+def fenchel_relu_regression(X, Y, *, rho=0.0, init=None, tol: float = 1e-8, max_steps: int = 1000) -> Solution:
     r"""Convex one-layer ReLU regression via the Fenchel penalty (thesis section 3.7).
 
     Solves
@@ -988,11 +1000,22 @@ def _fenchel_regression(X, Y, W, b, rho, tol, max_steps):
     N = X.shape[0]
     zero = jnp.zeros((), X.dtype)
     layer, info, _ = _w_solve(
-        X, W, b, s=1.0 / N, target=lambda U: Y + jnp.minimum(U, 0.0),
+        X,
+        W,
+        b,
+        s=1.0 / N,
+        target=lambda U: Y + jnp.minimum(U, 0.0),
         line=_fenchel_line(Y, 1.0 / N),
-        data_value=lambda U: fenchel_penalty(Y, U) / N, rho=rho, gamma=zero,
-        W0=jnp.zeros_like(W), b0=jnp.zeros_like(b), kernel=False, exact=False,
-        tol=tol, max_steps=max_steps)
+        data_value=lambda U: fenchel_penalty(Y, U) / N,
+        rho=rho,
+        gamma=zero,
+        W0=jnp.zeros_like(W),
+        b0=jnp.zeros_like(b),
+        kernel=False,
+        exact=False,
+        tol=tol,
+        max_steps=max_steps,
+    )
     U = X @ layer["w"] + layer["b"]
     obj = fenchel_penalty(Y, U) / N + rho * jnp.sum(layer["w"] ** 2)
     R = (jax.nn.relu(U) - Y) / N
@@ -1003,8 +1026,7 @@ def _fenchel_regression(X, Y, W, b, rho, tol, max_steps):
         jnp.where(info.failures == 0, jnp.int32(RESULTS.successful), jnp.int32(RESULTS.max_steps_reached)),
         jnp.int32(RESULTS.nonfinite),
     )
-    stats = {"num_steps": info.steps, "max_steps": jnp.int32(max_steps),
-             "objective": obj, "gradient_norm": gnorm}
+    stats = {"num_steps": info.steps, "max_steps": jnp.int32(max_steps), "objective": obj, "gradient_norm": gnorm}
     return Solution(layer, code, stats)
 
 
@@ -1027,13 +1049,13 @@ def _forward_state(params, X, spec: LiftedSpec, Y=None, hyper=None, settings=Non
     if spec.model == "lifted" and spec.loss == "cross_entropy":
         U = _pre(params, spec.num_hidden, h)
         # Forward rule of the simplex activation: the Euclidean projection.
-        output = _simplex_xent(U, jnp.zeros_like(U), jnp.asarray(1.0, U.dtype),
-                               float(4 * jnp.finfo(U.dtype).eps), 200).value
+        output = _simplex_xent(
+            U, jnp.zeros_like(U), jnp.asarray(1.0, U.dtype), float(4 * jnp.finfo(U.dtype).eps), 200
+        ).value
     return LiftedState(list(params), tuple(hidden), output)
 
 
-def _x_steps(params, state: LiftedState, X, Y, hyper: LiftedHyper, spec: LiftedSpec,
-             settings: _Settings):
+def _x_steps(params, state: LiftedState, X, Y, hyper: LiftedHyper, spec: LiftedSpec, settings: _Settings):
     """X-block updates backwards from X_L to X_1 (and the simplex output first)."""
     L = spec.num_hidden
     lam = hyper.lam
@@ -1131,8 +1153,18 @@ def _w_factor(X, hyper: LiftedHyper, spec: LiftedSpec):
     return _primal_factor(X, s, c_w, c_b)
 
 
-def _w_steps(state: LiftedState, X, Y, hyper: LiftedHyper, spec: LiftedSpec,
-             settings: _Settings, anchor=None, kernel_ok=False, gram0=None, factor0=None):
+def _w_steps(
+    state: LiftedState,
+    X,
+    Y,
+    hyper: LiftedHyper,
+    spec: LiftedSpec,
+    settings: _Settings,
+    anchor=None,
+    kernel_ok=False,
+    gram0=None,
+    factor0=None,
+):
     """All W-blocks (parallel across layers) with the X-variables fixed.
 
     ``gram0``: optional precomputed Gram blocks of ``[X, 1]`` (constant over the
@@ -1154,31 +1186,49 @@ def _w_steps(state: LiftedState, X, Y, hyper: LiftedHyper, spec: LiftedSpec,
             gamma = hyper.gamma[l]
             W0, b0 = anchor[l]["w"], anchor[l]["b"]
         kernel = bool(kernel_ok and anchor is not None and _uses_kernel(N, X_in.shape[1]))
-        common = dict(rho=hyper.rho[l], gamma=gamma, W0=W0, b0=b0, kernel=kernel,
-                      tol=settings.inner_tol, max_steps=settings.w_max_steps,
-                      gram=gram0 if l == 0 else None, factor=factor0 if l == 0 else None,
-                      s=_w_scale(spec, l, lam, N))
+        common = dict(
+            rho=hyper.rho[l],
+            gamma=gamma,
+            W0=W0,
+            b0=b0,
+            kernel=kernel,
+            tol=settings.inner_tol,
+            max_steps=settings.w_max_steps,
+            gram=gram0 if l == 0 else None,
+            factor=factor0 if l == 0 else None,
+            s=_w_scale(spec, l, lam, N),
+        )
         if l < L and spec.model == "fenchel":
             V = state.hidden[l]
             layer, info, U = _w_solve(
-                X_in, W, b, exact=False,
+                X_in,
+                W,
+                b,
+                exact=False,
                 target=lambda U, V=V: V + jnp.minimum(U, 0.0),
                 data_value=lambda U, V=V: lam * fenchel_penalty(V, U) / N,
-                line=_fenchel_line(V, lam / N), **common)
+                line=_fenchel_line(V, lam / N),
+                **common,
+            )
         elif l < L or (spec.model == "lifted" and spec.loss == "cross_entropy"):
             T = state.hidden[l] if l < L else state.output
             layer, info, U = _w_solve(
-                X_in, W, b, exact=True, target=T,
-                data_value=lambda U, T=T: lam * jnp.sum((T - U) ** 2) / N, **common)
+                X_in, W, b, exact=True, target=T, data_value=lambda U, T=T: lam * jnp.sum((T - U) ** 2) / N, **common
+            )
         elif spec.loss == "mse":
             layer, info, U = _w_solve(
-                X_in, W, b, exact=True, target=Y,
-                data_value=lambda U: _loss_sum(Y, U, "mse") / N, **common)
+                X_in, W, b, exact=True, target=Y, data_value=lambda U: _loss_sum(Y, U, "mse") / N, **common
+            )
         else:  # Fenchel cross-entropy last layer: Bohning majoriser, curvature 1/2
             layer, info, U = _w_solve(
-                X_in, W, b, exact=False,
+                X_in,
+                W,
+                b,
+                exact=False,
                 target=lambda U: U - 2.0 * _loss_grad(Y, U, "cross_entropy"),
-                data_value=lambda U: _loss_sum(Y, U, "cross_entropy") / N, **common)
+                data_value=lambda U: _loss_sum(Y, U, "cross_entropy") / N,
+                **common,
+            )
         new_params.append(layer)
         infos.append(info)
         pre.append(U)
@@ -1245,9 +1295,17 @@ def _objective_terms(state: LiftedState, X, Y, hyper: LiftedHyper, spec: LiftedS
     }
 
 
-def _default_settings(dtype, *, inner_tol=None, inner_max_steps=100, w_max_steps=None,
-                      bisect_tol=None, bisect_max_steps=200, alternations=1,
-                      extrapolation=0.0) -> _Settings:
+def _default_settings(
+    dtype,
+    *,
+    inner_tol=None,
+    inner_max_steps=100,
+    w_max_steps=None,
+    bisect_tol=None,
+    bisect_max_steps=200,
+    alternations=1,
+    extrapolation=0.0,
+) -> _Settings:
     eps = float(jnp.finfo(dtype).eps)
     if inner_tol is None:
         inner_tol = 1e-6 if eps < 1e-10 else 1e-4
@@ -1260,9 +1318,15 @@ def _default_settings(dtype, *, inner_tol=None, inner_max_steps=100, w_max_steps
     extrapolation = float(extrapolation)
     if not (math.isfinite(extrapolation) and extrapolation >= 0):
         raise ValueError(f"extrapolation must be a finite number >= 0, got {extrapolation}")
-    return _Settings(float(inner_tol), inner_max_steps, w_max_steps,
-                     float(4 * eps if bisect_tol is None else bisect_tol),
-                     int(bisect_max_steps), int(alternations), extrapolation)
+    return _Settings(
+        float(inner_tol),
+        inner_max_steps,
+        w_max_steps,
+        float(4 * eps if bisect_tol is None else bisect_tol),
+        int(bisect_max_steps),
+        int(alternations),
+        extrapolation,
+    )
 
 
 def init_lifted_state(params, X, spec: LiftedSpec) -> LiftedState:
@@ -1274,8 +1338,17 @@ def init_lifted_state(params, X, spec: LiftedSpec) -> LiftedState:
     return _forward_state(params, X, spec)
 
 
-def lifted_bcd_step(state: LiftedState, X, Y, spec: LiftedSpec, hyper: LiftedHyper | None = None,
-                    *, inner_tol=None, inner_max_steps: int = 100, w_max_steps: int | None = None):
+def lifted_bcd_step(
+    state: LiftedState,
+    X,
+    Y,
+    spec: LiftedSpec,
+    hyper: LiftedHyper | None = None,
+    *,
+    inner_tol=None,
+    inner_max_steps: int = 100,
+    w_max_steps: int | None = None,
+):
     r"""One pass of non-batched block-coordinate descent (thesis Algorithm 1).
 
     X-blocks, backwards ``l = L..1`` with the others fixed:
@@ -1302,8 +1375,7 @@ def lifted_bcd_step(state: LiftedState, X, Y, spec: LiftedSpec, hyper: LiftedHyp
     """
     hyper = spec.hyper(X.dtype) if hyper is None else hyper
     _check_hyper_values(hyper, batched=False)
-    settings = _default_settings(X.dtype, inner_tol=inner_tol, inner_max_steps=inner_max_steps,
-                                 w_max_steps=w_max_steps)
+    settings = _default_settings(X.dtype, inner_tol=inner_tol, inner_max_steps=inner_max_steps, w_max_steps=w_max_steps)
     state, info, _ = _bcd_pass(state, X, Y, hyper, spec, settings)
     return state, info
 
@@ -1347,9 +1419,11 @@ def _extrapolated_pass(carry: _Extrapolated, X, Y, hyper, spec, settings, gram0=
     def extend(a, b):
         return a + beta.astype(a.dtype) * (a - b)
 
-    cand = LiftedState(jax.tree_util.tree_map(extend, new.params, state.params),
-                       tuple(jax.nn.relu(extend(a, b)) for a, b in zip(new.hidden, state.hidden)),
-                       new.output)
+    cand = LiftedState(
+        jax.tree_util.tree_map(extend, new.params, state.params),
+        tuple(jax.nn.relu(extend(a, b)) for a, b in zip(new.hidden, state.hidden)),
+        new.output,
+    )
     cand_terms = _objective_terms(cand, X, Y, hyper, spec)
     take = cand_terms["objective"] < terms["objective"]
 
@@ -1362,9 +1436,18 @@ def _extrapolated_pass(carry: _Extrapolated, X, Y, hyper, spec, settings, gram0=
     return _Extrapolated(new, beta), dict(terms, **info, extrapolated=take.astype(jnp.int32))
 
 
-def lifted_batch_step(params, X, Y, spec: LiftedSpec, hyper: LiftedHyper | None = None, *,
-                      alternations: int = 1, inner_tol=None, inner_max_steps: int = 100,
-                      w_max_steps: int | None = None):
+def lifted_batch_step(
+    params,
+    X,
+    Y,
+    spec: LiftedSpec,
+    hyper: LiftedHyper | None = None,
+    *,
+    alternations: int = 1,
+    inner_tol=None,
+    inner_max_steps: int = 100,
+    w_max_steps: int | None = None,
+):
     r"""Algorithm 2 on one batch: forward re-initialisation of X, then K alternations.
 
     With ``Theta^0`` the weights at entry, each alternation does the X-steps of
@@ -1384,8 +1467,13 @@ def lifted_batch_step(params, X, Y, spec: LiftedSpec, hyper: LiftedHyper | None 
     """
     hyper = spec.hyper(X.dtype) if hyper is None else hyper
     _check_hyper_values(hyper, batched=True)
-    settings = _default_settings(X.dtype, inner_tol=inner_tol, inner_max_steps=inner_max_steps,
-                                 w_max_steps=w_max_steps, alternations=alternations)
+    settings = _default_settings(
+        X.dtype,
+        inner_tol=inner_tol,
+        inner_max_steps=inner_max_steps,
+        w_max_steps=w_max_steps,
+        alternations=alternations,
+    )
     return _batch_update(params, X, Y, hyper, spec, settings)
 
 
@@ -1397,8 +1485,7 @@ def _batch_update(params, X, Y, hyper, spec, settings, factor0=None):
         factor0 = _w_factor(X, hyper, spec)
     for _ in range(settings.alternations):
         state, xinfo = _x_steps(state.params, state, X, Y, hyper, spec, settings)
-        state, winfo, pre = _w_steps(state, X, Y, hyper, spec, settings, anchor=anchor, kernel_ok=True,
-                                     factor0=factor0)
+        state, winfo, pre = _w_steps(state, X, Y, hyper, spec, settings, anchor=anchor, kernel_ok=True, factor0=factor0)
         info = info + xinfo + winfo
     terms = _objective_terms(state, X, Y, hyper, spec, pre)
     metrics = dict(terms, **info._asdict())
@@ -1425,16 +1512,16 @@ def _prepare_xy(X, y, spec: LiftedSpec, xname="X", yname="y"):
         y = np.asarray(y)
     if y.ndim == 1:
         if not jnp.issubdtype(y.dtype, jnp.integer):
-            raise TypeError(f"{yname} must hold integer class labels (1-D) or be a 2-D target "
-                            f"matrix, got 1-D dtype {y.dtype}")
+            raise TypeError(
+                f"{yname} must hold integer class labels (1-D) or be a 2-D target matrix, got 1-D dtype {y.dtype}"
+            )
         if y.shape[0] != N:
             raise ValueError(f"{yname} has {y.shape[0]} labels but {xname} has {N} rows")
         if is_concrete(y) and N:
             lo, hi = int(np.min(np.asarray(y))), int(np.max(np.asarray(y)))
             if lo < 0 or hi >= p:
                 raise ValueError(
-                    f"{yname} labels must lie in [0, {p}) (spec.sizes[-1] = {p} classes), "
-                    f"got labels in [{lo}, {hi}]"
+                    f"{yname} labels must lie in [0, {p}) (spec.sizes[-1] = {p} classes), got labels in [{lo}, {hi}]"
                 )
         labels = jnp.asarray(y, jnp.int32)
         Y = jax.nn.one_hot(labels, p, dtype=X.dtype)
@@ -1443,15 +1530,18 @@ def _prepare_xy(X, y, spec: LiftedSpec, xname="X", yname="y"):
         raise ValueError(f"{yname} must be 1-D labels or a 2-D (N, {p}) target matrix, got shape {tuple(y.shape)}")
     Y = as_float_array(y, yname).astype(X.dtype)
     if Y.shape != (N, p):
-        raise ValueError(f"{yname} must have shape ({N}, {p}) to match {xname} and spec.sizes[-1], "
-                         f"got {tuple(Y.shape)}")
+        raise ValueError(
+            f"{yname} must have shape ({N}, {p}) to match {xname} and spec.sizes[-1], got {tuple(Y.shape)}"
+        )
     check_finite(Y, yname)
     if spec.loss == "cross_entropy":
         if is_concrete(Y):
             a = np.asarray(Y)
             if np.any(a < 0) or np.max(np.abs(a.sum(1) - 1)) > 1e-4:
-                raise ValueError(f"for cross_entropy the rows of {yname} must be probability "
-                                 "vectors (non-negative, summing to 1); pass integer labels instead")
+                raise ValueError(
+                    f"for cross_entropy the rows of {yname} must be probability "
+                    "vectors (non-negative, summing to 1); pass integer labels instead"
+                )
         return X, Y, jnp.argmax(Y, axis=-1).astype(jnp.int32)
     return X, Y, None
 
@@ -1481,8 +1571,9 @@ def _check_params(params, spec: LiftedSpec, dtype):
         w, b = jnp.asarray(layer["w"], dtype), jnp.asarray(layer["b"], dtype)
         want = (spec.sizes[l], spec.sizes[l + 1])
         if w.shape != want or b.shape != (want[1],):
-            raise ValueError(f"init layer {l}: expected w {want} and b ({want[1]},), "
-                             f"got {tuple(w.shape)} and {tuple(b.shape)}")
+            raise ValueError(
+                f"init layer {l}: expected w {want} and b ({want[1]},), got {tuple(w.shape)} and {tuple(b.shape)}"
+            )
         out.append({"w": w, "b": b})
     return out
 
@@ -1492,7 +1583,7 @@ def _check_params(params, spec: LiftedSpec, dtype):
 # ----------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _epoch_fn(spec: LiftedSpec, settings: _Settings, batch_size, vmapped: bool, fixed: bool = False):
     """Jitted epoch: one Algorithm-1 pass, or one Algorithm-2 sweep over shuffled batches.
 
@@ -1504,16 +1595,19 @@ def _epoch_fn(spec: LiftedSpec, settings: _Settings, batch_size, vmapped: bool, 
     """
 
     if batch_size is None and settings.extrapolation > 0:
+
         def epoch(carry, X, Y, hyper, perm, gram0):
             return _extrapolated_pass(carry, X, Y, hyper, spec, settings, gram0)
 
     elif batch_size is None:
+
         def epoch(state, X, Y, hyper, perm, gram0):
             state, info, pre = _bcd_pass(state, X, Y, hyper, spec, settings, gram0)
             metrics = dict(_objective_terms(state, X, Y, hyper, spec, pre), **info)
             return state, metrics
 
     else:
+
         def epoch(state, X, Y, hyper, perm, aux):
             if fixed:
                 parts, factors = aux
@@ -1531,8 +1625,7 @@ def _epoch_fn(spec: LiftedSpec, settings: _Settings, batch_size, vmapped: bool, 
                     return _batch_update(params, X[ix], Y[ix], hyper, spec, settings)
 
                 params, metrics = lax.scan(body, state.params, idx)
-            agg = {k: (jnp.sum(v) if jnp.issubdtype(v.dtype, jnp.integer) else jnp.mean(v))
-                   for k, v in metrics.items()}
+            agg = {k: (jnp.sum(v) if jnp.issubdtype(v.dtype, jnp.integer) else jnp.mean(v)) for k, v in metrics.items()}
             return LiftedState(params, (), None), agg
 
     if vmapped:
@@ -1548,7 +1641,7 @@ def _fixed_partition(key, N: int, batch_size: int):
     return jnp.concatenate([perm, perm[: nb * batch_size - N]]).reshape(nb, batch_size)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _factors_fn(spec: LiftedSpec, vmapped: bool):
     """Jitted first-layer factorisations of all fixed batches (one model or a stack)."""
 
@@ -1576,14 +1669,15 @@ def _sequential_models(step):
         outs = []
         for i in range(hyper.lam.shape[0]):
             pick = functools.partial(lambda a, i: a[i], i=i)
-            outs.append(step(jax.tree_util.tree_map(pick, state), X, Y,
-                             jax.tree_util.tree_map(pick, hyper), perm, gram0))
+            outs.append(
+                step(jax.tree_util.tree_map(pick, state), X, Y, jax.tree_util.tree_map(pick, hyper), perm, gram0)
+            )
         return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *outs)
 
     return run
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _eval_fn(loss: str, vmapped: bool):
     def ev(params, X, Y, labels):
         U = mlp_apply(params, X)
@@ -1602,9 +1696,30 @@ def _result_code(nonfinite: np.ndarray, converged: np.ndarray) -> np.ndarray:
     return np.where(nonfinite, RESULTS.nonfinite, code).astype(np.int32)
 
 
-def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations, init,
-           X_test, y_test, tol, inner_tol, inner_max_steps, w_max_steps, throw, verbose, mesh=None,
-           extrapolation=None, fixed_batches=False):
+def _train(
+    key,
+    X,
+    y,
+    spec,
+    hyper,
+    *,
+    vmapped,
+    epochs,
+    batch_size,
+    alternations,
+    init,
+    X_test,
+    y_test,
+    tol,
+    inner_tol,
+    inner_max_steps,
+    w_max_steps,
+    throw,
+    verbose,
+    mesh=None,
+    extrapolation=None,
+    fixed_batches=False,
+):
     if not isinstance(spec, LiftedSpec):
         raise TypeError(f"spec must be a LiftedSpec, got {type(spec).__name__}")
     X, Y, labels = _prepare_xy(X, y, spec)
@@ -1624,8 +1739,10 @@ def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations,
     if extrapolation is None:
         extrapolation = _DEFAULT_EXTRAPOLATION if batch_size is None else 0.0
     elif batch_size is not None and extrapolation != 0:
-        raise ValueError("extrapolation (between full passes) applies to non-batched training only; "
-                         f"got extrapolation={extrapolation} with batch_size={batch_size}")
+        raise ValueError(
+            "extrapolation (between full passes) applies to non-batched training only; "
+            f"got extrapolation={extrapolation} with batch_size={batch_size}"
+        )
     test = None
     if X_test is not None or y_test is not None:
         if X_test is None or y_test is None:
@@ -1633,9 +1750,14 @@ def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations,
         Xt, Yt, lt = _prepare_xy(X_test, y_test, spec, "X_test", "y_test")
         test = (Xt, Yt, lt)
     _check_hyper_values(hyper, batch_size is not None)
-    settings = _default_settings(dtype, inner_tol=inner_tol, inner_max_steps=inner_max_steps,
-                                 w_max_steps=w_max_steps, alternations=alternations,
-                                 extrapolation=extrapolation)
+    settings = _default_settings(
+        dtype,
+        inner_tol=inner_tol,
+        inner_max_steps=inner_max_steps,
+        w_max_steps=w_max_steps,
+        alternations=alternations,
+        extrapolation=extrapolation,
+    )
     k_init, k_perm = jax.random.split(key)
     params = mlp_init(k_init, spec.sizes, dtype=dtype) if init is None else _check_params(init, spec, dtype)
     H = hyper.lam.shape[0] if vmapped else None
@@ -1678,9 +1800,11 @@ def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations,
 
             free = _dist.device_memory_bytes(None)
             if need > free:
-                raise ValueError(f"fixed_batches keeps one first-layer factorisation per batch, about "
-                                 f"{need / 2**30:.3g} GiB here, but {free / 2**30:.3g} GiB are free; "
-                                 "use fixed_batches=False")
+                raise ValueError(
+                    f"fixed_batches keeps one first-layer factorisation per batch, about "
+                    f"{need / 2**30:.3g} GiB here, but {free / 2**30:.3g} GiB are free; "
+                    "use fixed_batches=False"
+                )
         t_setup = time.perf_counter()
         parts = _fixed_partition(k_part, N, batch_size)
         factors = _factors_fn(spec, vmapped)(X, parts, hyper)
@@ -1700,8 +1824,7 @@ def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations,
     converged = np.zeros((H,) if vmapped else (), bool)
     nonfinite = np.zeros((H,) if vmapped else (), bool)
     for epoch in range(int(epochs)):
-        perm = jax.random.permutation(jax.random.fold_in(k_perm, epoch),
-                                      aux[0].shape[0] if fixed_batches else N)
+        perm = jax.random.permutation(jax.random.fold_in(k_perm, epoch), aux[0].shape[0] if fixed_batches else N)
         t0, c0 = time.perf_counter(), time.process_time()
         carry, metrics = step(carry, X, Y, hyper, perm, aux)
         state = carry.state if extrapolate else carry
@@ -1745,12 +1868,28 @@ def _train(key, X, y, spec, hyper, *, vmapped, epochs, batch_size, alternations,
     return raise_if_failed(sol, throw)
 
 
-def fit_lifted(key, X, y, spec: LiftedSpec, *, epochs: int = 10, batch_size: int | None = None,
-               alternations: int = 1, hyper: LiftedHyper | None = None, init=None,
-               X_test=None, y_test=None, tol: float | None = None, inner_tol: float | None = None,
-               inner_max_steps: int = 100, w_max_steps: int | None = None,
-               extrapolation: float | None = None, fixed_batches: bool = False,
-               throw: bool = False, verbose: bool = False) -> Solution:
+def fit_lifted(
+    key,
+    X,
+    y,
+    spec: LiftedSpec,
+    *,
+    epochs: int = 10,
+    batch_size: int | None = None,
+    alternations: int = 1,
+    hyper: LiftedHyper | None = None,
+    init=None,
+    X_test=None,
+    y_test=None,
+    tol: float | None = None,
+    inner_tol: float | None = None,
+    inner_max_steps: int = 100,
+    w_max_steps: int | None = None,
+    extrapolation: float | None = None,
+    fixed_batches: bool = False,
+    throw: bool = False,
+    verbose: bool = False,
+) -> Solution:
     r"""Train a (Fenchel) lifted network by block-coordinate descent.
 
     ``batch_size=None`` runs thesis Algorithm 1 (one BCD pass over all data per
@@ -1821,19 +1960,55 @@ def fit_lifted(key, X, y, spec: LiftedSpec, *, epochs: int = 10, batch_size: int
     """
     if hyper is None:
         hyper = spec.hyper(as_float_array(X, "X").dtype) if isinstance(spec, LiftedSpec) else None
-    return _train(key, X, y, spec, hyper, vmapped=False, epochs=epochs, batch_size=batch_size,
-                  alternations=alternations, init=init, X_test=X_test, y_test=y_test, tol=tol,
-                  inner_tol=inner_tol, inner_max_steps=inner_max_steps, w_max_steps=w_max_steps,
-                  throw=throw, verbose=verbose, extrapolation=extrapolation,
-                  fixed_batches=fixed_batches)
+    return _train(
+        key,
+        X,
+        y,
+        spec,
+        hyper,
+        vmapped=False,
+        epochs=epochs,
+        batch_size=batch_size,
+        alternations=alternations,
+        init=init,
+        X_test=X_test,
+        y_test=y_test,
+        tol=tol,
+        inner_tol=inner_tol,
+        inner_max_steps=inner_max_steps,
+        w_max_steps=w_max_steps,
+        throw=throw,
+        verbose=verbose,
+        extrapolation=extrapolation,
+        fixed_batches=fixed_batches,
+    )
 
 
-def tune_lifted(key, X, y, spec: LiftedSpec, *, lam=None, rho=None, gamma=None,
-                epochs: int = 10, batch_size: int | None = None, alternations: int = 1,
-                init=None, X_test=None, y_test=None, inner_tol: float | None = None,
-                inner_max_steps: int = 100, w_max_steps: int | None = None,
-                extrapolation: float | None = None, fixed_batches: bool = False,
-                throw: bool = False, verbose: bool = False, devices=None, mesh=None) -> Solution:
+def tune_lifted(
+    key,
+    X,
+    y,
+    spec: LiftedSpec,
+    *,
+    lam=None,
+    rho=None,
+    gamma=None,
+    epochs: int = 10,
+    batch_size: int | None = None,
+    alternations: int = 1,
+    init=None,
+    X_test=None,
+    y_test=None,
+    inner_tol: float | None = None,
+    inner_max_steps: int = 100,
+    w_max_steps: int | None = None,
+    extrapolation: float | None = None,
+    fixed_batches: bool = False,
+    throw: bool = False,
+    verbose: bool = False,
+    devices=None,
+    mesh=None,
+) -> Solution:
     r"""Train several lifted networks with different hyper-parameters in one ``vmap``-ed call.
 
     ``lam`` has shape ``(H,)``; ``rho`` and ``gamma`` shape ``(H,)`` (same value
@@ -1879,8 +2054,10 @@ def tune_lifted(key, X, y, spec: LiftedSpec, *, lam=None, rho=None, gamma=None,
         raise ValueError("give at least one of lam, rho, gamma as a 1-D array of hyper-parameter values")
     sizes = {int(jnp.shape(a)[0]) for a in given if jnp.ndim(a) >= 1}
     if len(sizes) != 1 or any(jnp.ndim(a) == 0 for a in given):
-        raise ValueError("lam, rho and gamma must be arrays with the same leading length H, "
-                         f"got shapes {[tuple(jnp.shape(a)) for a in given]}")
+        raise ValueError(
+            "lam, rho and gamma must be arrays with the same leading length H, "
+            f"got shapes {[tuple(jnp.shape(a)) for a in given]}"
+        )
     H = sizes.pop()
 
     def per_layer(a, default, name):
@@ -1911,25 +2088,47 @@ def tune_lifted(key, X, y, spec: LiftedSpec, *, lam=None, rho=None, gamma=None,
         per_model += _factor_bytes(spec, int(jnp.shape(X)[0]), int(batch_size), jnp.dtype(dtype).itemsize)
     free = _dist.device_memory_bytes(mesh)
     if -(-H // D) * per_model > free:
-        raise ValueError(f"{-(-H // D)} models per device need about {-(-H // D) * per_model / 2**30:.3g} GiB "
-                         f"but a device has {free / 2**30:.3g} GiB free; pass more devices= (or fewer "
-                         "hyper-parameter values per call, or a batch_size)")
+        raise ValueError(
+            f"{-(-H // D)} models per device need about {-(-H // D) * per_model / 2**30:.3g} GiB "
+            f"but a device has {free / 2**30:.3g} GiB free; pass more devices= (or fewer "
+            "hyper-parameter values per call, or a batch_size)"
+        )
     Hp = -(-H // D) * D
     if Hp != H:  # pad with copies of the last model; dropped below
         hyper = jax.tree_util.tree_map(lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], Hp - H, axis=0)]), hyper)
-    sol = _train(key, X, y, spec, hyper, vmapped=True, epochs=epochs, batch_size=batch_size,
-                 alternations=alternations, init=init, X_test=X_test, y_test=y_test, tol=None,
-                 inner_tol=inner_tol, inner_max_steps=inner_max_steps, w_max_steps=w_max_steps,
-                 throw=throw, verbose=verbose, mesh=mesh, extrapolation=extrapolation,
-                 fixed_batches=fixed_batches)
+    sol = _train(
+        key,
+        X,
+        y,
+        spec,
+        hyper,
+        vmapped=True,
+        epochs=epochs,
+        batch_size=batch_size,
+        alternations=alternations,
+        init=init,
+        X_test=X_test,
+        y_test=y_test,
+        tol=None,
+        inner_tol=inner_tol,
+        inner_max_steps=inner_max_steps,
+        w_max_steps=w_max_steps,
+        throw=throw,
+        verbose=verbose,
+        mesh=mesh,
+        extrapolation=extrapolation,
+        fixed_batches=fixed_batches,
+    )
     if Hp == H:
         return sol
+
     def cut(a):
         return a[:H]
 
     stats = {k_: (v[:H] if np.ndim(v) == 2 else v) for k_, v in sol.stats.items()}
-    return Solution(jax.tree_util.tree_map(cut, sol.value), sol.result[:H], stats,
-                    jax.tree_util.tree_map(cut, sol.state))
+    return Solution(
+        jax.tree_util.tree_map(cut, sol.value), sol.result[:H], stats, jax.tree_util.tree_map(cut, sol.state)
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -1937,9 +2136,17 @@ def tune_lifted(key, X, y, spec: LiftedSpec, *, lam=None, rho=None, gamma=None,
 # ----------------------------------------------------------------------------
 
 
-def predict_lifted(params, X, spec: LiftedSpec, *, method: str = "feedforward",
-                   hyper: LiftedHyper | None = None, passes: int = 20,
-                   inner_tol: float | None = None, inner_max_steps: int = 500):
+def predict_lifted(
+    params,
+    X,
+    spec: LiftedSpec,
+    *,
+    method: str = "feedforward",
+    hyper: LiftedHyper | None = None,
+    passes: int = 20,
+    inner_tol: float | None = None,
+    inner_max_steps: int = 500,
+):
     r"""Predict with trained weights.
 
     ``method="feedforward"``: the standard rule, returns ``U_L`` (logits or
@@ -2023,8 +2230,7 @@ def lifted_to_mlp(params_or_solution, *, index: int | None = None, dtype=None) -
         params = jax.tree_util.tree_map(lambda a: a[index], params)
     if params[0]["w"].ndim != 2:
         raise ValueError("params hold several models (from tune_lifted): pass index=")
-    return [{"w": jnp.asarray(layer["w"], dtype), "b": jnp.asarray(layer["b"], dtype)}
-            for layer in params]
+    return [{"w": jnp.asarray(layer["w"], dtype), "b": jnp.asarray(layer["b"], dtype)} for layer in params]
 
 
 # ----------------------------------------------------------------------------
@@ -2032,7 +2238,7 @@ def lifted_to_mlp(params_or_solution, *, index: int | None = None, dtype=None) -
 # ----------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mlp_epoch_fn(optimizer, loss: str, batch_size: int, weight_decay: float):
     def objective(params, xb, yb):
         ridge = sum(jnp.sum(layer["w"] ** 2) for layer in params)
@@ -2057,9 +2263,22 @@ def _mlp_epoch_fn(optimizer, loss: str, batch_size: int, weight_decay: float):
     return jax.jit(epoch)
 
 
-def train_mlp(key, X, y, init, *, optimizer, loss: str = "cross_entropy", epochs: int = 10,
-              batch_size: int = 100, weight_decay: float = 0.0, X_test=None, y_test=None,
-              throw: bool = False, verbose: bool = False) -> Solution:
+def train_mlp(
+    key,
+    X,
+    y,
+    init,
+    *,
+    optimizer,
+    loss: str = "cross_entropy",
+    epochs: int = 10,
+    batch_size: int = 100,
+    weight_decay: float = 0.0,
+    X_test=None,
+    y_test=None,
+    throw: bool = False,
+    verbose: bool = False,
+) -> Solution:
     r"""Train the standard ReLU network with an optax optimizer (mini-batch, shuffled).
 
     Minimises ``(1/|B|) L(Y_B, mlp_apply(params, X_B)) + weight_decay sum ||W_l||^2``

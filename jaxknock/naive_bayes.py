@@ -97,7 +97,7 @@ import numpy as np
 from jax import lax
 
 from jaxknock._checks import is_concrete
-from jaxknock._solution import RESULTS, Solution, raise_if_failed, result_code
+from jaxknock._solution import Solution, raise_if_failed, result_code
 
 __all__ = [
     "ClassSums",
@@ -373,10 +373,19 @@ def _bisection_init(pb: _Problem, k) -> _BisectionState:
     dt = f.dtype
     zero = _Agg(jnp.zeros(f.shape[0], dt), jnp.zeros((), dt))
     return _BisectionState(
-        lo=lo, hi=hi, agg_lo=zero, agg_hi=zero,
-        has_lo=jnp.asarray(False), has_hi=jnp.asarray(False),
-        best_a=a0, upper=jnp.asarray(jnp.inf, dt), lower=jnp.asarray(-jnp.inf, dt),
-        set_a=a0, set_G=jnp.asarray(-jnp.inf, dt), cand=a0, use_cand=jnp.asarray(True),
+        lo=lo,
+        hi=hi,
+        agg_lo=zero,
+        agg_hi=zero,
+        has_lo=jnp.asarray(False),
+        has_hi=jnp.asarray(False),
+        best_a=a0,
+        upper=jnp.asarray(jnp.inf, dt),
+        lower=jnp.asarray(-jnp.inf, dt),
+        set_a=a0,
+        set_G=jnp.asarray(-jnp.inf, dt),
+        cand=a0,
+        use_cand=jnp.asarray(True),
         num_steps=jnp.asarray(0, jnp.int32),
     )
 
@@ -415,10 +424,19 @@ def _bisection_step(pb: _Problem, state: _BisectionState, k) -> _BisectionState:
     stalled = s.use_cand & (hi - lo > 0.5 * width)
     use_cand = (cand > lo) & (cand < hi) & ~stalled
     return _BisectionState(
-        lo=lo, hi=hi, agg_lo=agg_lo, agg_hi=agg_hi, has_lo=has_lo, has_hi=has_hi,
-        best_a=jnp.where(better, a, s.best_a), upper=jnp.where(better, U, s.upper),
-        lower=jnp.maximum(s.lower, lb), set_a=jnp.where(better_set, a, s.set_a),
-        set_G=jnp.where(better_set, G, s.set_G), cand=cand, use_cand=use_cand,
+        lo=lo,
+        hi=hi,
+        agg_lo=agg_lo,
+        agg_hi=agg_hi,
+        has_lo=has_lo,
+        has_hi=has_hi,
+        best_a=jnp.where(better, a, s.best_a),
+        upper=jnp.where(better, U, s.upper),
+        lower=jnp.maximum(s.lower, lb),
+        set_a=jnp.where(better_set, a, s.set_a),
+        set_G=jnp.where(better_set, G, s.set_G),
+        cand=cand,
+        use_cand=use_cand,
         num_steps=s.num_steps + 1,
     )
 
@@ -485,8 +503,12 @@ def _fw_init(pb: _Problem, k, max_steps) -> _FWState:
         verts_A=jnp.zeros((W, C), dt).at[0].set(agg.A),
         verts_L=jnp.zeros((W,), dt).at[0].set(agg.L),
         verts_p=jnp.zeros((W, C), dt).at[0].set(p0),
-        weights=jax.nn.one_hot(0, W, dtype=dt), count=jnp.asarray(1, jnp.int32),
-        p=_agg_p(agg, p0), best_p=p0, upper=U, lower=_dual_lower(agg),
+        weights=jax.nn.one_hot(0, W, dtype=dt),
+        count=jnp.asarray(1, jnp.int32),
+        p=_agg_p(agg, p0),
+        best_p=p0,
+        upper=U,
+        lower=_dual_lower(agg),
         num_steps=jnp.asarray(0, jnp.int32),
     )
 
@@ -503,9 +525,15 @@ def _fw_step(pb: _Problem, state: _FWState, k, inner_iters=30) -> _FWState:
     w = _fw_inner(verts_A, verts_L, s.weights, count, inner_iters)
     x = _Agg(w @ verts_A, w @ verts_L)
     return _FWState(
-        verts_A=verts_A, verts_L=verts_L, verts_p=verts_p, weights=w, count=count,
-        p=_agg_p(x, s.p), best_p=jnp.where(better, s.p, s.best_p),
-        upper=jnp.where(better, U, s.upper), lower=jnp.maximum(s.lower, _dual_lower(x)),
+        verts_A=verts_A,
+        verts_L=verts_L,
+        verts_p=verts_p,
+        weights=w,
+        count=count,
+        p=_agg_p(x, s.p),
+        best_p=jnp.where(better, s.p, s.best_p),
+        upper=jnp.where(better, U, s.upper),
+        lower=jnp.maximum(s.lower, _dual_lower(x)),
         num_steps=s.num_steps + 1,
     )
 
@@ -537,8 +565,9 @@ def _solve_dual(pb: _Problem, k, tol, max_steps, *, method=None) -> _DualSolutio
         cand_p = jnp.stack([a, 1 - a], axis=1)
         theta = _mixture_weight(s.agg_lo, s.agg_hi)
         both = s.has_lo & s.has_hi
-        mix_w = jnp.where(both, jnp.stack([theta, 1 - theta, 0 * theta, 0 * theta]),
-                          jnp.asarray([0, 0, 1.0, 0], theta.dtype))
+        mix_w = jnp.where(
+            both, jnp.stack([theta, 1 - theta, 0 * theta, 0 * theta]), jnp.asarray([0, 0, 1.0, 0], theta.dtype)
+        )
     else:
 
         def cond(s):
@@ -551,8 +580,7 @@ def _solve_dual(pb: _Problem, k, tol, max_steps, *, method=None) -> _DualSolutio
         w_top, idx = lax.top_k(s.weights, J)
         cand_p = jnp.concatenate([s.verts_p[idx], p[None], s.p[None]], axis=0)
         mix_w = jnp.concatenate([w_top / jnp.sum(w_top), jnp.zeros(2, w_top.dtype)])
-    return _DualSolution(p, cand_p, mix_w, pb.const + s.upper, pb.const + s.lower,
-                         s.num_steps, done)
+    return _DualSolution(p, cand_p, mix_w, pb.const + s.upper, pb.const + s.lower, s.num_steps, done)
 
 
 def _systematic_round(x, k):
@@ -603,8 +631,7 @@ def _recover(pb: _Problem, sol: _DualSolution, k):
 
     def mask_at(args):
         p, fresh = args
-        return lax.cond(fresh, lambda: _top_k_mask(_top_k(_scores(pb, p), k)),
-                        lambda: jnp.zeros(m, bool))
+        return lax.cond(fresh, lambda: _top_k_mask(_top_k(_scores(pb, p), k)), lambda: jnp.zeros(m, bool))
 
     masks = lax.map(mask_at, (sol.cand_p, unique))  # (J, m), zero rows for duplicates
     w = jnp.zeros(J, dt).at[first].add(sol.mix_w.astype(dt))
@@ -760,8 +787,11 @@ def _float_dtype(dtype):
     if np.issubdtype(dtype, np.complexfloating):
         raise TypeError(f"X must be real, got dtype {dtype}")
     if np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer) or dtype == np.bool_:
-        return jnp.dtype(jnp.promote_types(jax.dtypes.canonicalize_dtype(dtype), jnp.result_type(float))
-                         if np.issubdtype(dtype, np.floating) else jnp.result_type(float))
+        return jnp.dtype(
+            jnp.promote_types(jax.dtypes.canonicalize_dtype(dtype), jnp.result_type(float))
+            if np.issubdtype(dtype, np.floating)
+            else jnp.result_type(float)
+        )
     raise TypeError(f"X must hold numbers, got dtype {dtype}")
 
 
@@ -802,10 +832,7 @@ def _encode_labels(y, n, classes):
     unknown = (sorted_cls[pos] != y) if len(cls) else np.ones(y.shape, bool)
     if np.any(unknown):
         bad = np.unique(y[unknown])
-        raise ValueError(
-            f"y contains label(s) {_label_tuple(bad[:10])} that are not in classes "
-            f"{_label_tuple(cls)}"
-        )
+        raise ValueError(f"y contains label(s) {_label_tuple(bad[:10])} that are not in classes {_label_tuple(cls)}")
     return order[pos].astype(np.int32), _label_tuple(cls)
 
 
@@ -845,16 +872,14 @@ def _check_values(X, model):
         if bad.any():
             r, c, v = where(bad)
             raise ValueError(
-                f"X contains {int(bad.sum())} non-finite value(s) (NaN or Inf): "
-                f"{_describe_entries(r, c, v)}"
+                f"X contains {int(bad.sum())} non-finite value(s) (NaN or Inf): {_describe_entries(r, c, v)}"
             )
     bad = data < 0
     if bad.any():
         r, c, v = where(bad)
         raise ValueError(
             f"naive Bayes needs non-negative X (counts or frequencies); found "
-            f"{int(bad.sum())} negative entries: {_describe_entries(r, c, v)}"
-            + (" ..." if bad.sum() > 5 else "")
+            f"{int(bad.sum())} negative entries: {_describe_entries(r, c, v)}" + (" ..." if bad.sum() > 5 else "")
         )
     if model == "bernoulli":
         bad = (data != 0) & (data != 1)
@@ -939,10 +964,7 @@ class ClassSums:
         if not isinstance(other, ClassSums):
             raise TypeError(f"can only merge ClassSums, got {type(other).__name__}")
         if self.num_features != other.num_features:
-            raise ValueError(
-                f"cannot merge class sums over {self.num_features} and "
-                f"{other.num_features} features"
-            )
+            raise ValueError(f"cannot merge class sums over {self.num_features} and {other.num_features} features")
         dtype = jnp.promote_types(self.counts.dtype, other.counts.dtype)
         if self.classes == other.classes:
             return ClassSums(
@@ -1025,8 +1047,7 @@ def _sums_from_chunks(chunks, classes, model) -> ClassSums:
             Xc, yc = item
         except (TypeError, ValueError):
             raise TypeError(
-                f"chunk {i} is not an (X_chunk, y_chunk) pair; iterate over pairs of "
-                "data and labels"
+                f"chunk {i} is not an (X_chunk, y_chunk) pair; iterate over pairs of data and labels"
             ) from None
         part = class_sums(Xc, yc, model=model)
         total = part if total is None else total.merge(part)
@@ -1056,7 +1077,7 @@ def _sums_from_dask(X, y, classes, model) -> ClassSums:
         start = 0
         for i, rows in enumerate(row_chunks):
             Xi = X.blocks[i].compute()
-            yi = y.blocks[i].compute() if y_is_dask else y[start:start + rows]
+            yi = y.blocks[i].compute() if y_is_dask else y[start : start + rows]
             start += rows
             yield Xi, yi
 
@@ -1308,8 +1329,13 @@ def sparse_naive_bayes(
     dtype = sums.counts.dtype
     tol = _default_tol(dtype) if tol is None else tol
     theta, mask, coef, intercept, code, stats = _fit_core(
-        sums.counts, sums.n_samples, jnp.asarray(k, jnp.int32), jnp.asarray(alpha, dtype),
-        jnp.asarray(tol, dtype), model=model, max_steps=int(max_steps),
+        sums.counts,
+        sums.n_samples,
+        jnp.asarray(k, jnp.int32),
+        jnp.asarray(alpha, dtype),
+        jnp.asarray(tol, dtype),
+        model=model,
+        max_steps=int(max_steps),
     )
     value = NaiveBayesModel(theta, mask, coef, intercept, sums.classes, model)
     return raise_if_failed(Solution(value, code, stats, sums), throw)
@@ -1380,8 +1406,13 @@ def sparse_naive_bayes_path(
     dtype = sums.counts.dtype
     tol = _default_tol(dtype) if tol is None else tol
     upper, lower, obj, steps, code = _path_core(
-        sums.counts, sums.n_samples, jnp.asarray(ks_arr, jnp.int32), jnp.asarray(alpha, dtype),
-        jnp.asarray(tol, dtype), model=model, max_steps=int(max_steps),
+        sums.counts,
+        sums.n_samples,
+        jnp.asarray(ks_arr, jnp.int32),
+        jnp.asarray(alpha, dtype),
+        jnp.asarray(tol, dtype),
+        model=model,
+        max_steps=int(max_steps),
         batch_size=int(batch_size),
     )
     value = SNBPath(jnp.asarray(ks_arr), upper, lower, obj, upper - obj)

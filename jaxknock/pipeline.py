@@ -27,10 +27,10 @@ import numpy as np
 from jaxknock import _checks
 from jaxknock import filter as _filter
 from jaxknock import sampling as _sampling
-from jaxknock.sdp import asdp, equicorrelated, sdp, sdp_factor
 from jaxknock import statistics as _stats
 from jaxknock._solution import Solution
 from jaxknock.covariance import factor_model_from_data, ledoit_wolf, to_correlation
+from jaxknock.sdp import asdp, equicorrelated, sdp, sdp_factor
 
 __all__ = ["Selection", "knockoff_filter", "S_METHODS", "STATISTICS", "AGGREGATES"]
 
@@ -96,8 +96,10 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank):
         raise ValueError("y is constant: there is nothing to select features for")
     std = np.asarray(jnp.std(X, axis=0))
     if (std == 0).any():
-        raise ValueError(f"X has {int((std == 0).sum())} constant column(s) (first: "
-                         f"{np.flatnonzero(std == 0)[:5].tolist()}); drop them first")
+        raise ValueError(
+            f"X has {int((std == 0).sum())} constant column(s) (first: "
+            f"{np.flatnonzero(std == 0)[:5].tolist()}); drop them first"
+        )
     if p >= n and s_method != "sdp_factor":
         raise ValueError(
             f"p = {p} >= n = {n}: a dense covariance estimate is too unstable for Gaussian "
@@ -136,11 +138,27 @@ def _covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings
     return Sigma, s_sol
 
 
-def knockoff_filter(key, X, y, *, fdr: float = 0.1, s_method: str = "sdp", rank: int | None = None,
-                    statistic: str = "lcd", num_replicates: int = 1, aggregate: str = "ebh",
-                    plus: bool = True, lam=None, asdp_block_size: int = 100,
-                    sdp_tol: float = 1e-4, lasso_tol: float | None = 1e-4, cv_patience: int | None = 10,
-                    devices=None, mesh=None, chunk_size: int | None = None) -> Selection:
+def knockoff_filter(
+    key,
+    X,
+    y,
+    *,
+    fdr: float = 0.1,
+    s_method: str = "sdp",
+    rank: int | None = None,
+    statistic: str = "lcd",
+    num_replicates: int = 1,
+    aggregate: str = "ebh",
+    plus: bool = True,
+    lam=None,
+    asdp_block_size: int = 100,
+    sdp_tol: float = 1e-4,
+    lasso_tol: float | None = 1e-4,
+    cv_patience: int | None = 10,
+    devices=None,
+    mesh=None,
+    chunk_size: int | None = None,
+) -> Selection:
     r"""Model-X knockoff selection with FDR control at level ``fdr``.
 
     Gaussian knockoffs (Candes et al. 2018) built from a Ledoit-Wolf estimate
@@ -217,23 +235,52 @@ def knockoff_filter(key, X, y, *, fdr: float = 0.1, s_method: str = "sdp", rank:
 
     if chunk_size is not None or _dist._wants_sharding(devices, mesh):
         (W, stat_sol), timings["sampling"] = _clock(
-            _fused_replicates, k_samp, Xs, y, Sigma, s, int(num_replicates), statistic=statistic,
-            lam=lam, loss=loss, mesh=_dist._resolve_mesh(devices, mesh, None), chunk_size=chunk_size,
-            lasso_tol=lasso_tol, cv_patience=cv_patience)
+            _fused_replicates,
+            k_samp,
+            Xs,
+            y,
+            Sigma,
+            s,
+            int(num_replicates),
+            statistic=statistic,
+            lam=lam,
+            loss=loss,
+            mesh=_dist._resolve_mesh(devices, mesh, None),
+            chunk_size=chunk_size,
+            lasso_tol=lasso_tol,
+            cv_patience=cv_patience,
+        )
         timings["statistics"] = 0.0
-        return _select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate,
-                       dict(fdr=fdr, s_method=s_method, rank=rank, statistic=statistic,
-                            num_replicates=int(num_replicates), aggregate=aggregate, plus=plus, loss=loss))
+        return _select(
+            W,
+            stat_sol,
+            s_sol,
+            timings,
+            fdr,
+            plus,
+            num_replicates,
+            aggregate,
+            dict(
+                fdr=fdr,
+                s_method=s_method,
+                rank=rank,
+                statistic=statistic,
+                num_replicates=int(num_replicates),
+                aggregate=aggregate,
+                plus=plus,
+                loss=loss,
+            ),
+        )
 
-    Xt, timings["sampling"] = _clock(_sampling.sample_replicates, k_samp, Xs, Sigma, s, int(num_replicates),
-                                     devices=devices)
+    Xt, timings["sampling"] = _clock(
+        _sampling.sample_replicates, k_samp, Xs, Sigma, s, int(num_replicates), devices=devices
+    )
     Xk = jnp.concatenate([jnp.broadcast_to(Xs, Xt.shape), Xt], axis=-1)
 
     stat_sol = None
     t0 = time.perf_counter()
     if statistic == "lcd":
-        stat_sol = _stats.lcd(Xk, y, lam=lam, loss=loss, tol=lasso_tol,
-                              patience=cv_patience if lam is None else None)
+        stat_sol = _stats.lcd(Xk, y, lam=lam, loss=loss, tol=lasso_tol, patience=cv_patience if lam is None else None)
         W = stat_sol.value
     elif statistic == "lsm":
         stat_sol = _stats.lsm(Xk, y, loss=loss, tol=lasso_tol)
@@ -244,8 +291,18 @@ def knockoff_filter(key, X, y, *, fdr: float = 0.1, s_method: str = "sdp", rank:
         W = _stats.sparse_centroid(Xk, y)
     W = jax.block_until_ready(jnp.asarray(W))
     timings["statistics"] = time.perf_counter() - t0
-    settings = dict(fdr=fdr, s_method=s_method, rank=rank, statistic=statistic, num_replicates=int(num_replicates),
-                    aggregate=aggregate, plus=plus, loss=loss, lasso_tol=lasso_tol, cv_patience=cv_patience)
+    settings = dict(
+        fdr=fdr,
+        s_method=s_method,
+        rank=rank,
+        statistic=statistic,
+        num_replicates=int(num_replicates),
+        aggregate=aggregate,
+        plus=plus,
+        loss=loss,
+        lasso_tol=lasso_tol,
+        cv_patience=cv_patience,
+    )
     return _select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate, settings)
 
 
@@ -254,8 +311,7 @@ def _replicate_statistics(keys, plan, Xs, y, lam, *, statistic, loss, lasso_tol=
     Xt = jax.vmap(_sampling._draw, in_axes=(0, None))(keys, plan)
     Xk = jnp.concatenate([jnp.broadcast_to(Xs, Xt.shape), Xt], axis=-1)
     if statistic == "lcd":
-        sol = _stats.lcd(Xk, y, lam=lam, loss=loss, tol=lasso_tol,
-                         patience=cv_patience if lam is None else None)
+        sol = _stats.lcd(Xk, y, lam=lam, loss=loss, tol=lasso_tol, patience=cv_patience if lam is None else None)
         return sol.value, sol
     if statistic == "lsm":
         sol = _stats.lsm(Xk, y, loss=loss, tol=lasso_tol)
@@ -265,8 +321,9 @@ def _replicate_statistics(keys, plan, Xs, y, lam, *, statistic, loss, lasso_tol=
     return _stats.sparse_centroid(Xk, y), None
 
 
-def _fused_replicates(key, Xs, y, Sigma, s, R, *, statistic, lam, loss, mesh, chunk_size,
-                      lasso_tol=None, cv_patience=None):
+def _fused_replicates(
+    key, Xs, y, Sigma, s, R, *, statistic, lam, loss, mesh, chunk_size, lasso_tol=None, cv_patience=None
+):
     """Sampling + statistics per replicate, sharded over ``mesh`` in memory-sized steps.
 
     Peak memory per replicate in flight (``b`` bytes per number): the sampler's
@@ -284,11 +341,21 @@ def _fused_replicates(key, Xs, y, Sigma, s, R, *, statistic, lam, loss, mesh, ch
     per_rep += (8 * 2 * n * p if statistic in ("lcd", "lsm") else 4 * n * p) * b
     keys = jax.random.split(key, R)  # same keys as sample_replicates, split before sharding
     plan = _sampling._plan(X, params, mu, kind)
-    fn = functools.partial(_replicate_statistics, statistic=statistic, loss=loss, lasso_tol=lasso_tol,
-                           cv_patience=cv_patience)
-    return _dist.shard_batch(fn, keys, broadcast=(plan, X, y, lam), mesh=mesh, axis_name=mesh.axis_names[0],
-                             vectorized=True, chunk_size=chunk_size, per_item_bytes=per_rep,
-                             shared_bytes=shared + (n * p + R * p) * b, knob="chunk_size")
+    fn = functools.partial(
+        _replicate_statistics, statistic=statistic, loss=loss, lasso_tol=lasso_tol, cv_patience=cv_patience
+    )
+    return _dist.shard_batch(
+        fn,
+        keys,
+        broadcast=(plan, X, y, lam),
+        mesh=mesh,
+        axis_name=mesh.axis_names[0],
+        vectorized=True,
+        chunk_size=chunk_size,
+        per_item_bytes=per_rep,
+        shared_bytes=shared + (n * p + R * p) * b,
+        knob="chunk_size",
+    )
 
 
 def _select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate, settings):
@@ -325,15 +392,28 @@ def demo_report(args, X, y, beta, Sigma_hat, model, sols):
     key = jax.random.key(args.seed + 1)
     configs = [("equicorrelated", 1), ("sdp_factor", 1), ("sdp_factor", args.replicates)]
     for method, R in configs:
-        sel = knockoff_filter(key, X, y, fdr=args.fdr, s_method=method, rank=args.rank,
-                              num_replicates=R, aggregate="ebh", lam=lam)
+        sel = knockoff_filter(
+            key, X, y, fdr=args.fdr, s_method=method, rank=args.rank, num_replicates=R, aggregate="ebh", lam=lam
+        )
         power, fdp = power_fdp(sel.selected, beta)
         t = sel.timings
-        rows.append([method, str(R), str(len(sel.selected)), f"{power:.2f}", f"{fdp:.2f}",
-                     f"{t['covariance']:.2f}", f"{t['s_vector']:.2f}", f"{t['sampling']:.2f}",
-                     f"{t['statistics']:.2f}", f"{t['selection']:.3f}"])
+        rows.append(
+            [
+                method,
+                str(R),
+                str(len(sel.selected)),
+                f"{power:.2f}",
+                f"{fdp:.2f}",
+                f"{t['covariance']:.2f}",
+                f"{t['s_vector']:.2f}",
+                f"{t['sampling']:.2f}",
+                f"{t['statistics']:.2f}",
+                f"{t['selection']:.3f}",
+            ]
+        )
     from jaxknock.cli import _print_table
 
-    _print_table(rows, ["s-method", "replicates", "selected", "power", "FDP", "cov[s]", "s[s]", "sample[s]",
-                        "W[s]", "select[s]"])
+    _print_table(
+        rows, ["s-method", "replicates", "selected", "power", "FDP", "cov[s]", "s[s]", "sample[s]", "W[s]", "select[s]"]
+    )
     print(f"truth: {int((np.asarray(beta) != 0).sum())} non-null features; replicates > 1 aggregate with e-BH")

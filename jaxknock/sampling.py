@@ -34,8 +34,9 @@ checked on concrete inputs before ``jit`` and skipped for tracers.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import partial
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -90,9 +91,7 @@ def _check_key(key):
                 "draw many replicates with jaxknock.sample_replicates"
             )
     else:
-        raise TypeError(
-            f"key must be a jax.random key (jax.random.key(seed)), got dtype {key.dtype}"
-        )
+        raise TypeError(f"key must be a jax.random key (jax.random.key(seed)), got dtype {key.dtype}")
 
 
 def _as_s(s, p: int):
@@ -157,15 +156,12 @@ def _check_s_nonnegative(s):
     if np.any(sv < 0):
         j = int(np.argmin(sv))
         raise ValueError(
-            f"s must be non-negative, but {int(np.sum(sv < 0))} entries are negative "
-            f"(s[{j}] = {sv[j]:.3g})"
+            f"s must be non-negative, but {int(np.sum(sv < 0))} entries are negative (s[{j}] = {sv[j]:.3g})"
         )
 
 
 def _infeasible_message(gamma: float, lam_min: float | None) -> str:
-    lam = (
-        f" (smallest eigenvalue {lam_min:.3g})" if lam_min is not None else ""
-    )
+    lam = f" (smallest eigenvalue {lam_min:.3g})" if lam_min is not None else ""
     return (
         "s is infeasible for Sigma: 2 Sigma - diag(s) is not positive semidefinite"
         f"{lam}, so the knockoff covariance 2S - S Sigma^-1 S is not a covariance. "
@@ -183,9 +179,9 @@ def _check_feasible_dense(Sigma, s, name: str = "Sigma"):
     sv = np.asarray(s, dtype=np.float64)
     try:
         L = np.linalg.cholesky(A)
-    except np.linalg.LinAlgError:
+    except np.linalg.LinAlgError as err:
         check_positive_definite(A, name)  # raises with the smallest eigenvalue
-        raise ValueError(f"{name} is numerically singular (its Cholesky factorisation failed)")
+        raise ValueError(f"{name} is numerically singular (its Cholesky factorisation failed)") from err
     tol = _feasibility_tol(np.diagonal(A), Sigma.dtype)
     B = 2.0 * A - np.diag(sv)
     B[np.diag_indices_from(B)] += tol
@@ -626,10 +622,7 @@ def _validate_factor(X, model, s, mu):
     if is_concrete(d) and np.any(np.asarray(d) <= 0):
         dv = np.asarray(d)
         j = int(np.argmin(dv))
-        raise ValueError(
-            f"model.d must be positive (Sigma = diag(d) + U U^T with d > 0), got "
-            f"d[{j}] = {dv[j]:.3g}"
-        )
+        raise ValueError(f"model.d must be positive (Sigma = diag(d) + U U^T with d > 0), got d[{j}] = {dv[j]:.3g}")
     _check_s_nonnegative(s)
     _check_feasible_factor(d, U, s)
     return X, d, U, s, mu
@@ -791,13 +784,14 @@ def _chunk_starts(R, chunk):
 def _stream(keys, plan, R, chunk) -> Iterator[jax.Array]:
     done = 0
     for start in _chunk_starts(R, chunk):
-        block = _draw_chunk(keys[start:start + chunk], plan)
-        yield block if start == done else block[done - start:]
+        block = _draw_chunk(keys[start : start + chunk], plan)
+        yield block if start == done else block[done - start :]
         done = start + chunk
 
 
-def sample_replicates(key, X, Sigma, s, num_replicates, *, mu=None, chunk_size=None,
-                      stream=False, devices=None, mesh=None):
+def sample_replicates(
+    key, X, Sigma, s, num_replicates, *, mu=None, chunk_size=None, stream=False, devices=None, mesh=None
+):
     r"""``R`` independent knockoff replicates, batched with ``vmap`` in chunks.
 
     Replicate ``r`` is exactly ``sampler(jax.random.split(key, R)[r], X, Sigma, s)``
@@ -868,8 +862,9 @@ def sample_replicates(key, X, Sigma, s, num_replicates, *, mu=None, chunk_size=N
     from jaxknock import distributed as _dist  # deferred: distributed is a leaf module
 
     if _dist._wants_sharding(devices, mesh):
-        return _sharded_replicates(key, X, params, mu, kind, k, R, chunk_size, stream,
-                                   _dist._resolve_mesh(devices, mesh, None))
+        return _sharded_replicates(
+            key, X, params, mu, kind, k, R, chunk_size, stream, _dist._resolve_mesh(devices, mesh, None)
+        )
     if chunk_size is None:
         chunk = _auto_chunk(R, n, p, k, X.dtype.itemsize, stream, _available_memory_bytes())
     else:
@@ -880,7 +875,7 @@ def sample_replicates(key, X, Sigma, s, num_replicates, *, mu=None, chunk_size=N
         return _stream(keys, plan, R, chunk)
     out = jnp.zeros((R, n, p), X.dtype)
     for start in _chunk_starts(R, chunk):
-        out = _write_chunk(out, _draw_chunk(keys[start:start + chunk], plan), start)
+        out = _write_chunk(out, _draw_chunk(keys[start : start + chunk], plan), start)
     return out
 
 
@@ -897,20 +892,28 @@ def _sharded_replicates(key, X, params, mu, kind, k, R, chunk_size, stream, mesh
     else:
         shared += -(-R // D) * n * p * b  # this device's share of the (R, n, p) result
     if chunk_size is None:
-        chunk = _dist.plan_chunk(R, per_rep, shared_bytes=shared, num_devices=D,
-                                 memory_bytes=_dist.device_memory_bytes(mesh), what="replicate",
-                                 knob="stream=True" if not stream else "chunk_size")
+        chunk = _dist.plan_chunk(
+            R,
+            per_rep,
+            shared_bytes=shared,
+            num_devices=D,
+            memory_bytes=_dist.device_memory_bytes(mesh),
+            what="replicate",
+            knob="stream=True" if not stream else "chunk_size",
+        )
     else:
         chunk = int(min(chunk_size, -(-R // D)))
     keys = jax.random.split(key, R)  # before sharding: independent of D
     plan = _plan(X, params, mu, kind)
     if stream:
         step = D * chunk
-        return (_dist.shard_batch(_draw, keys[i:i + step], broadcast=(plan,), mesh=mesh,
-                                  axis_name=mesh.axis_names[0], chunk_size=chunk)
-                for i in range(0, R, step))
-    return _dist.shard_batch(_draw, keys, broadcast=(plan,), mesh=mesh, axis_name=mesh.axis_names[0],
-                             chunk_size=chunk)
+        return (
+            _dist.shard_batch(
+                _draw, keys[i : i + step], broadcast=(plan,), mesh=mesh, axis_name=mesh.axis_names[0], chunk_size=chunk
+            )
+            for i in range(0, R, step)
+        )
+    return _dist.shard_batch(_draw, keys, broadcast=(plan,), mesh=mesh, axis_name=mesh.axis_names[0], chunk_size=chunk)
 
 
 # --------------------------------------------------------------------------

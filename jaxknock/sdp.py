@@ -447,9 +447,13 @@ def _newton_path(C, s0, lam0, cap, tol, max_steps, mu=0.1, center=0.3, patience=
         # steps short of a 1e-4 -> 2e-7 gap drop); at the rounding floor the
         # iterates may never be centred again, so uncentred steps count too.
         new = NewtonState(
-            s_new, st.z0 + td * dz0, st.z1 + td * dz1,
-            jnp.where(shrink_lam, st.lam * mu, st.lam), st.step + 1,
-            best, jnp.where(improved, 0, st.stall + jnp.where(dec < center, 4, 1)),
+            s_new,
+            st.z0 + td * dz0,
+            st.z1 + td * dz1,
+            jnp.where(shrink_lam, st.lam * mu, st.lam),
+            st.step + 1,
+            best,
+            jnp.where(improved, 0, st.stall + jnp.where(dec < center, 4, 1)),
         )
         ok = jnp.all(jnp.isfinite(new.s)) & jnp.all(jnp.isfinite(ds))
         return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, st._replace(stall=jnp.int32(patience)))
@@ -639,9 +643,17 @@ def sdp_step(state: SDPState, Sigma, *, block_size: int, decay: float = 0.8) -> 
     return state._replace(lam=state.lam * decay)
 
 
-def sdp(Sigma, *, tol: float = 1e-5, max_sweeps: int = 500, lam0: float | None = None,
-        decay: float = 0.8, block_size: int | None = None, method: str = "newton",
-        throw: bool = False) -> Solution:
+def sdp(
+    Sigma,
+    *,
+    tol: float = 1e-5,
+    max_sweeps: int = 500,
+    lam0: float | None = None,
+    decay: float = 0.8,
+    block_size: int | None = None,
+    method: str = "newton",
+    throw: bool = False,
+) -> Solution:
     r"""Gaussian knockoff SDP: barrier path following, Newton (default) or FANOK Algorithm 4.
 
     Both methods follow the central path of the barrier problem (thesis eq. 4.3)
@@ -785,11 +797,15 @@ def _sdp_jit(Sigma, tol, max_sweeps, lam0, decay, b, method="newton", centrality
     converged = gap / jnp.maximum(jnp.sum(s_corr), 1e-12) <= tol
     not_done = jnp.where(stagnated, RESULTS.stagnated, RESULTS.max_steps_reached)
     result = jnp.where(
-        ~finite, RESULTS.nonfinite,
+        ~finite,
+        RESULTS.nonfinite,
         # infeasible: eigvalsh says so and a Cholesky factorisation fails too (within
         # ~1e-14 of the PD boundary eigvalsh's sign is rounding noise)
-        jnp.where((min_eig < 0) & ~_is_pd(2.0 * Cfull, s_corr), RESULTS.infeasible,
-                  jnp.where(converged, RESULTS.successful, not_done)),
+        jnp.where(
+            (min_eig < 0) & ~_is_pd(2.0 * Cfull, s_corr),
+            RESULTS.infeasible,
+            jnp.where(converged, RESULTS.successful, not_done),
+        ),
     ).astype(jnp.int32)
     stats = {
         "num_steps": sweeps + newton_steps,
@@ -910,8 +926,15 @@ def _factor_is_pd(d, U, s):
     return (neg == 0) & jnp.all(dt != 0) & jnp.all(jnp.isfinite(ev))
 
 
-def sdp_factor(model: FactorModel, *, tol: float = 1e-5, max_sweeps: int = 500,
-               lam0: float | None = None, decay: float = 0.6, throw: bool = False) -> Solution:
+def sdp_factor(
+    model: FactorModel,
+    *,
+    tol: float = 1e-5,
+    max_sweeps: int = 500,
+    lam0: float | None = None,
+    decay: float = 0.6,
+    throw: bool = False,
+) -> Solution:
     r"""Knockoff SDP for a factor model ``Sigma = D + U U^T`` (FANOK Algorithm 5).
 
     Same barrier problem and coordinate update as :func:`sdp`, but
@@ -984,8 +1007,7 @@ def _sdp_factor_jit(d, U, tol, max_sweeps, lam0, decay, centrality=1.0):
         # the largest lam at which a coordinate moves off s = 0 on the first sweep:
         # max_j sigma_j(0) = max_j 1 / (2 Sigma)^{-1}_jj; sweeps above it change nothing
         lam_start = jnp.minimum(0.5, jnp.max(1.0 / _factor_inverse_diag(dc, Uc, s0, N0)))
-    state = FactorSDPState(s0, N0, lam_start,
-                           jnp.int32(0), inf, inf)
+    state = FactorSDPState(s0, N0, lam_start, jnp.int32(0), inf, inf)
 
     def cond(st):
         rel = st.gap / jnp.maximum(jnp.sum(st.s), 1e-12)
@@ -1005,9 +1027,9 @@ def _sdp_factor_jit(d, U, tol, max_sweeps, lam0, decay, centrality=1.0):
     gap = jnp.where(feasible, state.gap, jnp.inf)
     converged = gap / jnp.maximum(jnp.sum(s), 1e-12) <= tol
     result = jnp.where(
-        ~finite, RESULTS.nonfinite,
-        jnp.where(~feasible, RESULTS.infeasible,
-                  jnp.where(converged, RESULTS.successful, RESULTS.max_steps_reached)),
+        ~finite,
+        RESULTS.nonfinite,
+        jnp.where(~feasible, RESULTS.infeasible, jnp.where(converged, RESULTS.successful, RESULTS.max_steps_reached)),
     ).astype(jnp.int32)
     stats = {
         "num_steps": state.sweep,
@@ -1058,12 +1080,12 @@ def scale_to_feasible(Sigma, s, *, num_bisections: int = 60) -> Solution:
         Sigma = FactorModel(*_validate_model(Sigma))
         diag = Sigma.diagonal()
         p = Sigma.p
-        is_pd = lambda g: _factor_is_pd(Sigma.d, Sigma.U, g * s)  # noqa: E731
+        is_pd = lambda g: _factor_is_pd(Sigma.d, Sigma.U, g * s)
     else:
         Sigma = _validate_sigma(Sigma, batch_ok=False, need_x64=False)
         diag = jnp.diagonal(Sigma)
         p = Sigma.shape[0]
-        is_pd = lambda g: jnp.all(jnp.isfinite(jnp.linalg.cholesky(2.0 * Sigma - jnp.diag(g * s))))  # noqa: E731
+        is_pd = lambda g: jnp.all(jnp.isfinite(jnp.linalg.cholesky(2.0 * Sigma - jnp.diag(g * s))))
     if s.shape != (p,):
         raise ValueError(f"s must have shape ({p},), got {tuple(s.shape)}")
     _checks.check_finite(s, "s")
@@ -1086,15 +1108,19 @@ def scale_to_feasible(Sigma, s, *, num_bisections: int = 60) -> Solution:
 
     gamma = run(s, diag)
     sol = Solution(
-        gamma * s, jnp.int32(RESULTS.successful),
-        {"gamma": gamma, "num_steps": num_bisections, "max_steps": num_bisections,
-         "objective": jnp.sum(gamma * s / diag)},
+        gamma * s,
+        jnp.int32(RESULTS.successful),
+        {
+            "gamma": gamma,
+            "num_steps": num_bisections,
+            "max_steps": num_bisections,
+            "objective": jnp.sum(gamma * s / diag),
+        },
     )
     return sol
 
 
-def asdp(Sigma, *, block_size: int = 100, tol: float = 1e-5, max_sweeps: int = 500,
-         throw: bool = False) -> Solution:
+def asdp(Sigma, *, block_size: int = 100, tol: float = 1e-5, max_sweeps: int = 500, throw: bool = False) -> Solution:
     r"""Approximate SDP (Candes et al. 2018; Rebjock thesis ch. 4).
 
     1. Approximate ``C`` (correlation) by its block-diagonal part with

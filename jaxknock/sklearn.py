@@ -109,8 +109,19 @@ class KnockoffSelector(SelectorMixin, BaseEstimator):
         >>> X_sel = sel.transform(X)
     """
 
-    def __init__(self, fdr=0.1, method="asdp", statistic="lcd", num_replicates=1, random_state=None, *,
-                 aggregate="ebh", rank=None, lam=None, asdp_block_size=100):
+    def __init__(
+        self,
+        fdr=0.1,
+        method="asdp",
+        statistic="lcd",
+        num_replicates=1,
+        random_state=None,
+        *,
+        aggregate="ebh",
+        rank=None,
+        lam=None,
+        asdp_block_size=100,
+    ):
         self.fdr = fdr
         self.method = method
         self.statistic = statistic
@@ -150,20 +161,30 @@ class KnockoffSelector(SelectorMixin, BaseEstimator):
         y = np.asarray(y)
         if y.dtype.kind not in "biuf":
             try:
-                y = y.astype(np.float64)          # numbers stored as objects
+                y = y.astype(np.float64)  # numbers stored as objects
             except (TypeError, ValueError):
                 labels = np.unique(y)
                 if labels.size != 2:
-                    raise ValueError(f"Unknown label type: a non-numeric y must have exactly two labels "
-                                     f"(binary selection), got {labels.size}; encode the response as numbers"
-                                     ) from None
+                    raise ValueError(
+                        f"Unknown label type: a non-numeric y must have exactly two labels "
+                        f"(binary selection), got {labels.size}; encode the response as numbers"
+                    ) from None
                 y = (y == labels[1]).astype(np.float64)
         key = _key_from_random_state(self.random_state)
         with jax.enable_x64(True):
-            sel = knockoff_filter(key, X, np.asarray(y, np.float64), fdr=float(self.fdr), s_method=method,
-                                  rank=self.rank, statistic=self.statistic,
-                                  num_replicates=int(self.num_replicates), aggregate=self.aggregate,
-                                  lam=self.lam, asdp_block_size=self.asdp_block_size)
+            sel = knockoff_filter(
+                key,
+                X,
+                np.asarray(y, np.float64),
+                fdr=float(self.fdr),
+                s_method=method,
+                rank=self.rank,
+                statistic=self.statistic,
+                num_replicates=int(self.num_replicates),
+                aggregate=self.aggregate,
+                lam=self.lam,
+                asdp_block_size=self.asdp_block_size,
+            )
             sel = Selection(*_to_numpy(tuple(sel)))
         self.selection_ = sel
         self.statistics_replicates_ = np.asarray(sel.W)

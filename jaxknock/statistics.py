@@ -23,6 +23,7 @@ holds one code per design (non-convergence is never silent).
 from __future__ import annotations
 
 import functools
+import importlib
 
 import jax
 import jax.numpy as jnp
@@ -30,11 +31,10 @@ import numpy as np
 from jax import lax
 
 from jaxknock import _checks
-import importlib
 
 # the module, not the `lasso` function that jaxknock re-exports under the same name
 _lasso = importlib.import_module("jaxknock.lasso")
-from jaxknock._solution import Solution, raise_if_failed
+from jaxknock._solution import Solution, raise_if_failed  # noqa: E402
 
 __all__ = [
     "antisymmetric_combine",
@@ -74,9 +74,7 @@ def antisymmetric_combine(Z, *, method: str = "difference"):
         raise ValueError(f"method must be one of {COMBINE_METHODS}, got {method!r}")
     Z = _checks.as_float_array(Z, "Z")
     if Z.ndim < 1 or Z.shape[-1] % 2:
-        raise ValueError(
-            f"Z must have an even last dimension 2p (originals then knockoffs), got shape {Z.shape}"
-        )
+        raise ValueError(f"Z must have an even last dimension 2p (originals then knockoffs), got shape {Z.shape}")
     p = Z.shape[-1] // 2
     z, zt = Z[..., :p], Z[..., p:]
     if method == "difference":
@@ -93,14 +91,9 @@ def _prepare(Xk, y, *, loss="squared", fit_intercept=True, binary=False):
     """Checks before tracing; returns (Xk as (R, n, 2p), y, batch_shape)."""
     Xk = _checks.as_float_array(Xk, "Xk")
     if Xk.ndim < 2:
-        raise ValueError(
-            "Xk must be a design [X, X~] of shape (n, 2p) or a batch (..., n, 2p), got "
-            f"shape {Xk.shape}"
-        )
+        raise ValueError(f"Xk must be a design [X, X~] of shape (n, 2p) or a batch (..., n, 2p), got shape {Xk.shape}")
     if Xk.shape[-1] % 2 or Xk.shape[-1] == 0:
-        raise ValueError(
-            f"Xk must hold 2p columns (p originals then their p knockoffs), got {Xk.shape[-1]}"
-        )
+        raise ValueError(f"Xk must hold 2p columns (p originals then their p knockoffs), got {Xk.shape[-1]}")
     y = jnp.asarray(y)
     if y.dtype == bool:
         y = y.astype(Xk.dtype)
@@ -108,8 +101,7 @@ def _prepare(Xk, y, *, loss="squared", fit_intercept=True, binary=False):
     _checks.check_ndim(y, 1, "y", "a 1-D array of shape (n_samples,)")
     if y.shape[0] != Xk.shape[-2]:
         raise ValueError(
-            f"y has {y.shape[0]} entries but Xk has {Xk.shape[-2]} rows; they must describe "
-            "the same samples"
+            f"y has {y.shape[0]} entries but Xk has {Xk.shape[-2]} rows; they must describe the same samples"
         )
     _checks.check_finite(Xk, "Xk")
     _checks.check_finite(y, "y")
@@ -214,8 +206,7 @@ def lcd(
             lam = jnp.broadcast_to(lam, batch_shape).reshape(-1)
         except ValueError:
             raise ValueError(
-                f"lam must be a scalar or broadcast to the batch shape {batch_shape}, got "
-                f"shape {lam.shape}"
+                f"lam must be a scalar or broadcast to the batch shape {batch_shape}, got shape {lam.shape}"
             ) from None
         _lasso._check_lam(lam)
         sol = _lcd_fixed_jit(
@@ -308,9 +299,7 @@ def _lcd_cv_jit(
     def one(X):
         grid = lambdas
         if grid is None:
-            grid = _lasso._default_grid(
-                X, y, num=num_lambdas, eps=eps, loss=loss, fit_intercept=fit_intercept
-            )
+            grid = _lasso._default_grid(X, y, num=num_lambdas, eps=eps, loss=loss, fit_intercept=fit_intercept)
         sol = _lasso._cv_impl(
             X,
             y,
@@ -401,15 +390,11 @@ def lsm(
 
 
 @functools.partial(jax.jit, static_argnames=_SOLVER_STATIC + ("num_lambdas", "eps"))
-def _lsm_jit(
-    Xk3, y, lambdas, *, num_lambdas, eps, loss, fit_intercept, tol, max_steps, solver, screen
-):
+def _lsm_jit(Xk3, y, lambdas, *, num_lambdas, eps, loss, fit_intercept, tol, max_steps, solver, screen):
     def one(X):
         grid = lambdas
         if grid is None:
-            grid = _lasso._default_grid(
-                X, y, num=num_lambdas, eps=eps, loss=loss, fit_intercept=fit_intercept
-            )
+            grid = _lasso._default_grid(X, y, num=num_lambdas, eps=eps, loss=loss, fit_intercept=fit_intercept)
         prob = _lasso._make_problem(
             X.T,
             y,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-SETUP = '''import os
+SETUP = """import os
 from pathlib import Path
 import numpy as np
 import jax, jax.numpy as jnp
@@ -23,7 +23,7 @@ try:
     import matplotlib.pyplot as plt
 except ImportError:
     plt = None
-    print("matplotlib is not installed: tables only (pip install matplotlib for the plots)")'''
+    print("matplotlib is not installed: tables only (pip install matplotlib for the plots)")"""
 
 
 def md(text):
@@ -31,12 +31,17 @@ def md(text):
 
 
 def code(text):
-    return {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
-            "source": text.strip("\n").splitlines(keepends=True)}
+    return {
+        "cell_type": "code",
+        "metadata": {},
+        "execution_count": None,
+        "outputs": [],
+        "source": text.strip("\n").splitlines(keepends=True),
+    }
 
 
 NB02 = [
-    md('''
+    md("""
 # Knockoffs: power and FDR against signal amplitude
 
 Model-X knockoffs (Candes et al. 2018) control the false discovery rate at level
@@ -55,9 +60,9 @@ for all replicates at once, and report the mean power and FDP of single
 replicates (knockoff+) and of the **aggregated** selection (derandomised
 knockoffs with e-values, e-BH; Ren & Barber 2022). On a GPU the replicate batch
 is where the speed-up comes from.
-'''),
+"""),
     code(SETUP),
-    code('''
+    code("""
 n, p, k, num_signals = (300, 60, 6, 20) if SMALL else (1000, 200, 20, 40)
 amplitudes = [4.0, 8.0] if SMALL else [2.0, 3.0, 4.0, 5.0, 6.0, 8.0]
 R = 4 if SMALL else 20
@@ -75,8 +80,8 @@ methods = {
 }
 for name, sol in methods.items():
     print(f"{name:15s} sum(s) = {float(jnp.sum(sol.value)):7.3f}   result {jk.RESULTS(int(sol.result)).name}")
-'''),
-    code('''
+"""),
+    code("""
 support = np.asarray(jax.random.permutation(jax.random.key(1), p)[:num_signals])
 truth = np.zeros(p, bool); truth[support] = True
 signs = np.where(np.asarray(jax.random.bernoulli(jax.random.key(2), 0.5, (num_signals,))), 1.0, -1.0)
@@ -102,8 +107,8 @@ for a in amplitudes:
 print(f"{'amplitude':>9} {'method':>15} {'power(1)':>9} {'FDP(1)':>7} {'power(e-BH)':>12} {'FDP(e-BH)':>10}")
 for r in rows:
     print(f"{r[0]:9.1f} {r[1]:>15} {r[2]:9.2f} {r[3]:7.2f} {r[4]:12.2f} {r[5]:10.2f}")
-'''),
-    code('''
+"""),
+    code("""
 if plt is not None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for name in methods:
@@ -119,15 +124,15 @@ if plt is not None:
     axes[0].legend(fontsize=7); axes[1].legend(fontsize=7)
     fig.tight_layout()
     plt.show()
-'''),
-    md('''
+"""),
+    md("""
 Reading the plot: all methods keep the FDP around or below `q` (FDR is an
 *expectation*, so single draws scatter); SDP has the largest `sum(s)` and
 usually the highest power, equicorrelated the lowest on correlated designs.
 Aggregating replicates with e-BH removes the randomness of a single knockoff
 draw at a small cost in power.
-'''),
-    md('''
+"""),
+    md("""
 ## The thesis' Figure 4.5 experiment, measured against knockpy
 
 `benchmarks/bench_filter.py --json out.json` runs the full experiment
@@ -137,8 +142,8 @@ replicates, and knockpy's `KnockoffFilter` on the same data in the same run).
 The results of the run quoted in the README are stored in
 `benchmarks/measured/bench_filter.json`; this cell plots them (mean +- one
 standard error over draws).
-'''),
-    code('''
+"""),
+    code("""
 import json
 bench = Path.cwd().parent / "benchmarks" / "measured" / "bench_filter.json"
 if bench.exists():
@@ -165,11 +170,11 @@ if bench.exists():
         axes[0].legend(fontsize=6); fig.tight_layout(); plt.show()
 else:
     print("run benchmarks/bench_filter.py --json benchmarks/measured/bench_filter.json to plot the full experiment")
-'''),
+"""),
 ]
 
 NB03 = [
-    md('''
+    md("""
 # Sparse naive Bayes on movie reviews: the psi(k) elbow and accuracy vs k
 
 Sparse naive Bayes (Askari, d'Aspremont, El Ghaoui 2020, "Naive Feature
@@ -180,9 +185,9 @@ classifier comes with a certified gap.
 
 Data: the Pang & Lee movie-review polarity corpus (2000 reviews) from
 `shared/data/movie_reviews.zip` when present, otherwise a synthetic corpus.
-'''),
+"""),
     code(SETUP),
-    code('''
+    code("""
 import re, zipfile
 from collections import Counter
 import scipy.sparse as sp
@@ -225,16 +230,16 @@ else:   # synthetic fallback: 40 of the words carry the class
     vocab = np.array([f"w{j}" for j in range(m)])
     source = f"synthetic corpus ({n_docs} documents)"
 print(source, "| vocabulary", X.shape[1], "| non-zeros", X.nnz)
-'''),
-    code('''
+"""),
+    code("""
 ks = np.unique(np.geomspace(1, min(X.shape[1], 2000 if not SMALL else 300), 12 if SMALL else 30).astype(int))
 path_sol = jk.sparse_naive_bayes_path(X, y, ks)          # one pass over the data, dual for every k
 psi = np.asarray(path_sol.value.psi)
 obj = np.asarray(path_sol.value.objective)
 for k_, a, b in zip(ks, psi, obj):
     print(f"k={k_:5d}  psi(k)={a:14.2f}  recovered objective={b:14.2f}  gap={a - b:8.2f}")
-'''),
-    code('''
+"""),
+    code("""
 rng = np.random.default_rng(1)
 perm = rng.permutation(X.shape[0]); cut = int(0.8 * len(perm))
 tr, te = perm[:cut], perm[cut:]
@@ -250,8 +255,8 @@ weights = best.coef_[1] - best.coef_[0]
 order = top[np.argsort(-weights[top])]
 print("most positive words:", list(vocab[order[:10]]))
 print("most negative words:", list(vocab[order[::-1][:10]]))
-'''),
-    code('''
+"""),
+    code("""
 if plt is not None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     axes[0].semilogx(ks, psi - psi[-1], "o-", label="psi(k) - psi(k_max)")
@@ -262,11 +267,11 @@ if plt is not None:
     axes[1].set(xlabel="k (features)", ylabel="test accuracy", title="accuracy vs k")
     fig.tight_layout()
     plt.show()
-'''),
+"""),
 ]
 
 NB04 = [
-    md('''
+    md("""
 # Fenchel lifted network on MNIST: training curves
 
 A ReLU network trained *without back-propagation*: the hidden activations are
@@ -277,9 +282,9 @@ thesis chapters 2-3). We compare its training curve with Adam on the same
 network, and then fine-tune the lifted weights with Adam.
 
 Data: `shared/data/mnist.npz` when present, otherwise scikit-learn's 8x8 digits.
-'''),
+"""),
     code(SETUP),
-    code('''
+    code("""
 import optax
 
 path = DATA / "mnist.npz"
@@ -302,8 +307,8 @@ hidden = 32 if SMALL else 300
 epochs = 2 if SMALL else 10
 batch = 100 if SMALL else 500
 print(source, "| hidden width", hidden, "| epochs", epochs)
-'''),
-    code('''
+"""),
+    code("""
 spec = jk.LiftedSpec((Xtr.shape[1], hidden, 10), loss="cross_entropy", model="fenchel",
                      lam=0.3, rho=0.0, gamma=(0.003, 0.2))
 lifted = jk.fit_lifted(jax.random.key(0), Xtr, ytr, spec, epochs=epochs, batch_size=batch,
@@ -317,8 +322,8 @@ print(f"{'epoch':>5} {'fenchel lifted':>15} {'adam':>8} {'lifted+adam':>12}")
 for e in range(epochs):
     print(f"{e + 1:5d} {float(lifted.stats['test_accuracy'][e]):15.4f} {float(adam.stats['test_accuracy'][e]):8.4f}"
           f" {float(finetune.stats['test_accuracy'][e]):12.4f}")
-'''),
-    code('''
+"""),
+    code("""
 if plt is not None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     ep = np.arange(1, epochs + 1)
@@ -331,14 +336,20 @@ if plt is not None:
     axes[1].set(xlabel="epoch", ylabel="lifted objective (mean over batches)", title="Fenchel lifted objective")
     fig.tight_layout()
     plt.show()
-'''),
+"""),
 ]
 
 
 def write(name, cells):
-    nb = {"cells": cells, "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
-                                                      "name": "python3"}, "language_info": {"name": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}
+    nb = {
+        "cells": cells,
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     try:
         import nbformat
 

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # ---------------------------------------------------------------- helpers
 
+
 def write_csv(path, header, rows):
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
@@ -78,10 +79,12 @@ def assert_error(argv, capsys, *fragments):
 
 # ---------------------------------------------------------------- select
 
+
 def test_select_csv_finds_signals_and_writes_report(reg_csv, tmp_path, capsys):
     out_json = tmp_path / "result.json"
-    code, out, err = run(["select", reg_csv, "--target", "y", "--method", "equi", "--statistic", "lsm",
-                          "--out", str(out_json)], capsys)
+    code, out, err = run(
+        ["select", reg_csv, "--target", "y", "--method", "equi", "--statistic", "lsm", "--out", str(out_json)], capsys
+    )
     assert code == 0, err
     assert "selected" in out and "of 30 features at FDR 0.1" in out
     report = json.loads(out_json.read_text())
@@ -92,18 +95,34 @@ def test_select_csv_finds_signals_and_writes_report(reg_csv, tmp_path, capsys):
     assert {"covariance", "s_vector", "sampling", "statistics", "selection", "total"} <= set(report["timings"])
     names = [s["name"] for s in report["selected"]]
     truth = {f"g{j}" for j in range(12)}
-    assert len(set(names) & truth) >= 8                 # strong signals found
-    assert len(set(names) - truth) <= 2                 # few false discoveries
-    for s in report["selected"]:                        # printed with their statistics
+    assert len(set(names) & truth) >= 8  # strong signals found
+    assert len(set(names) - truth) <= 2  # few false discoveries
+    for s in report["selected"]:  # printed with their statistics
         assert s["name"] in out and s["W"] > 0
 
 
 def test_select_npz_replicates_and_quiet(reg_npz, capsys):
-    code, out, err = run(["select", reg_npz, "--target", "y", "--method", "equi", "--statistic", "lsm",
-                          "--replicates", "2", "--aggregate", "frequency", "--quiet"], capsys)
+    code, out, err = run(
+        [
+            "select",
+            reg_npz,
+            "--target",
+            "y",
+            "--method",
+            "equi",
+            "--statistic",
+            "lsm",
+            "--replicates",
+            "2",
+            "--aggregate",
+            "frequency",
+            "--quiet",
+        ],
+        capsys,
+    )
     assert code == 0, err
-    assert "selected in" in out and "100%" in out      # per-feature selection frequency
-    assert err == ""                                    # quiet: no progress, no notes
+    assert "selected in" in out and "100%" in out  # per-feature selection frequency
+    assert err == ""  # quiet: no progress, no notes
     assert "features, 200 rows" not in out
 
 
@@ -111,16 +130,31 @@ def test_select_sdp_factor_and_npy_index_target(tmp_path, capsys):
     X, y = regression_table(n=120, p=20, signals=10, seed=1)
     path = tmp_path / "t.npy"
     np.save(path, np.column_stack([y, X]))
-    code, out, err = run(["select", str(path), "--target", "0", "--method", "sdp-factor", "--rank", "3",
-                          "--statistic", "correlation", "--quiet"], capsys)
+    code, out, err = run(
+        [
+            "select",
+            str(path),
+            "--target",
+            "0",
+            "--method",
+            "sdp-factor",
+            "--rank",
+            "3",
+            "--statistic",
+            "correlation",
+            "--quiet",
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert "of 20 features" in out
 
 
 def test_select_subprocess_no_traceback(tmp_path):
     bad = write_csv(tmp_path / "bad.csv", ["a", "b", "y"], [[1, 2, 3]] * 20)
-    proc = subprocess.run([sys.executable, "-m", "jaxknock", "select", bad, "--target", "y"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxknock", "select", bad, "--target", "y"], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
     assert "constant" in proc.stderr
@@ -132,15 +166,20 @@ def bad_files(tmp_path):
     header = ["a", "b", "c", "d", "e", "y"]
     rows = np.column_stack([X, y]).tolist()
     f = {}
-    f["text"] = write_csv(tmp_path / "text.csv", header, [r[:2] + ["hello"] + r[3:] if i == 3 else r
-                                                           for i, r in enumerate(rows)])
-    f["nan"] = write_csv(tmp_path / "nan.csv", header, [r[:1] + [""] + r[2:] if i == 5 else r
-                                                         for i, r in enumerate(rows)])
+    f["text"] = write_csv(
+        tmp_path / "text.csv", header, [r[:2] + ["hello"] + r[3:] if i == 3 else r for i, r in enumerate(rows)]
+    )
+    f["nan"] = write_csv(
+        tmp_path / "nan.csv", header, [r[:1] + [""] + r[2:] if i == 5 else r for i, r in enumerate(rows)]
+    )
     f["const"] = write_csv(tmp_path / "const.csv", header, [r[:3] + [7.0] + r[4:] for r in rows])
     f["const_target"] = write_csv(tmp_path / "const_target.csv", header, [r[:5] + [1.0] for r in rows])
     f["few"] = write_csv(tmp_path / "few.csv", header, rows[:6])
-    f["wide"] = write_csv(tmp_path / "wide.csv", [f"x{j}" for j in range(30)] + ["y"],
-                          np.random.default_rng(0).standard_normal((20, 31)).tolist())
+    f["wide"] = write_csv(
+        tmp_path / "wide.csv",
+        [f"x{j}" for j in range(30)] + ["y"],
+        np.random.default_rng(0).standard_normal((20, 31)).tolist(),
+    )
     f["empty"] = tmp_path / "empty.csv"
     f["empty"].write_text("")
     f["noheader"] = write_csv(tmp_path / "noheader.csv", ["1", "2", "3"], [[4, 5, 6]])
@@ -166,34 +205,37 @@ def bad_files(tmp_path):
     return {k: str(v) for k, v in f.items()}
 
 
-@pytest.mark.parametrize("case, extra, fragments", [
-    ("missing", [], ["does not exist"]),
-    ("dir", [], ["is a directory"]),
-    ("xlsx", [], ["unsupported file type '.xlsx'", ".csv, .npz or .npy"]),
-    ("empty", [], ["is empty", "header row"]),
-    ("noheader", [], ["no header row", "add a row of column names"]),
-    ("ragged", [], ["line 3 has 2 fields but the header has 3"]),
-    ("dup", [], ["duplicate column name(s) ['a']"]),
-    ("headeronly", [], ["no data rows"]),
-    ("binary", [], ["cannot decode"]),
-    ("badnpy", [], ["not a readable .npy"]),
-    ("npy1d", [], ["must be 2-D"]),
-    ("npzstr", [], ["array 'a' is not numeric"]),
-    ("npzlen", [], ["different lengths"]),
-    ("sparse", [], ["scipy.sparse matrix", "jaxknock snb"]),
-    ("const", ["--target", "why"], ["target column 'why' is not in", "available: a, b, c, d, e, y"]),
-    ("text", [], ["column 'c' is not numeric (row 4 has 'hello')", "encode it as numbers or drop"]),
-    ("nan", [], ["missing/NaN/Inf value(s) in column(s) b", "impute or drop"]),
-    ("const", [], ["constant column(s) d", "drop them"]),
-    ("const_target", [], ["target column 'y' is constant"]),
-    ("few", [], ["only 6 rows", "at least 10"]),
-    ("wide", [], ["20 rows for 30 features", "--method sdp-factor"]),
-    ("text", ["--fdr", "1.5"], ["--fdr must lie strictly between 0 and 1"]),
-    ("text", ["--replicates", "0"], ["--replicates must be a positive integer"]),
-    ("text", ["--rank", "3"], ["--rank only applies to --method sdp-factor"]),
-    ("wide", ["--method", "sdp-factor", "--rank", "25"], ["--rank must be smaller than min(rows, features) = 20"]),
-    ("text", ["--lam", "-1"], ["--lam must be positive"]),
-])
+@pytest.mark.parametrize(
+    "case, extra, fragments",
+    [
+        ("missing", [], ["does not exist"]),
+        ("dir", [], ["is a directory"]),
+        ("xlsx", [], ["unsupported file type '.xlsx'", ".csv, .npz or .npy"]),
+        ("empty", [], ["is empty", "header row"]),
+        ("noheader", [], ["no header row", "add a row of column names"]),
+        ("ragged", [], ["line 3 has 2 fields but the header has 3"]),
+        ("dup", [], ["duplicate column name(s) ['a']"]),
+        ("headeronly", [], ["no data rows"]),
+        ("binary", [], ["cannot decode"]),
+        ("badnpy", [], ["not a readable .npy"]),
+        ("npy1d", [], ["must be 2-D"]),
+        ("npzstr", [], ["array 'a' is not numeric"]),
+        ("npzlen", [], ["different lengths"]),
+        ("sparse", [], ["scipy.sparse matrix", "jaxknock snb"]),
+        ("const", ["--target", "why"], ["target column 'why' is not in", "available: a, b, c, d, e, y"]),
+        ("text", [], ["column 'c' is not numeric (row 4 has 'hello')", "encode it as numbers or drop"]),
+        ("nan", [], ["missing/NaN/Inf value(s) in column(s) b", "impute or drop"]),
+        ("const", [], ["constant column(s) d", "drop them"]),
+        ("const_target", [], ["target column 'y' is constant"]),
+        ("few", [], ["only 6 rows", "at least 10"]),
+        ("wide", [], ["20 rows for 30 features", "--method sdp-factor"]),
+        ("text", ["--fdr", "1.5"], ["--fdr must lie strictly between 0 and 1"]),
+        ("text", ["--replicates", "0"], ["--replicates must be a positive integer"]),
+        ("text", ["--rank", "3"], ["--rank only applies to --method sdp-factor"]),
+        ("wide", ["--method", "sdp-factor", "--rank", "25"], ["--rank must be smaller than min(rows, features) = 20"]),
+        ("text", ["--lam", "-1"], ["--lam must be positive"]),
+    ],
+)
 def test_select_bad_input(bad_files, tmp_path, capsys, case, extra, fragments):
     path = {"missing": str(tmp_path / "nope.csv"), "dir": str(tmp_path)}.get(case) or bad_files[case]
     target = [] if "--target" in extra else ["--target", "y"]
@@ -201,12 +243,26 @@ def test_select_bad_input(bad_files, tmp_path, capsys, case, extra, fragments):
 
 
 def test_select_unwritable_report(reg_csv, tmp_path, capsys):
-    assert_error(["select", reg_csv, "--target", "y", "--method", "equi", "--statistic", "correlation",
-                  "--out", str(tmp_path / "no" / "such" / "dir.json")], capsys, "cannot write the report")
+    assert_error(
+        [
+            "select",
+            reg_csv,
+            "--target",
+            "y",
+            "--method",
+            "equi",
+            "--statistic",
+            "correlation",
+            "--out",
+            str(tmp_path / "no" / "such" / "dir.json"),
+        ],
+        capsys,
+        "cannot write the report",
+    )
 
 
 def test_argparse_errors_return_code(capsys):
-    assert cli.main(["select", "x.csv"]) == 2            # --target is required
+    assert cli.main(["select", "x.csv"]) == 2  # --target is required
     assert "--target" in capsys.readouterr().err
     assert cli.main(["select", "x.csv", "--target", "y", "--method", "nope"]) == 2
     assert cli.main(["--help"]) == 0
@@ -214,10 +270,14 @@ def test_argparse_errors_return_code(capsys):
 
 # ---------------------------------------------------------------- snb
 
+
 def test_snb_csv_with_text_labels(tmp_path, capsys):
     X, y = count_table()
-    path = write_csv(tmp_path / "counts.csv", [f"w{j}" for j in range(X.shape[1])] + ["label"],
-                     [list(r) + [["neg", "pos"][c]] for r, c in zip(X.tolist(), y)])
+    path = write_csv(
+        tmp_path / "counts.csv",
+        [f"w{j}" for j in range(X.shape[1])] + ["label"],
+        [list(r) + [["neg", "pos"][c]] for r, c in zip(X.tolist(), y)],
+    )
     out_json = tmp_path / "snb.json"
     code, out, err = run(["snb", path, "--target", "label", "-k", "3", "--out", str(out_json)], capsys)
     assert code == 0, err
@@ -235,8 +295,9 @@ def test_snb_sparse_npz_matches_library(tmp_path, capsys):
     X, y = count_table()
     path = tmp_path / "m.npz"
     sp.save_npz(path, sp.csr_matrix(np.column_stack([X, y])))
-    code, out, err = run(["snb", str(path), "--target", str(X.shape[1]), "-k", "2", "--model", "bernoulli",
-                          "--quiet"], capsys)
+    code, out, err = run(
+        ["snb", str(path), "--target", str(X.shape[1]), "-k", "2", "--model", "bernoulli", "--quiet"], capsys
+    )
     assert code == 2  # counts are not binary: refused with a clear message
     assert "--model bernoulli needs binary" in err
     Xb = (X > 1).astype(int)
@@ -250,20 +311,23 @@ def test_snb_sparse_npz_matches_library(tmp_path, capsys):
         assert f"x{j} " in out
 
 
-@pytest.mark.parametrize("case, argv_tail, fragments", [
-    ("neg", ["--target", "label", "-k", "2"], ["negative values", ">= 0"]),
-    ("single", ["--target", "label", "-k", "2"], ["single class"]),
-    ("counts", ["--target", "label", "-k", "99"], ["-k must lie in [0, 3]"]),
-    ("counts", ["--target", "lab", "-k", "1"], ["target column 'lab' is not in", "label"]),
-    ("counts", ["-k", "1"], ["give the label column with --target"]),
-    ("counts", ["--target", "label", "-k", "1", "--alpha", "-1"], ["--alpha must be >= 0"]),
-    ("nan", ["--target", "label", "-k", "1"], ["missing/NaN/Inf"]),
-    ("text", ["--target", "label", "-k", "1"], ["column 'b' is not numeric"]),
-    ("sparse", ["-k", "1"], ["give --target COLUMN_INDEX", "--labels FILE"]),
-    ("sparse", ["--labels", "LABELS", "-k", "1"], ["3 labels for 4 rows"]),
-    ("badnpz", ["--target", "0", "-k", "1"], ["not a scipy.sparse .npz"]),
-    ("json", ["--target", "0", "-k", "1"], ["unsupported file type '.json'"]),
-])
+@pytest.mark.parametrize(
+    "case, argv_tail, fragments",
+    [
+        ("neg", ["--target", "label", "-k", "2"], ["negative values", ">= 0"]),
+        ("single", ["--target", "label", "-k", "2"], ["single class"]),
+        ("counts", ["--target", "label", "-k", "99"], ["-k must lie in [0, 3]"]),
+        ("counts", ["--target", "lab", "-k", "1"], ["target column 'lab' is not in", "label"]),
+        ("counts", ["-k", "1"], ["give the label column with --target"]),
+        ("counts", ["--target", "label", "-k", "1", "--alpha", "-1"], ["--alpha must be >= 0"]),
+        ("nan", ["--target", "label", "-k", "1"], ["missing/NaN/Inf"]),
+        ("text", ["--target", "label", "-k", "1"], ["column 'b' is not numeric"]),
+        ("sparse", ["-k", "1"], ["give --target COLUMN_INDEX", "--labels FILE"]),
+        ("sparse", ["--labels", "LABELS", "-k", "1"], ["3 labels for 4 rows"]),
+        ("badnpz", ["--target", "0", "-k", "1"], ["not a scipy.sparse .npz"]),
+        ("json", ["--target", "0", "-k", "1"], ["unsupported file type '.json'"]),
+    ],
+)
 def test_snb_bad_input(tmp_path, capsys, case, argv_tail, fragments):
     header = ["a", "b", "c", "label"]
     rows = {
@@ -293,6 +357,7 @@ def test_snb_bad_input(tmp_path, capsys, case, argv_tail, fragments):
 
 # ---------------------------------------------------------------- bench
 
+
 def test_bench_runs_scripts_small(tmp_path, capsys):
     bench = tmp_path / "benchmarks"
     bench.mkdir()
@@ -305,7 +370,7 @@ def test_bench_runs_scripts_small(tmp_path, capsys):
     code, out, err = run(["bench", "--bench-dir", str(bench), "--quiet"], capsys)
     assert code == 2
     assert "bench_fail.py failed: boom" in err and "1 benchmark(s) failed: bench_fail.py" in err
-    assert "FAILED" in out and "ran with" not in out      # quiet: summary table only
+    assert "FAILED" in out and "ran with" not in out  # quiet: summary table only
 
 
 def test_bench_bad_options(tmp_path, capsys):
@@ -321,6 +386,7 @@ def test_real_benchmarks_accept_small_flag():
 
 # ---------------------------------------------------------------- demo
 
+
 def test_demo_plot_without_matplotlib(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert_error(["demo", "--plot", str(tmp_path / "x.png")], capsys, "needs matplotlib", "pip install matplotlib")
@@ -335,6 +401,7 @@ def test_demo_bad_arguments(capsys):
 
 
 # ---------------------------------------------------------------- progress
+
 
 class FakeTTY(io.StringIO):
     def isatty(self):
@@ -361,6 +428,5 @@ def test_progress_draws_only_on_tty():
 
 def test_select_progress_silent_when_not_tty(reg_csv, capsys):
     # capsys streams are not TTYs: no progress characters in either stream
-    code, out, err = run(["select", reg_csv, "--target", "y", "--method", "equi", "--statistic", "correlation"],
-                         capsys)
+    code, out, err = run(["select", reg_csv, "--target", "y", "--method", "equi", "--statistic", "correlation"], capsys)
     assert code == 0 and "\r" not in out + err and "#" not in err

@@ -37,8 +37,14 @@ def _env(devices=8):
 
 def _run_script(code, *, devices=8, timeout=240):
     """Run ``code`` in a fresh interpreter; it prints one JSON line last."""
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=_env(devices),
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=_env(devices),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -92,8 +98,17 @@ print(json.dumps(out))
 
 def test_sharded_equals_single_device():
     out = _run_script(_SHARDED)
-    for name in ("sample_3", "sample_8", "stream", "sample_mesh", "filter_W",
-                 "sdp_equicorrelated", "sdp_sdp", "sdp_equicorrelated_single", "sdp_sdp_single"):
+    for name in (
+        "sample_3",
+        "sample_8",
+        "stream",
+        "sample_mesh",
+        "filter_W",
+        "sdp_equicorrelated",
+        "sdp_sdp",
+        "sdp_equicorrelated_single",
+        "sdp_sdp_single",
+    ):
         assert out[name] <= 1e-12, (name, out[name])
     assert out["sample_sharded"] == 8
     assert out["stream_sizes"] == [4, 3]
@@ -115,7 +130,8 @@ gap = max(float(np.max(np.abs(np.asarray(u) - np.asarray(v))))
           for u, v in zip(jax.tree_util.tree_leaves(a.value), jax.tree_util.tree_leaves(b.value)))
 print(json.dumps({"gap": gap, "shape": list(b.stats["objective"].shape),
                   "obj": float(np.max(np.abs(a.stats["objective"] - b.stats["objective"]))),
-                  "result": np.asarray(b.result).tolist(), "lead": int(jax.tree_util.tree_leaves(b.value)[0].shape[0])}))
+                  "result": np.asarray(b.result).tolist(),
+                  "lead": int(jax.tree_util.tree_leaves(b.value)[0].shape[0])}))
 """
 
 
@@ -140,8 +156,14 @@ def test_shard_batch_one_device_equals_vmap_with_padding():
     for chunk in (None, 1, 3):
         out = dist.shard_batch(f, keys, broadcast=(2.0,), devices=1, chunk_size=chunk)
         assert np.array_equal(out["x"], ref["x"]) and np.array_equal(out["n"], ref["n"])
-    vec = dist.shard_batch(lambda k, s: jax.vmap(f, in_axes=(0, None))(k, s), keys, broadcast=(2.0,),
-                           devices=1, chunk_size=2, vectorized=True)
+    vec = dist.shard_batch(
+        lambda k, s: jax.vmap(f, in_axes=(0, None))(k, s),
+        keys,
+        broadcast=(2.0,),
+        devices=1,
+        chunk_size=2,
+        vectorized=True,
+    )
     assert np.array_equal(vec["x"], ref["x"])
 
 
@@ -203,8 +225,9 @@ def test_process_replicates_partition():
 
 def test_aggregate_across_processes_single_process_equals_aggregate_ebh():
     W = jax.random.normal(jax.random.key(0), (6, 30)) + jnp.linspace(3, -1, 30)
-    assert np.array_equal(jaxknock.aggregate_ebh_across_processes(W, 0.2, num_replicates=6),
-                          jaxknock.aggregate_ebh(W, 0.2))
+    assert np.array_equal(
+        jaxknock.aggregate_ebh_across_processes(W, 0.2, num_replicates=6), jaxknock.aggregate_ebh(W, 0.2)
+    )
     with pytest.raises(ValueError, match="num_replicates"):
         jaxknock.aggregate_ebh_across_processes(W, 0.2, num_replicates=7)
 
@@ -261,9 +284,17 @@ def test_two_process_replicate_aggregation(tmp_path):
     port = _free_port()
     env = _env(devices=1)
     outs = [tmp_path / f"out{i}.json" for i in range(2)]
-    procs = [subprocess.Popen([sys.executable, str(script), str(i), str(port), str(outs[i])], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(i), str(port), str(outs[i])],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        for i in range(2)
+    ]
     try:
         errs = [p.communicate(timeout=180)[1] for p in procs]
     finally:
@@ -281,8 +312,11 @@ def test_two_process_replicate_aggregation(tmp_path):
     Sigma = jnp.corrcoef(X.T)
     s = jaxknock.equicorrelated(Sigma).value
     keys = jax.random.split(jax.random.key(0), 6)
-    W = jax.vmap(lambda k: jaxknock.marginal_correlation(
-        jnp.concatenate([X, jaxknock.sample_knockoffs(k, X, Sigma, s)], axis=1), y))(keys)
+    W = jax.vmap(
+        lambda k: jaxknock.marginal_correlation(
+            jnp.concatenate([X, jaxknock.sample_knockoffs(k, X, Sigma, s)], axis=1), y
+        )
+    )(keys)
     W_mp = np.concatenate([np.asarray(r["W_local"]) for r in res])
     assert np.max(np.abs(W_mp - np.asarray(W))) <= 1e-12
     ref = np.asarray(jaxknock.aggregate_ebh(W, 0.3)).tolist()
@@ -301,8 +335,9 @@ def shards(tmp_path):
     rng = np.random.default_rng(0)
     mats, labels, paths, ypaths = [], [], [], []
     for i, n in enumerate((400, 251, 1, 90)):
-        X = sp.random(n, 300, density=0.05, format="csr", random_state=i,
-                      data_rvs=lambda k: rng.integers(1, 5, k).astype(float))
+        X = sp.random(
+            n, 300, density=0.05, format="csr", random_state=i, data_rvs=lambda k: rng.integers(1, 5, k).astype(float)
+        )
         yv = rng.choice(np.array([3, 7, 9]), n)
         paths.append(str(tmp_path / f"part{i}.npz"))
         ypaths.append(str(tmp_path / f"y{i}.npy"))
@@ -332,8 +367,7 @@ def test_out_of_core_sums_equal_in_memory_and_fit_unchanged(shards):
     a = jaxknock.sparse_naive_bayes(got, None, 10)
     b = jaxknock.sparse_naive_bayes(sp.vstack(mats).tocsr(), np.concatenate(labels), 10)
     assert np.array_equal(a.value.support, b.value.support)
-    dense = class_sums_blocks([(m.toarray(), yv) for m, yv in zip(mats, labels)], classes=[3, 7, 9],
-                              num_features=300)
+    dense = class_sums_blocks([(m.toarray(), yv) for m, yv in zip(mats, labels)], classes=[3, 7, 9], num_features=300)
     assert np.allclose(dense.counts, ref.counts, rtol=0, atol=1e-12)
 
 

@@ -1,3 +1,4 @@
+import sys
 import warnings
 
 import jax
@@ -5,11 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import Lasso, LassoCV, LogisticRegression, lasso_path as sk_lasso_path
+from sklearn.linear_model import Lasso, LassoCV, LogisticRegression
+from sklearn.linear_model import lasso_path as sk_lasso_path
 
-from jaxknock import RESULTS
 import jaxknock.lasso  # noqa: F401  (binds the submodule)
-import sys
+from jaxknock import RESULTS
 
 L = sys.modules["jaxknock.lasso"]
 
@@ -35,9 +36,7 @@ def _classification(seed=0, n=80, m=40, k=4):
     return X, y
 
 
-@pytest.mark.parametrize(
-    "solver, fit_intercept", [("cd", True), ("cd", False), ("fista", True)]
-)
+@pytest.mark.parametrize("solver, fit_intercept", [("cd", True), ("cd", False), ("fista", True)])
 def test_lasso_matches_sklearn(solver, fit_intercept):
     X, y = _regression()
     lam = 0.08
@@ -56,9 +55,7 @@ def test_logistic_matches_sklearn_saga(solver):
     X, y = _classification()
     n, lam = X.shape[0], 0.03
     sol = L.lasso(X, y, lam, loss="logistic", solver=solver, tol=1e-12)
-    ref = LogisticRegression(
-        l1_ratio=1.0, C=1.0 / (n * lam), solver="saga", tol=1e-13, max_iter=100_000
-    ).fit(X, y)
+    ref = LogisticRegression(l1_ratio=1.0, C=1.0 / (n * lam), solver="saga", tol=1e-13, max_iter=100_000).fit(X, y)
     assert sol.result == RESULTS.successful
     np.testing.assert_allclose(sol.value, ref.coef_[0], atol=1e-6)
     np.testing.assert_allclose(sol.stats["intercept"], ref.intercept_[0], atol=1e-6)
@@ -69,7 +66,11 @@ def test_logistic_pm1_labels_without_intercept_matches_liblinear():
     n, lam = X.shape[0], 0.03
     sol = L.lasso(X, 2 * y01 - 1, lam, loss="logistic", fit_intercept=False, solver="cd", tol=1e-12)
     ref = LogisticRegression(
-        l1_ratio=1.0, C=1.0 / (n * lam), solver="liblinear", fit_intercept=False, tol=1e-12,
+        l1_ratio=1.0,
+        C=1.0 / (n * lam),
+        solver="liblinear",
+        fit_intercept=False,
+        tol=1e-12,
         max_iter=100_000,
     ).fit(X, y01)
     np.testing.assert_allclose(sol.value, ref.coef_[0], atol=1e-6)
@@ -80,9 +81,7 @@ def test_path_matches_sklearn_lasso_path():
     lambdas = L.lambda_grid(X, y, num=15, eps=1e-2)
     path = L.lasso_path(X, y, lambdas, tol=1e-12)
     Xc, yc = X - X.mean(0), y - y.mean()
-    ref_lams, ref_coefs, _ = sk_lasso_path(
-        Xc, yc, alphas=np.asarray(lambdas), tol=1e-14, max_iter=100_000
-    )
+    ref_lams, ref_coefs, _ = sk_lasso_path(Xc, yc, alphas=np.asarray(lambdas), tol=1e-14, max_iter=100_000)
     np.testing.assert_allclose(ref_lams, lambdas)
     np.testing.assert_allclose(path.value, ref_coefs.T, atol=1e-7)
     assert path.value.shape == (15, X.shape[1]) and path.result.shape == (15,)
@@ -165,7 +164,7 @@ def test_vmap_equals_loop_and_jit_equals_eager(solver):
     X, y = _regression(seed=6)
     rng = np.random.default_rng(0)
     Xs = jnp.asarray(np.stack([X, X + 0.1 * rng.standard_normal(X.shape), X[:, ::-1].copy()]))
-    f = lambda A: L.lasso(A, y, 0.1, solver=solver, tol=1e-10).value  # noqa: E731
+    f = lambda A: L.lasso(A, y, 0.1, solver=solver, tol=1e-10).value
     batched = jax.jit(jax.vmap(f))(Xs)
     for r in range(3):
         np.testing.assert_allclose(batched[r], f(Xs[r]), atol=1e-8)

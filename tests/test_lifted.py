@@ -9,6 +9,7 @@ import optax
 import pytest
 
 from jaxknock import RESULTS
+from jaxknock import lifted as lf
 from jaxknock.lifted import (
     LiftedSpec,
     fenchel_penalty,
@@ -27,7 +28,6 @@ from jaxknock.lifted import (
     train_mlp,
     tune_lifted,
 )
-from jaxknock import lifted as lf
 
 COMBOS = [(m, l) for m in ("fenchel", "lifted") for l in ("mse", "cross_entropy")]
 
@@ -104,9 +104,16 @@ def _generic_simplex_xent(x0, y, lam):
 
     z0 = np.full_like(x0, 1.0 / x0.size)
     bounds = [(1e-12 if yi > 0 else 0.0, 1.0) for yi in y]
-    res = minimize(f, z0, jac=g, method="SLSQP", bounds=bounds, tol=1e-14,
-                   constraints=[{"type": "eq", "fun": lambda z: z.sum() - 1, "jac": lambda z: np.ones_like(z)}],
-                   options={"maxiter": 1000})
+    res = minimize(
+        f,
+        z0,
+        jac=g,
+        method="SLSQP",
+        bounds=bounds,
+        tol=1e-14,
+        constraints=[{"type": "eq", "fun": lambda z: z.sum() - 1, "jac": lambda z: np.ones_like(z)}],
+        options={"maxiter": 1000},
+    )
     return res.x
 
 
@@ -160,18 +167,55 @@ def _w_step_cases(X, V, T, Y, W0, b0):
         # cg: conjugate gradient with per-column line search (the default for
         # Fenchel hidden layers); otherwise accelerated majorise-minimise.
         return lf._w_solve(
-            X, W0, b0, s=lam / N, target=lambda U: V + jnp.minimum(U, 0.0),
-            data_value=lambda U: lam * fenchel_penalty(V, U) / N, rho=rho, gamma=gamma,
-            W0=W0, b0=b0, kernel=kernel, exact=False, tol=1e-12, max_steps=2000,
-            line=lf._fenchel_line(V, lam / N) if cg else None)
+            X,
+            W0,
+            b0,
+            s=lam / N,
+            target=lambda U: V + jnp.minimum(U, 0.0),
+            data_value=lambda U: lam * fenchel_penalty(V, U) / N,
+            rho=rho,
+            gamma=gamma,
+            W0=W0,
+            b0=b0,
+            kernel=kernel,
+            exact=False,
+            tol=1e-12,
+            max_steps=2000,
+            line=lf._fenchel_line(V, lam / N) if cg else None,
+        )
 
     xent = lf._w_solve(
-        X, W0, b0, s=0.5 / N, target=lambda U: U - 2.0 * (jax.nn.softmax(U) - Y),
-        data_value=lambda U: lf._loss_sum(Y, U, "cross_entropy") / N, rho=rho, gamma=gamma,
-        W0=W0, b0=b0, kernel=True, exact=False, tol=1e-12, max_steps=5000)
+        X,
+        W0,
+        b0,
+        s=0.5 / N,
+        target=lambda U: U - 2.0 * (jax.nn.softmax(U) - Y),
+        data_value=lambda U: lf._loss_sum(Y, U, "cross_entropy") / N,
+        rho=rho,
+        gamma=gamma,
+        W0=W0,
+        b0=b0,
+        kernel=True,
+        exact=False,
+        tol=1e-12,
+        max_steps=5000,
+    )
     ridge = lf._w_solve(
-        X, W0, b0, s=2 * lam / N, target=T, data_value=lambda U: lam * jnp.sum((T - U) ** 2) / N,
-        rho=rho, gamma=0.0, W0=W0, b0=b0, kernel=False, exact=True, tol=0.0, max_steps=1)
+        X,
+        W0,
+        b0,
+        s=2 * lam / N,
+        target=T,
+        data_value=lambda U: lam * jnp.sum((T - U) ** 2) / N,
+        rho=rho,
+        gamma=0.0,
+        W0=W0,
+        b0=b0,
+        kernel=False,
+        exact=True,
+        tol=0.0,
+        max_steps=1,
+    )
     return fenchel(False), fenchel(True), xent, ridge, fenchel(False, True), fenchel(True, True)
 
 
@@ -233,8 +277,10 @@ def test_x_steps_satisfy_kkt_conditions(key, model, loss):
     params = mlp_init(jax.random.fold_in(key, 2), spec.sizes)
     state = init_lifted_state(params, X, spec)
     # Perturb so that the X-steps have work to do.
-    hidden = tuple(jax.nn.relu(h + 0.3 * jax.random.normal(jax.random.fold_in(key, i), h.shape))
-                   for i, h in enumerate(state.hidden))
+    hidden = tuple(
+        jax.nn.relu(h + 0.3 * jax.random.normal(jax.random.fold_in(key, i), h.shape))
+        for i, h in enumerate(state.hidden)
+    )
     state = state._replace(hidden=hidden)
     settings = lf._default_settings(jnp.float64, inner_tol=1e-13, inner_max_steps=20000)
     new, info = _x_steps(params, state, X, Y, spec.hyper(), spec, settings)
@@ -274,11 +320,9 @@ def test_grouped_convergence_checks_keep_step_limit_and_solution(key, check_ever
 
     z0 = jnp.zeros(12, jnp.float64)
     for max_steps in (1, 2, 4, 7):
-        _, k, _ = lf._accelerated(step, z0, step(z0), tol=0.0, max_steps=max_steps,
-                                  check_every=check_every)
+        _, k, _ = lf._accelerated(step, z0, step(z0), tol=0.0, max_steps=max_steps, check_every=check_every)
         assert int(k) == max_steps
-    z, k, conv = lf._accelerated(step, z0, step(z0), tol=1e-13, max_steps=5000,
-                                 check_every=check_every)
+    z, k, conv = lf._accelerated(step, z0, step(z0), tol=1e-13, max_steps=5000, check_every=check_every)
     assert bool(conv) and int(k) < 5000
     np.testing.assert_allclose(np.asarray(z), nnls(np.asarray(A), np.asarray(c))[0], atol=1e-9)
 
@@ -352,8 +396,7 @@ def test_fit_tune_vmap_equals_loop_and_no_retrace(key):
     assert tuned.result.shape == (2,)
     fn = lf._epoch_fn(spec, lf._default_settings(jnp.float64, **tight), 6, False)
     for i, lam in enumerate(lams):
-        sol = fit_lifted(key, X_TR, Y_TR, spec, epochs=2, batch_size=6,
-                         hyper=spec.hyper()._replace(lam=lam), **tight)
+        sol = fit_lifted(key, X_TR, Y_TR, spec, epochs=2, batch_size=6, hyper=spec.hyper()._replace(lam=lam), **tight)
         assert sol.result == RESULTS.successful
         np.testing.assert_allclose(sol.stats["objective"], tuned.stats["objective"][i], rtol=1e-8)
         np.testing.assert_allclose(sol.value[0]["w"], tuned.value[0]["w"][i], atol=1e-6)
@@ -374,7 +417,7 @@ def test_fit_tune_vmap_equals_loop_and_no_retrace(key):
     init = mlp_init(key, SIZES)
     state = init_lifted_state(init, X_TR, spec_nb)
     hyper = spec_nb.hyper()
-    stack = lambda t: jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), t)  # noqa: E731
+    stack = lambda t: jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), t)
     hyp2 = stack(hyper)._replace(lam=jnp.array([1.0, 3.0]))
     vm = lf._epoch_fn(spec_nb, settings, None, True)(stack(state), X_TR, ONEHOT_TR, hyp2, None, None)
     one = lf._epoch_fn(spec_nb, settings, None, False)(state, X_TR, ONEHOT_TR, hyper._replace(lam=3.0), None, None)
@@ -420,12 +463,14 @@ def test_fixed_batches_reuse_first_layer_factorisations(key):
     np.testing.assert_allclose(metrics["objective"], np.mean(objs), rtol=1e-7)
     # Through the drivers: learns, reports the one-off cost, vmaps per model,
     # and the kernel form (B <= p_0) gets B x B factors.
-    sol = fit_lifted(key, X_TR, Y_TR, spec, epochs=3, batch_size=B, fixed_batches=True,
-                     X_test=X_TE, y_test=Y_TE, **tight)
+    sol = fit_lifted(
+        key, X_TR, Y_TR, spec, epochs=3, batch_size=B, fixed_batches=True, X_test=X_TE, y_test=Y_TE, **tight
+    )
     assert sol.result == RESULTS.successful and sol.stats["test_accuracy"][-1] > 0.7
     assert sol.stats["setup_time"] > 0
-    tuned = tune_lifted(key, X_TR, Y_TR, spec, lam=jnp.array([spec.lam, 2.0]), epochs=3, batch_size=B,
-                        fixed_batches=True, **tight)
+    tuned = tune_lifted(
+        key, X_TR, Y_TR, spec, lam=jnp.array([spec.lam, 2.0]), epochs=3, batch_size=B, fixed_batches=True, **tight
+    )
     np.testing.assert_allclose(tuned.stats["objective"][0], sol.stats["objective"], rtol=1e-7)
     assert lf._factors_fn(spec, False)(X_TR, parts[:, :4], hyper).shape == (18, 4, 4)
     with pytest.raises(ValueError, match="fixed_batches applies to batched"):
@@ -473,10 +518,8 @@ def test_lifted_initialisation_of_optax_network(key):
     init = lifted_to_mlp(sol, dtype=jnp.float64)
     assert [layer["w"].shape for layer in init] == [(5, 12), (12, 3)]
     lifted_acc = float(jnp.mean(jnp.argmax(mlp_apply(init, X_TE), 1) == Y_TE))
-    tuned = train_mlp(key, X_TR, Y_TR, init, optimizer=ADAM, epochs=2, batch_size=120,
-                      X_test=X_TE, y_test=Y_TE)
-    xavier = train_mlp(key, X_TR, Y_TR, SIZES, optimizer=ADAM, epochs=2, batch_size=120,
-                       X_test=X_TE, y_test=Y_TE)
+    tuned = train_mlp(key, X_TR, Y_TR, init, optimizer=ADAM, epochs=2, batch_size=120, X_test=X_TE, y_test=Y_TE)
+    xavier = train_mlp(key, X_TR, Y_TR, SIZES, optimizer=ADAM, epochs=2, batch_size=120, X_test=X_TE, y_test=Y_TE)
     assert tuned.result == RESULTS.successful and xavier.result == RESULTS.successful
     assert tuned.stats["test_accuracy"].shape == (2,)
     # The lifted weights start far better than a random network.
@@ -537,8 +580,17 @@ def test_mnist_small_batched_fenchel(data_dir):
     X = d["x_train"][:2000].reshape(-1, 784).astype(np.float32) / 255
     y = d["y_train"][:2000].astype(np.int32)
     spec = LiftedSpec((784, 32, 10), loss="cross_entropy", lam=0.3, gamma=(0.003, 0.2))
-    sol = fit_lifted(jax.random.key(0), X[:1000], y[:1000], spec, epochs=2, batch_size=100,
-                     X_test=X[1000:], y_test=y[1000:], w_max_steps=10)
+    sol = fit_lifted(
+        jax.random.key(0),
+        X[:1000],
+        y[:1000],
+        spec,
+        epochs=2,
+        batch_size=100,
+        X_test=X[1000:],
+        y_test=y[1000:],
+        w_max_steps=10,
+    )
     assert sol.value[0]["w"].dtype == jnp.float32
     assert sol.result == RESULTS.successful
     assert sol.stats["test_accuracy"][-1] > 0.8

@@ -149,7 +149,7 @@ def test_bernoulli_never_prefers_all_zero_features():
 def test_multinomial_duality_and_shapley_folkman_bounds(C):
     rng = np.random.default_rng(7 + C)
     m = 10
-    for trial in range(2):
+    for _trial in range(2):
         X, y = _count_data(rng, 60, m, C, informative=4, scale=1.5)
         sums = class_sums(X, y)
         f = np.asarray(sums.counts) + 1.0
@@ -188,7 +188,9 @@ def test_bisection_agrees_with_frank_wolfe_for_two_classes():
         fw = solve(pb, k, 1e-12, max_steps=200, method="frank_wolfe")
         assert bool(bis.converged) and bool(fw.converged)
         np.testing.assert_allclose(float(bis.upper), float(fw.upper), rtol=1e-10)
-        assert float(bis.lower) <= float(fw.upper) * (1 - 1e-11) or np.isclose(float(bis.lower), float(fw.upper), rtol=1e-10)
+        assert float(bis.lower) <= float(fw.upper) * (1 - 1e-11) or np.isclose(
+            float(bis.lower), float(fw.upper), rtol=1e-10
+        )
 
 
 def test_multinomial_recovery_formula():
@@ -257,9 +259,7 @@ def test_sparse_and_dense_inputs_agree(fmt):
     np.testing.assert_array_equal(np.asarray(a.value.support), np.asarray(b.value.support))
     np.testing.assert_array_equal(np.asarray(a.value.theta), np.asarray(b.value.theta))
     assert float(a.stats["psi"]) == float(b.stats["psi"])
-    np.testing.assert_allclose(
-        np.asarray(a.value.predict_proba(Xs)), np.asarray(a.value.predict_proba(X)), rtol=1e-12
-    )
+    np.testing.assert_allclose(np.asarray(a.value.predict_proba(Xs)), np.asarray(a.value.predict_proba(X)), rtol=1e-12)
 
 
 def test_integer_and_float32_inputs():
@@ -319,7 +319,7 @@ def test_chunked_sums_equal_one_shot():
     np.testing.assert_array_equal(np.asarray(sums.n_samples), np.asarray(once.n_samples))
     # merge of two halves, an iterator of chunks, a Dask-like array
     halves = class_sums(X[:45], y[:45]).merge(class_sums(X[45:], y[45:]))
-    it = class_sums((X[i:i + 20], y[i:i + 20]) for i in range(0, 90, 20))
+    it = class_sums((X[i : i + 20], y[i : i + 20]) for i in range(0, 90, 20))
     dask = class_sums(_FakeDaskArray(X, [30, 30, 30]), y)
     dask_y = class_sums(_FakeDaskArray(X, [40, 50]), _FakeDaskArray(y, [40, 50]))
     for other in (halves, it, dask, dask_y):

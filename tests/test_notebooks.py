@@ -18,8 +18,12 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.i
 
 def test_all_notebooks_are_collected():
     names = {p.name for p in NOTEBOOKS}
-    assert {"01_quickstart_sdp.ipynb", "02_knockoffs_power_fdr.ipynb", "03_sparse_naive_bayes.ipynb",
-            "04_lifted_mnist.ipynb"} <= names
+    assert {
+        "01_quickstart_sdp.ipynb",
+        "02_knockoffs_power_fdr.ipynb",
+        "03_sparse_naive_bayes.ipynb",
+        "04_lifted_mnist.ipynb",
+    } <= names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
@@ -35,6 +39,7 @@ def test_notebook_code_cells_run(path):
     nb = json.loads(path.read_text())
     code = "\n\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     env = {**os.environ, "JAXKNOCK_NOTEBOOK_SMALL": "1", "MPLBACKEND": "Agg"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900,
-                          cwd=path.parent, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=900, cwd=path.parent, env=env
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -19,8 +19,7 @@ def make_data(n=400, p=30, k=8, amp=1.0, seed=0):
 @pytest.mark.parametrize("s_method", ["equicorrelated", "sdp", "asdp", "sdp_factor"])
 def test_strong_signals_are_found(key, s_method):
     X, y, beta = make_data()
-    sel = knockoff_filter(key, X, y, fdr=0.2, s_method=s_method, rank=3, statistic="lcd", lam=0.05,
-                          asdp_block_size=10)
+    sel = knockoff_filter(key, X, y, fdr=0.2, s_method=s_method, rank=3, statistic="lcd", lam=0.05, asdp_block_size=10)
     power, fdp = power_fdp(sel.selected, beta)
     assert power >= 0.75
     assert fdp <= 0.4
@@ -35,11 +34,13 @@ def test_replicates_aggregation_and_determinism(key):
     assert a.W.shape == (6, 30)
     np.testing.assert_array_equal(np.asarray(a.W), np.asarray(b.W))
     np.testing.assert_array_equal(a.selected, b.selected)
-    c = knockoff_filter(jax.random.key(7), X, y, fdr=0.2, s_method="equicorrelated", statistic="correlation",
-                        num_replicates=6)
+    c = knockoff_filter(
+        jax.random.key(7), X, y, fdr=0.2, s_method="equicorrelated", statistic="correlation", num_replicates=6
+    )
     assert not np.array_equal(np.asarray(a.W), np.asarray(c.W))
-    freq = knockoff_filter(key, X, y, fdr=0.2, s_method="equicorrelated", statistic="correlation",
-                           num_replicates=6, aggregate="frequency")
+    freq = knockoff_filter(
+        key, X, y, fdr=0.2, s_method="equicorrelated", statistic="correlation", num_replicates=6, aggregate="frequency"
+    )
     assert freq.mask.shape == (30,)
 
 

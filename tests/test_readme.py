@@ -27,13 +27,31 @@ def test_readme_test_command_matches_ci():
 def test_cli_demo_small_runs(tmp_path):
     try:
         import matplotlib  # noqa: F401
+
         png = tmp_path / "demo.png"
     except ImportError:
         png = None
     proc = subprocess.run(
-        [sys.executable, "-m", "jaxknock", "demo", "--n", "200", "--p", "40", "--rank", "4", "--signals", "8",
-         "--replicates", "2"] + (["--plot", str(png)] if png else []),
-        capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "jaxknock",
+            "demo",
+            "--n",
+            "200",
+            "--p",
+            "40",
+            "--rank",
+            "4",
+            "--signals",
+            "8",
+            "--replicates",
+            "2",
+        ]
+        + (["--plot", str(png)] if png else []),
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "sdp (dense, barrier Newton)" in proc.stdout and "sum(s)" in proc.stdout

@@ -89,8 +89,8 @@ def dense_noise_factor(plan, p, key, n):
     else:  # block lower triangular
         A = np.zeros((nb * m, nb * m))
         for J in range(nb):
-            A[J * m:(J + 1) * m, J * m:(J + 1) * m] = np.asarray(plan.A[J])
-            A[(J + 1) * m:, J * m:(J + 1) * m] = Z[(J + 1) * m:] @ np.asarray(plan.F[J])
+            A[J * m : (J + 1) * m, J * m : (J + 1) * m] = np.asarray(plan.A[J])
+            A[(J + 1) * m :, J * m : (J + 1) * m] = Z[(J + 1) * m :] @ np.asarray(plan.F[J])
     cut, pad = p - p % m, -p % m
     real = np.r_[np.arange(cut), np.arange(cut, p) + pad]  # dummies sit before the tail
     return A[real], np.hstack(G)
@@ -160,8 +160,7 @@ def random_subsets(p, seed=0):
 @pytest.mark.parametrize("which", ["dense", "factor"])
 def test_joint_covariance_swap_and_perturbed_s(which, well):
     d, U, Sigma, s, X = well
-    sampler, cov = ((sample_knockoffs, Sigma) if which == "dense"
-                    else (sample_knockoffs_factor, FactorModel(d, U)))
+    sampler, cov = (sample_knockoffs, Sigma) if which == "dense" else (sample_knockoffs_factor, FactorModel(d, U))
     Xk = np.asarray(sampler(jax.random.key(3), X, cov, s))
     assert np.all(np.isfinite(Xk))  # Omega is singular at this s
     joint = np.hstack([X, Xk])
@@ -186,8 +185,7 @@ def test_psd_factor_is_robust():
     Om_bad = (Q * np.array([-1e-3, 0, 0, 0.5, 1, 1, 2, 3])) @ Q.T  # clearly indefinite
     A = np.asarray(sampling._psd_factor(jnp.asarray(Om_bad)))
     assert np.all(np.isfinite(A))
-    np.testing.assert_allclose(A @ A.T, (Q * np.clip(np.diag(Q.T @ Om_bad @ Q), 0, None)) @ Q.T,
-                               atol=1e-12)
+    np.testing.assert_allclose(A @ A.T, (Q * np.clip(np.diag(Q.T @ Om_bad @ Q), 0, None)) @ Q.T, atol=1e-12)
 
 
 # ------------------------------------------------------ factor model sampler
@@ -236,8 +234,7 @@ def test_factor_and_dense_same_mean_and_covariance(indef):
         np.testing.assert_allclose(mean, expected, atol=1e-10)
         # mu=None uses the column means of X
         samples[sampler] = np.asarray(sampler(key, X, cov, s))
-        np.testing.assert_allclose(samples[sampler], np.asarray(sampler(key, X, cov, s, mu=X.mean(0))),
-                                   atol=1e-12)
+        np.testing.assert_allclose(samples[sampler], np.asarray(sampler(key, X, cov, s, mu=X.mean(0))), atol=1e-12)
 
     # same covariance to sampling error, both equal to the target (C indefinite)
     G = joint_target(Sigma, s)
@@ -283,7 +280,7 @@ def test_vmap_equals_loop_and_determinism(which, small_problem):
 def test_dtype_follows_inputs(small_problem):
     X, Sigma, model, s = small_problem
     key = jax.random.key(0)
-    f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
+    f32 = lambda a: jnp.asarray(a, jnp.float32)
     out = sample_knockoffs(key, f32(X), f32(Sigma), f32(s))
     assert out.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(out)))
     out = sample_knockoffs_factor(key, f32(X), FactorModel(f32(model.d), f32(model.U)), f32(s))
@@ -319,8 +316,7 @@ def test_sample_replicates_memory(monkeypatch, small_problem):
     budget = shared + 10 * n * p * b + 3 * per_rep
     assert sampling._auto_chunk(10, n, p, 3, b, False, 2 * budget) == 3
     # streamed: each replicate also holds its share of the yielded chunk
-    assert sampling._auto_chunk(10, n, p, 3, b, True, 2 * budget) == (budget - shared) // (
-        per_rep + n * p * b)
+    assert sampling._auto_chunk(10, n, p, 3, b, True, 2 * budget) == (budget - shared) // (per_rep + n * p * b)
     assert sampling._auto_chunk(10**6, n, p, 3, b, True, 2 * budget) >= 1
     # at least one replicate when it fits in all of the available memory
     assert sampling._auto_chunk(1, n, p, 3, b, True, shared + per_rep + n * p * b) == 1
@@ -353,8 +349,11 @@ def test_sample_replicates_bad_args(small_problem):
 def test_fixed_x_identities():
     rng = np.random.default_rng(15)
     n, p = 60, 25
-    X = rng.normal(size=(n, p)) @ np.linalg.cholesky(
-        0.5 ** np.abs(np.subtract.outer(np.arange(p), np.arange(p)))).T * rng.uniform(1, 5, p)
+    X = (
+        rng.normal(size=(n, p))
+        @ np.linalg.cholesky(0.5 ** np.abs(np.subtract.outer(np.arange(p), np.arange(p)))).T
+        * rng.uniform(1, 5, p)
+    )
     Xn_ref = X / np.linalg.norm(X, axis=0)
     G = Xn_ref.T @ Xn_ref
     for s in (equicorrelated_s(G), 0.5 * equicorrelated_s(G)):

@@ -72,8 +72,12 @@ def test_equicorrelated_closed_form(rho):
 
 @pytest.mark.parametrize(
     "C",
-    [factor_correlation(30, 2, 1), factor_correlation(60, 3, 2), np.corrcoef(np.random.default_rng(5).standard_normal((1000, 50)).T),
-     factor_correlation(80, 4, 3)],
+    [
+        factor_correlation(30, 2, 1),
+        factor_correlation(60, 3, 2),
+        np.corrcoef(np.random.default_rng(5).standard_normal((1000, 50)).T),
+        factor_correlation(80, 4, 3),
+    ],
     ids=["factor30", "factor60", "wishart50", "factor80"],
 )
 @pytest.mark.parametrize("method", ["newton", "coordinate"])
@@ -210,7 +214,7 @@ def test_asdp_feasible_and_below_sdp():
     blocks = [factor_correlation(10, 2, i) for i in range(3)]
     B = np.zeros((30, 30))
     for i, blk in enumerate(blocks):
-        B[10 * i:10 * i + 10, 10 * i:10 * i + 10] = blk
+        B[10 * i : 10 * i + 10, 10 * i : 10 * i + 10] = blk
     ab = asdp(B, block_size=10)
     assert abs(float(ab.stats["gamma"]) - 1.0) < 1e-6
     np.testing.assert_allclose(ab.value, np.concatenate([np.asarray(sdp(b).value) for b in blocks]), atol=1e-6)
@@ -259,8 +263,11 @@ def test_jammed_solve_is_reported_not_hidden(C):
 
 @pytest.mark.parametrize(
     "C,tol",
-    [(ar1(50, 0.5), 1e-6), (np.corrcoef(np.random.default_rng(5).standard_normal((400, 40)).T), 1e-6),
-     (factor_correlation(90, 5, 11), 2e-6)],  # near-singular optimum: certificate floor ~1.3e-6
+    [
+        (ar1(50, 0.5), 1e-6),
+        (np.corrcoef(np.random.default_rng(5).standard_normal((400, 40)).T), 1e-6),
+        (factor_correlation(90, 5, 11), 2e-6),
+    ],  # near-singular optimum: certificate floor ~1.3e-6
     ids=["ar1", "wishart40", "factor90"],
 )
 def test_newton_certifies_where_coordinate_ascent_jams(C, tol):

@@ -68,11 +68,10 @@ def test_exemptions_have_reasons():
 def test_knockoff_selector_matches_knockoff_filter():
     X, y = regression(n=300)
     sel = KnockoffSelector(fdr=0.25, **FAST).fit(X, y)
-    ref = jk.knockoff_filter(jax.random.key(0), X, y, fdr=0.25, s_method="equicorrelated",
-                             statistic="correlation")
+    ref = jk.knockoff_filter(jax.random.key(0), X, y, fdr=0.25, s_method="equicorrelated", statistic="correlation")
     np.testing.assert_allclose(sel.statistics_, np.asarray(ref.W[0]), rtol=1e-10, atol=1e-12)
     np.testing.assert_array_equal(sel.get_support(indices=True), ref.selected)
-    assert len(set(sel.selected_) & set(range(12))) >= 6   # the strong signals
+    assert len(set(sel.selected_) & set(range(12))) >= 6  # the strong signals
     assert sel.transform(X).shape == (X.shape[0], sel.support_.sum())
     assert isinstance(sel.selection_, jk.Selection) and isinstance(sel.selection_.W, np.ndarray)
     again = pickle.loads(pickle.dumps(sel))
@@ -93,8 +92,9 @@ def test_knockoff_selector_in_pipeline_and_grid_search():
     X, y = regression(n=400)
     pipe = make_pipeline(KnockoffSelector(fdr=0.3, **FAST), LinearRegression())
     assert pipe.fit(X, y).score(X, y) > 0.8
-    grid = GridSearchCV(Pipeline([("ko", KnockoffSelector(**FAST)), ("lr", LinearRegression())]),
-                        {"ko__fdr": [0.25, 0.4]}, cv=2).fit(X, y)
+    grid = GridSearchCV(
+        Pipeline([("ko", KnockoffSelector(**FAST)), ("lr", LinearRegression())]), {"ko__fdr": [0.25, 0.4]}, cv=2
+    ).fit(X, y)
     assert grid.best_params_["ko__fdr"] in (0.25, 0.4) and grid.best_score_ > 0.5
 
 
@@ -129,7 +129,7 @@ def test_sparse_naive_bayes_reuses_core_and_matches_multinomialnb():
     X, y = counts()
     ours = SparseNaiveBayes(k=3).fit(X, y)
     core = jk.SparseNaiveBayes(k=3).fit(X, y)
-    assert isinstance(ours, jk.SparseNaiveBayes)        # a subclass, not a copy
+    assert isinstance(ours, jk.SparseNaiveBayes)  # a subclass, not a copy
     np.testing.assert_array_equal(ours.get_support(), core.get_support())
     full = SparseNaiveBayes(k=X.shape[1], alpha=1.0).fit(X, y)
     ref = MultinomialNB(alpha=1.0).fit(X, y)
@@ -170,7 +170,7 @@ def test_clear_import_error_without_sklearn(monkeypatch):
     for name in [m for m in sys.modules if m == "sklearn" or m.startswith("sklearn.")]:
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.delitem(sys.modules, "jaxknock.sklearn", raising=False)
-    with pytest.raises(ImportError, match='pip install scikit-learn'):
+    with pytest.raises(ImportError, match="pip install scikit-learn"):
         importlib.import_module("jaxknock.sklearn")
     monkeypatch.undo()
     importlib.import_module("jaxknock.sklearn")

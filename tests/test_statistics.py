@@ -1,15 +1,16 @@
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
 
-from jaxknock import RESULTS
 import jaxknock.lasso  # noqa: F401  (binds the submodule)
-import sys
+from jaxknock import RESULTS
 
 L = sys.modules["jaxknock.lasso"]
-from jaxknock import statistics as S
+from jaxknock import statistics as S  # noqa: E402
 
 N, P = 80, 20  # (80, 40) designs, as in test_lasso.py: compilations are shared
 
@@ -74,9 +75,7 @@ def test_flip_sign(name):
 def test_antisymmetric_combine():
     Z = jnp.array([[3.0, 1.0, 2.0, 1.0, 2.0, 2.0]])
     np.testing.assert_array_equal(S.antisymmetric_combine(Z), [[2.0, -1.0, 0.0]])
-    np.testing.assert_array_equal(
-        S.antisymmetric_combine(Z, method="signed_max"), [[3.0, -2.0, 0.0]]
-    )
+    np.testing.assert_array_equal(S.antisymmetric_combine(Z, method="signed_max"), [[3.0, -2.0, 0.0]])
     Zs = jnp.concatenate([Z[:, 3:], Z[:, :3]], axis=1)
     for method in ["difference", "signed_max"]:
         np.testing.assert_array_equal(
@@ -97,9 +96,7 @@ def test_lcd_batch_equals_loop_and_is_deterministic():
     for r in range(3):
         coef = L.lasso(batch[r], y, 0.05, tol=1e-12).value
         np.testing.assert_allclose(sol.stats["coef"][r], coef, atol=1e-9)
-        np.testing.assert_allclose(
-            sol.value[r], np.abs(coef[:P]) - np.abs(coef[P:]), atol=1e-9
-        )
+        np.testing.assert_allclose(sol.value[r], np.abs(coef[:P]) - np.abs(coef[P:]), atol=1e-9)
     again = S.lcd(batch, y, lam=np.full(3, 0.05), tol=1e-12)  # one lambda per design
     np.testing.assert_array_equal(again.value, sol.value)
     with pytest.raises(ValueError, match="broadcast to the batch shape"):
