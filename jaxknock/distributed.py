@@ -53,7 +53,6 @@ pass them ``devices=jax.local_devices()``.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -62,6 +61,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from jaxknock._memory import device_memory_bytes, plan_chunk
+from jaxknock._mesh import device_mesh, resolve_mesh, shard_map, wants_sharding
 
 __all__ = [
     "device_mesh",
@@ -72,185 +74,6 @@ __all__ = [
     "process_replicates",
     "aggregate_ebh_across_processes",
 ]
-
-try:  # jax >= 0.6
-    _shard_map = jax.shard_map
-except AttributeError:  # pragma: no cover - older jax
-    from jax.experimental.shard_map import shard_map as _old_shard_map
-
-    def _shard_map(f, *, mesh, in_specs, out_specs, check_vma=False):
-        return _old_shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=check_vma)
-
-
-# --------------------------------------------------------------------------
-# Meshes
-# --------------------------------------------------------------------------
-
-
-def device_mesh(devices=None, *, axis_name: str = "batch") -> Mesh:
-    """A 1-D mesh over ``devices``.
-
-    Args:
-        devices: ``None`` for all devices (``jax.devices()``: the local devices
-            of a single-process run, every process's devices after
-            ``jax.distributed.initialize``); an int ``d`` for the first ``d`` of
-            them; or a sequence of :class:`jax.Device`.
-        axis_name: name of the mesh axis.
-
-    Example:
-        >>> dict(device_mesh(1).shape)
-        {'batch': 1}
-    """
-    if not isinstance(axis_name, str) or not axis_name:
-        raise TypeError(f"axis_name must be a non-empty string, got {axis_name!r}")
-    every = jax.devices()
-    if devices is None:
-        devs = every
-    elif isinstance(devices, (int, np.integer)) and not isinstance(devices, bool):
-        if not 1 <= devices <= len(every):
-            raise ValueError(
-                f"devices = {int(devices)} but {len(every)} device(s) are available "
-                f"({every[0].platform}); on CPU simulate more with "
-                "XLA_FLAGS=--xla_force_host_platform_device_count=N set before jax starts"
-            )
-        devs = every[: int(devices)]
-    else:
-        try:
-            devs = list(devices)
-        except TypeError:
-            raise TypeError(
-                f"devices must be None, an int or a sequence of jax devices, got {type(devices).__name__}"
-            ) from None
-        if not devs or not all(isinstance(d, jax.Device) for d in devs):
-            raise TypeError("devices must be a non-empty sequence of jax.Device (e.g. jax.devices()[:4])")
-        if len({d.id for d in devs}) != len(devs):
-            raise ValueError("devices contains the same device twice")
-    return Mesh(np.asarray(devs, dtype=object), (axis_name,))
-
-
-def _resolve_mesh(devices, mesh, axis_name) -> Mesh:
-    """The mesh of a call; ``axis_name=None`` accepts any mesh and uses its first axis."""
-    if mesh is None:
-        return device_mesh(devices, axis_name=axis_name or "batch")
-    if devices is not None:
-        raise ValueError("pass devices= or mesh=, not both")
-    if not isinstance(mesh, Mesh):
-        raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
-    if axis_name is not None and axis_name not in mesh.axis_names:
-        raise ValueError(f"mesh has axes {mesh.axis_names}, none named axis_name = {axis_name!r}")
-    return mesh
-
-
-def _wants_sharding(devices, mesh) -> bool:
-    """True unless the call resolves to the plain single-device path."""
-    if mesh is not None:
-        return True
-    if devices is None:
-        return len(jax.devices()) > 1
-    if isinstance(devices, (int, np.integer)) and not isinstance(devices, bool):
-        return int(devices) > 1 or int(devices) < 1  # < 1: let device_mesh word the error
-    return True
-
-
-# --------------------------------------------------------------------------
-# Memory planning
-# --------------------------------------------------------------------------
-
-
-def _host_available_bytes() -> int:
-    """The host's ``MemAvailable`` (Linux), else free physical pages, else 4 GiB."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:  # pragma: no cover
-        pass
-    try:  # pragma: no cover
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):  # pragma: no cover
-        return 4 * 2**30
-
-
-def device_memory_bytes(devices=None) -> int:
-    """Free bytes per device: the minimum over the (addressable) ``devices``.
-
-    Accelerators report ``memory_stats()["bytes_limit"] - bytes_in_use``. CPU
-    devices (one real or several simulated ones) share the host's
-    ``MemAvailable``, which is divided among the CPU devices of this process
-    that are in ``devices``.
-    """
-    if devices is None:
-        devs = jax.local_devices()
-    elif isinstance(devices, Mesh):
-        devs = [d for d in devices.devices.flat if d.process_index == jax.process_index()]
-    elif isinstance(devices, jax.Device):
-        devs = [devices]
-    else:
-        devs = [d for d in devices if d.process_index == jax.process_index()]
-    devs = devs or jax.local_devices()
-    n_cpu = sum(d.platform == "cpu" for d in devs)
-    free = []
-    for d in devs:
-        try:
-            stats = d.memory_stats()
-        except Exception:  # pragma: no cover - backend without stats
-            stats = None
-        if stats and "bytes_limit" in stats:
-            free.append(int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)))
-        else:
-            free.append(_host_available_bytes() // max(n_cpu, 1))
-    return int(min(free))
-
-
-def plan_chunk(
-    num_items: int,
-    per_item_bytes: int,
-    *,
-    shared_bytes: int = 0,
-    num_devices: int = 1,
-    memory_bytes: int | None = None,
-    fraction: float = 0.5,
-    knob: str = "chunk_size",
-    what: str = "item",
-) -> int:
-    r"""Items per device and step so that the step fits in device memory.
-
-    With ``M`` the free bytes of one device (``memory_bytes``, default
-    :func:`device_memory_bytes`), ``S`` the bytes every device holds whatever
-    the chunk (``shared_bytes``: replicated inputs, outputs kept) and ``b`` the
-    peak bytes of one item in flight (``per_item_bytes``), the chunk is
-
-    .. math:: c = \min\big(\lceil B / D\rceil,\ \lfloor(\text{fraction}\cdot M - S) / b\rfloor\big),
-        \quad c \ge 1,
-
-    for ``B = num_items`` spread over ``D = num_devices``. If ``S + b > M``
-    (not even one item fits) a ``ValueError`` names ``knob``.
-
-    Example:
-        >>> plan_chunk(100, 10 * 2**20, memory_bytes=2**30, num_devices=4)
-        25
-        >>> plan_chunk(100, 10 * 2**20, memory_bytes=200 * 2**20)
-        10
-    """
-    if num_items < 1:
-        raise ValueError(f"num_items must be >= 1, got {num_items}")
-    if per_item_bytes < 0 or shared_bytes < 0:
-        raise ValueError("per_item_bytes and shared_bytes must be non-negative")
-    if not 0 < fraction <= 1:
-        raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
-    M = device_memory_bytes() if memory_bytes is None else int(memory_bytes)
-    per_device = -(-int(num_items) // max(int(num_devices), 1))
-    if shared_bytes + per_item_bytes > M:
-        raise ValueError(
-            f"one {what} needs about {(shared_bytes + per_item_bytes) / 2**30:.3g} GiB "
-            f"({shared_bytes / 2**30:.3g} GiB shared + {per_item_bytes / 2**30:.3g} GiB per {what}) "
-            f"but a device has only {M / 2**30:.3g} GiB free; reduce the problem size or pass "
-            f"{knob}= explicitly (and more devices= if you have them)"
-        )
-    room = int(fraction * M) - int(shared_bytes)
-    c = room // max(int(per_item_bytes), 1) if per_item_bytes else per_device
-    return int(max(1, min(per_device, c)))
 
 
 # --------------------------------------------------------------------------
@@ -306,7 +129,7 @@ def _build_program(fn, mesh, axis_name, batched_def, broadcast_def, key_impls, v
             return fn(*batched, *broadcast)
         return jax.vmap(lambda b: fn(*b, *broadcast))(batched)
 
-    mapped = _shard_map(body, mesh=mesh, in_specs=(P(axis_name), P()), out_specs=P(axis_name), check_vma=False)
+    mapped = shard_map(body, mesh=mesh, in_specs=(P(axis_name), P()), out_specs=P(axis_name), check_vma=False)
     return jax.jit(mapped)
 
 
@@ -375,7 +198,7 @@ def shard_batch(
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     if not batched:
         raise ValueError("give at least one batched argument")
-    mesh = _resolve_mesh(devices, mesh, axis_name)
+    mesh = resolve_mesh(devices, mesh, axis_name)
     D = int(mesh.shape[axis_name])
     leaves, batched_def = jax.tree_util.tree_flatten(tuple(batched))
     if not leaves:
@@ -482,7 +305,7 @@ def sdp_batch(
     solver = {"sdp": _sdp.sdp, "asdp": _sdp.asdp, "equicorrelated": _sdp.equicorrelated}[method]
     fn = functools.partial(_solve_one, solver, tuple(sorted(kwargs.items())))
     p = Sigmas.shape[-1]
-    if not _wants_sharding(devices, mesh) and chunk_size is None:
+    if not wants_sharding(devices, mesh) and chunk_size is None:
         return jax.vmap(fn)(Sigmas)
     return shard_batch(
         fn,

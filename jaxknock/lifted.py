@@ -97,6 +97,7 @@ import numpy as np
 from jax import lax
 from jax.scipy.linalg import cho_solve, solve_triangular
 
+from jaxknock import _memory, _mesh
 from jaxknock._checks import as_float_array, check_finite, check_ndim, is_concrete
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 
@@ -1796,9 +1797,7 @@ def _train(
         k_part, k_perm = jax.random.split(k_perm)
         if not vmapped:  # tune_lifted counts the factorisations in its per-device estimate
             need = _factor_bytes(spec, N, batch_size, jnp.dtype(dtype).itemsize)
-            from jaxknock import distributed as _dist  # deferred: a leaf module
-
-            free = _dist.device_memory_bytes(None)
+            free = _memory.device_memory_bytes(None)
             if need > free:
                 raise ValueError(
                     f"fixed_batches keeps one first-layer factorisation per batch, about "
@@ -2074,19 +2073,17 @@ def tune_lifted(
     if lam_arr.shape != (H,):
         raise ValueError(f"lam must have shape ({H},), got {tuple(lam_arr.shape)}")
     hyper = LiftedHyper(lam_arr, per_layer(rho, base.rho, "rho"), per_layer(gamma, base.gamma, "gamma"))
-    from jaxknock import distributed as _dist  # deferred: a leaf module
-
     # the CPU fallback of the non-batched mode runs the models one by one on one device
     sequential = batch_size is None and jax.default_backend() == "cpu"
-    shard = _dist._wants_sharding(devices, mesh) and not sequential
-    mesh = _dist._resolve_mesh(devices, mesh, None) if shard else None
+    shard = _mesh.wants_sharding(devices, mesh) and not sequential
+    mesh = _mesh.resolve_mesh(devices, mesh, None) if shard else None
     D = int(mesh.shape[mesh.axis_names[0]]) if shard else 1
     rows = int(jnp.shape(X)[0]) if batch_size is None else int(batch_size)
     per_model = 4 * (rows * sum(spec.sizes[1:]) + sum(a * b for a, b in zip(spec.sizes, spec.sizes[1:])))
     per_model *= jnp.dtype(dtype).itemsize
     if fixed_batches and batch_size is not None:
         per_model += _factor_bytes(spec, int(jnp.shape(X)[0]), int(batch_size), jnp.dtype(dtype).itemsize)
-    free = _dist.device_memory_bytes(mesh)
+    free = _memory.device_memory_bytes(mesh)
     if -(-H // D) * per_model > free:
         raise ValueError(
             f"{-(-H // D)} models per device need about {-(-H // D) * per_model / 2**30:.3g} GiB "

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock import _checks
+from jaxknock import _checks, _mesh
 from jaxknock import filter as _filter
 from jaxknock import sampling as _sampling
 from jaxknock import statistics as _stats
@@ -231,9 +231,7 @@ def knockoff_filter(
     s = s_sol.value
 
     loss = "logistic" if binary else "squared"
-    from jaxknock import distributed as _dist  # deferred: a leaf module
-
-    if chunk_size is not None or _dist._wants_sharding(devices, mesh):
+    if chunk_size is not None or _mesh.wants_sharding(devices, mesh):
         (W, stat_sol), timings["sampling"] = _clock(
             _fused_replicates,
             k_samp,
@@ -245,7 +243,7 @@ def knockoff_filter(
             statistic=statistic,
             lam=lam,
             loss=loss,
-            mesh=_dist._resolve_mesh(devices, mesh, None),
+            mesh=_mesh.resolve_mesh(devices, mesh, None),
             chunk_size=chunk_size,
             lasso_tol=lasso_tol,
             cv_patience=cv_patience,

@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxknock import _memory, _mesh
 from jaxknock._checks import (
     as_float_array,
     check_finite,
@@ -706,9 +707,7 @@ def sample_knockoffs_factor(key, X, model, s, *, mu=None):
 def _available_memory_bytes(device=None) -> int:
     """Free memory of ``device`` (default: the first device); see
     :func:`jaxknock.distributed.device_memory_bytes`."""
-    from jaxknock import distributed as _dist  # deferred: distributed is a leaf module
-
-    return _dist.device_memory_bytes(device or jax.devices()[0])
+    return _memory.device_memory_bytes(device or jax.devices()[0])
 
 
 def _replicate_bytes(n: int, p: int, k: int | None, itemsize: int) -> tuple[int, int]:
@@ -859,11 +858,9 @@ def sample_replicates(
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     kind, X, params, mu, k = _sampler_spec(X, Sigma, s, mu)
     n, p = X.shape
-    from jaxknock import distributed as _dist  # deferred: distributed is a leaf module
-
-    if _dist._wants_sharding(devices, mesh):
+    if _mesh.wants_sharding(devices, mesh):
         return _sharded_replicates(
-            key, X, params, mu, kind, k, R, chunk_size, stream, _dist._resolve_mesh(devices, mesh, None)
+            key, X, params, mu, kind, k, R, chunk_size, stream, _mesh.resolve_mesh(devices, mesh, None)
         )
     if chunk_size is None:
         chunk = _auto_chunk(R, n, p, k, X.dtype.itemsize, stream, _available_memory_bytes())
@@ -897,7 +894,7 @@ def _sharded_replicates(key, X, params, mu, kind, k, R, chunk_size, stream, mesh
             per_rep,
             shared_bytes=shared,
             num_devices=D,
-            memory_bytes=_dist.device_memory_bytes(mesh),
+            memory_bytes=_memory.device_memory_bytes(mesh),
             what="replicate",
             knob="stream=True" if not stream else "chunk_size",
         )

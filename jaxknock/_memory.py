@@ -1,0 +1,115 @@
+"""Device memory and chunk planning: the one implementation every batched path uses.
+
+:func:`device_memory_bytes` is the free memory of one device (accelerator
+``memory_stats``; on CPU the host's ``MemAvailable`` shared among the CPU
+devices), :func:`plan_chunk` turns a per-item byte estimate into a chunk size.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+from jax.sharding import Mesh
+
+__all__ = ["device_memory_bytes", "host_available_bytes", "plan_chunk"]
+
+# --------------------------------------------------------------------------
+# Memory planning
+# --------------------------------------------------------------------------
+
+
+def host_available_bytes() -> int:
+    """The host's ``MemAvailable`` (Linux), else free physical pages, else 4 GiB."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover
+        pass
+    try:  # pragma: no cover
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover
+        return 4 * 2**30
+
+
+def device_memory_bytes(devices=None) -> int:
+    """Free bytes per device: the minimum over the (addressable) ``devices``.
+
+    Accelerators report ``memory_stats()["bytes_limit"] - bytes_in_use``. CPU
+    devices (one real or several simulated ones) share the host's
+    ``MemAvailable``, which is divided among the CPU devices of this process
+    that are in ``devices``.
+    """
+    if devices is None:
+        devs = jax.local_devices()
+    elif isinstance(devices, Mesh):
+        devs = [d for d in devices.devices.flat if d.process_index == jax.process_index()]
+    elif isinstance(devices, jax.Device):
+        devs = [devices]
+    else:
+        devs = [d for d in devices if d.process_index == jax.process_index()]
+    devs = devs or jax.local_devices()
+    n_cpu = sum(d.platform == "cpu" for d in devs)
+    free = []
+    for d in devs:
+        try:
+            stats = d.memory_stats()
+        except Exception:  # pragma: no cover - backend without stats
+            stats = None
+        if stats and "bytes_limit" in stats:
+            free.append(int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)))
+        else:
+            free.append(host_available_bytes() // max(n_cpu, 1))
+    return int(min(free))
+
+
+def plan_chunk(
+    num_items: int,
+    per_item_bytes: int,
+    *,
+    shared_bytes: int = 0,
+    num_devices: int = 1,
+    memory_bytes: int | None = None,
+    fraction: float = 0.5,
+    knob: str = "chunk_size",
+    what: str = "item",
+) -> int:
+    r"""Items per device and step so that the step fits in device memory.
+
+    With ``M`` the free bytes of one device (``memory_bytes``, default
+    :func:`device_memory_bytes`), ``S`` the bytes every device holds whatever
+    the chunk (``shared_bytes``: replicated inputs, outputs kept) and ``b`` the
+    peak bytes of one item in flight (``per_item_bytes``), the chunk is
+
+    .. math:: c = \min\big(\lceil B / D\rceil,\ \lfloor(\text{fraction}\cdot M - S) / b\rfloor\big),
+        \quad c \ge 1,
+
+    for ``B = num_items`` spread over ``D = num_devices``. If ``S + b > M``
+    (not even one item fits) a ``ValueError`` names ``knob``.
+
+    Example:
+        >>> plan_chunk(100, 10 * 2**20, memory_bytes=2**30, num_devices=4)
+        25
+        >>> plan_chunk(100, 10 * 2**20, memory_bytes=200 * 2**20)
+        10
+    """
+    if num_items < 1:
+        raise ValueError(f"num_items must be >= 1, got {num_items}")
+    if per_item_bytes < 0 or shared_bytes < 0:
+        raise ValueError("per_item_bytes and shared_bytes must be non-negative")
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
+    M = device_memory_bytes() if memory_bytes is None else int(memory_bytes)
+    per_device = -(-int(num_items) // max(int(num_devices), 1))
+    if shared_bytes + per_item_bytes > M:
+        raise ValueError(
+            f"one {what} needs about {(shared_bytes + per_item_bytes) / 2**30:.3g} GiB "
+            f"({shared_bytes / 2**30:.3g} GiB shared + {per_item_bytes / 2**30:.3g} GiB per {what}) "
+            f"but a device has only {M / 2**30:.3g} GiB free; reduce the problem size or pass "
+            f"{knob}= explicitly (and more devices= if you have them)"
+        )
+    room = int(fraction * M) - int(shared_bytes)
+    c = room // max(int(per_item_bytes), 1) if per_item_bytes else per_device
+    return int(max(1, min(per_device, c)))
