@@ -11,10 +11,12 @@ With scikit-learn installed both estimators pass
     >>> from sklearn.pipeline import make_pipeline
     >>> from sklearn.linear_model import LinearRegression
     >>> from jaxknock.sklearn import KnockoffSelector
-    >>> rng = np.random.default_rng(0); X = rng.standard_normal((100, 8)); y = X[:, 0] + 0.1 * rng.standard_normal(100)
-    >>> pipe = make_pipeline(KnockoffSelector(fdr=0.2, method="equicorrelated", random_state=0), LinearRegression())
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((300, 20)); y = X[:, :8].sum(1) + rng.standard_normal(300)
+    >>> selector = KnockoffSelector(fdr=0.2, method="equicorrelated", statistic="correlation", random_state=0)
+    >>> pipe = make_pipeline(selector, LinearRegression())
     >>> pipe.fit(X, y).predict(X).shape
-    (100,)
+    (300,)
 
 Without scikit-learn, :class:`SparseNaiveBayes` still works (a minimal
 ``get_params`` / ``set_params`` / ``transform`` / ``score`` base stands in for

@@ -140,6 +140,7 @@ def _final_code(dual_result, finite):
 
 @partial(jax.jit, static_argnames=("model", "max_steps", "method"))
 def fit_core(counts, n_samples, k, alpha, tol, *, model, max_steps, method=None):
+    """Jitted fit from class sums: ``(theta, support, coef, intercept, result, stats)`` (``k`` traced)."""
     dt = counts.dtype
     if model == "bernoulli":
         theta, mask, objective = fit_bernoulli(counts, n_samples, k, alpha)
@@ -172,6 +173,7 @@ def fit_core(counts, n_samples, k, alpha, tol, *, model, max_steps, method=None)
 
 @partial(jax.jit, static_argnames=("model", "max_steps", "batch_size"))
 def path_core(counts, n_samples, ks, alpha, tol, *, model, max_steps, batch_size):
+    """Jitted ``k``-path from class sums: ``(psi, psi_lower, objective, num_steps, result)`` per ``k``."""
     if model == "bernoulli":
 
         def one(k):
@@ -403,6 +405,8 @@ def sparse_naive_bayes_path(
 
     Example::
 
+        >>> import numpy as np, jaxknock as jk
+        >>> X = np.random.default_rng(0).poisson(1.0, (200, 50)); y = np.arange(200) % 2
         >>> ks = np.unique(np.geomspace(1, X.shape[1], 20).astype(int))
         >>> path = jk.sparse_naive_bayes_path(X, y, ks).value
         >>> path.psi.shape == ks.shape

@@ -247,7 +247,7 @@ def class_sums(X, y=None, *, classes=None, model: str | None = None) -> ClassSum
 
     Args:
       X: the data, one of: a dense ``(n, m)`` array (NumPy or JAX, counts or
-        floats); a ``scipy.sparse`` matrix (CSR/CSC/..., summed in ``O(nnz C)``
+        floats); a ``scipy.sparse`` matrix (CSR/CSC/..., summed in ``O(nnz)``
         without densifying); a Dask array (its row blocks are computed and
         summed one at a time); or, with ``y=None``, any iterable of
         ``(X_chunk, y_chunk)`` pairs (data larger than memory).
