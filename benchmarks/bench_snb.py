@@ -53,10 +53,10 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
-from jaxknock import naive_bayes as nbm  # noqa: E402
+from jaxknock import SparseNaiveBayes  # noqa: E402
 from jaxknock.naive_bayes import (  # noqa: E402
-    SparseNaiveBayes,
     class_sums,
+    dual,
     sparse_naive_bayes,
     sparse_naive_bayes_path,
 )
@@ -336,7 +336,7 @@ def timed(fn, repeat=1):
 def scale_benchmark(ms, nnz, n_rows, k, path_points):
     from sklearn.naive_bayes import MultinomialNB
 
-    solve = jax.jit(nbm._solve_dual, static_argnames=("max_steps",))
+    solve = jax.jit(dual.solve_dual, static_argnames=("max_steps",))
     rows = []
     for m in ms:
         t0 = time.perf_counter()
@@ -349,7 +349,7 @@ def scale_benchmark(ms, nnz, n_rows, k, path_points):
         jax.block_until_ready(sol.value.theta)
         t_first = time.perf_counter() - t0
         t_fit, sol = timed(lambda: sparse_naive_bayes(sums, None, kk), repeat=2)
-        pb = nbm._multinomial_problem(sums.counts, 1.0)
+        pb = dual.multinomial_problem(sums.counts, 1.0)
         jax.block_until_ready(solve(pb, kk, 1e-10, max_steps=100))
         t_dual, dsol = timed(lambda: solve(pb, kk, 1e-10, max_steps=100), repeat=2)
         t_mnb, _ = timed(lambda: MultinomialNB().fit(X, y))

@@ -1,7 +1,6 @@
 """jaxknock: GPU-accelerated knockoffs, FDR-controlled feature selection and
 the convex solvers behind them, in JAX."""
 
-from jaxknock._io import class_sums_dask, class_sums_npz, iter_npz_blocks
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import (
     FactorModel,
@@ -54,8 +53,10 @@ from jaxknock.naive_bayes import (
     ClassSums,
     NaiveBayesModel,
     SNBPath,
-    SparseNaiveBayes,
     class_sums,
+    class_sums_dask,
+    class_sums_npz,
+    iter_npz_blocks,
     sparse_naive_bayes,
     sparse_naive_bayes_path,
 )
@@ -65,6 +66,17 @@ from jaxknock.sdp import asdp, equicorrelated, scale_to_feasible, sdp, sdp_dual_
 from jaxknock.statistics import antisymmetric_combine, lcd, lsm, marginal_correlation, sparse_centroid
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # SparseNaiveBayes lives in jaxknock.sklearn, imported on first use so that
+    # `import jaxknock` never imports scikit-learn (it works without it too)
+    if name == "SparseNaiveBayes":
+        from jaxknock.sklearn import SparseNaiveBayes
+
+        return SparseNaiveBayes
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "RESULTS",

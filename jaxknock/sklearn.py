@@ -1,15 +1,27 @@
 r"""scikit-learn estimators: :class:`KnockoffSelector` and :class:`SparseNaiveBayes`.
 
-scikit-learn is an optional dependency (``pip install "jaxknock[sklearn]"``);
-this module is not imported by ``import jaxknock``. Both estimators pass
+These are the only estimators of jaxknock. scikit-learn is an optional
+dependency (``pip install "jaxknock[sklearn]"``) and ``import jaxknock`` does
+not import this module; ``jaxknock.SparseNaiveBayes`` loads it on first use.
+With scikit-learn installed both estimators pass
 ``sklearn.utils.estimator_checks.check_estimator`` and work inside
 ``Pipeline`` and ``GridSearchCV``::
 
+    >>> import numpy as np
     >>> from sklearn.pipeline import make_pipeline
     >>> from sklearn.linear_model import LinearRegression
     >>> from jaxknock.sklearn import KnockoffSelector
-    >>> pipe = make_pipeline(KnockoffSelector(fdr=0.1, random_state=0), LinearRegression())
-    >>> pipe.fit(X, y).predict(X)
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((300, 20)); y = X[:, :8].sum(1) + rng.standard_normal(300)
+    >>> selector = KnockoffSelector(fdr=0.2, method="equicorrelated", statistic="correlation", random_state=0)
+    >>> pipe = make_pipeline(selector, LinearRegression())
+    >>> pipe.fit(X, y).predict(X).shape
+    (300,)
+
+Without scikit-learn, :class:`SparseNaiveBayes` still works (a minimal
+``get_params`` / ``set_params`` / ``transform`` / ``score`` base stands in for
+scikit-learn's mixins and input validation is left to
+:func:`jaxknock.sparse_naive_bayes`); :class:`KnockoffSelector` needs it.
 
 Fits run in float64 (``jax.enable_x64`` is switched on for the duration of
 ``fit`` only) because the SDP solvers need double precision; the fitted
@@ -18,27 +30,94 @@ attributes are NumPy arrays, so fitted estimators pickle and clone cleanly.
 
 from __future__ import annotations
 
+import inspect
 import numbers
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+import scipy.sparse
+
+from jaxknock.naive_bayes import ClassSums, sparse_naive_bayes
+from jaxknock.pipeline import AGGREGATES, S_METHODS, STATISTICS, Selection, knockoff_filter
 
 try:
     from sklearn.base import BaseEstimator, ClassifierMixin
+    from sklearn.exceptions import NotFittedError
     from sklearn.feature_selection import SelectorMixin
     from sklearn.utils.multiclass import check_classification_targets
     from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
-except ImportError as err:  # pragma: no cover - exercised only without scikit-learn
-    raise ImportError(
-        "jaxknock.sklearn needs scikit-learn >= 1.6, which is not installed: "
-        'pip install scikit-learn (or pip install "jaxknock[sklearn]")'
-    ) from err
 
-import jax
+    HAVE_SKLEARN = True
+except ImportError:  # scikit-learn missing (or older than 1.6): minimal stand-ins for SparseNaiveBayes
+    HAVE_SKLEARN = False
 
-from jaxknock import naive_bayes as _nb
-from jaxknock.pipeline import AGGREGATES, S_METHODS, STATISTICS, Selection, knockoff_filter
+    class NotFittedError(ValueError, AttributeError):
+        """An estimator was used before ``fit`` (scikit-learn's exception when installed)."""
+
+    class BaseEstimator:
+        """``get_params`` / ``set_params`` / ``repr`` from the ``__init__`` signature, as in scikit-learn."""
+
+        @classmethod
+        def _get_param_names(cls):
+            sig = inspect.signature(cls.__init__)
+            return sorted(p.name for p in sig.parameters.values() if p.name != "self" and p.kind != p.VAR_KEYWORD)
+
+        def get_params(self, deep: bool = True) -> dict:
+            return {name: getattr(self, name) for name in self._get_param_names()}
+
+        def set_params(self, **params):
+            valid = self._get_param_names()
+            for name, value in params.items():
+                if name not in valid:
+                    raise ValueError(f"invalid parameter {name!r} for {type(self).__name__}; valid: {valid}")
+                setattr(self, name, value)
+            return self
+
+        def __repr__(self) -> str:
+            defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
+            changed = [
+                f"{k}={v!r}" for k, v in self.get_params().items() if v is not defaults.get(k) and v != defaults.get(k)
+            ]
+            return f"{type(self).__name__}({', '.join(changed)})"
+
+    class ClassifierMixin:
+        def score(self, X, y, sample_weight=None) -> float:
+            """Mean accuracy of ``predict(X)`` against ``y``."""
+            return float(np.average(np.asarray(self.predict(X)) == np.asarray(y), weights=sample_weight))
+
+    class SelectorMixin:
+        def get_support(self, indices: bool = False):
+            mask = self._get_support_mask()
+            return np.flatnonzero(mask) if indices else mask.copy()
+
+        def transform(self, X):
+            """The selected columns of ``X`` (NumPy, JAX or scipy.sparse)."""
+            mask = self._get_support_mask()
+            if X.shape[1] != mask.shape[0]:
+                raise ValueError(f"X has {X.shape[1]} features, but the selector was fitted on {mask.shape[0]}")
+            idx = np.flatnonzero(mask)
+            if scipy.sparse.issparse(X):
+                return X.tocsr()[:, idx] if X.format not in ("csr", "csc") else X[:, idx]
+            if isinstance(X, jax.Array):
+                return X[:, jnp.asarray(idx)]
+            return np.asarray(X)[:, idx]
+
+        def fit_transform(self, X, y=None, **fit_params):
+            return self.fit(X, y, **fit_params).transform(X)
+
 
 __all__ = ["KnockoffSelector", "SparseNaiveBayes", "expected_failed_checks"]
+
+_SKLEARN_MISSING = (
+    "jaxknock.sklearn.{name} needs scikit-learn >= 1.6, which is not installed: "
+    'pip install scikit-learn (or pip install "jaxknock[sklearn]")'
+)
+
+
+class _NotFitted(NotFittedError, RuntimeError):
+    """``predict`` / ``transform`` before ``fit`` (scikit-learn's NotFittedError, also a RuntimeError)."""
+
 
 _METHOD_ALIASES = {"equi": "equicorrelated", "sdp-factor": "sdp_factor"}
 
@@ -104,9 +183,9 @@ class KnockoffSelector(SelectorMixin, BaseEstimator):
 
     Example::
 
-        >>> sel = KnockoffSelector(fdr=0.1, method="equicorrelated", random_state=0).fit(X, y)
-        >>> sel.get_support(indices=True), sel.statistics_[sel.get_support()]
-        >>> X_sel = sel.transform(X)
+        sel = KnockoffSelector(fdr=0.1, method="equicorrelated", random_state=0).fit(X, y)
+        sel.get_support(indices=True), sel.statistics_[sel.get_support()]
+        X_sel = sel.transform(X)
     """
 
     def __init__(
@@ -199,33 +278,58 @@ class KnockoffSelector(SelectorMixin, BaseEstimator):
         return self.support_
 
 
-class SparseNaiveBayes(ClassifierMixin, SelectorMixin, BaseEstimator, _nb.SparseNaiveBayes):
-    r"""Sparse naive Bayes as a scikit-learn classifier and feature selector.
+def _streamed(X, y) -> bool:
+    """Inputs that are not one array to validate: ClassSums, Dask arrays, iterables of (X, y) chunks."""
+    if isinstance(X, ClassSums) or (hasattr(X, "blocks") and hasattr(X, "chunks") and hasattr(X, "compute")):
+        return True
+    if y is not None or hasattr(X, "shape") or hasattr(X, "__array__"):
+        return False
+    if isinstance(X, (list, tuple)):  # a list of (X_chunk, y_chunk) pairs, not nested lists of numbers
+        return len(X) > 0 and all(isinstance(p, tuple) and len(p) == 2 and hasattr(p[0], "shape") for p in X)
+    return True  # a generator / iterator of chunks
 
-    The solver and all fitted attributes come from
-    :class:`jaxknock.SparseNaiveBayes` (:func:`jaxknock.sparse_naive_bayes`:
-    naive Bayes whose class parameters differ on at most ``k`` features,
-    Askari et al. 2020); this subclass adds scikit-learn's input validation,
-    tags, ``feature_names_in_`` and ``NotFittedError``.
+
+class SparseNaiveBayes(ClassifierMixin, SelectorMixin, BaseEstimator):
+    r"""Sparse naive Bayes as a classifier and feature selector (scikit-learn API).
+
+    ``fit`` solves :func:`jaxknock.sparse_naive_bayes`: naive Bayes whose class
+    parameters differ on at most ``k`` features (Askari et al. 2020), exact for
+    ``model="bernoulli"`` and with a certified gap for ``"multinomial"``.
+    ``transform`` keeps the selected columns (dense or ``scipy.sparse``);
+    ``predict`` / ``predict_proba`` / ``decision_function`` use the sparse
+    classifier itself. ``fit`` also accepts what :func:`~jaxknock.sparse_naive_bayes`
+    accepts beyond one array: a :class:`~jaxknock.ClassSums`, a Dask array, or an
+    iterable of ``(X_chunk, y_chunk)`` pairs (with ``y=None``), and forwards
+    keyword arguments (``max_steps``, ``tol``, ``classes``) to it.
+
+    With scikit-learn installed it passes ``check_estimator`` (input validation,
+    tags, ``feature_names_in_``, ``NotFittedError``); without it a minimal base
+    provides ``get_params`` / ``set_params`` / ``transform`` / ``score``.
 
     Args:
         k: number of features the classifier may use (``<= n_features``).
         model: ``"multinomial"`` (counts) or ``"bernoulli"`` (binary X).
         alpha: Laplace smoothing.
 
+    Attributes:
+        support_, coef_, intercept_, theta_, classes_, n_features_in_: the fit.
+        objective_, psi_, gap_, result_: log-likelihood, upper bound, certified
+        gap and ``RESULTS`` code; ``solution_`` / ``model_``: the full
+        :class:`~jaxknock.Solution` and :class:`~jaxknock.NaiveBayesModel` (NumPy).
+
     Example::
 
-        >>> clf = SparseNaiveBayes(k=100).fit(X_counts, labels)
-        >>> clf.score(X_test, y_test), clf.get_support(indices=True)
+        >>> import numpy as np
+        >>> X = np.random.default_rng(0).poisson(1.0, (200, 30)); y = np.arange(200) % 2
+        >>> clf = SparseNaiveBayes(k=5).fit(X, y)
+        >>> clf.transform(X).shape, clf.predict(X[:4]).shape
+        ((200, 5), (4,))
     """
 
     def __init__(self, k=10, model="multinomial", alpha=1.0):
-        super().__init__(k=k, model=model, alpha=alpha)
-
-    # BaseEstimator's parameter handling, not the dependency-free fallback
-    get_params = BaseEstimator.get_params
-    set_params = BaseEstimator.set_params
-    __repr__ = BaseEstimator.__repr__
+        self.k = k
+        self.model = model
+        self.alpha = alpha
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -238,10 +342,12 @@ class SparseNaiveBayes(ClassifierMixin, SelectorMixin, BaseEstimator, _nb.Sparse
         return tags
 
     def _check_fitted(self):
-        check_is_fitted(self, "solution_")
+        if not hasattr(self, "solution_"):
+            raise _NotFitted(
+                f"This {type(self).__name__} instance is not fitted yet; call fit(X, y) before using this estimator"
+            )
 
-    def fit(self, X, y):
-        """Solve the sparse naive Bayes problem on non-negative ``X``."""
+    def _validate_fit(self, X, y):
         X, y = validate_data(self, X, y, accept_sparse=["csr", "csc"], dtype=np.float64)
         check_non_negative(X, "SparseNaiveBayes (input X)")
         check_classification_targets(y)
@@ -251,10 +357,28 @@ class SparseNaiveBayes(ClassifierMixin, SelectorMixin, BaseEstimator, _nb.Sparse
             raise ValueError(f"k={self.k} exceeds the number of features: X has {X.shape[1]} feature(s)")
         if np.unique(y).size < 2:
             raise ValueError(f"SparseNaiveBayes needs samples of at least two classes; got 1 class ({y[0]!r})")
+        return X, y
+
+    def fit(self, X, y=None, **fit_params):
+        """Solve the sparse naive Bayes problem on non-negative ``X`` (see the class docstring)."""
+        if HAVE_SKLEARN and not _streamed(X, y):
+            X, y = self._validate_fit(X, y)
         with jax.enable_x64(True):
-            super().fit(X, y)
-            self.solution_ = _to_numpy(self.solution_)
-            self.model_ = _to_numpy(self.model_)
+            sol = sparse_naive_bayes(X, y, self.k, model=self.model, alpha=self.alpha, **fit_params)
+            sol = _to_numpy(sol)
+        nb = sol.value
+        self.solution_ = sol
+        self.model_ = nb
+        self.classes_ = np.asarray(nb.classes)
+        self.n_features_in_ = int(nb.theta.shape[1])
+        self.support_ = np.asarray(nb.support)
+        self.coef_ = np.asarray(nb.coef)
+        self.intercept_ = np.asarray(nb.intercept)
+        self.theta_ = np.asarray(nb.theta)
+        self.objective_ = float(sol.stats["objective"])
+        self.psi_ = float(sol.stats["psi"])
+        self.gap_ = float(sol.stats["gap"])
+        self.result_ = int(sol.result)
         return self
 
     def _get_support_mask(self):
@@ -263,35 +387,40 @@ class SparseNaiveBayes(ClassifierMixin, SelectorMixin, BaseEstimator, _nb.Sparse
 
     def _validate_predict(self, X):
         self._check_fitted()
+        if not HAVE_SKLEARN:
+            return X
         return validate_data(self, X, accept_sparse=["csr", "csc"], dtype=np.float64, reset=False)
 
     def decision_function(self, X):
+        """Log-odds ``score(classes_[1]) - score(classes_[0])`` for two classes, else ``(n, C)`` scores."""
         X = self._validate_predict(X)
         with jax.enable_x64(True):
-            return np.asarray(super().decision_function(X))
+            return np.asarray(self.model_.decision_function(X))
 
     def predict_log_proba(self, X):
         X = self._validate_predict(X)
         with jax.enable_x64(True):
-            return np.asarray(super().predict_log_proba(X))
+            return np.asarray(self.model_.predict_log_proba(X))
 
     def predict_proba(self, X):
         X = self._validate_predict(X)
         with jax.enable_x64(True):
-            return np.asarray(super().predict_proba(X))
+            return np.asarray(self.model_.predict_proba(X))
 
     def predict(self, X):
         X = self._validate_predict(X)
         with jax.enable_x64(True):
-            return np.asarray(super().predict(X))
+            return np.asarray(self.model_.predict(X))
 
-    def score(self, X, y, sample_weight=None):
-        return ClassifierMixin.score(self, X, y, sample_weight=sample_weight)
 
-    # SelectorMixin's transform / get_support (validated, sparse-aware) take precedence
-    transform = SelectorMixin.transform
-    get_support = SelectorMixin.get_support
-    fit_transform = SelectorMixin.fit_transform
+if not HAVE_SKLEARN:  # KnockoffSelector needs scikit-learn's validation; see __getattr__
+    del KnockoffSelector
+
+
+def __getattr__(name):
+    if name == "KnockoffSelector":
+        raise ImportError(_SKLEARN_MISSING.format(name=name))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def expected_failed_checks(estimator) -> dict:

@@ -21,7 +21,7 @@ import scipy.sparse as sp
 
 import jaxknock
 from jaxknock import distributed as dist
-from jaxknock._io import class_sums_blocks
+from jaxknock.naive_bayes import class_sums_blocks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -9,15 +9,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxknock import naive_bayes as nbm
+from jaxknock import SparseNaiveBayes
 from jaxknock._solution import RESULTS
 from jaxknock.naive_bayes import (
     ClassSums,
-    SparseNaiveBayes,
+    bernoulli,
     class_sums,
+    dual,
     sparse_naive_bayes,
     sparse_naive_bayes_path,
+    topk,
 )
+from jaxknock.naive_bayes import model as nb_model
 
 sp = pytest.importorskip("scipy.sparse")
 
@@ -85,8 +88,8 @@ def test_radix_select_matches_sort(dtype, m):
 
     @jax.jit
     def select(z, k):
-        top = nbm._top_k(z, k)
-        return nbm._kth_largest(z, jnp.maximum(k, 1)), top.s, nbm._top_k_mask(top).sum()
+        top = topk.top_k(z, k)
+        return topk.kth_largest(z, jnp.maximum(k, 1)), top.s, topk.top_k_mask(top).sum()
 
     for k in [0, 1, 2, 40, 41, 42, m // 2, m]:
         lam, s, count = select(jnp.asarray(z), k)
@@ -137,7 +140,7 @@ def test_bernoulli_never_prefers_all_zero_features():
     # columns 8..11 are all zero
     sol = sparse_naive_bayes(X, y, 4, model="bernoulli", alpha=1.0)
     assert set(np.flatnonzero(sol.value.support)) == {0, 1, 2, 3}
-    a, b, pooled, gain = nbm._bernoulli_parts(class_sums(X, y).counts, jnp.asarray([100.0, 100.0]), 1.0)
+    a, b, pooled, gain = bernoulli.bernoulli_parts(class_sums(X, y).counts, jnp.asarray([100.0, 100.0]), 1.0)
     np.testing.assert_allclose(np.asarray(gain)[8:], 0.0, atol=1e-9)
     assert np.all(np.asarray(gain) >= -1e-9)
 
@@ -181,8 +184,8 @@ def test_bisection_agrees_with_frank_wolfe_for_two_classes():
     rng = np.random.default_rng(11)
     X, y = _count_data(rng, 80, 10, 2, informative=6)
     sums = class_sums(X, y)
-    pb = nbm._multinomial_problem(sums.counts, 1.0)
-    solve = jax.jit(nbm._solve_dual, static_argnames=("max_steps", "method"))
+    pb = dual.multinomial_problem(sums.counts, 1.0)
+    solve = jax.jit(dual.solve_dual, static_argnames=("max_steps", "method"))
     for k in (1, 3, 5, 7):
         bis = solve(pb, k, 1e-12, max_steps=200, method="bisection")
         fw = solve(pb, k, 1e-12, max_steps=200, method="frank_wolfe")
@@ -357,10 +360,10 @@ def test_jit_vmap_and_no_retrace():
     looped = [float(sparse_naive_bayes(sums, None, int(k)).stats["psi"]) for k in ks]
     np.testing.assert_allclose(batched, looped, rtol=1e-12)
     # a new k (same shapes) does not recompile the solver
-    before = nbm._fit_core._cache_size()
+    before = nb_model.fit_core._cache_size()
     sparse_naive_bayes(sums, None, 7)
     sparse_naive_bayes(sums, None, 9)
-    assert nbm._fit_core._cache_size() == before
+    assert nb_model.fit_core._cache_size() == before
 
 
 def test_path_is_monotone_and_batches_agree():

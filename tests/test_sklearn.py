@@ -129,7 +129,7 @@ def test_sparse_naive_bayes_reuses_core_and_matches_multinomialnb():
     X, y = counts()
     ours = SparseNaiveBayes(k=3).fit(X, y)
     core = jk.SparseNaiveBayes(k=3).fit(X, y)
-    assert isinstance(ours, jk.SparseNaiveBayes)  # a subclass, not a copy
+    assert type(ours) is jk.SparseNaiveBayes  # one estimator class, not a copy
     np.testing.assert_array_equal(ours.get_support(), core.get_support())
     full = SparseNaiveBayes(k=X.shape[1], alpha=1.0).fit(X, y)
     ref = MultinomialNB(alpha=1.0).fit(X, y)
@@ -167,11 +167,30 @@ def test_sparse_naive_bayes_errors():
 
 
 def test_clear_import_error_without_sklearn(monkeypatch):
+    # jaxknock.sklearn imports without scikit-learn (SparseNaiveBayes, also jaxknock.SparseNaiveBayes,
+    # works with a minimal base); KnockoffSelector raises a clear ImportError
     for name in [m for m in sys.modules if m == "sklearn" or m.startswith("sklearn.")]:
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.delitem(sys.modules, "jaxknock.sklearn", raising=False)
+    bare = importlib.import_module("jaxknock.sklearn")
+    assert not bare.HAVE_SKLEARN
     with pytest.raises(ImportError, match="pip install scikit-learn"):
-        importlib.import_module("jaxknock.sklearn")
+        from jaxknock.sklearn import KnockoffSelector  # noqa: F401
+    X, y = counts()
+    clf = bare.SparseNaiveBayes(k=3).fit(X, y)
+    assert clf.get_params() == {"alpha": 1.0, "k": 3, "model": "multinomial"}
+    assert clf.set_params(k=2).k == 2 and repr(bare.SparseNaiveBayes(k=4)) == "SparseNaiveBayes(k=4)"
+    assert clf.transform(X).shape == (X.shape[0], 3) and clf.score(X, y) > 0.6
+    with pytest.raises(RuntimeError, match="not fitted"):
+        bare.SparseNaiveBayes().predict(X)
     monkeypatch.undo()
     importlib.import_module("jaxknock.sklearn")
     assert "jaxknock.sklearn" not in sys.modules["jaxknock"].__dict__.get("__all__", [])
+
+
+def test_import_jaxknock_does_not_import_sklearn():
+    import subprocess
+
+    code = "import sys, jaxknock; assert 'sklearn' not in sys.modules; jaxknock.SparseNaiveBayes; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"

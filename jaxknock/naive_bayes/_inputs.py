@@ -1,0 +1,146 @@
+"""Input handling for naive Bayes (package-private): array kinds, dtypes, labels, value checks.
+
+Shared by :mod:`jaxknock.naive_bayes.sums` and :mod:`jaxknock.naive_bayes.model`;
+every check runs on concrete inputs before any tracing, with a message that
+names the offending entries.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxknock._checks import is_concrete
+
+__all__ = ["MODELS", "is_sparse", "is_dask", "float_dtype", "label_tuple", "encode_labels", "check_values"]
+
+MODELS = ("multinomial", "bernoulli")
+
+
+def is_sparse(X) -> bool:
+    """A scipy.sparse matrix (duck-typed: ``tocsr`` and ``nnz``)."""
+    return hasattr(X, "tocsr") and hasattr(X, "nnz")
+
+
+def is_dask(X) -> bool:
+    """A Dask array (duck-typed: ``blocks``, ``chunks`` and ``compute``)."""
+    return hasattr(X, "blocks") and hasattr(X, "chunks") and hasattr(X, "compute")
+
+
+def float_dtype(dtype):
+    """Dtype of the class sums: at least the default float (float64 under x64).
+
+    Sums of many counts lose integers beyond 2**24 in float32 and the dual
+    objective is a difference of large terms, so the sums are upcast; pass a
+    float32 :class:`ClassSums` explicitly to fit in float32.
+    """
+    dtype = np.dtype(dtype)
+    if np.issubdtype(dtype, np.complexfloating):
+        raise TypeError(f"X must be real, got dtype {dtype}")
+    if np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer) or dtype == np.bool_:
+        return jnp.dtype(
+            jnp.promote_types(jax.dtypes.canonicalize_dtype(dtype), jnp.result_type(float))
+            if np.issubdtype(dtype, np.floating)
+            else jnp.result_type(float)
+        )
+    raise TypeError(f"X must hold numbers, got dtype {dtype}")
+
+
+def label_tuple(values) -> tuple:
+    """Labels as a tuple of Python scalars (hashable, static under ``jit``)."""
+    return tuple(v.item() if hasattr(v, "item") else v for v in values)
+
+
+def encode_labels(y, n, classes):
+    """Map labels to codes ``0..C-1``; returns (codes, classes tuple)."""
+    if not is_concrete(y):
+        if classes is None:
+            raise TypeError(
+                "y is traced (inside jit/vmap): pass classes=... (the sorted label "
+                "values) so that the labels can be encoded without inspecting y"
+            )
+        cls = np.asarray(classes)
+        if y.ndim != 1 or y.shape[0] != n:
+            raise ValueError(f"y must have shape ({n},), got {tuple(y.shape)}")
+        order = np.argsort(cls, kind="stable")
+        codes = jnp.asarray(order)[jnp.searchsorted(jnp.asarray(cls[order]), y)]
+        return codes.astype(jnp.int32), label_tuple(cls)
+    y = np.asarray(y)
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise ValueError(f"y must be a 1-D array of labels, got shape {y.shape}")
+    if y.shape[0] != n:
+        raise ValueError(f"X has {n} rows but y has {y.shape[0]} labels; they must match")
+    if classes is None:
+        cls = np.unique(y)
+    else:
+        cls = np.asarray(classes)
+        if cls.ndim != 1 or len(np.unique(cls)) != cls.shape[0]:
+            raise ValueError(f"classes must be a 1-D sequence of distinct labels, got {classes!r}")
+    order = np.argsort(cls, kind="stable")
+    sorted_cls = cls[order]
+    pos = np.clip(np.searchsorted(sorted_cls, y), 0, max(len(cls) - 1, 0))
+    unknown = (sorted_cls[pos] != y) if len(cls) else np.ones(y.shape, bool)
+    if np.any(unknown):
+        bad = np.unique(y[unknown])
+        raise ValueError(f"y contains label(s) {label_tuple(bad[:10])} that are not in classes {label_tuple(cls)}")
+    return order[pos].astype(np.int32), label_tuple(cls)
+
+
+def _describe_entries(rows, cols, vals, limit=5):
+    items = [
+        f"X[{int(r)}, {int(c)}] = {v.item() if hasattr(v, 'item') else v!r}"
+        for r, c, v in zip(rows[:limit], cols[:limit], vals[:limit])
+    ]
+    return ", ".join(items)
+
+
+def check_values(X, model):
+    """Value checks on concrete X (dense or scipy.sparse), before any tracing."""
+    if is_sparse(X):
+        Xc = X if X.format in ("csr", "csc") else X.tocsr()
+        data = np.asarray(Xc.data)
+
+        def where(bad):
+            pos = np.flatnonzero(bad)
+            major = np.searchsorted(Xc.indptr, pos, side="right") - 1
+            minor = Xc.indices[pos]
+            rows, cols = (major, minor) if Xc.format == "csr" else (minor, major)
+            return rows, cols, data[pos]
+    else:
+        if not is_concrete(X):
+            return
+        data = np.asarray(X)
+
+        def where(bad):
+            idx = np.argwhere(bad)
+            return idx[:, 0], idx[:, 1], data[bad]
+
+    if data.size == 0:
+        return
+    if np.issubdtype(data.dtype, np.floating):
+        bad = ~np.isfinite(data)
+        if bad.any():
+            r, c, v = where(bad)
+            raise ValueError(
+                f"X contains {int(bad.sum())} non-finite value(s) (NaN or Inf): {_describe_entries(r, c, v)}"
+            )
+    bad = data < 0
+    if bad.any():
+        r, c, v = where(bad)
+        raise ValueError(
+            f"naive Bayes needs non-negative X (counts or frequencies); found "
+            f"{int(bad.sum())} negative entries: {_describe_entries(r, c, v)}" + (" ..." if bad.sum() > 5 else "")
+        )
+    if model == "bernoulli":
+        bad = (data != 0) & (data != 1)
+        if bad.any():
+            r, c, v = where(bad)
+            raise ValueError(
+                f"model='bernoulli' needs binary X (0/1 entries); found {int(bad.sum())} "
+                f"non-binary entries: {_describe_entries(r, c, v)}"
+                + (" ..." if bad.sum() > 5 else "")
+                + "; binarise with (X > 0) or use model='multinomial'"
+            )
