@@ -62,8 +62,21 @@ from jaxknock.naive_bayes import (
 )
 from jaxknock.pipeline import Selection, knockoff_filter
 from jaxknock.sampling import fixed_x_knockoffs, sample_knockoffs, sample_knockoffs_factor, sample_replicates
-from jaxknock.sdp import asdp, equicorrelated, scale_to_feasible, sdp, sdp_dual_gap, sdp_factor, sdp_init, sdp_step
 from jaxknock.statistics import antisymmetric_combine, lcd, lsm, marginal_correlation, sparse_centroid
+from jaxknock.svector import (
+    asdp,
+    equicorrelated,
+    newton_init,
+    newton_step,
+    scale_to_feasible,
+    sdp,
+    sdp_dual_gap,
+    sdp_factor,
+    sdp_factor_init,
+    sdp_factor_step,
+    sdp_init,
+    sdp_step,
+)
 
 __version__ = "0.1.0"
 
@@ -97,6 +110,10 @@ __all__ = [
     "sdp_dual_gap",
     "sdp_init",
     "sdp_step",
+    "newton_init",
+    "newton_step",
+    "sdp_factor_init",
+    "sdp_factor_step",
     # lasso
     "lasso",
     "lasso_path",

@@ -104,3 +104,46 @@ def check_unit_diagonal(S, name: str = "Sigma", *, atol: float = 1e-6):
 def check_in_open_interval(value, lo, hi, name: str):
     if not (lo < value < hi):
         raise ValueError(f"{name} must lie in ({lo}, {hi}), got {value}")
+
+
+# --- S-vector validators ---
+
+SDP_X64_WHY = "the barrier coordinate ascent (rank-one factor updates near a singular 2*Sigma - diag(s))"
+
+
+def validate_sigma(Sigma, *, batch_ok: bool = True, need_x64: bool = True):
+    """Validate a covariance / correlation matrix (or a ``(B, p, p)`` batch) for the S-vector solvers.
+
+    Shape and dtype always; values (finite, symmetric, positive diagonal,
+    positive definite) when ``Sigma`` is concrete. Returns ``Sigma`` as a
+    floating JAX array.
+    """
+    Sigma = as_float_array(Sigma, "Sigma")
+    check_square(Sigma, batch=batch_ok)
+    if Sigma.ndim > 3:
+        raise ValueError(f"Sigma must be (p, p) or a batch (B, p, p), got shape {tuple(Sigma.shape)}")
+    if need_x64:
+        require_x64(Sigma, "Sigma", SDP_X64_WHY)
+    check_finite(Sigma, "Sigma")
+    check_symmetric(Sigma)
+    if is_concrete(Sigma):
+        d = np.diagonal(np.asarray(Sigma), axis1=-2, axis2=-1)
+        if (d <= 0).any():
+            raise ValueError(
+                "Sigma must have a positive diagonal (a covariance or correlation "
+                f"matrix); found {int((d <= 0).sum())} non-positive diagonal entr(ies)"
+            )
+        check_cholesky(Sigma)
+    return Sigma
+
+
+def check_cholesky(Sigma, name: str = "Sigma"):
+    """Raise unless (every matrix of) a concrete ``Sigma`` has a Cholesky factor (fast PD test)."""
+    a = np.asarray(Sigma, dtype=np.float64)
+    try:
+        np.linalg.cholesky(a)
+    except np.linalg.LinAlgError:
+        check_positive_definite(a, name)  # raises with the smallest eigenvalue
+        raise ValueError(  # numerically PD by eigenvalues but Cholesky failed
+            f"{name} is numerically singular (Cholesky failed); use jaxknock.ledoit_wolf(X)"
+        ) from None

@@ -287,9 +287,7 @@ def sdp_batch(
         >>> sdp_batch(Sigmas, method="equicorrelated", devices=1).value.shape
         (2, 4)
     """
-    import importlib
-
-    _sdp = importlib.import_module("jaxknock.sdp")  # the module (jaxknock.sdp is also a function)
+    from jaxknock import _checks, svector
 
     if method not in _SDP_METHODS:
         raise ValueError(f"method must be one of {_SDP_METHODS}, got {method!r}")
@@ -299,10 +297,10 @@ def sdp_batch(
     # validate on concrete values once, before tracing (the solvers skip checks on tracers)
     if method == "asdp":
         for b in range(Sigmas.shape[0]):
-            _sdp._validate_sigma(Sigmas[b], batch_ok=False)
+            _checks.validate_sigma(Sigmas[b], batch_ok=False)
     else:
-        _sdp._validate_sigma(Sigmas, need_x64=(method != "equicorrelated"))
-    solver = {"sdp": _sdp.sdp, "asdp": _sdp.asdp, "equicorrelated": _sdp.equicorrelated}[method]
+        _checks.validate_sigma(Sigmas, need_x64=(method != "equicorrelated"))
+    solver = {"sdp": svector.sdp, "asdp": svector.asdp, "equicorrelated": svector.equicorrelated}[method]
     fn = functools.partial(_solve_one, solver, tuple(sorted(kwargs.items())))
     p = Sigmas.shape[-1]
     if not wants_sharding(devices, mesh) and chunk_size is None:

@@ -30,7 +30,7 @@ from jaxknock import sampling as _sampling
 from jaxknock import statistics as _stats
 from jaxknock._solution import Solution
 from jaxknock.covariance import factor_model_from_data, ledoit_wolf, to_correlation
-from jaxknock.sdp import asdp, equicorrelated, sdp, sdp_factor
+from jaxknock.svector import asdp, equicorrelated, sdp, sdp_factor
 
 __all__ = ["Selection", "knockoff_filter", "S_METHODS", "STATISTICS", "AGGREGATES"]
 

@@ -8,13 +8,20 @@ import pytest
 
 from jaxknock import RESULTS
 from jaxknock.covariance import FactorModel, to_correlation
-from jaxknock.sdp import (
+from jaxknock.svector import (
     asdp,
+    coordinate,
     equicorrelated,
+    factor,
+    newton,
+    newton_init,
+    newton_step,
     scale_to_feasible,
     sdp,
     sdp_dual_gap,
     sdp_factor,
+    sdp_factor_init,
+    sdp_factor_step,
     sdp_init,
     sdp_step,
 )
@@ -97,7 +104,7 @@ def test_certified_gap_bounds_true_suboptimality():
     C = factor_correlation(40, 2, 7)
     opt = float(sdp(C, tol=1e-5).stats["dual"])
     # a deliberately unconverged iterate and an arbitrary feasible point
-    rough = sdp(C, tol=1e-5, max_sweeps=12)
+    rough = sdp(C, tol=1e-5, max_steps=12)
     assert int(rough.result) == RESULTS.max_steps_reached
     for s, lam in [(rough.value, 1e-3), (equicorrelated(C).value, 1e-4), (0.5 * rough.value, 1e-2)]:
         dual, gap = sdp_dual_gap(C, s, lam)
@@ -180,10 +187,10 @@ def test_vmap_equals_loop(method):
 
 @pytest.mark.parametrize("method", ["newton", "coordinate"])
 def test_max_steps_reported(method):
-    sol = sdp(factor_correlation(30, 2, 1), max_sweeps=3, method=method)
+    sol = sdp(factor_correlation(30, 2, 1), max_steps=3, method=method)
     assert int(sol.result) == RESULTS.max_steps_reached
     with pytest.raises(RuntimeError, match="max_steps"):
-        sdp(factor_correlation(30, 2, 1), max_sweeps=3, throw=True)
+        sdp(factor_correlation(30, 2, 1), max_steps=3, throw=True)
 
 
 def test_scale_to_feasible_matches_generalised_eigenvalue():
@@ -285,10 +292,10 @@ def test_newton_certifies_where_coordinate_ascent_jams(C, tol):
 
 def test_newton_below_certificate_floor_reports_stagnated_not_max_steps():
     """A tolerance below what rounding lets the certificate prove (1e-13 relative) ends
-    early with ``stagnated`` and a feasible ``s``, instead of running to ``max_sweeps``
+    early with ``stagnated`` and a feasible ``s``, instead of running to ``max_steps``
     or drifting onto the PD boundary (found at p = 2000, where it used to run 500 steps)."""
     C = factor_correlation(60, 3, 5)
-    sol = sdp(C, tol=1e-13, max_sweeps=400)
+    sol = sdp(C, tol=1e-13, max_steps=400)
     assert RESULTS(int(sol.result)) == RESULTS.stagnated
     assert int(sol.stats["newton_steps"]) < 150
     assert float(sol.stats["min_eig"]) > -1e-12
@@ -317,3 +324,93 @@ def test_newton_certifies_when_bound_active_coordinates_lag():
     assert abs(total - ref) <= 1e-5 * total
     blocks = asdp(C_full, block_size=50)
     assert np.all(np.asarray(blocks.stats["block_results"]) == int(RESULTS.successful))
+
+
+# --- init / step seams: the steps the solvers' loops drive -------------------
+
+
+def _drive(state, step, terminate, max_steps):
+    for _ in range(max_steps):
+        done, _ = terminate(state)
+        if bool(done):
+            break
+        state = step(state)
+    return state
+
+
+def test_newton_step_is_the_step_sdp_drives():
+    C = factor_correlation(30, 2, 1)
+    sol = sdp(C, tol=1e-5)
+    st = _drive(newton_init(C), lambda s: newton_step(s, C, tol=1e-5), lambda s: newton.path_terminate(s, 1e-5), 500)
+    assert int(st.step) == int(sol.stats["newton_steps"])
+    np.testing.assert_allclose(float(st.dual), float(sol.stats["dual"]), rtol=1e-10)
+    assert float(newton.relative_gap(st)) <= 1e-5
+
+
+def test_sdp_step_is_the_step_sdp_coordinate_drives():
+    C = factor_correlation(30, 2, 1)
+    sol = sdp(C, tol=1e-5, method="coordinate")
+    state, b = sdp_init(C)
+    st = _drive(
+        state,
+        lambda s: sdp_step(s, C, block_size=b, tol=1e-5),
+        lambda s: coordinate.sweep_terminate(s, C.shape[0], 1e-5),
+        500,
+    )
+    assert int(st.sweep) == int(sol.stats["sweeps"])
+    np.testing.assert_allclose(np.asarray(st.s[:30]), np.asarray(sol.value), atol=1e-10)
+    np.testing.assert_allclose(float(st.gap), float(sol.stats["gap"]), rtol=1e-6, atol=1e-12)
+
+
+def test_sdp_factor_step_is_the_step_sdp_factor_drives():
+    rng = np.random.default_rng(0)
+    model = FactorModel(jnp.asarray(rng.uniform(0.1, 1.0, 40)), jnp.asarray(0.5 * rng.standard_normal((40, 3))))
+    sol = sdp_factor(model, tol=1e-5)
+    st = _drive(
+        sdp_factor_init(model),
+        lambda s: sdp_factor_step(s, model, tol=1e-5),
+        lambda s: factor.factor_terminate(s, 1e-5),
+        500,
+    )
+    assert int(st.sweep) == int(sol.stats["num_steps"])
+    np.testing.assert_allclose(np.asarray(st.s) * np.asarray(model.diagonal()), np.asarray(sol.value), atol=1e-10)
+
+
+def test_deprecated_step_limit_aliases():
+    C = factor_correlation(30, 2, 1)
+    with pytest.warns(DeprecationWarning, match="max_steps"):
+        old = sdp(C, max_sweeps=3)
+    new = sdp(C, max_steps=3)
+    np.testing.assert_array_equal(old.value, new.value)
+    assert int(old.stats["max_steps"]) == 3 and int(old.result) == RESULTS.max_steps_reached
+    with pytest.warns(DeprecationWarning):
+        sdp_factor(FactorModel(jnp.full(12, 0.5), jnp.full((12, 1), 0.5**0.5)), max_sweeps=2)
+    with pytest.warns(DeprecationWarning):
+        asdp(C, block_size=10, max_sweeps=2)
+    s = np.linspace(0.2, 1.5, 30)
+    with pytest.warns(DeprecationWarning, match="num_bisections"):
+        g_old = scale_to_feasible(C, s, num_bisections=20).stats["gamma"]
+    assert float(g_old) == float(scale_to_feasible(C, s, max_steps=20).stats["gamma"])
+    with pytest.raises(TypeError, match="both"):
+        sdp(C, max_sweeps=3, max_steps=3)
+
+
+def test_scale_to_feasible_compiles_once_per_shape():
+    C = ar1(30, 0.7)
+    model = FactorModel(jnp.full(30, 0.5), jnp.full((30, 2), 0.5))
+    scale_to_feasible(C, np.linspace(0.2, 1.5, 30))
+    scale_to_feasible(model, np.linspace(0.2, 1.5, 30))
+    compiles = []
+
+    def listener(event, duration, **kwargs):
+        if "backend_compile" in event:
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        for scale in (0.5, 0.7):
+            scale_to_feasible(C, np.linspace(0.1, 1.0, 30) * scale)
+            scale_to_feasible(model, np.linspace(0.1, 1.0, 30) * scale)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert compiles == []

@@ -1,0 +1,117 @@
+"""Pieces shared by the S-vector solvers: settings and factor-model checks, small linear algebra.
+
+Private to :mod:`jaxknock.svector`; the names carry no underscore because the
+solver modules import them (``from jaxknock.svector import _common``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxknock import _checks
+from jaxknock.covariance import FactorModel
+
+HIGHEST = lax.Precision.HIGHEST
+
+
+# --------------------------------------------------------------------------
+# validation
+# --------------------------------------------------------------------------
+
+
+def validate_model(model) -> FactorModel:
+    """Check a :class:`~jaxknock.FactorModel` ``(d, U)`` (or a batch) for the factor-model solvers."""
+    if not isinstance(model, FactorModel):
+        raise TypeError(f"model must be a jaxknock.FactorModel(d, U), got {type(model).__name__}")
+    d = _checks.as_float_array(model.d, "model.d")
+    U = _checks.as_float_array(model.U, "model.U")
+    if U.ndim not in (2, 3) or d.ndim != U.ndim - 1 or d.shape[-1] != U.shape[-2]:
+        raise ValueError(
+            f"FactorModel needs d of shape (p,) and U of shape (p, k); got d {tuple(d.shape)}, U {tuple(U.shape)}"
+        )
+    p, k = U.shape[-2:]
+    if k >= p:
+        raise ValueError(f"factor rank k = {k} must be smaller than p = {p}; use sdp(model.dense()) instead")
+    _checks.require_x64(U, "model.U", _checks.SDP_X64_WHY)
+    _checks.require_x64(d, "model.d", _checks.SDP_X64_WHY)
+    _checks.check_finite(d, "model.d")
+    _checks.check_finite(U, "model.U")
+    if _checks.is_concrete(d) and (np.asarray(d) <= 0).any():
+        raise ValueError("model.d must be strictly positive (Sigma = diag(d) + U U^T must be positive definite)")
+    return FactorModel(d, U)
+
+
+def check_settings(tol, max_steps, decay, lam0):
+    """Check the barrier solvers' numeric settings (concrete Python values)."""
+    if not (tol > 0):
+        raise ValueError(f"tol must be positive, got {tol}")
+    if not (isinstance(max_steps, (int, np.integer)) and max_steps >= 1):
+        raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+    if not (0 < decay < 1):
+        raise ValueError(f"decay must lie in (0, 1), got {decay}")
+    if lam0 is not None and not (lam0 > 0):
+        raise ValueError(f"lam0 must be positive, got {lam0}")
+
+
+# --------------------------------------------------------------------------
+# dense linear algebra
+# --------------------------------------------------------------------------
+
+
+def inverse_diag_from_cholesky(L):
+    """``diag((L L^T)^{-1})`` = squared column norms of ``L^{-1}``."""
+    eye = jnp.broadcast_to(jnp.eye(L.shape[-1], dtype=L.dtype), L.shape)
+    Linv = lax.linalg.triangular_solve(L, eye, left_side=True, lower=True)
+    return jnp.sum(Linv**2, axis=-2)
+
+
+def is_pd(C2, s):
+    """Is ``C2 - diag(s)`` positive definite? (Cholesky succeeds.)"""
+    return jnp.all(jnp.isfinite(jnp.linalg.cholesky(C2 - jnp.diag(s))))
+
+
+def off_centre(s_old, s_new, sigma, lam, cap):
+    """Distance of one coordinate from the central path: ``|sigma / lam - 1|``.
+
+    ``sigma`` is the coordinate's Schur complement before its update; on the
+    central path it equals ``lam`` for every coordinate strictly inside its
+    bounds. Coordinates held at a bound (``s = 0`` with ``sigma < lam``, or
+    ``s = cap`` with ``sigma > lam``) count as centred.
+    """
+    at_bound = ((s_new <= 0) & (s_old <= 0)) | ((s_new >= cap) & (s_old >= cap))
+    return jnp.where(at_bound, 0.0, jnp.abs(sigma / lam - 1.0))
+
+
+# --------------------------------------------------------------------------
+# factor-model linear algebra (A = (2D - diag s) + 2 U U^T)
+# --------------------------------------------------------------------------
+
+
+def factor_capacitance_inverse(d, U, s):
+    """``N = M^{-1}`` with ``M = I + 2 U^T (2D - diag s)^{-1} U`` (``k x k``)."""
+    dt = 2.0 * d - s
+    M = jnp.eye(U.shape[1], dtype=U.dtype) + 2.0 * jnp.matmul(U.T, U / dt[:, None], precision=HIGHEST)
+    return jnp.linalg.inv(M)
+
+
+def factor_inverse_diag(d, U, s, N):
+    """``diag(A^{-1})`` for ``A = (2D - S) + 2 U U^T`` by Woodbury, O(p k^2)."""
+    dt = 2.0 * d - s
+    W = U / dt[:, None]
+    return 1.0 / dt - 2.0 * jnp.sum(jnp.matmul(W, N, precision=HIGHEST) * W, axis=1)
+
+
+def factor_is_pd(d, U, s) -> jax.Array:
+    """Is ``(2D - diag s) + 2 U U^T`` positive definite? O(p k^2).
+
+    By Haynsworth inertia additivity on ``[[Dt, U], [U^T, -I/2]]``,
+    ``#neg(A) = #neg(Dt) + #neg(I + 2 U^T Dt^{-1} U)`` (for nonsingular ``Dt``).
+    """
+    dt = 2.0 * d - s
+    M = jnp.eye(U.shape[1], dtype=U.dtype) + 2.0 * jnp.matmul(U.T, U / dt[:, None], precision=HIGHEST)
+    ev = jnp.linalg.eigvalsh((M + M.T) / 2)
+    neg = jnp.sum(dt < 0) + jnp.sum(ev < 0)
+    return (neg == 0) & jnp.all(dt != 0) & jnp.all(jnp.isfinite(ev))

@@ -1,0 +1,164 @@
+r"""Approximate S-vectors: :func:`asdp` (block-diagonal SDP) and :func:`scale_to_feasible`."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxknock import _checks
+from jaxknock._deprecation import renamed_kwargs
+from jaxknock._solution import RESULTS, Solution, raise_if_failed
+from jaxknock.covariance import FactorModel, to_correlation
+from jaxknock.svector import _common
+from jaxknock.svector.dense import sdp
+
+__all__ = ["asdp", "scale_to_feasible"]
+
+
+def _bisect_gamma(is_pd, s, diag, num_steps):
+    """Largest ``gamma`` in ``[0, 1/max(s/diag)]`` with ``is_pd(gamma)``: the bracket's upper end if
+    feasible, else the lower end after ``num_steps`` bisections."""
+    hi = 1.0 / jnp.maximum(jnp.max(s / diag), 1e-300)
+    hi_ok = is_pd(hi)
+
+    def body(_, br):
+        lo, hi = br
+        mid = 0.5 * (lo + hi)
+        ok = is_pd(mid)
+        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
+
+    lo, _ = lax.fori_loop(0, num_steps, body, (jnp.zeros_like(hi), hi))
+    return jnp.where(hi_ok, hi, lo)
+
+
+@jax.jit(static_argnums=(2,))
+def _gamma_dense(Sigma, s, num_steps):
+    is_pd = lambda g: jnp.all(jnp.isfinite(jnp.linalg.cholesky(2.0 * Sigma - jnp.diag(g * s))))
+    return _bisect_gamma(is_pd, s, jnp.diagonal(Sigma), num_steps)
+
+
+@jax.jit(static_argnums=(3,))
+def _gamma_factor(d, U, s, num_steps):
+    is_pd = lambda g: _common.factor_is_pd(d, U, g * s)
+    return _bisect_gamma(is_pd, s, d + jnp.sum(U**2, axis=1), num_steps)
+
+
+@renamed_kwargs(num_bisections="max_steps")
+def scale_to_feasible(Sigma, s, *, max_steps: int = 60) -> Solution:
+    r"""Largest ``gamma`` in ``[0, 1/max(s/diag Sigma)]`` with ``diag(gamma s) <= 2 Sigma``; returns ``gamma s``.
+
+    Bisection on ``gamma`` with a Cholesky-success test of
+    ``2 Sigma - gamma diag(s)`` (dense ``Sigma``), or the exact ``O(p k^2)``
+    inertia test when ``Sigma`` is a :class:`~jaxknock.FactorModel`. This is
+    the second step of ASDP and the "hybrid" route of thesis section 4.3
+    (an ``s`` solved on an approximate factor model, made feasible for the
+    true ``Sigma``). The upper end of the bracket keeps ``gamma s <= diag Sigma``
+    (i.e. ``<= 1`` on the correlation scale). Compiled once per shape and
+    ``max_steps``.
+
+    Args:
+        Sigma: ``(p, p)`` matrix or :class:`~jaxknock.FactorModel`.
+        s: ``(p,)`` non-negative candidate.
+        max_steps: bisection steps (``2^-60`` relative accuracy by default;
+            ``num_bisections`` is a deprecated alias).
+
+    Returns:
+        :class:`~jaxknock.Solution` with ``value = gamma * s`` (feasible: the
+        lower end of the final bracket) and ``stats = {gamma, num_steps,
+        max_steps, objective}``.
+
+    Example:
+        >>> round(float(scale_to_feasible(0.5 * jnp.eye(2) + 0.5, jnp.array([2.0, 2.0])).stats["gamma"]), 9)
+        0.5
+    """
+    if isinstance(s, FactorModel):
+        raise TypeError("scale_to_feasible(Sigma, s): Sigma first, then s")
+    if not (isinstance(max_steps, (int, np.integer)) and max_steps >= 0):
+        raise ValueError(f"max_steps must be a non-negative integer, got {max_steps!r}")
+    max_steps = int(max_steps)
+    s = _checks.as_float_array(s, "s")
+    if isinstance(Sigma, FactorModel):
+        Sigma = FactorModel(*_common.validate_model(Sigma))
+        diag = Sigma.diagonal()
+        p = Sigma.p
+    else:
+        Sigma = _checks.validate_sigma(Sigma, batch_ok=False, need_x64=False)
+        diag = jnp.diagonal(Sigma)
+        p = Sigma.shape[0]
+    if s.shape != (p,):
+        raise ValueError(f"s must have shape ({p},), got {tuple(s.shape)}")
+    _checks.check_finite(s, "s")
+    if _checks.is_concrete(s) and (np.asarray(s) < 0).any():
+        raise ValueError("s must be non-negative")
+    if isinstance(Sigma, FactorModel):
+        gamma = _gamma_factor(Sigma.d, Sigma.U, s, max_steps)
+    else:
+        gamma = _gamma_dense(Sigma, s, max_steps)
+    return Solution(
+        gamma * s,
+        jnp.int32(RESULTS.successful),
+        {
+            "gamma": gamma,
+            "num_steps": max_steps,
+            "max_steps": max_steps,
+            "objective": jnp.sum(gamma * s / diag),
+        },
+    )
+
+
+@renamed_kwargs(max_sweeps="max_steps")
+def asdp(Sigma, *, block_size: int = 100, tol: float = 1e-5, max_steps: int = 500, throw: bool = False) -> Solution:
+    r"""Approximate SDP (Candes et al. 2018; Rebjock thesis ch. 4).
+
+    1. Approximate ``C`` (correlation) by its block-diagonal part with
+       contiguous blocks of ``block_size`` coordinates (permute the variables
+       beforehand, e.g. by hierarchical clustering, to put correlated ones
+       together);
+    2. solve every block's SDP with :func:`~jaxknock.sdp` in one ``vmap`` over
+       blocks (the last block is padded with independent unit-variance variables);
+    3. :func:`scale_to_feasible`: the largest ``gamma`` with
+       ``diag(gamma s) <= 2 Sigma`` on the full matrix.
+
+    ``max_steps`` bounds the Newton steps per block (``max_sweeps`` is a
+    deprecated alias).
+
+    Returns:
+        :class:`~jaxknock.Solution` with ``value = s`` and ``stats``:
+        ``gamma``, ``objective``, ``min_eig``, ``num_steps`` (max steps over
+        blocks), ``max_steps``, ``block_results`` (the blocks' result codes).
+
+    Example:
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> s = asdp(jnp.eye(10) * 0.5 + 0.5, block_size=5).value
+    """
+    Sigma = _checks.validate_sigma(Sigma, batch_ok=False)
+    p = Sigma.shape[0]
+    if not (isinstance(block_size, (int, np.integer)) and 1 <= block_size):
+        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    bs = int(min(block_size, p))
+    nb = math.ceil(p / bs)
+    C = to_correlation(Sigma)
+    n = nb * bs
+    Cp = jnp.eye(n, dtype=C.dtype).at[:p, :p].set(C)
+    idx = jnp.arange(nb)[:, None] * bs + jnp.arange(bs)[None, :]
+    blocks = Cp[idx[:, :, None], idx[:, None, :]]
+    bsol = sdp(blocks, tol=tol, max_steps=max_steps, lam0=0.5, decay=0.8)
+    s_blk = bsol.value.reshape(-1)[:p]
+    scaled = scale_to_feasible(C, s_blk)
+    s_corr = scaled.value
+    min_eig = jnp.linalg.eigvalsh(2.0 * C - jnp.diag(s_corr))[0]
+    codes = jnp.atleast_1d(bsol.result)
+    result = jnp.max(codes).astype(jnp.int32)
+    stats = {
+        "gamma": scaled.stats["gamma"],
+        "objective": jnp.sum(s_corr),
+        "min_eig": min_eig,
+        "num_steps": jnp.max(jnp.atleast_1d(bsol.stats["num_steps"])),
+        "max_steps": max_steps,
+        "block_results": codes,
+    }
+    return raise_if_failed(Solution(s_corr * jnp.diagonal(Sigma), result, stats), throw)

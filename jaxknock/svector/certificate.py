@@ -1,0 +1,158 @@
+r"""Certified duality gaps for the knockoff SDP.
+
+From a barrier iterate ``A = 2C - diag(s)`` (``C`` the correlation matrix) the
+point ``Lambda = t lam A^{-1}``, ``eta = max(0, 1 - diag Lambda)`` is feasible
+for the dual
+
+.. math::  \min_{\Lambda \succeq 0,\ \eta \ge 0}\ 2\,\mathrm{tr}(\Lambda C) + 1^T\eta
+           \quad\text{s.t.}\quad \mathrm{diag}(\Lambda) + \eta \ge 1 ,
+
+so its objective bounds the SDP optimum from above and
+``gap = dual - 1^T s >= OPT - 1^T s``.
+
+:func:`sdp_dual_gap` is the public entry point. :func:`gap_from_inverse_diag`
+(the bound from ``diag(A^{-1})``, used after every Newton step and factor
+sweep) and :func:`certified_gap_dense` (the bound at a Newton-re-centred copy
+of ``s``, used by the coordinate ascent) are shared within
+:mod:`jaxknock.svector`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxknock import _checks
+from jaxknock.covariance import to_correlation
+from jaxknock.svector import _common
+from jaxknock.svector._common import HIGHEST
+
+__all__ = ["sdp_dual_gap"]
+
+
+def _best_scaled_dual(alpha, beta):
+    """``min_{t >= 0} t * alpha + sum_j max(0, 1 - t * beta_j)`` (exact, O(p log p)).
+
+    The dual objective of ``Lambda = t * Lambda_0`` with ``eta`` at its best,
+    where ``alpha = 2 tr(Lambda_0 Sigma)`` and ``beta = diag(Lambda_0)``. The
+    function is convex piecewise linear in ``t``; its minimum is at ``t = 0``
+    (value ``p``) or at a breakpoint ``t = 1 / beta_i``.
+    """
+    b = jnp.sort(beta, axis=-1)
+    p = b.shape[-1]
+    t = 1.0 / jnp.maximum(b, 1e-300)
+    excl = jnp.cumsum(b, axis=-1) - b
+    # at t = 1/b_i only coordinates with b_j < b_i leave eta_j > 0
+    vals = t * alpha[..., None] + jnp.arange(p) - t * excl
+    return jnp.minimum(jnp.min(vals, axis=-1), p)
+
+
+def gap_from_inverse_diag(s, hdiag, lam):
+    """Certified dual objective / gap from ``h = diag(A^{-1})`` (correlation scale).
+
+    Dual point ``Lambda = t lam A^{-1}`` (``t`` optimal, see
+    :func:`_best_scaled_dual`), ``eta = max(0, 1 - diag Lambda)``;
+    ``2 tr(Lambda_0 Sigma) = lam (p + sum_j s_j h_j)`` because
+    ``Sigma = (A + diag s) / 2``.
+    """
+    p = s.shape[-1]
+    alpha = lam * (p + jnp.sum(s * hdiag, axis=-1))
+    dual = _best_scaled_dual(alpha, lam * hdiag)
+    return dual, dual - jnp.sum(s, axis=-1)
+
+
+def _newton_center(C2, s, lam, cap, num_steps=8, num_backtracks=30, damped=True):
+    """Damped projected Newton steps on the barrier objective at fixed ``lam``.
+
+    Used only to build a tight dual certificate: the barrier dual
+    ``lam A^{-1}`` is dual-optimal for the barrier problem only at its
+    maximiser, and coordinate ascent leaves the iterate off centre. The
+    objective ``f(s) = 1^T s + lam logdet(2C - diag s)`` has gradient
+    ``1 - lam diag(A^{-1})`` and Hessian ``-lam A^{-1} o A^{-1}``;
+    ``f / lam`` is self-concordant, so the step ``1 / (1 + delta)`` with the
+    Newton decrement ``delta^2 = g^T d / lam`` stays feasible and converges
+    quadratically once ``delta < 1/4``. Coordinates at an active bound are
+    frozen; a backtracking safeguard keeps ``A`` positive definite and ``f``
+    non-decreasing. ``O(p^3)`` per step.
+    """
+    p = s.shape[-1]
+    eye = jnp.eye(p, dtype=s.dtype)
+
+    def f_and_chol(x):
+        L = jnp.linalg.cholesky(C2 - jnp.diag(x))
+        ok = jnp.all(jnp.isfinite(L))
+        val = jnp.sum(x) + 2.0 * lam * jnp.sum(jnp.log(jnp.abs(jnp.diagonal(L))))
+        return jnp.where(ok, val, -jnp.inf), L
+
+    def step(_, x):
+        f0, L = f_and_chol(x)
+        Linv = lax.linalg.triangular_solve(L, eye, left_side=True, lower=True)
+        Ai = jnp.matmul(Linv.T, Linv, precision=HIGHEST)
+        g = 1.0 - lam * jnp.diagonal(Ai)
+        free = ~(((x <= 0) & (g < 0)) | ((x >= cap) & (g > 0)))
+        gf = jnp.where(free, g, 0.0)
+        # symmetric diagonal scaling: H_ij / sqrt(H_ii H_jj) = (A^-1)_ij^2 / (h_i h_j),
+        # a correlation-like matrix, far better conditioned than H itself
+        hd = jnp.diagonal(Ai)
+        Hs = jnp.where(free[:, None] & free[None, :], (Ai * Ai) / (hd[:, None] * hd[None, :]), eye)
+        d = jnp.linalg.solve(Hs, gf / (jnp.sqrt(lam) * hd)) / (jnp.sqrt(lam) * hd)
+        dec = jnp.sqrt(jnp.maximum(jnp.dot(gf, d), 0.0) / lam)
+        a0 = jnp.where(damped & (dec > 0.25), 1.0 / (1.0 + dec), 1.0)
+
+        def bt_cond(c):
+            i, a, done, _ = c
+            return (i < num_backtracks) & ~done
+
+        def bt_body(c):
+            i, a, _, xb = c
+            xn = jnp.clip(x + a * d, 0.0, cap)
+            fn, _ = f_and_chol(xn)
+            better = (fn >= f0) & jnp.isfinite(fn)
+            return i + 1, a * 0.5, better, jnp.where(better, xn, xb)
+
+        init = (jnp.int32(0), a0.astype(x.dtype), jnp.zeros((), bool), x)
+        _, _, _, xb = lax.while_loop(bt_cond, bt_body, init)
+        return jnp.where(jnp.isfinite(f0) & jnp.all(jnp.isfinite(xb)), xb, x)
+
+    return lax.fori_loop(0, num_steps, step, s)
+
+
+def certified_gap_dense(C, s, lam, cap):
+    """Certified ``(dual, gap)`` for ``s`` from the Newton-centred barrier dual (correlation scale)."""
+    C2 = 2.0 * C
+    sc = _newton_center(C2, s, lam, cap)
+    L = jnp.linalg.cholesky(C2 - jnp.diag(sc))
+    ok = jnp.all(jnp.isfinite(L))
+    dual, _ = gap_from_inverse_diag(sc, _common.inverse_diag_from_cholesky(L), lam)
+    dual = jnp.where(ok, dual, jnp.inf)
+    return dual, dual - jnp.sum(s)
+
+
+_certified_gap_dense_jit = jax.jit(certified_gap_dense)
+
+
+def sdp_dual_gap(Sigma, s, lam):
+    r"""Certified duality gap of ``s`` for the knockoff SDP (dense, correlation scale).
+
+    Re-centres ``s`` on the barrier path at parameter ``lam`` with a few
+    Newton steps (giving ``s_c``), takes the dual-feasible point
+    ``Lambda = t lam (2C - diag s_c)^{-1}``, ``eta = max(0, 1 - diag Lambda)``
+    with the best scalar ``t``, and returns ``(dual, gap)``:
+    ``dual = 2 tr(Lambda C) + 1^T eta >= OPT`` by weak duality and
+    ``gap = dual - 1^T s >= OPT - 1^T s``. Any ``lam > 0`` gives a valid
+    bound; ``lam ~ gap / p`` gives a tight one. ``s`` is on the covariance
+    scale (as returned by the solvers).
+
+    Example:
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> C = 0.5 * jnp.eye(4, dtype=jnp.float64) + 0.5
+        >>> dual, gap = sdp_dual_gap(C, jnp.full(4, 0.9), 1e-3)
+        >>> bool(gap >= 4 - 3.6 - 1e-9)   # OPT = 4 (s = 1 is optimal)
+        True
+    """
+    Sigma = _checks.validate_sigma(Sigma, batch_ok=False)
+    C = to_correlation(Sigma)
+    s_corr = jnp.asarray(s) / jnp.diagonal(Sigma)
+    cap = jnp.minimum(1.0, 2.0 * jnp.diagonal(C))
+    return _certified_gap_dense_jit(C, s_corr, jnp.asarray(lam, C.dtype), cap)

@@ -1,0 +1,175 @@
+r"""The dense knockoff SDP, :func:`~jaxknock.sdp`: validation, method dispatch and the result code.
+
+The two methods live in :mod:`~jaxknock.svector.newton` (default) and
+:mod:`~jaxknock.svector.coordinate`; both stop on the certified duality gap
+of :mod:`~jaxknock.svector.certificate`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxknock import _checks
+from jaxknock._deprecation import renamed_kwargs
+from jaxknock._solution import RESULTS, Solution, raise_if_failed
+from jaxknock.covariance import to_correlation
+from jaxknock.svector import _common, coordinate, newton
+
+__all__ = ["sdp"]
+
+_SDP_METHODS = ("newton", "coordinate")
+
+
+@renamed_kwargs(max_sweeps="max_steps")
+def sdp(
+    Sigma,
+    *,
+    tol: float = 1e-5,
+    max_steps: int = 500,
+    lam0: float | None = None,
+    decay: float = 0.8,
+    block_size: int | None = None,
+    method: str = "newton",
+    throw: bool = False,
+) -> Solution:
+    r"""Gaussian knockoff SDP: barrier path following, Newton (default) or FANOK Algorithm 4.
+
+    Both methods follow the central path of the barrier problem (thesis eq. 4.3)
+
+    .. math:: \max_{0 \le s \le 1}\ 1^T s + \lambda \log\det(2C - \mathrm{diag}(s))
+
+    on the correlation matrix ``C`` while decreasing ``lam``, and both stop on
+    the **certified** duality gap (:mod:`jaxknock.svector`): the solver stops when
+    ``gap <= tol * 1^T s`` (relative), else after ``max_steps`` steps with
+    ``RESULTS.max_steps_reached``, or with ``RESULTS.stagnated`` once the
+    certificate stops improving (its rounding floor is ~1e-6 relative on
+    near-singular optima; ask for ``tol >= 1e-6``).
+
+    ``method="newton"`` (default): primal-dual Newton steps on the barrier
+    problem with the box ``0 <= s <= 1`` handled by log barriers and
+    multipliers (:mod:`~jaxknock.svector.newton`; one step is
+    :func:`~jaxknock.svector.newton_step`): each step solves
+    ``(lam A^{-1} o A^{-1} + diag(z_0/s + z_1/(1-s))) ds = grad`` with
+    ``A = 2C - diag(s)`` by Cholesky, takes 99% of the step to the box boundary
+    (shortened until ``A`` is positive definite), and divides ``lam`` by 10
+    once the Newton decrement is below 0.3. Each step costs ``~3 p^3`` flops
+    (Cholesky, triangular inverse, product) and the step count barely depends
+    on the conditioning; the certificate is built at every iterate.
+
+    ``method="coordinate"``: cyclic exact coordinate ascent (FANOK Algorithm 4,
+    :mod:`~jaxknock.svector.coordinate`; one sweep is
+    :func:`~jaxknock.svector.sdp_step`), ``lam <- decay * lam`` after each
+    centred sweep. The coordinate update is closed
+    form (eq. 4.4 / Lemma 4): with ``sigma_j = 1 / (A^{-1})_jj`` the Schur
+    complement, ``s_j <- clip(s_j + sigma_j - lam, 0, 1)``. The lower Cholesky
+    factor ``L`` of ``A`` is kept current by rank-one-per-coordinate updates
+    applied ``b`` coordinates at a time (``b = block_size``): for a block ``J``
+    one triangular solve gives ``X = L^{-1} E_J`` and ``G = X^T X = (A^{-1})_{JJ}``;
+    the ``b`` coordinate updates run sequentially on ``G`` (Sherman-Morrison on
+    ``b x b``); then the ``b`` rank-one changes are folded into ``L`` by a
+    blocked Gill-Golub-Murray-Saunders update (matrix products only).
+    ``L`` is never re-factorised; ``O(p^3)`` flops per sweep. Certification
+    starts once ``lam * p <= tol * 1^T s / 4`` from a Newton-re-centred copy of
+    the iterate; ``lam`` is only decreased after sweeps that found the iterate
+    near the central path. It needs several times more sweeps than Newton
+    needs steps (measured counts: ``benchmarks/measured/NOTES.md``) and can
+    jam a few 1e-4 short of OPT on AR(1)-like matrices (the certificate
+    exposes it as ``RESULTS.stagnated``), which is why Newton is the default;
+    the coordinate form is the one that scales to factor models
+    (:func:`~jaxknock.sdp_factor`).
+
+    Both loops are driven by :func:`jaxknock._iterate.iterative_solve`.
+
+    Args:
+        Sigma: ``(p, p)`` positive definite covariance or correlation matrix,
+            float64, or a batch ``(B, p, p)`` (solved with ``vmap``).
+        tol: relative duality-gap tolerance.
+        max_steps: maximum number of sweeps / Newton steps (``max_sweeps`` is a
+            deprecated alias).
+        lam0: initial barrier parameter (default 0.5; Newton starts at ``lam0 / p``).
+        decay: barrier decrease per sweep (coordinate method), in (0, 1).
+        block_size: coordinates per block (coordinate method; default 64, or
+            ``~p/4`` for small p).
+        method: ``"newton"`` (default) or ``"coordinate"`` (Algorithm 4).
+        throw: raise ``RuntimeError`` if not converged.
+
+    Returns:
+        :class:`~jaxknock.Solution`: ``value`` is ``s`` (covariance scale),
+        ``stats`` has ``num_steps`` (sweeps or Newton steps; also
+        ``sweeps`` and ``newton_steps``), ``max_steps``, ``objective``
+        (``1^T s`` correlation scale), ``dual``, ``gap`` (certified),
+        ``lam`` (final barrier parameter), ``min_eig``; ``state`` is the
+        final :class:`~jaxknock.svector.SDPState` (coordinate) or
+        :class:`~jaxknock.svector.NewtonState` (Newton).
+
+    Example:
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> C = 0.5 * jnp.eye(4) + 0.5
+        >>> s = sdp(C).value   # = min(1, 2(1 - 0.5)) = 1
+        >>> bool(jnp.allclose(s, 1.0, atol=1e-4))
+        True
+    """
+    _common.check_settings(tol, max_steps, decay, lam0)
+    Sigma = _checks.validate_sigma(Sigma)
+    p = Sigma.shape[-1]
+    b = block_size or coordinate.default_block(p)
+    if not (isinstance(b, (int, np.integer)) and 1 <= b):
+        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    b = int(min(b, p))
+    lam0 = 0.5 if lam0 is None else float(lam0)
+    if method not in _SDP_METHODS:
+        raise ValueError(f"method must be one of {_SDP_METHODS}, got {method!r}")
+    fn = _sdp_jit
+    if Sigma.ndim == 3:
+        fn = jax.vmap(_sdp_jit, in_axes=(0, None, None, None, None, None, None))
+    sol = fn(Sigma, float(tol), int(max_steps), lam0, float(decay), b, method)
+    return raise_if_failed(sol, throw)
+
+
+@jax.jit(static_argnums=(1, 2, 3, 4, 5, 6))
+def _sdp_jit(Sigma, tol, max_steps, lam0, decay, b, method="newton"):
+    p = Sigma.shape[-1]
+    Cfull = to_correlation(Sigma)
+    cap = jnp.minimum(1.0, 2.0 * jnp.diagonal(Cfull))
+    sweeps = newton_steps = jnp.int32(0)
+    if method == "coordinate":
+        it = coordinate.solve_sweeps(Cfull, lam0, b, tol, decay, max_steps)
+        state = it.state
+        s_corr, lam_end, dual, sweeps = state.s[:p], state.lam, state.dual, it.num_steps
+    else:
+        start = jnp.zeros(p, Cfull.dtype)
+        it = newton.solve_path(Cfull, start, jnp.asarray(lam0 / p, Cfull.dtype), cap, tol, max_steps)
+        state = it.state
+        s_corr, lam_end, dual, newton_steps = state.s, state.lam, state.dual, it.num_steps
+    gap = dual - jnp.sum(s_corr)
+    A = 2.0 * Cfull - jnp.diag(s_corr)
+    min_eig = jnp.linalg.eigvalsh(A)[0]
+    finite = jnp.all(jnp.isfinite(s_corr))
+    # the final iterate may differ from the loop's (Newton snaps bound-active
+    # coordinates onto the cap, which only raises 1^T s), so certification is re-checked
+    converged = gap / jnp.maximum(jnp.sum(s_corr), 1e-12) <= tol
+    result = jnp.where(
+        ~finite,
+        RESULTS.nonfinite,
+        # infeasible: eigvalsh says so and a Cholesky factorisation fails too (within
+        # ~1e-14 of the PD boundary eigvalsh's sign is rounding noise)
+        jnp.where(
+            (min_eig < 0) & ~_common.is_pd(2.0 * Cfull, s_corr),
+            RESULTS.infeasible,
+            jnp.where(converged, RESULTS.successful, it.result),
+        ),
+    ).astype(jnp.int32)
+    stats = {
+        "num_steps": sweeps + newton_steps,
+        "sweeps": sweeps,
+        "newton_steps": newton_steps,
+        "max_steps": max_steps,
+        "objective": jnp.sum(s_corr),
+        "dual": dual,
+        "gap": gap,
+        "lam": lam_end,
+        "min_eig": min_eig,
+    }
+    return Solution(s_corr * jnp.diagonal(Sigma), result, stats, state)

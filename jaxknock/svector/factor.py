@@ -1,0 +1,297 @@
+r"""Knockoff SDP for a factor model ``Sigma = D + U U^T`` (FANOK thesis Algorithm 5).
+
+Barrier coordinate ascent with ``O(p k^2)`` work per sweep and ``O(p k)``
+memory. Three layers: :func:`sdp_factor_init` / :func:`sdp_factor_step`
+(public), :func:`factor_init` / :func:`factor_step` / :func:`factor_terminate`
+(on the unit-diagonal model), driven by
+:func:`jaxknock._iterate.iterative_solve` inside :func:`sdp_factor`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxknock._deprecation import renamed_kwargs
+from jaxknock._iterate import iterative_solve
+from jaxknock._solution import RESULTS, Solution, raise_if_failed
+from jaxknock.covariance import FactorModel
+from jaxknock.svector import _common
+from jaxknock.svector._common import HIGHEST
+from jaxknock.svector.certificate import gap_from_inverse_diag
+
+__all__ = ["FactorSDPState", "sdp_factor", "sdp_factor_init", "sdp_factor_step"]
+
+_FACTOR_BLOCK = 256
+
+
+class FactorSDPState(NamedTuple):
+    """State of :func:`sdp_factor` (unit-diagonal model): ``s``, ``N = M^{-1}`` with
+    ``M = I + 2 U^T (2D - diag s)^{-1} U``, barrier ``lam``, sweep counter and
+    the last certified ``gap`` / ``dual``."""
+
+    s: jax.Array
+    N: jax.Array
+    lam: jax.Array
+    sweep: jax.Array
+    gap: jax.Array
+    dual: jax.Array
+
+
+def _factor_sweep(state: FactorSDPState, d, U):
+    r"""One sweep of Algorithm 5.
+
+    For coordinate ``j`` with ``dt_j = 2 d_j - s_j`` and ``a = u_j^T N u_j``,
+    the Schur complement of ``A`` w.r.t. the other coordinates is
+    ``sigma_j = dt_j^2 / (dt_j - 2a)`` (= ``1 / (A^{-1})_jj`` by Woodbury);
+    the update is ``s_j <- clip(s_j + sigma_j - lam, 0, 1)`` and ``N`` gets the
+    Sherman-Morrison update for ``M += 2 u u^T (1/dt_new - 1/dt_old)``, written as
+    ``N - 2 delta N u u^T N / (dt_old dt_new + 2 delta a)`` so that no
+    ``1 / dt`` appears in the update itself.
+    """
+    p = U.shape[0]
+    lam = state.lam
+    cap = jnp.minimum(1.0, 2.0 * (d + jnp.sum(U**2, axis=1)))
+    # Coordinates are visited in blocks of ``b``: the inner loop carries only the
+    # block's slices, so each step touches O(b + k^2) memory (a loop carrying the
+    # whole p-vector copies it at every step on some backends: O(p^2) per sweep).
+    b = min(_FACTOR_BLOCK, p)
+    nblocks = -(-p // b)
+    pad = nblocks * b - p
+    # padded coordinates have u = 0, d = 1, cap = 0: their update is s = 0, no-op
+    Ub = jnp.pad(U, ((0, pad), (0, 0))).reshape(nblocks, b, -1)
+    db = jnp.pad(d, (0, pad), constant_values=1.0).reshape(nblocks, b)
+    cb = jnp.pad(cap, (0, pad)).reshape(nblocks, b)
+    sb = jnp.pad(state.s, (0, pad)).reshape(nblocks, b)
+
+    def block(kb, carry):
+        sb, N, cent = carry
+        Ublk, dblk, cblk = Ub[kb], db[kb], cb[kb]
+
+        def coord(i, carry):
+            s_blk, N, cent = carry
+            u = Ublk[i]
+            Nu = jnp.matmul(N, u, precision=HIGHEST)
+            a = jnp.dot(u, Nu, precision=HIGHEST)
+            s_old = s_blk[i]
+            dt_old = 2.0 * dblk[i] - s_old
+            sigma = dt_old**2 / (dt_old - 2.0 * a)
+            s_new = jnp.clip(s_old + sigma - lam, 0.0, cblk[i])
+            dlt = s_new - s_old
+            dt_new = dt_old - dlt
+            denom = dt_old * dt_new + 2.0 * dlt * a
+            N = N - (2.0 * dlt / denom) * jnp.outer(Nu, Nu)
+            cent = jnp.maximum(cent, _common.off_centre(s_old, s_new, sigma, lam, cblk[i]))
+            return s_blk.at[i].set(s_new), N, cent
+
+        s_blk, N, cent = lax.fori_loop(0, b, coord, (sb[kb], N, cent))
+        return sb.at[kb].set(s_blk), N, cent
+
+    sb, N, cent = lax.fori_loop(0, nblocks, block, (sb, state.N, jnp.zeros((), U.dtype)))
+    s = sb.reshape(-1)[:p]
+    # refresh the k x k inverse once per sweep (O(p k^2)) to stop drift
+    N = _common.factor_capacitance_inverse(d, U, s)
+    h = _common.factor_inverse_diag(d, U, s, N)
+    dual, gap = gap_from_inverse_diag(s, h, lam)
+    return FactorSDPState(s, N, lam, state.sweep + 1, gap, dual), cent
+
+
+def factor_init(d, U, lam0=None) -> FactorSDPState:
+    """Initial state at ``s = 0`` for the unit-diagonal model ``(d, U)``.
+
+    ``lam0`` (Python float) or, by default, ``min(0.5, max_j 1 / (2 Sigma)^{-1}_jj)``.
+    """
+    p = U.shape[0]
+    s0 = jnp.zeros(p, U.dtype)
+    inf = jnp.asarray(jnp.inf, U.dtype)
+    N0 = _common.factor_capacitance_inverse(d, U, s0)
+    if lam0 is not None:
+        lam_start = jnp.asarray(lam0, U.dtype)
+    else:
+        # the largest lam at which a coordinate moves off s = 0 on the first sweep:
+        # max_j sigma_j(0) = max_j 1 / (2 Sigma)^{-1}_jj; sweeps above it change nothing
+        lam_start = jnp.minimum(0.5, jnp.max(1.0 / _common.factor_inverse_diag(d, U, s0, N0)))
+    return FactorSDPState(s0, N0, lam_start, jnp.int32(0), inf, inf)
+
+
+def factor_step(st: FactorSDPState, d, U, tol, decay, centrality=1.0) -> FactorSDPState:
+    """One sweep of Algorithm 5 on the unit-diagonal model, then the ``lam`` update.
+
+    ``lam <- decay * lam`` unless the sweep found the iterate off the central
+    path (``|sigma_j / lam - 1| > centrality`` for some coordinate) or
+    ``lam * p`` is already below ``tol * 1^T s / 20``.
+    """
+    p = U.shape[0]
+    st, cent = _factor_sweep(st, d, U)
+    # once lam * p is below the target gap, keep lam and keep sweeping: extra
+    # sweeps at fixed lam re-centre the iterate, which tightens the certificate
+    hold = (st.lam * p <= 0.05 * tol * jnp.maximum(jnp.sum(st.s), 1e-12)) | (cent > centrality)
+    return st._replace(lam=jnp.where(hold, st.lam, st.lam * decay))
+
+
+def factor_terminate(st: FactorSDPState, tol):
+    """``(done, code)``: the certified relative gap is at most ``tol`` (``successful``)."""
+    rel = st.gap / jnp.maximum(jnp.sum(st.s), 1e-12)
+    return rel <= tol, jnp.int32(RESULTS.successful)
+
+
+def _factor_finite(st: FactorSDPState):
+    return jnp.all(jnp.isfinite(st.s)) & jnp.isfinite(st.lam)
+
+
+def _unit_diagonal(d, U):
+    diag = d + jnp.sum(U**2, axis=1)
+    return d / diag, U / jnp.sqrt(diag)[:, None], diag
+
+
+@renamed_kwargs(max_sweeps="max_steps")
+def sdp_factor(
+    model: FactorModel,
+    *,
+    tol: float = 1e-5,
+    max_steps: int = 500,
+    lam0: float | None = None,
+    decay: float = 0.6,
+    throw: bool = False,
+) -> Solution:
+    r"""Knockoff SDP for a factor model ``Sigma = D + U U^T`` (FANOK Algorithm 5).
+
+    Same barrier problem and coordinate update as :func:`~jaxknock.sdp`, but
+    ``A = 2 Sigma - diag(s) = Dt + 2 U U^T`` with ``Dt = 2D - diag(s)``, so
+    (Lemma 5 + Woodbury) every coordinate needs only
+    ``a_j = u_j^T M^{-1} u_j`` with the ``k x k`` capacitance
+    ``M = I + 2 U^T Dt^{-1} U``. ``M^{-1}`` is kept current by a rank-one
+    update per coordinate (``O(k^2)``) and recomputed from scratch once per
+    sweep (``O(p k^2)``) to prevent drift. Total: ``O(p k^2)`` per sweep,
+    ``O(p k)`` memory, no ``p x p`` array. Coordinates are visited in blocks
+    of 256 so that the inner loop only carries the block (a loop carrying the
+    whole ``s`` would copy it at each coordinate, ``O(p^2)`` per sweep).
+
+    Schedule: ``lam`` starts at ``lam0`` or, by default, at
+    ``min(0.5, max_j 1 / (2 Sigma)^{-1}_jj)``, the largest value at which a
+    coordinate leaves ``s = 0`` (sweeps above it change nothing), and is
+    multiplied by ``decay`` (default 0.6) after each sweep whose iterate is
+    within a factor 2 of the central path (``|sigma_j / lam - 1| <= 1``);
+    otherwise the sweep is repeated at the same ``lam``. The run stops when
+    the certified relative gap is at most ``tol``; the number of sweeps
+    barely depends on ``p`` (measured counts: ``benchmarks/measured/NOTES.md``).
+
+    The model is first rescaled to unit diagonal
+    (``d/diag``, ``U/sqrt(diag)``) and ``s`` mapped back. The certified gap uses
+    ``diag(A^{-1})`` from Woodbury; feasibility ``A > 0`` is checked exactly by
+    inertia (``min_eig`` is reported as NaN: not cheap for a factor model,
+    ``stats['feasible']`` holds the check).
+
+    Caveat (thesis section 4.2): ``Dt_j`` may pass through 0 when ``s_j``
+    crosses ``2 d_j``; the update formula avoids dividing by it, but a
+    ``Dt_j`` within rounding of 0 makes ``M`` ill-conditioned. Such runs end
+    with ``RESULTS.nonfinite`` rather than a silent wrong answer.
+
+    Args:
+        model: :class:`~jaxknock.FactorModel` (float64), or one with a leading
+            batch axis on ``d`` and ``U`` (solved with ``vmap``).
+        tol, max_steps, throw: as in :func:`~jaxknock.sdp` (``max_sweeps`` is a
+            deprecated alias of ``max_steps``).
+        lam0: initial barrier parameter (default: automatic, see above).
+        decay: factor applied to ``lam`` after each centred sweep.
+
+    Returns:
+        :class:`~jaxknock.Solution` with ``value = s`` and ``stats``
+        ``num_steps, max_steps, objective, dual, gap, lam, min_eig (NaN), feasible``;
+        ``state`` is the final :class:`FactorSDPState`.
+
+    Example:
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> model = FactorModel(jnp.full(1000, 0.5), jnp.full((1000, 1), 0.5 ** 0.5))
+        >>> s = sdp_factor(model).value   # equicorrelated rho=0.5 -> s = 1
+        >>> bool(jnp.allclose(s, 1.0, atol=1e-4))
+        True
+    """
+    _common.check_settings(tol, max_steps, decay, lam0)
+    model = _common.validate_model(model)
+    lam0 = None if lam0 is None else float(lam0)
+    fn = _sdp_factor_jit
+    if model.U.ndim == 3:
+        fn = jax.vmap(_sdp_factor_jit, in_axes=(0, 0, None, None, None, None))
+    sol = fn(model.d, model.U, float(tol), int(max_steps), lam0, float(decay))
+    return raise_if_failed(sol, throw)
+
+
+@jax.jit(static_argnums=(2, 3, 4, 5))
+def _sdp_factor_jit(d, U, tol, max_steps, lam0, decay):
+    dc, Uc, diag = _unit_diagonal(d, U)
+    it = iterative_solve(
+        factor_init(dc, Uc, lam0),
+        lambda st: factor_step(st, dc, Uc, tol, decay),
+        lambda st: factor_terminate(st, tol),
+        max_steps=max_steps,
+        finite=_factor_finite,
+    )
+    state = it.state
+    s = state.s
+    feasible = _common.factor_is_pd(dc, Uc, s)
+    finite = jnp.all(jnp.isfinite(s)) & jnp.isfinite(state.gap)
+    gap = jnp.where(feasible, state.gap, jnp.inf)
+    converged = gap / jnp.maximum(jnp.sum(s), 1e-12) <= tol
+    result = jnp.where(
+        ~finite,
+        RESULTS.nonfinite,
+        jnp.where(~feasible, RESULTS.infeasible, jnp.where(converged, RESULTS.successful, it.result)),
+    ).astype(jnp.int32)
+    stats = {
+        "num_steps": it.num_steps,
+        "max_steps": max_steps,
+        "objective": jnp.sum(s),
+        "dual": jnp.where(feasible, state.dual, jnp.inf),
+        "gap": gap,
+        "lam": state.lam,
+        "min_eig": jnp.full((), jnp.nan, U.dtype),
+        "feasible": feasible,
+    }
+    return Solution(s * diag, result, stats, state)
+
+
+# --------------------------------------------------------------------------
+# public init / step
+# --------------------------------------------------------------------------
+
+
+def sdp_factor_init(model: FactorModel, *, lam0: float | None = None) -> FactorSDPState:
+    """Initial :class:`FactorSDPState` of :func:`sdp_factor` (``s = 0``, on the unit-diagonal model).
+
+    Drive it with :func:`sdp_factor_step`; ``state.s * diag(Sigma)`` maps the
+    iterate back to the covariance scale.
+
+    Example:
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> model = FactorModel(jnp.full(50, 0.5), jnp.full((50, 1), 0.5 ** 0.5))
+        >>> st = sdp_factor_init(model)
+        >>> for _ in range(2):
+        ...     st = sdp_factor_step(st, model)
+        >>> int(st.sweep)
+        2
+    """
+    model = _common.validate_model(model)
+    if model.U.ndim != 2:
+        raise ValueError("sdp_factor_init takes one model (d of shape (p,), U of shape (p, k))")
+    dc, Uc, _ = _unit_diagonal(model.d, model.U)
+    return factor_init(dc, Uc, None if lam0 is None else float(lam0))
+
+
+@jax.jit
+def _sdp_factor_step(state, d, U, tol, decay):
+    dc, Uc, _ = _unit_diagonal(d, U)
+    return factor_step(state, dc, Uc, tol, decay)
+
+
+def sdp_factor_step(
+    state: FactorSDPState, model: FactorModel, *, tol: float = 1e-5, decay: float = 0.6
+) -> FactorSDPState:
+    """One sweep of :func:`sdp_factor` and its ``lam`` update: exactly the step its loop drives.
+
+    The result code of a state is ``factor_terminate(state, tol)``.
+    """
+    return _sdp_factor_step(state, jnp.asarray(model.d), jnp.asarray(model.U), tol, decay)
