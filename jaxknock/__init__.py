@@ -4,7 +4,9 @@ the convex solvers behind them, in JAX."""
 from jaxknock._io import class_sums_dask, class_sums_npz, iter_npz_blocks
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import (
+    FactorFit,
     FactorModel,
+    LedoitWolf,
     empirical_covariance,
     estimate_factor_model,
     factor_model_from_data,
@@ -71,6 +73,8 @@ __all__ = [
     "Solution",
     # covariance
     "FactorModel",
+    "LedoitWolf",
+    "FactorFit",
     "empirical_covariance",
     "ledoit_wolf",
     "to_correlation",

@@ -55,6 +55,7 @@ from jaxknock._checks import (
 )
 from jaxknock._solution import Solution
 from jaxknock.covariance import FactorModel
+from jaxknock.distributed import shard_batch
 
 __all__ = [
     "sample_knockoffs",
@@ -234,7 +235,7 @@ def _weighted_gram(e, V, positive):
     return _mm(V.T, V * w[:, None])
 
 
-def _diag_plus_lowrank_is_pd(e, V) -> bool:
+def diag_plus_lowrank_is_pd(e, V) -> bool:
     """True if ``E = diag(e) + V V^T`` is positive definite; ``e`` may be indefinite.
 
     Fast path, O(p k^2) in one GEMM: split the rows into P (``e_j`` clearly
@@ -274,12 +275,12 @@ def _check_feasible_factor(d, U, s):
         return
     tol = _feasibility_tol(np.asarray(d + jnp.sum(U**2, axis=1)), d.dtype)
     V = jnp.sqrt(2.0) * U
-    if bool(_diag_plus_lowrank_is_pd(2.0 * d - s + tol, V)):
+    if bool(diag_plus_lowrank_is_pd(2.0 * d - s + tol, V)):
         return
     lo, hi = 0.0, 1.0  # feasible at 0 (D > 0), infeasible at 1
     for _ in range(40):
         mid = 0.5 * (lo + hi)
-        if bool(_diag_plus_lowrank_is_pd(2.0 * d - mid * s + tol, V)):
+        if bool(diag_plus_lowrank_is_pd(2.0 * d - mid * s + tol, V)):
             lo = mid
         else:
             hi = mid
@@ -704,49 +705,17 @@ def sample_knockoffs_factor(key, X, model, s, *, mu=None):
 # --------------------------------------------------------------------------
 
 
-def _available_memory_bytes(device=None) -> int:
-    """Free memory of ``device`` (default: the first device); see
-    :func:`jaxknock.distributed.device_memory_bytes`."""
-    return _memory.device_memory_bytes(device or jax.devices()[0])
-
-
-def _replicate_bytes(n: int, p: int, k: int | None, itemsize: int) -> tuple[int, int]:
-    """(shared, per-replicate workspace) bytes; see :func:`sample_replicates`."""
-    if k is None:  # dense: mean + factor shared; normals + product + output per replicate
-        return (n * p + p * p) * itemsize, 3 * n * p * itemsize
-    m = _block_size(p, k)
-    return (n * k + p * (m + 2 * k)) * itemsize, (n * p + 4 * n * (m + k)) * itemsize
-
-
-def _auto_chunk(R, n, p, k, itemsize, stream, available):
-    """Replicates per chunk: as many as fit in half of ``available`` bytes, at least 1."""
-    shared, per_rep = _replicate_bytes(n, p, k, itemsize)
-    if stream:
-        per_rep += n * p * itemsize  # the chunk held by the consumer
-        out_bytes = 0
-    else:
-        out_bytes = R * n * p * itemsize
-    if shared + out_bytes + per_rep > available:
-        if stream:
-            raise ValueError(
-                f"one replicate needs about {(shared + per_rep) / 2**30:.3g} GiB but only "
-                f"{available / 2**30:.3g} GiB are available"
-            )
-        raise ValueError(
-            f"the (R, n, p) = ({R}, {n}, {p}) result needs {out_bytes / 2**30:.3g} GiB and "
-            f"only {available / 2**30:.3g} GiB are available; pass stream=True to iterate "
-            "over chunks of replicates instead"
-        )
-    budget = available // 2
-    return int(max(1, min(R, (budget - shared - out_bytes) // per_rep)))
-
-
 def _sampler_spec(X, Sigma, s, mu):
     if isinstance(Sigma, FactorModel):
         X, d, U, s, mu = _validate_factor(X, Sigma, s, mu)
         return "factor", X, (d, U, s), mu, U.shape[1]
     X, Sig, s, mu = _validate_dense(X, Sigma, s, mu)
     return "dense", X, (Sig, s), mu, None
+
+
+def _sampler_bytes(n: int, p: int, k: int | None, itemsize: int) -> tuple[int, int]:
+    """(shared, per-replicate) bytes of the sampler for these shapes (see :func:`sample_replicates`)."""
+    return _memory.knockoff_bytes(n, p, k, itemsize, block_size=None if k is None else _block_size(p, k))
 
 
 # The key-independent plan (factorisation of Omega, conditional mean) and the draw
@@ -761,12 +730,56 @@ def _plan(X, params, mu, kind):
     return _dense_plan(X, *params, mu)
 
 
-def _draw(key, plan):
+def replicate_plan(X, Sigma, s, *, mu=None, force_recursion: bool = False):
+    """The key-independent part of a knockoff draw, validated and computed once.
+
+    The plan/draw seam of the samplers (for the fused sampling + statistics
+    stage of :func:`jaxknock.knockoff_filter`, benchmarks and tests):
+    ``draw_replicate(key, replicate_plan(X, Sigma, s))`` equals
+    ``sample_knockoffs(key, X, Sigma, s)`` (or ``sample_knockoffs_factor``
+    for a :class:`jaxknock.FactorModel`). The plan is a pytree of arrays
+    (the conditional mean and the factor of ``Omega``), so it can be
+    broadcast to devices; :func:`plan_bytes` gives its memory estimate.
+
+    Args:
+        X, Sigma, s, mu: as :func:`sample_knockoffs` / :func:`sample_knockoffs_factor`.
+        force_recursion: factor model only; use the blocked ``L Delta L^T``
+            recursion even when ``C >= 0`` (the path indefinite ``C`` needs;
+            same distribution).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> Sigma = 0.5 * jnp.eye(3) + 0.5
+        >>> X = jax.random.normal(jax.random.key(1), (20, 3))
+        >>> plan = replicate_plan(X, Sigma, jnp.full(3, 0.9))
+        >>> bool(jnp.all(draw_replicate(jax.random.key(0), plan)
+        ...               == sample_knockoffs(jax.random.key(0), X, Sigma, jnp.full(3, 0.9))))
+        True
+    """
+    kind, X, params, mu, _ = _sampler_spec(X, Sigma, s, mu)
+    if force_recursion:
+        if kind != "factor":
+            raise ValueError("force_recursion applies to a FactorModel only")
+        kind = "factor_recursive"
+    return _plan(X, params, mu, kind)
+
+
+def draw_replicate(key, plan):
+    """One knockoff replicate from a :func:`replicate_plan` (pure; ``vmap`` it over split keys)."""
     return _factor_draw(key, plan) if isinstance(plan, _FactorPlan) else _dense_draw(key, plan)
 
 
-_draw_one = jax.jit(_draw)
-_draw_chunk = jax.jit(jax.vmap(_draw, in_axes=(0, None)))
+def plan_bytes(plan) -> tuple[int, int]:
+    """``(shared, per_replicate)`` bytes of drawing from ``plan`` (:func:`jaxknock._memory.knockoff_bytes`)."""
+    if isinstance(plan, _FactorPlan):
+        n, p = plan.X.shape
+        return _memory.knockoff_bytes(n, p, plan.Zb.shape[-1], plan.X.dtype.itemsize, block_size=plan.A.shape[1])
+    n, p = plan.mean.shape
+    return _memory.knockoff_bytes(n, p, None, plan.mean.dtype.itemsize)
+
+
+_draw_one = jax.jit(draw_replicate)
+_draw_chunk = jax.jit(jax.vmap(draw_replicate, in_axes=(0, None)))
 
 
 @partial(jax.jit, donate_argnums=0)
@@ -863,7 +876,17 @@ def sample_replicates(
             key, X, params, mu, kind, k, R, chunk_size, stream, _mesh.resolve_mesh(devices, mesh, None)
         )
     if chunk_size is None:
-        chunk = _auto_chunk(R, n, p, k, X.dtype.itemsize, stream, _available_memory_bytes())
+        shared, per_rep = _sampler_bytes(n, p, k, X.dtype.itemsize)
+        chunk = _memory.replicate_chunk(
+            R,
+            n,
+            p,
+            X.dtype.itemsize,
+            shared,
+            per_rep,
+            stream=stream,
+            memory_bytes=_memory.device_memory_bytes(jax.devices()[0]),
+        )
     else:
         chunk = int(min(chunk_size, R))
     keys = jax.random.split(key, R)
@@ -878,18 +901,16 @@ def sample_replicates(
 
 def _sharded_replicates(key, X, params, mu, kind, k, R, chunk_size, stream, mesh):
     """:func:`sample_replicates` over the devices of a 1-D mesh (see its docstring)."""
-    from jaxknock import distributed as _dist
-
     n, p = X.shape
     D = int(mesh.shape[mesh.axis_names[0]])
     b = X.dtype.itemsize
-    shared, per_rep = _replicate_bytes(n, p, k, b)
+    shared, per_rep = _sampler_bytes(n, p, k, b)
     if stream:
         per_rep += n * p * b  # the chunk held by the consumer
     else:
         shared += -(-R // D) * n * p * b  # this device's share of the (R, n, p) result
     if chunk_size is None:
-        chunk = _dist.plan_chunk(
+        chunk = _memory.plan_chunk(
             R,
             per_rep,
             shared_bytes=shared,
@@ -905,12 +926,19 @@ def _sharded_replicates(key, X, params, mu, kind, k, R, chunk_size, stream, mesh
     if stream:
         step = D * chunk
         return (
-            _dist.shard_batch(
-                _draw, keys[i : i + step], broadcast=(plan,), mesh=mesh, axis_name=mesh.axis_names[0], chunk_size=chunk
+            shard_batch(
+                draw_replicate,
+                keys[i : i + step],
+                broadcast=(plan,),
+                mesh=mesh,
+                axis_name=mesh.axis_names[0],
+                chunk_size=chunk,
             )
             for i in range(0, R, step)
         )
-    return _dist.shard_batch(_draw, keys, broadcast=(plan,), mesh=mesh, axis_name=mesh.axis_names[0], chunk_size=chunk)
+    return shard_batch(
+        draw_replicate, keys, broadcast=(plan,), mesh=mesh, axis_name=mesh.axis_names[0], chunk_size=chunk
+    )
 
 
 # --------------------------------------------------------------------------

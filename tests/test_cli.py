@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jaxknock import cli
-from jaxknock._progress import Progress, progress_enabled
+from jaxknock.cli.progress import Progress, progress_enabled
 
 ROOT = Path(__file__).resolve().parents[1]
 

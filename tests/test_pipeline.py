@@ -2,7 +2,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxknock.pipeline import knockoff_filter, power_fdp
+from jaxknock.cli.demo import power_fdp
+from jaxknock.pipeline import knockoff_filter
 
 
 def make_data(n=400, p=30, k=8, amp=1.0, seed=0):
