@@ -109,9 +109,42 @@ def check_in_open_interval(value, lo, hi, name: str):
         raise ValueError(f"{name} must lie in ({lo}, {hi}), got {value}")
 
 
+def check_nonnegative(x, name: str):
+    """Raise if a concrete ``x`` has negative entries (e.g. an S-vector ``s``)."""
+    if not is_concrete(x):
+        return
+    v = np.asarray(x)
+    if np.any(v < 0):
+        j = int(np.argmin(v))
+        raise ValueError(
+            f"{name} must be non-negative, but {int(np.sum(v < 0))} entries are negative ({name}[{j}] = {v[j]:.3g})"
+        )
+
+
 # --------------------------------------------------------------------------
-# Settings, responses and feature statistics
+# Settings, keys, responses and feature statistics
 # --------------------------------------------------------------------------
+
+
+def check_key(key):
+    """A single ``jax.random`` key (typed, or a raw ``uint32`` key of shape ``(2,)``); batches are refused."""
+    if not hasattr(key, "dtype"):
+        raise TypeError(f"key must be a jax.random key (jax.random.key(seed)), got {type(key)}")
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.ndim != 0:
+            raise ValueError(
+                f"key must be a single key, got a batch of shape {tuple(key.shape)}; draw "
+                "many replicates with jax.vmap over jax.random.split(key, R) or with "
+                "jaxknock.sample_replicates"
+            )
+    elif key.dtype == jnp.uint32:
+        if key.ndim != 1:
+            raise ValueError(
+                f"key must be a single raw key of shape (2,), got shape {tuple(key.shape)}; "
+                "draw many replicates with jaxknock.sample_replicates"
+            )
+    else:
+        raise TypeError(f"key must be a jax.random key (jax.random.key(seed)), got dtype {key.dtype}")
 
 
 def check_choice(value, choices, name: str):

@@ -47,7 +47,9 @@ from jaxknock import _memory, _mesh
 from jaxknock._checks import (
     as_float_array,
     check_finite,
+    check_key,
     check_ndim,
+    check_nonnegative,
     check_positive_definite,
     check_square,
     check_symmetric,
@@ -76,26 +78,6 @@ def _mm(a, b):
 # --------------------------------------------------------------------------
 
 
-def _check_key(key):
-    if not hasattr(key, "dtype"):
-        raise TypeError(f"key must be a jax.random key (jax.random.key(seed)), got {type(key)}")
-    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        if key.ndim != 0:
-            raise ValueError(
-                f"key must be a single key, got a batch of shape {tuple(key.shape)}; draw "
-                "many replicates with jax.vmap over jax.random.split(key, R) or with "
-                "jaxknock.sample_replicates"
-            )
-    elif key.dtype == jnp.uint32:
-        if key.ndim != 1:
-            raise ValueError(
-                f"key must be a single raw key of shape (2,), got shape {tuple(key.shape)}; "
-                "draw many replicates with jaxknock.sample_replicates"
-            )
-    else:
-        raise TypeError(f"key must be a jax.random key (jax.random.key(seed)), got dtype {key.dtype}")
-
-
 def _as_s(s, p: int):
     if isinstance(s, Solution):  # output of the S-vector solvers
         s = s.value
@@ -107,7 +89,7 @@ def _as_s(s, p: int):
 
 
 def _column_means(X):
-    # a GEMV: XLA's CPU reduction over the leading axis is ~30x slower
+    # a GEMV: XLA's CPU reduction over the leading axis is much slower (benchmarks/measured/NOTES.md, core)
     return _mm(jnp.ones(X.shape[0], X.dtype), X) / X.shape[0]
 
 
@@ -149,17 +131,6 @@ def _common_dtype(*arrays):
 def _feasibility_tol(diag_sigma: np.ndarray, dtype) -> float:
     """Slack accepted in ``2 Sigma - diag(s) >= 0``: sqrt(eps) relative to max diag(Sigma)."""
     return float(np.sqrt(np.finfo(np.dtype(dtype)).eps) * max(np.max(np.abs(diag_sigma)), 1e-300))
-
-
-def _check_s_nonnegative(s):
-    if not is_concrete(s):
-        return
-    sv = np.asarray(s)
-    if np.any(sv < 0):
-        j = int(np.argmin(sv))
-        raise ValueError(
-            f"s must be non-negative, but {int(np.sum(sv < 0))} entries are negative (s[{j}] = {sv[j]:.3g})"
-        )
 
 
 def _infeasible_message(gamma: float, lam_min: float | None) -> str:
@@ -351,7 +322,7 @@ def _validate_dense(X, Sigma, s, mu):
     if mu is not None:
         check_finite(mu, "mu")
     check_symmetric(Sigma, "Sigma")
-    _check_s_nonnegative(s)
+    check_nonnegative(s, "s")
     _check_feasible_dense(Sigma, s)
     return X, Sigma, s, mu
 
@@ -405,7 +376,7 @@ def sample_knockoffs(key, X, Sigma, s, *, mu=None):
         >>> Xk.shape
         (100, 3)
     """
-    _check_key(key)
+    check_key(key)
     X, Sigma, s, mu = _validate_dense(X, Sigma, s, mu)
     return _draw_one(key, _plan(X, (Sigma, s), mu, "dense"))
 
@@ -625,7 +596,7 @@ def _validate_factor(X, model, s, mu):
         dv = np.asarray(d)
         j = int(np.argmin(dv))
         raise ValueError(f"model.d must be positive (Sigma = diag(d) + U U^T with d > 0), got d[{j}] = {dv[j]:.3g}")
-    _check_s_nonnegative(s)
+    check_nonnegative(s, "s")
     _check_feasible_factor(d, U, s)
     return X, d, U, s, mu
 
@@ -695,7 +666,7 @@ def sample_knockoffs_factor(key, X, model, s, *, mu=None):
         >>> Xk.shape
         (50, 1000)
     """
-    _check_key(key)
+    check_key(key)
     X, d, U, s, mu = _validate_factor(X, model, s, mu)
     return _draw_one(key, _plan(X, (d, U, s), mu, "factor"))
 
@@ -858,7 +829,7 @@ def sample_replicates(
         >>> total = sum(c.sum() for c in jaxknock.sample_replicates(
         ...     jax.random.key(0), X, Sigma, jnp.full(4, 0.9), 8, stream=True))
     """
-    _check_key(key)
+    check_key(key)
     if isinstance(num_replicates, bool) or not isinstance(num_replicates, (int, np.integer)):
         raise TypeError(f"num_replicates must be an int, got {type(num_replicates).__name__}")
     R = int(num_replicates)
@@ -1011,7 +982,7 @@ def fixed_x_knockoffs(X, s):
     X, s = _common_dtype(X, s)
     _check_finite_large(X, "X")
     check_finite(s, "s")
-    _check_s_nonnegative(s)
+    check_nonnegative(s, "s")
     norms = jnp.linalg.norm(X, axis=0)
     if is_concrete(norms) and np.any(np.asarray(norms) == 0):
         j = int(np.argmin(np.asarray(norms)))
