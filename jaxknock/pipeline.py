@@ -212,8 +212,13 @@ def knockoff_filter(
         :class:`Selection`.
 
     Example:
-        >>> sel = knockoff_filter(jax.random.key(0), X, y, fdr=0.1, num_replicates=10)
-        >>> sel.selected
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.standard_normal((200, 10))
+        >>> y = X[:, 0] - X[:, 1] + 0.5 * rng.standard_normal(200)
+        >>> sel = knockoff_filter(jax.random.key(0), X, y, fdr=0.2, s_method="equicorrelated",
+        ...                       statistic="correlation", num_replicates=4)
+        >>> sel.W.shape, sel.mask.shape
+        ((4, 10), (10,))
     """
     X, y, binary, rank = _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank)
     if statistic == "centroid" and not binary:
