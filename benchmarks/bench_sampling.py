@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _anchors import run_anchor  # noqa: E402
 
-from jaxknock import _memory, sampling  # noqa: E402
+from jaxknock import _feasibility, _memory, sampling  # noqa: E402
 from jaxknock.covariance import FactorModel  # noqa: E402
 
 FANOK_CODE = """
@@ -125,7 +125,7 @@ def make_problem(key, n, p, k):
     lo, hi = 0.0, 2.0
     for _ in range(30):
         mid = 0.5 * (lo + hi)
-        ok = bool(sampling.diag_plus_lowrank_is_pd(2.0 * d - mid * diag, jnp.sqrt(2.0) * U))
+        ok = bool(_feasibility.diag_plus_lowrank_is_pd(2.0 * d - mid * diag, jnp.sqrt(2.0) * U))
         lo, hi = (mid, hi) if ok else (lo, mid)
     s = 0.95 * lo * diag
     return jax.block_until_ready((X, FactorModel(d, U), s))
