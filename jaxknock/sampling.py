@@ -592,8 +592,8 @@ def replicate_plan(X, Sigma, s, *, mu=None, force_recursion: bool = False):
         >>> Sigma = 0.5 * jnp.eye(3) + 0.5
         >>> X = jax.random.normal(jax.random.key(1), (20, 3))
         >>> plan = replicate_plan(X, Sigma, jnp.full(3, 0.9))
-        >>> bool(jnp.all(draw_replicate(jax.random.key(0), plan)
-        ...               == sample_knockoffs(jax.random.key(0), X, Sigma, jnp.full(3, 0.9))))
+        >>> bool(jnp.allclose(draw_replicate(jax.random.key(0), plan),
+        ...                   sample_knockoffs(jax.random.key(0), X, Sigma, jnp.full(3, 0.9)), atol=1e-5))
         True
     """
     kind, X, params, mu, _ = _sampler_spec(X, Sigma, s, mu)
@@ -837,7 +837,7 @@ def fixed_x_knockoffs(X, s):
         >>> Xn = X / jnp.linalg.norm(X, axis=0)
         >>> s = jnp.full(10, min(1.0, 2 * float(jnp.linalg.eigvalsh(Xn.T @ Xn)[0])))
         >>> Xn, Xk = jaxknock.fixed_x_knockoffs(X, s)
-        >>> bool(jnp.allclose(Xk.T @ Xk, Xn.T @ Xn))
+        >>> bool(jnp.allclose(Xk.T @ Xk, Xn.T @ Xn, atol=1e-4))
         True
     """
     X = _as_X(X)
