@@ -207,7 +207,7 @@ def jaxknock_sweep(X, Y, truth, args, method, lams):
     Xj = jnp.asarray(X)
     Xs = (Xj - jnp.mean(Xj, axis=0)) / jnp.std(Xj, axis=0)
     timings = {}
-    Sigma, s_sol = P._covariance_and_s(
+    Sigma, s_sol = P.covariance_and_s(
         jax.random.key(args.seed), Xs, method, args.k, args.asdp_block_size, args.sdp_tol, timings
     )
     s = s_sol.value

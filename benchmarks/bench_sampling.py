@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _anchors import run_anchor  # noqa: E402
 
-from jaxknock import sampling  # noqa: E402
+from jaxknock import _feasibility, _memory, sampling  # noqa: E402
 from jaxknock.covariance import FactorModel  # noqa: E402
 
 FANOK_CODE = """
@@ -98,8 +98,11 @@ def factor_call(key, X, model, s, kind):
     """The public ``sample_knockoffs_factor`` call, with the path selectable:
     ``kind="factor"`` picks it from the data (``C >= 0`` here), ``"factor_recursive"``
     forces the blocked L Delta L^T recursion that indefinite ``C`` needs."""
-    X, d, U, s, mu = sampling._validate_factor(X, model, s, None)
-    return sampling._draw_one(key, sampling._plan(X, (d, U, s), mu, kind))
+    plan = sampling.replicate_plan(X, model, s, force_recursion=kind == "factor_recursive")
+    return _draw(key, plan)
+
+
+_draw = jax.jit(sampling.draw_replicate)
 
 
 @jax.jit
@@ -122,7 +125,7 @@ def make_problem(key, n, p, k):
     lo, hi = 0.0, 2.0
     for _ in range(30):
         mid = 0.5 * (lo + hi)
-        ok = bool(sampling._diag_plus_lowrank_is_pd(2.0 * d - mid * diag, jnp.sqrt(2.0) * U))
+        ok = bool(_feasibility.diag_plus_lowrank_is_pd(2.0 * d - mid * diag, jnp.sqrt(2.0) * U))
         lo, hi = (mid, hi) if ok else (lo, mid)
     s = 0.95 * lo * diag
     return jax.block_until_ready((X, FactorModel(d, U), s))
@@ -225,7 +228,7 @@ def main(argv=None):
             fanok1 = None
             if not args.no_fanok:
                 fanok_mem = 7 * gib
-                avail = sampling._available_memory_bytes() / 2**30
+                avail = _memory.device_memory_bytes(jax.devices()[0]) / 2**30
                 if fanok_mem > 0.6 * avail:
                     fanok1 = f"skip (mem ~{fanok_mem:.0f} GiB)"
                 elif fanok_ref is not None and (fanok_est := fanok_ref[1] * p * k / fanok_ref[0]) > fanok_budget:
@@ -244,7 +247,7 @@ def main(argv=None):
             dense1 = None
             dense_mem = 5 * p * p * 8 / 2**30
             est = None if dense_ref is None else dense_ref[1] * (p / dense_ref[0]) ** 3
-            if dense_mem > 0.5 * sampling._available_memory_bytes() / 2**30:
+            if dense_mem > 0.5 * _memory.device_memory_bytes(jax.devices()[0]) / 2**30:
                 dense1 = f"skip (mem {dense_mem:.0f} GiB)"
             elif est is not None and est > dense_budget:
                 dense1 = f"skip (est. {est:.0f} s)"
@@ -269,7 +272,7 @@ def main(argv=None):
                     if est > cell_budget:
                         tR = f"skip (est. {est:.0f} s)"
                     else:
-                        budget = sampling._available_memory_bytes() // 2
+                        budget = _memory.device_memory_bytes(jax.devices()[0]) // 2
                         stream = R * gib * 2**30 > 0.6 * budget
                         note = "stream" if stream else "array"
 

@@ -3,7 +3,9 @@ the convex solvers behind them, in JAX."""
 
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import (
+    FactorFit,
     FactorModel,
+    LedoitWolf,
     empirical_covariance,
     estimate_factor_model,
     factor_model_from_data,
@@ -96,6 +98,8 @@ __all__ = [
     "Solution",
     # covariance
     "FactorModel",
+    "LedoitWolf",
+    "FactorFit",
     "empirical_covariance",
     "ledoit_wolf",
     "to_correlation",

@@ -1,9 +1,12 @@
-"""Input validation shared by the public functions.
+"""Input validation shared by the public functions: the one home of every shared validator.
 
 Shape / dtype / configuration checks run on static information and therefore
 work on traced inputs too. Value checks (NaN, PSD, ...) need concrete arrays;
 they are skipped for tracers (inside ``jit``), where solvers report problems
 through their ``RESULTS`` code instead.
+
+Sections: arrays (dtype, shape, finiteness), covariance matrices (``Sigma``),
+settings (choices, FDR levels), responses, and feature statistics ``W``.
 """
 
 from __future__ import annotations
@@ -147,3 +150,87 @@ def check_cholesky(Sigma, name: str = "Sigma"):
         raise ValueError(  # numerically PD by eigenvalues but Cholesky failed
             f"{name} is numerically singular (Cholesky failed); use jaxknock.ledoit_wolf(X)"
         ) from None
+
+
+def check_nonnegative(x, name: str):
+    """Raise if a concrete ``x`` has negative entries (e.g. an S-vector ``s``)."""
+    if not is_concrete(x):
+        return
+    v = np.asarray(x)
+    if np.any(v < 0):
+        j = int(np.argmin(v))
+        raise ValueError(
+            f"{name} must be non-negative, but {int(np.sum(v < 0))} entries are negative ({name}[{j}] = {v[j]:.3g})"
+        )
+
+
+# --------------------------------------------------------------------------
+# Settings, keys, responses and feature statistics
+# --------------------------------------------------------------------------
+
+
+def check_key(key):
+    """A single ``jax.random`` key (typed, or a raw ``uint32`` key of shape ``(2,)``); batches are refused."""
+    if not hasattr(key, "dtype"):
+        raise TypeError(f"key must be a jax.random key (jax.random.key(seed)), got {type(key)}")
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.ndim != 0:
+            raise ValueError(
+                f"key must be a single key, got a batch of shape {tuple(key.shape)}; draw "
+                "many replicates with jax.vmap over jax.random.split(key, R) or with "
+                "jaxknock.sample_replicates"
+            )
+    elif key.dtype == jnp.uint32:
+        if key.ndim != 1:
+            raise ValueError(
+                f"key must be a single raw key of shape (2,), got shape {tuple(key.shape)}; "
+                "draw many replicates with jaxknock.sample_replicates"
+            )
+    else:
+        raise TypeError(f"key must be a jax.random key (jax.random.key(seed)), got dtype {key.dtype}")
+
+
+def check_choice(value, choices, name: str):
+    """Raise unless ``value`` is one of ``choices`` (a configuration string)."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+
+
+def check_fdr(fdr, name: str = "fdr"):
+    """A target level in ``(0, 1)``: a scalar, checked when concrete (traced levels pass)."""
+    if is_concrete(fdr):
+        a = np.asarray(fdr)
+        if a.ndim != 0:
+            raise ValueError(f"{name} must be a scalar, got shape {a.shape}")
+        if not np.isfinite(a) or not (0 < float(a) < 1):
+            raise ValueError(f"{name} must lie in (0, 1), got {float(a)}")
+
+
+def check_response(y, n: int, name: str = "y"):
+    """``y`` as a JAX array of shape ``(n,)`` (one response or label per row of ``X``)."""
+    y = jnp.asarray(y)
+    if y.ndim != 1 or y.shape[0] != n:
+        raise ValueError(f"{name} must have shape ({n},) to match X's {n} rows, got {tuple(y.shape)}")
+    return y
+
+
+def check_statistics(W, name: str = "W"):
+    """Feature statistics of shape ``(..., p)``, ``p >= 1``, as a float array without NaN."""
+    W = as_float_array(W, name)
+    if W.ndim < 1 or W.shape[-1] == 0:
+        raise ValueError(f"{name} must have shape (..., p) with p >= 1, got {W.shape}")
+    if is_concrete(W) and np.isnan(np.asarray(W)).any():
+        bad = np.argwhere(np.isnan(np.asarray(W)))[0]
+        raise ValueError(
+            f"{name} contains NaN (first at index {tuple(int(i) for i in bad)}); a failed "
+            "statistic must not be silently thresholded"
+        )
+    return W
+
+
+def check_replicates(W):
+    """Statistics of ``R`` knockoff replicates: shape ``(R, p)``."""
+    W = check_statistics(W)
+    if W.ndim != 2:
+        raise ValueError(f"W must hold one row of statistics per knockoff replicate, shape (R, p), got {W.shape}")
+    return W

@@ -3,6 +3,10 @@
 :func:`device_memory_bytes` is the free memory of one device (accelerator
 ``memory_stats``; on CPU the host's ``MemAvailable`` shared among the CPU
 devices), :func:`plan_chunk` turns a per-item byte estimate into a chunk size.
+The per-item estimates live here too: :func:`knockoff_bytes` (one knockoff
+replicate of the dense or factor-model sampler), :func:`statistic_bytes` (the
+feature statistics of one replicate), and :func:`replicate_chunk` plans the
+single-device replicate loop of ``jaxknock.sample_replicates``.
 """
 
 from __future__ import annotations
@@ -12,7 +16,14 @@ import os
 import jax
 from jax.sharding import Mesh
 
-__all__ = ["device_memory_bytes", "host_available_bytes", "plan_chunk"]
+__all__ = [
+    "device_memory_bytes",
+    "host_available_bytes",
+    "knockoff_bytes",
+    "plan_chunk",
+    "replicate_chunk",
+    "statistic_bytes",
+]
 
 # --------------------------------------------------------------------------
 # Memory planning
@@ -113,3 +124,90 @@ def plan_chunk(
     room = int(fraction * M) - int(shared_bytes)
     c = room // max(int(per_item_bytes), 1) if per_item_bytes else per_device
     return int(max(1, min(per_device, c)))
+
+
+# --------------------------------------------------------------------------
+# Per-item byte estimates
+# --------------------------------------------------------------------------
+
+
+def knockoff_bytes(n: int, p: int, k: int | None, itemsize: int, *, block_size: int | None = None) -> tuple[int, int]:
+    """``(shared, per_replicate)`` bytes of the knockoff samplers (``jaxknock.sample_replicates``).
+
+    Dense (``k=None``): the conditional mean and the factor of ``Omega`` are
+    shared, ``(n p + p^2) b``; a replicate in flight holds its normals, their
+    product and the output, ``3 n p b``. Factor model of rank ``k`` with block
+    size ``m = block_size``: shared ``(n k + p (m + 2k)) b``, per replicate
+    ``(n p + 4 n (m + k)) b``.
+
+    Example:
+        >>> knockoff_bytes(100, 10, None, 8)
+        (8800, 24000)
+    """
+    b = int(itemsize)
+    if k is None:
+        return (n * p + p * p) * b, 3 * n * p * b
+    if block_size is None:
+        raise ValueError("the factor-model estimate needs the sampler's block_size")
+    m = int(block_size)
+    return (n * k + p * (m + 2 * k)) * b, (n * p + 4 * n * (m + k)) * b
+
+
+def statistic_bytes(n: int, p: int, itemsize: int, *, lasso: bool) -> int:
+    """Peak bytes of the feature statistics of one replicate on the ``(n, 2p)`` design ``[X, X~]``.
+
+    ``(K + 3) 2 n p b`` for the lasso statistics with ``K = 5`` folds (the
+    design, its folds and the solver's workspace), ``4 n p b`` for the closed
+    forms (correlation, centroid).
+    """
+    return (8 * 2 * n * p if lasso else 4 * n * p) * int(itemsize)
+
+
+def replicate_chunk(
+    num_replicates: int,
+    n: int,
+    p: int,
+    itemsize: int,
+    shared_bytes: int,
+    per_replicate_bytes: int,
+    *,
+    stream: bool,
+    memory_bytes: int,
+) -> int:
+    """Replicates per ``vmap`` chunk of the single-device replicate loop.
+
+    The ``(R, n, p)`` result (``stream=False``) or the chunk held by the
+    consumer (``stream=True``: ``n p b`` more per replicate) is added to the
+    sampler's estimate (:func:`knockoff_bytes`); the chunk is then
+    :func:`plan_chunk`'s, i.e. as many replicates as fit in half of
+    ``memory_bytes``, at least 1. Raises when even one replicate (with the
+    materialised result) does not fit in all of it, asking for ``stream=True``
+    when the result is the problem.
+
+    Example:
+        >>> replicate_chunk(10, 100, 10, 8, 0, 24000, stream=False, memory_bytes=10**6)
+        10
+        >>> replicate_chunk(10**4, 100, 10, 8, 0, 24000, stream=True, memory_bytes=10**6)
+        15
+    """
+    b = int(itemsize)
+    R = int(num_replicates)
+    per_rep = int(per_replicate_bytes)
+    if stream:
+        per_rep += n * p * b  # the chunk held by the consumer
+        out_bytes = 0
+    else:
+        out_bytes = R * n * p * b
+    available = int(memory_bytes)
+    if shared_bytes + out_bytes + per_rep > available:
+        if stream:
+            raise ValueError(
+                f"one replicate needs about {(shared_bytes + per_rep) / 2**30:.3g} GiB but only "
+                f"{available / 2**30:.3g} GiB are available"
+            )
+        raise ValueError(
+            f"the (R, n, p) = ({R}, {n}, {p}) result needs {out_bytes / 2**30:.3g} GiB and "
+            f"only {available / 2**30:.3g} GiB are available; pass stream=True to iterate "
+            "over chunks of replicates instead"
+        )
+    return plan_chunk(R, per_rep, shared_bytes=shared_bytes + out_bytes, memory_bytes=available, what="replicate")

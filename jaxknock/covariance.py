@@ -8,11 +8,29 @@ and ``U`` of shape ``(p, k)``, ``k << p``. Everything on a
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
+
+from jaxknock import _checks
+from jaxknock._deprecation import renamed_kwargs
+from jaxknock._iterate import iterative_solve
+from jaxknock._solution import RESULTS, Solution, raise_if_failed
+
+__all__ = [
+    "FactorFit",
+    "FactorModel",
+    "LedoitWolf",
+    "empirical_covariance",
+    "estimate_factor_model",
+    "factor_model_from_data",
+    "ledoit_wolf",
+    "to_correlation",
+]
 
 HIGHEST = lax.Precision.HIGHEST
 
@@ -75,14 +93,36 @@ class FactorModel(NamedTuple):
         return jnp.sum(jnp.log(self.d)) + 2.0 * jnp.sum(jnp.log(jnp.diagonal(Lc)))
 
 
+class LedoitWolf(NamedTuple):
+    """Result of :func:`ledoit_wolf`; unpacks as ``Sigma, delta = ledoit_wolf(X)``.
+
+    Attributes:
+        covariance: ``(p, p)`` shrunk covariance.
+        shrinkage: the Ledoit-Wolf shrinkage ``delta`` in ``[0, 1]``.
+    """
+
+    covariance: jax.Array
+    shrinkage: jax.Array
+
+
+class FactorFit(NamedTuple):
+    """Result of :func:`factor_model_from_data`; unpacks as ``model, delta = ...``.
+
+    Attributes:
+        model: :class:`FactorModel` of the correlation matrix.
+        shrinkage: the Ledoit-Wolf shrinkage used (0 without shrinkage).
+    """
+
+    model: FactorModel
+    shrinkage: jax.Array
+
+
 # --------------------------------------------------------------------------
 # Dense estimators
 # --------------------------------------------------------------------------
 
 
 def _check_data(X, name="X"):
-    from jaxknock import _checks
-
     X = _checks.as_float_array(X, name)
     _checks.check_ndim(X, 2, name, "a 2-D (n_samples, n_features) array")
     if X.shape[0] < 2:
@@ -135,10 +175,13 @@ def ledoit_wolf(X, *, assume_centered: bool = False):
         assume_centered: if True, do not subtract the column means.
 
     Returns:
-        ``(Sigma, delta)``: the ``(p, p)`` shrunk covariance and the shrinkage.
+        :class:`LedoitWolf` ``(covariance, shrinkage)``: the ``(p, p)`` shrunk
+        covariance and the shrinkage ``delta`` (unpacks like a tuple).
 
     Example:
         >>> Sigma, delta = ledoit_wolf(jax.random.normal(jax.random.key(0), (50, 10)))
+        >>> Sigma.shape
+        (10, 10)
     """
     X = _check_data(X)
     return _ledoit_wolf(X, assume_centered)
@@ -165,7 +208,7 @@ def _ledoit_wolf(X, assume_centered):
         X = X - jnp.mean(X, axis=0)
     S, mu, shrink = _lw_shrinkage(X)
     p = X.shape[1]
-    return (1.0 - shrink) * S + shrink * mu * jnp.eye(p, dtype=S.dtype), shrink
+    return LedoitWolf((1.0 - shrink) * S + shrink * mu * jnp.eye(p, dtype=S.dtype), shrink)
 
 
 def to_correlation(Sigma) -> jax.Array:
@@ -186,6 +229,7 @@ def to_correlation(Sigma) -> jax.Array:
 # --------------------------------------------------------------------------
 
 
+@renamed_kwargs(num_iters="max_steps")
 def estimate_factor_model(
     Sigma, rank: int, *, max_steps: int = 100, tol: float = 1e-8, min_diag: float = 1e-6, throw: bool = False
 ):
@@ -218,9 +262,6 @@ def estimate_factor_model(
         >>> sol = estimate_factor_model(jnp.eye(5) * 0.5 + 0.5, rank=1)
         >>> model = sol.value
     """
-    from jaxknock import _checks
-    from jaxknock._solution import Solution, raise_if_failed, result_code
-
     Sigma = _checks.as_float_array(Sigma, "Sigma")
     _checks.check_square(Sigma)
     p = Sigma.shape[0]
@@ -228,51 +269,70 @@ def estimate_factor_model(
         raise ValueError(f"rank must be an integer with 1 <= rank < p = {p}, got {rank!r}")
     _checks.check_finite(Sigma, "Sigma")
     _checks.check_symmetric(Sigma)
+    d, U, obj, rel, result, steps = _fit_factor_model(Sigma, rank, max_steps, tol, min_diag)
+    sol = Solution(
+        value=FactorModel(d, U),
+        result=result,
+        stats={"num_steps": steps, "max_steps": max_steps, "objective": obj, "rel_change": rel},
+    )
+    return raise_if_failed(sol, throw)
+
+
+class _FactorFitState(NamedTuple):
+    d: jax.Array
+    U: jax.Array
+    obj: jax.Array  # ||Sigma - D - U U^T||_F after the last alternation
+    prev: jax.Array  # the objective one alternation earlier (inf at the start)
+
+
+@partial(jax.jit, static_argnames=("rank",))
+def _fit_factor_model(Sigma, rank, max_steps, tol, min_diag):
+    """Alternating minimisation of :func:`estimate_factor_model`, driven by ``iterative_solve``.
+
+    Compiled once per shape, dtype and ``rank``; ``max_steps``, ``tol`` and
+    ``min_diag`` are traced. The first alternation forms the initial state
+    and counts as step 1.
+    """
+    p = Sigma.shape[0]
+    scale = jnp.linalg.norm(Sigma)
 
     def fit_u(d):
         w, V = jnp.linalg.eigh(Sigma - jnp.diag(d))
         w, V = w[-rank:], V[:, -rank:]
         return V * jnp.sqrt(jnp.maximum(w, 0.0))
 
-    def residual(d, U):
-        return jnp.linalg.norm(Sigma - jnp.diag(d) - jnp.matmul(U, U.T, precision=HIGHEST))
-
     def fit_d(U):
         return jnp.maximum(jnp.diagonal(Sigma) - jnp.sum(U**2, axis=1), min_diag)
 
-    scale = jnp.linalg.norm(Sigma)
+    def residual(d, U):
+        return jnp.linalg.norm(Sigma - jnp.diag(d) - jnp.matmul(U, U.T, precision=HIGHEST))
 
-    def cond(c):
-        i, _, _, obj, prev = c
-        rel = jnp.abs(prev - obj) / scale
-        return (i < max_steps) & (rel > tol) & jnp.isfinite(obj)
+    def rel_change(st):
+        return jnp.abs(st.prev - st.obj) / scale
 
-    def body(c):
-        i, d, U, obj, _ = c
-        U = fit_u(d)
+    def step(st):
+        U = fit_u(st.d)
         d = fit_d(U)
-        return i + 1, d, U, residual(d, U), obj
+        return _FactorFitState(d, U, residual(d, U), st.obj)
 
-    @jax.jit
-    def run(Sigma):
-        d0 = jnp.full((p,), min_diag, Sigma.dtype)
-        U0 = fit_u(d0)
-        d0 = fit_d(U0)
-        obj0 = residual(d0, U0)
-        init = (jnp.int32(1), d0, U0, obj0, jnp.inf)
-        return lax.while_loop(cond, body, init)
+    def terminate(st):
+        # stop once the change is not above tol (NaN included, e.g. a zero Sigma) while finite
+        rel = rel_change(st)
+        done = ~(rel > tol) & jnp.isfinite(st.obj)
+        code = jnp.where(rel <= tol, jnp.int32(RESULTS.successful), jnp.int32(RESULTS.max_steps_reached))
+        return done, code
 
-    steps, d, U, obj, prev = run(Sigma)
-    rel = jnp.abs(prev - obj) / scale
-    sol = Solution(
-        value=FactorModel(d, U),
-        result=result_code(rel <= tol, jnp.isfinite(obj)),
-        stats={"num_steps": steps, "max_steps": max_steps, "objective": obj, "rel_change": rel},
-    )
-    return raise_if_failed(sol, throw)
+    d0 = jnp.full((p,), min_diag, Sigma.dtype)
+    U0 = fit_u(d0)
+    d0 = fit_d(U0)
+    init = _FactorFitState(d0, U0, residual(d0, U0), jnp.asarray(jnp.inf, Sigma.dtype))
+    it = iterative_solve(init, step, terminate, max_steps=max_steps - 1, finite=lambda st: jnp.isfinite(st.obj))
+    st = it.state
+    return st.d, st.U, st.obj, rel_change(st), it.result, it.num_steps + 1
 
 
-def factor_model_from_data(key, X, rank: int, *, shrinkage: bool = True, num_iters: int = 6, oversample: int = 10):
+@renamed_kwargs(num_iters="max_steps")
+def factor_model_from_data(key, X, rank: int, *, shrinkage: bool = True, max_steps: int = 6, oversample: int = 10):
     """Factor model of the correlation matrix of ``X``, never forming ``p x p``.
 
     Standardises the columns of ``X`` (``Z = (X - mean) / std``), so the
@@ -294,11 +354,14 @@ def factor_model_from_data(key, X, rank: int, *, shrinkage: bool = True, num_ite
         rank: number of factors ``k``.
         shrinkage: apply Ledoit-Wolf shrinkage (recommended; guarantees ``d > 0``
             when ``delta > 0``). Without it ``d`` is floored at ``1e-6``.
-        num_iters: subspace (power) iterations.
+        max_steps: subspace (power) iterations, a fixed count (``num_iters``
+            is its deprecated alias).
+        oversample: extra columns of the randomized range finder.
 
     Returns:
-        ``(model, delta)``: a :class:`FactorModel` of the correlation matrix and
-        the shrinkage used (0 when ``shrinkage=False``).
+        :class:`FactorFit` ``(model, shrinkage)``: a :class:`FactorModel` of the
+        correlation matrix and the shrinkage used (0 when ``shrinkage=False``);
+        unpacks like a tuple.
 
     Example:
         >>> X = jax.random.normal(jax.random.key(1), (100, 1000))
@@ -309,24 +372,20 @@ def factor_model_from_data(key, X, rank: int, *, shrinkage: bool = True, num_ite
     if not (isinstance(rank, int) and 1 <= rank < min(n, p)):
         raise ValueError(f"rank must be an integer with 1 <= rank < min(n, p) = {min(n, p)}, got {rank!r}")
     std = jnp.std(X, axis=0)
-    from jaxknock._checks import is_concrete
-
-    if is_concrete(std):
-        import numpy as np
-
+    if _checks.is_concrete(std):
         const = np.flatnonzero(np.asarray(std) == 0)
         if const.size:
             raise ValueError(f"X has {const.size} constant column(s) (first: {const[:5].tolist()}); drop them first")
-    return _factor_from_data(key, X, rank, shrinkage, num_iters, oversample)
+    return _factor_from_data(key, X, rank, shrinkage, max_steps, oversample)
 
 
-@jax.jit(static_argnames=("rank", "shrinkage", "num_iters", "oversample"))
-def _factor_from_data(key, X, rank, shrinkage, num_iters, oversample):
+@jax.jit(static_argnames=("rank", "shrinkage", "max_steps", "oversample"))
+def _factor_from_data(key, X, rank, shrinkage, max_steps, oversample):
     n, p = X.shape
     Z = (X - jnp.mean(X, axis=0)) / jnp.std(X, axis=0)
     ell = min(rank + oversample, n, p)
     Q = jax.random.normal(key, (p, ell), X.dtype)
-    for _ in range(num_iters):  # static, small
+    for _ in range(max_steps):  # static, small
         Q, _ = jnp.linalg.qr(jnp.matmul(Z.T, jnp.matmul(Z, Q, precision=HIGHEST), precision=HIGHEST))
     B = jnp.matmul(Z, Q, precision=HIGHEST)  # n x ell
     _, sv, Vt = jnp.linalg.svd(B, full_matrices=False)
@@ -344,4 +403,4 @@ def _factor_from_data(key, X, rank, shrinkage, num_iters, oversample):
         delta = jnp.zeros((), X.dtype)
     U = V * jnp.sqrt(jnp.maximum((1.0 - delta) * lam, 0.0))
     d = jnp.maximum(1.0 - jnp.sum(U**2, axis=1), 1e-6)
-    return FactorModel(d, U), delta
+    return FactorFit(FactorModel(d, U), delta)

@@ -1,4 +1,4 @@
-r"""Scaling past one device: batches sharded over a device mesh, memory planning, multi-host.
+r"""Scaling past one device: batches sharded over a device mesh, multi-host.
 
 Everything batched in jaxknock (knockoff replicates with their statistics,
 batches of S-vector problems, hyper-parameter sweeps) is a map over a
@@ -17,7 +17,8 @@ repeating its last item (so padding never creates a degenerate problem) and
 unpadded after. Results therefore equal the single-device ``vmap`` run for the
 same key (bit for bit in the tests; ``1e-12`` is the documented tolerance).
 
-Memory planning. :func:`plan_chunk` turns a per-item byte estimate into the
+Memory planning (implemented in ``jaxknock._memory``, re-exported here).
+:func:`plan_chunk` turns a per-item byte estimate into the
 largest number of items per device and step that fits in ``fraction`` of the
 device's free memory (accelerator ``memory_stats``; for CPU devices the
 host's ``MemAvailable`` divided among the simulated devices), and raises a
@@ -62,8 +63,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxknock import _checks
 from jaxknock._memory import device_memory_bytes, plan_chunk
 from jaxknock._mesh import device_mesh, resolve_mesh, shard_map, wants_sharding
+from jaxknock.filter import ebh, knockoff_evalues
 
 __all__ = [
     "device_mesh",
@@ -370,17 +373,15 @@ def aggregate_ebh_across_processes(W_local, fdr, *, num_replicates: int, alpha_k
     Returns:
         ``(p,)`` boolean mask, the same on every process.
     """
-    from jaxknock import filter as _filter
-
-    _filter._check_fdr(fdr)
+    _checks.check_fdr(fdr)
     alpha = fdr / 2 if alpha_kn is None else alpha_kn
-    _filter._check_fdr(alpha, "alpha_kn")
+    _checks.check_fdr(alpha, "alpha_kn")
     W_local = jnp.asarray(W_local)
     if W_local.ndim != 2:
         raise ValueError(f"W_local must have shape (R_i, p), got {tuple(W_local.shape)}")
     if W_local.shape[0]:
-        W_local = _filter._check_replicates(W_local)
-        e_sum = jnp.sum(_filter._evalues(W_local, jnp.asarray(alpha, W_local.dtype), plus=bool(plus)), axis=0)
+        W_local = _checks.check_replicates(W_local)
+        e_sum = jnp.sum(knockoff_evalues(W_local, alpha, plus=plus), axis=0)
     else:
         e_sum = jnp.zeros(
             W_local.shape[1], W_local.dtype if jnp.issubdtype(W_local.dtype, jnp.floating) else jnp.result_type(float)
@@ -395,4 +396,4 @@ def aggregate_ebh_across_processes(W_local, fdr, *, num_replicates: int, alpha_k
     total = int(np.sum(count))
     if total != int(num_replicates):
         raise ValueError(f"the processes hold {total} replicates in all, but num_replicates = {num_replicates}")
-    return _filter._ebh(e_sum / total, jnp.asarray(fdr, e_sum.dtype))
+    return ebh(e_sum / total, fdr)

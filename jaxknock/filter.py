@@ -29,28 +29,6 @@ __all__ = [
 ]
 
 
-def _check_fdr(fdr, name="fdr"):
-    if _checks.is_concrete(fdr):
-        a = np.asarray(fdr)
-        if a.ndim != 0:
-            raise ValueError(f"{name} must be a scalar, got shape {a.shape}")
-        if not np.isfinite(a) or not (0 < float(a) < 1):
-            raise ValueError(f"{name} must lie in (0, 1), got {float(a)}")
-
-
-def _check_w(W, name="W"):
-    W = _checks.as_float_array(W, name)
-    if W.ndim < 1 or W.shape[-1] == 0:
-        raise ValueError(f"{name} must have shape (..., p) with p >= 1, got {W.shape}")
-    if _checks.is_concrete(W) and np.isnan(np.asarray(W)).any():
-        bad = np.argwhere(np.isnan(np.asarray(W)))[0]
-        raise ValueError(
-            f"{name} contains NaN (first at index {tuple(int(i) for i in bad)}); a failed "
-            "statistic must not be silently thresholded"
-        )
-    return W
-
-
 # ----------------------------------------------------------------------------
 # Knockoff filter
 # ----------------------------------------------------------------------------
@@ -83,8 +61,8 @@ def knockoff_threshold(W, fdr, *, plus: bool = True):
         >>> float(knockoff_threshold(W, 0.5))
         1.0
     """
-    _check_fdr(fdr)
-    W = _check_w(W)
+    _checks.check_fdr(fdr)
+    W = _checks.check_statistics(W)
     return _threshold(W, jnp.asarray(fdr, W.dtype), plus=bool(plus))
 
 
@@ -136,8 +114,8 @@ def knockoff_evalues(W, fdr, *, plus: bool = True):
         >>> knockoff_evalues(jnp.array([5.0, 4.0, 3.0, 2.0, -1.0]), 0.5).tolist()
         [2.5, 2.5, 2.5, 2.5, 0.0]
     """
-    _check_fdr(fdr)
-    W = _check_w(W)
+    _checks.check_fdr(fdr)
+    W = _checks.check_statistics(W)
     return _evalues(W, jnp.asarray(fdr, W.dtype), plus=bool(plus))
 
 
@@ -155,7 +133,7 @@ def _evalues(W, fdr, *, plus):
 
 
 def _check_pvalues(pvalues):
-    pv = _check_w(pvalues, "pvalues")
+    pv = _checks.check_statistics(pvalues, "pvalues")
     if _checks.is_concrete(pv):
         a = np.asarray(pv)
         if np.any((a < 0) | (a > 1)):
@@ -182,7 +160,7 @@ def benjamini_hochberg(pvalues, fdr):
         >>> benjamini_hochberg(jnp.array([0.001, 0.03, 0.04, 0.5]), 0.1).tolist()
         [True, True, True, False]
     """
-    _check_fdr(fdr)
+    _checks.check_fdr(fdr)
     pv = _check_pvalues(pvalues)
     return _step_up(pv, jnp.asarray(fdr, pv.dtype), dependence=False)
 
@@ -199,7 +177,7 @@ def benjamini_yekutieli(pvalues, fdr):
         >>> benjamini_yekutieli(jnp.array([0.001, 0.03, 0.04, 0.5]), 0.1).tolist()
         [True, False, False, False]
     """
-    _check_fdr(fdr)
+    _checks.check_fdr(fdr)
     pv = _check_pvalues(pvalues)
     return _step_up(pv, jnp.asarray(fdr, pv.dtype), dependence=True)
 
@@ -236,8 +214,8 @@ def ebh(evalues, fdr):
         >>> ebh(jnp.array([40.0, 20.0, 1.0, 0.0]), 0.1).tolist()
         [True, True, False, False]
     """
-    _check_fdr(fdr)
-    e = _check_w(evalues, "evalues")
+    _checks.check_fdr(fdr)
+    e = _checks.check_statistics(evalues, "evalues")
     if _checks.is_concrete(e) and np.any(np.asarray(e) < 0):
         raise ValueError("evalues must be non-negative")
     return _ebh(e, jnp.asarray(fdr, e.dtype))
@@ -259,13 +237,6 @@ def _ebh(e, fdr):
 # ----------------------------------------------------------------------------
 # Aggregation across knockoff replicates
 # ----------------------------------------------------------------------------
-
-
-def _check_replicates(W):
-    W = _check_w(W)
-    if W.ndim != 2:
-        raise ValueError(f"W must hold one row of statistics per knockoff replicate, shape (R, p), got {W.shape}")
-    return W
 
 
 def aggregate_ebh(W, fdr, *, alpha_kn=None, plus: bool = True):
@@ -291,11 +262,11 @@ def aggregate_ebh(W, fdr, *, alpha_kn=None, plus: bool = True):
         >>> aggregate_ebh(W, 0.8, alpha_kn=0.5).tolist()
         [True, True, True, True, False]
     """
-    _check_fdr(fdr)
+    _checks.check_fdr(fdr)
     if alpha_kn is None:
         alpha_kn = fdr / 2 if _checks.is_concrete(fdr) else jnp.asarray(fdr) / 2
-    _check_fdr(alpha_kn, "alpha_kn")
-    W = _check_replicates(W)
+    _checks.check_fdr(alpha_kn, "alpha_kn")
+    W = _checks.check_replicates(W)
     e = jnp.mean(_evalues(W, jnp.asarray(alpha_kn, W.dtype), plus=bool(plus)), axis=0)
     return _ebh(e, jnp.asarray(fdr, W.dtype))
 
@@ -326,10 +297,10 @@ def aggregate_frequency(W, fdr, *, eta: float = 0.5, plus: bool = True):
         >>> aggregate_frequency(W, 0.5, eta=1.0).tolist()
         [True, False, True, True, False]
     """
-    _check_fdr(fdr)
+    _checks.check_fdr(fdr)
     if not (0 < eta <= 1):
         raise ValueError(f"eta must lie in (0, 1], got {eta}")
-    W = _check_replicates(W)
+    W = _checks.check_replicates(W)
     T = _threshold(W, jnp.asarray(fdr, W.dtype), plus=bool(plus))
     freq = jnp.mean(W >= T[:, None], axis=0)
     return freq >= eta

@@ -24,12 +24,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock import _checks, _mesh
+from jaxknock import _checks, _memory, _mesh
 from jaxknock import filter as _filter
 from jaxknock import sampling as _sampling
 from jaxknock import statistics as _stats
 from jaxknock._solution import Solution
 from jaxknock.covariance import factor_model_from_data, ledoit_wolf, to_correlation
+from jaxknock.distributed import shard_batch
 from jaxknock.svector import asdp, equicorrelated, sdp, sdp_factor
 
 __all__ = ["Selection", "knockoff_filter", "S_METHODS", "STATISTICS", "AGGREGATES"]
@@ -76,19 +77,13 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank):
     X = _checks.as_float_array(X, "X")
     _checks.check_ndim(X, 2, "X", "a 2-D (n_samples, n_features) array")
     n, p = X.shape
-    y = jnp.asarray(y)
-    if y.ndim != 1 or y.shape[0] != n:
-        raise ValueError(f"y must have shape ({n},) to match X's {n} rows, got {tuple(y.shape)}")
+    y = _checks.check_response(y, n)
     _checks.check_finite(X, "X")
     _checks.check_finite(jnp.asarray(y, X.dtype), "y")
-    if not (0 < fdr < 1):
-        raise ValueError(f"fdr must lie in (0, 1), got {fdr}")
-    if s_method not in S_METHODS:
-        raise ValueError(f"s_method must be one of {S_METHODS}, got {s_method!r}")
-    if statistic not in STATISTICS:
-        raise ValueError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
-    if aggregate not in AGGREGATES:
-        raise ValueError(f"aggregate must be one of {AGGREGATES}, got {aggregate!r}")
+    _checks.check_fdr(fdr)
+    _checks.check_choice(s_method, S_METHODS, "s_method")
+    _checks.check_choice(statistic, STATISTICS, "statistic")
+    _checks.check_choice(aggregate, AGGREGATES, "aggregate")
     if not (isinstance(num_replicates, (int, np.integer)) and num_replicates >= 1):
         raise ValueError(f"num_replicates must be a positive integer, got {num_replicates!r}")
     yn = np.asarray(y)
@@ -114,7 +109,7 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank):
     return X, y, binary, rank
 
 
-def _covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings):
+def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings):
     """Stages 2-3 on the standardised ``Xs``: ``(Sigma or FactorModel, s Solution)``.
 
     Fills ``timings["covariance"]`` and ``timings["s_vector"]``. Depends on ``X``
@@ -217,8 +212,13 @@ def knockoff_filter(
         :class:`Selection`.
 
     Example:
-        >>> sel = knockoff_filter(jax.random.key(0), X, y, fdr=0.1, num_replicates=10)
-        >>> sel.selected
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.standard_normal((200, 10))
+        >>> y = X[:, 0] - X[:, 1] + 0.5 * rng.standard_normal(200)
+        >>> sel = knockoff_filter(jax.random.key(0), X, y, fdr=0.2, s_method="equicorrelated",
+        ...                       statistic="correlation", num_replicates=4)
+        >>> sel.W.shape, sel.mask.shape
+        ((4, 10), (10,))
     """
     X, y, binary, rank = _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank)
     if statistic == "centroid" and not binary:
@@ -227,7 +227,7 @@ def knockoff_filter(
     timings = {}
     Xs = (X - jnp.mean(X, axis=0)) / jnp.std(X, axis=0)
 
-    Sigma, s_sol = _covariance_and_s(k_fac, Xs, s_method, rank, asdp_block_size, sdp_tol, timings)
+    Sigma, s_sol = covariance_and_s(k_fac, Xs, s_method, rank, asdp_block_size, sdp_tol, timings)
     s = s_sol.value
 
     loss = "logistic" if binary else "squared"
@@ -306,7 +306,7 @@ def knockoff_filter(
 
 def _replicate_statistics(keys, plan, Xs, y, lam, *, statistic, loss, lasso_tol=None, cv_patience=None):
     """Knockoffs and statistics of a batch of replicates (one device's share)."""
-    Xt = jax.vmap(_sampling._draw, in_axes=(0, None))(keys, plan)
+    Xt = jax.vmap(_sampling.draw_replicate, in_axes=(0, None))(keys, plan)
     Xk = jnp.concatenate([jnp.broadcast_to(Xs, Xt.shape), Xt], axis=-1)
     if statistic == "lcd":
         sol = _stats.lcd(Xk, y, lam=lam, loss=loss, tol=lasso_tol, patience=cv_patience if lam is None else None)
@@ -327,25 +327,23 @@ def _fused_replicates(
     Peak memory per replicate in flight (``b`` bytes per number): the sampler's
     workspace and the knockoffs, the design ``[X, X~]`` (``2 n p b``) and the
     statistic's workspace (``(K + 3) 2 n p b`` for the lasso statistics with
-    ``K = 5`` folds, ``4 n p b`` for the closed forms); shared: the sampling
-    plan and ``X``. Only ``W`` (``R p b``) is kept.
+    ``K = 5`` folds, ``4 n p b`` for the closed forms; the estimates are in
+    :mod:`jaxknock._memory`); shared: the sampling plan and ``X``. Only ``W``
+    (``R p b``) is kept.
     """
-    from jaxknock import distributed as _dist
-
-    kind, X, params, mu, k = _sampling._sampler_spec(Xs, Sigma, s, None)
-    n, p = X.shape
-    b = X.dtype.itemsize
-    shared, per_rep = _sampling._replicate_bytes(n, p, k, b)
-    per_rep += (8 * 2 * n * p if statistic in ("lcd", "lsm") else 4 * n * p) * b
+    plan = _sampling.replicate_plan(Xs, Sigma, s)
+    n, p = Xs.shape
+    b = Xs.dtype.itemsize
+    shared, per_rep = _sampling.plan_bytes(plan)
+    per_rep += _memory.statistic_bytes(n, p, b, lasso=statistic in ("lcd", "lsm"))
     keys = jax.random.split(key, R)  # same keys as sample_replicates, split before sharding
-    plan = _sampling._plan(X, params, mu, kind)
     fn = functools.partial(
         _replicate_statistics, statistic=statistic, loss=loss, lasso_tol=lasso_tol, cv_patience=cv_patience
     )
-    return _dist.shard_batch(
+    return shard_batch(
         fn,
         keys,
-        broadcast=(plan, X, y, lam),
+        broadcast=(plan, Xs, y, lam),
         mesh=mesh,
         axis_name=mesh.axis_names[0],
         vectorized=True,
@@ -368,50 +366,3 @@ def _select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate, s
     mask = np.asarray(mask)
     timings["selection"] = time.perf_counter() - t0
     return Selection(np.flatnonzero(mask), mask, W, thresholds, s_sol, stat_sol, timings, settings)
-
-
-def power_fdp(selected, beta):
-    """``(power, fdp)`` of a selection against the true support ``beta != 0``."""
-    truth = np.asarray(beta) != 0
-    sel = np.zeros_like(truth)
-    sel[np.asarray(selected, dtype=int)] = True
-    tp = int((sel & truth).sum())
-    return tp / max(int(truth.sum()), 1), (int(sel.sum()) - tp) / max(int(sel.sum()), 1)
-
-
-def demo_report(args, X, y, beta, Sigma_hat, model, sols):
-    """The pipeline part of ``jaxknock demo``: one replicate vs aggregated replicates."""
-    n, p = X.shape
-    # a fixed "universal" penalty sigma * sqrt(2 log(2p) / n) keeps the demo fast on a
-    # laptop CPU; knockoff_filter(lam=None) cross-validates it instead
-    lam = 0.5 * float(jnp.std(y)) * float(np.sqrt(2 * np.log(2 * p) / n))
-    print(f"\n[3] knockoff filter at FDR {args.fdr} (LCD statistic, lasso at lambda = {lam:.3g})")
-    rows = []
-    key = jax.random.key(args.seed + 1)
-    configs = [("equicorrelated", 1), ("sdp_factor", 1), ("sdp_factor", args.replicates)]
-    for method, R in configs:
-        sel = knockoff_filter(
-            key, X, y, fdr=args.fdr, s_method=method, rank=args.rank, num_replicates=R, aggregate="ebh", lam=lam
-        )
-        power, fdp = power_fdp(sel.selected, beta)
-        t = sel.timings
-        rows.append(
-            [
-                method,
-                str(R),
-                str(len(sel.selected)),
-                f"{power:.2f}",
-                f"{fdp:.2f}",
-                f"{t['covariance']:.2f}",
-                f"{t['s_vector']:.2f}",
-                f"{t['sampling']:.2f}",
-                f"{t['statistics']:.2f}",
-                f"{t['selection']:.3f}",
-            ]
-        )
-    from jaxknock.cli import _print_table
-
-    _print_table(
-        rows, ["s-method", "replicates", "selected", "power", "FDP", "cov[s]", "s[s]", "sample[s]", "W[s]", "select[s]"]
-    )
-    print(f"truth: {int((np.asarray(beta) != 0).sum())} non-null features; replicates > 1 aggregate with e-BH")

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import independent_regression as regression_table
 
 from jaxknock import cli
-from jaxknock._progress import Progress, progress_enabled
+from jaxknock.cli.progress import Progress, progress_enabled
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,15 +26,6 @@ def write_csv(path, header, rows):
         w.writerow(header)
         w.writerows(rows)
     return str(path)
-
-
-def regression_table(n=200, p=30, signals=12, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, p))
-    beta = np.zeros(p)
-    beta[:signals] = 1.0
-    y = X @ beta + rng.standard_normal(n)
-    return X, y
 
 
 @pytest.fixture(scope="module")

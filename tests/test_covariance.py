@@ -2,11 +2,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import count_compiles, factor_data
 from sklearn.covariance import empirical_covariance as sk_emp
 from sklearn.covariance import ledoit_wolf as sk_lw
 
 from jaxknock.covariance import (
+    FactorFit,
     FactorModel,
+    LedoitWolf,
     empirical_covariance,
     estimate_factor_model,
     factor_model_from_data,
@@ -80,10 +83,8 @@ def test_estimate_factor_model_reports_max_steps():
 
 
 def test_factor_model_from_data_unit_diagonal_and_close_to_dense(key):
-    rng = np.random.default_rng(4)
     n, p, k = 400, 60, 3
-    F = rng.standard_normal((n, k)) @ rng.standard_normal((k, p))
-    X = F + 0.5 * rng.standard_normal((n, p))
+    X = factor_data(4, n, p, k, noise=0.5)
     model, delta = factor_model_from_data(key, X, rank=k)
     np.testing.assert_allclose(model.diagonal(), 1.0, atol=1e-12)
     Z = (X - X.mean(0)) / X.std(0)
@@ -104,3 +105,37 @@ def test_bad_inputs():
         estimate_factor_model(np.eye(4), rank=4)
     with pytest.raises(ValueError, match="constant column"):
         factor_model_from_data(jax.random.key(0), np.c_[np.ones(10), np.arange(10.0), np.arange(10.0) ** 2], rank=1)
+
+
+def test_named_results_unpack_like_tuples(key):
+    X = factor_data(5, 80, 20, 2)
+    lw = ledoit_wolf(X)
+    assert isinstance(lw, LedoitWolf)
+    S, delta = lw
+    assert S is lw.covariance and delta is lw.shrinkage
+    fit = factor_model_from_data(key, X, rank=2)
+    assert isinstance(fit, FactorFit)
+    model, delta = fit
+    assert model is fit.model and delta is fit.shrinkage
+    assert isinstance(model, FactorModel)
+
+
+def test_factor_model_from_data_num_iters_is_deprecated(key):
+    X = factor_data(5, 80, 20, 2)
+    new = factor_model_from_data(key, X, rank=2, max_steps=3)
+    with pytest.warns(DeprecationWarning, match="max_steps"):
+        old = factor_model_from_data(key, X, rank=2, num_iters=3)
+    np.testing.assert_array_equal(old.model.U, new.model.U)
+    with pytest.raises(TypeError, match="both"):
+        factor_model_from_data(key, X, rank=2, num_iters=3, max_steps=3)
+
+
+def test_estimate_factor_model_compiles_once():
+    Sigma = np.corrcoef(factor_data(6, 50, 12, 2).T)
+    with count_compiles("_fit_factor_model") as compiles:
+        a = estimate_factor_model(Sigma, rank=2, max_steps=5)
+        first = len(compiles)
+        # new numeric settings and new values of the same shape: no recompilation
+        b = estimate_factor_model(0.9 * Sigma + 0.1 * np.eye(12), rank=2, max_steps=7, tol=1e-9, min_diag=1e-5)
+    assert first <= 1 and len(compiles) == first
+    assert int(a.stats["num_steps"]) <= 5 and int(b.stats["num_steps"]) <= 7

@@ -196,12 +196,13 @@ def test_plan_chunk_respects_budget_and_names_the_knob():
 
 
 def test_sample_replicates_memory_plan_on_one_device():
-    # the single-device path keeps its own planner; a budget too small for the result asks for stream=True
-    from jaxknock import sampling
+    # the single-device replicate planner: a budget too small for the result asks for stream=True
+    from jaxknock import _memory
 
-    assert sampling._auto_chunk(100, 50, 20, None, 8, False, 10**9) == 100
+    shared, per_rep = _memory.knockoff_bytes(50, 20, None, 8)
+    assert _memory.replicate_chunk(100, 50, 20, 8, shared, per_rep, stream=False, memory_bytes=10**9) == 100
     with pytest.raises(ValueError, match="stream=True"):
-        sampling._auto_chunk(100, 50, 20, None, 8, False, 100 * 50 * 20 * 8)
+        _memory.replicate_chunk(100, 50, 20, 8, shared, per_rep, stream=False, memory_bytes=100 * 50 * 20 * 8)
     with pytest.raises(ValueError, match="stream=True"):  # sharded planner, via plan_chunk
         dist.plan_chunk(4, 10, shared_bytes=10**6, memory_bytes=10**5, knob="stream=True")
 

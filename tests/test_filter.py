@@ -2,6 +2,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import ar1_correlation
 from scipy.stats import false_discovery_control
 
 from jaxknock import filter as F
@@ -144,8 +145,7 @@ def _ar1_knockoff_model(p, rho):
     """AR(1) Sigma with the equicorrelated s = min(1, 2 lambda_min) (times 0.99 to stay off
     the PSD boundary); returns chol(Sigma), the conditional-mean map and chol of the
     conditional covariance of X~ given X."""
-    idx = np.arange(p)
-    Sigma = rho ** np.abs(idx[:, None] - idx[None, :])
+    Sigma = ar1_correlation(p, rho)
     s = min(1.0, 2 * np.linalg.eigvalsh(Sigma)[0]) * 0.99
     Sinv = np.linalg.inv(Sigma)
     D = s * np.eye(p)

@@ -1,19 +1,10 @@
 import jax
 import numpy as np
 import pytest
+from helpers import ar1_regression as make_data
 
-from jaxknock.pipeline import knockoff_filter, power_fdp
-
-
-def make_data(n=400, p=30, k=8, amp=1.0, seed=0):
-    rng = np.random.default_rng(seed)
-    i = np.arange(p)
-    C = 0.3 ** np.abs(i[:, None] - i[None, :])
-    X = rng.standard_normal((n, p)) @ np.linalg.cholesky(C).T
-    beta = np.zeros(p)
-    beta[rng.choice(p, k, replace=False)] = amp * rng.choice([-1, 1], k)
-    y = X @ beta + rng.standard_normal(n)
-    return X, y, beta
+from jaxknock.cli.demo import power_fdp
+from jaxknock.pipeline import knockoff_filter
 
 
 @pytest.mark.parametrize("s_method", ["equicorrelated", "sdp", "asdp", "sdp_factor"])

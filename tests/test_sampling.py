@@ -14,8 +14,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import ar1_correlation, count_compiles, equicorrelated_s, random_factor_model
 
 import jaxknock.sampling as sampling
+from jaxknock import _memory
 from jaxknock.covariance import FactorModel
 from jaxknock.sampling import (
     fixed_x_knockoffs,
@@ -52,23 +54,11 @@ def gaussian_rows(key, n, Sigma):
     return np.asarray(jax.random.normal(key, (n, L.shape[0]))) @ L.T
 
 
-def equicorrelated_s(Sigma):
-    """s_j = min(1, 2 lambda_min) for a correlation matrix (the boundary: Omega singular)."""
-    return np.full(Sigma.shape[0], min(1.0, 2.0 * np.linalg.eigvalsh(Sigma)[0]))
-
-
 def max_feasible_gamma(Sigma, v):
     """Largest gamma with diag(gamma v) <= 2 Sigma (generalised eigenvalue)."""
     L = np.linalg.cholesky(Sigma)
     W = np.linalg.solve(L, np.diag(np.sqrt(v)))
     return 2.0 / np.linalg.eigvalsh(W.T @ W)[-1]
-
-
-def random_factor_model(seed, p, k, dscale=1.0):
-    rng = np.random.default_rng(seed)
-    d = rng.uniform(0.5, 1.0, p) * dscale
-    U = rng.normal(size=(p, k)) / np.sqrt(k)
-    return d, U
 
 
 def conditional_cov(Sigma, s):
@@ -99,7 +89,7 @@ def dense_noise_factor(plan, p, key, n):
 @pytest.fixture(scope="module")
 def ar1():
     p = 6
-    Sigma = 0.6 ** np.abs(np.subtract.outer(np.arange(p), np.arange(p)))
+    Sigma = ar1_correlation(p, 0.6)
     return Sigma, equicorrelated_s(Sigma)
 
 
@@ -205,7 +195,7 @@ def test_factor_plan_is_exact(case, indef, well):
         d, U, Sigma, _, X = well
         s = 1.5 * d
     c = 2 * s - s**2 / d
-    plan = sampling._plan(X, (d, U, s), None, "factor")
+    plan = sampling.replicate_plan(X, FactorModel(d, U), s)
     assert bool(plan.nonneg) == (case == "nonnegative") == bool(np.all(c >= 0))
     key = jax.random.key(6)
     A, G = dense_noise_factor(plan, P, key, N)
@@ -272,9 +262,9 @@ def test_vmap_equals_loop_and_determinism(which, small_problem):
     # jit equals eager, and the internal kernels are not retraced for the same shapes
     jitted = jax.jit(sampler)(key, X, cov, s)
     np.testing.assert_allclose(jitted, sampler(key, X, cov, s), rtol=1e-12, atol=1e-12)
-    sizes = (sampling._plan._cache_size(), sampling._draw_one._cache_size())
-    sampler(keys[2], X + 1.0, cov, s)
-    assert (sampling._plan._cache_size(), sampling._draw_one._cache_size()) == sizes
+    with count_compiles("_plan") as plans, count_compiles("draw_replicate") as draws:
+        sampler(keys[2], X + 1.0, cov, s)
+    assert not plans and not draws
 
 
 def test_dtype_follows_inputs(small_problem):
@@ -310,27 +300,32 @@ def test_sample_replicates_memory(monkeypatch, small_problem):
     X, Sigma, model, s = small_problem
     n, p = X.shape
     b = 8
-    shared, per_rep = sampling._replicate_bytes(n, p, 3, b)
+    shared, per_rep = _memory.knockoff_bytes(n, p, 3, b, block_size=64)
     assert per_rep == (n * p + 4 * n * (64 + 3)) * b  # the documented formula
+    assert sampling.plan_bytes(sampling.replicate_plan(X, model, s)) == (shared, per_rep)
+
+    def chunk(R, stream, memory):
+        return _memory.replicate_chunk(R, n, p, b, shared, per_rep, stream=stream, memory_bytes=memory)
+
     # materialised: the result plus exactly 3 replicates in flight fit in half the memory
     budget = shared + 10 * n * p * b + 3 * per_rep
-    assert sampling._auto_chunk(10, n, p, 3, b, False, 2 * budget) == 3
+    assert chunk(10, False, 2 * budget) == 3
     # streamed: each replicate also holds its share of the yielded chunk
-    assert sampling._auto_chunk(10, n, p, 3, b, True, 2 * budget) == (budget - shared) // (per_rep + n * p * b)
-    assert sampling._auto_chunk(10**6, n, p, 3, b, True, 2 * budget) >= 1
+    assert chunk(10, True, 2 * budget) == (budget - shared) // (per_rep + n * p * b)
+    assert chunk(10**6, True, 2 * budget) >= 1
     # at least one replicate when it fits in all of the available memory
-    assert sampling._auto_chunk(1, n, p, 3, b, True, shared + per_rep + n * p * b) == 1
+    assert chunk(1, True, shared + per_rep + n * p * b) == 1
     with pytest.raises(ValueError, match="one replicate needs"):
-        sampling._auto_chunk(1, n, p, 3, b, True, shared + per_rep)
-    dense_shared, dense_rep = sampling._replicate_bytes(n, p, None, b)
+        chunk(1, True, shared + per_rep)
+    dense_shared, dense_rep = _memory.knockoff_bytes(n, p, None, b)
     assert (dense_shared, dense_rep) == ((n * p + p * p) * b, 3 * n * p * b)
+    assert sampling.plan_bytes(sampling.replicate_plan(X, Sigma, s)) == (dense_shared, dense_rep)
     # the (R, n, p) result does not fit: ask for streaming (raised before any work)
-    monkeypatch.setattr(sampling, "_available_memory_bytes", lambda device=None: budget)
+    monkeypatch.setattr(_memory, "device_memory_bytes", lambda devices=None: budget)
     with pytest.raises(ValueError, match="stream=True"):
         sample_replicates(jax.random.key(0), X, model, s, 1000)
-    assert sampling._available_memory_bytes.__name__ == "<lambda>"
     monkeypatch.undo()
-    assert sampling._available_memory_bytes() > 0
+    assert _memory.device_memory_bytes() > 0
 
 
 def test_sample_replicates_bad_args(small_problem):
@@ -349,11 +344,7 @@ def test_sample_replicates_bad_args(small_problem):
 def test_fixed_x_identities():
     rng = np.random.default_rng(15)
     n, p = 60, 25
-    X = (
-        rng.normal(size=(n, p))
-        @ np.linalg.cholesky(0.5 ** np.abs(np.subtract.outer(np.arange(p), np.arange(p)))).T
-        * rng.uniform(1, 5, p)
-    )
+    X = rng.normal(size=(n, p)) @ np.linalg.cholesky(ar1_correlation(p, 0.5)).T * rng.uniform(1, 5, p)
     Xn_ref = X / np.linalg.norm(X, axis=0)
     G = Xn_ref.T @ Xn_ref
     for s in (equicorrelated_s(G), 0.5 * equicorrelated_s(G)):

@@ -1,4 +1,4 @@
-"""A tiny dependency-free progress bar for the command line.
+"""A tiny dependency-free progress bar for the command line, and a ticker that redraws it.
 
 Shown only on a terminal: silent when ``enabled=False`` (``--quiet``) or when
 the stream is not a TTY (pipes, files, CI logs, tests), so redirected output
@@ -15,9 +15,10 @@ Example::
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
-__all__ = ["Progress", "progress_enabled"]
+__all__ = ["Progress", "Ticker", "progress_enabled"]
 
 
 def progress_enabled(stream=None, quiet: bool = False) -> bool:
@@ -98,4 +99,34 @@ class Progress:
 
     def __exit__(self, *exc):
         self.close()
+        return False
+
+
+class Ticker:
+    """Redraw a :class:`Progress` line every ``interval`` seconds while a long call runs.
+
+    The knockoff filter batches all replicates into one ``vmap``-ed call, so
+    there is no per-replicate event to count; on a terminal the elapsed time
+    is shown instead and the bar advances by stage.
+    """
+
+    def __init__(self, bar: Progress, interval: float = 0.25):
+        self.bar, self.interval = bar, interval
+        self._stop = threading.Event()
+        self._thread = None
+
+    def __enter__(self):
+        if self.bar.enabled:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.wait(self.interval):
+            self.bar._draw()
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
         return False

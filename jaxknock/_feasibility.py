@@ -1,0 +1,166 @@
+"""Feasibility of a knockoff S-vector: ``2 Sigma - diag(s) >= 0`` for dense and factor-model ``Sigma``.
+
+The samplers check it on concrete inputs before ``jit`` (skipped for tracers)
+and, when it fails, report the largest feasible scaling ``gamma`` of ``s`` and
+point to ``jaxknock.scale_to_feasible``. The dense test is a Cholesky
+factorisation (``O(p^3)``); the factor-model test never forms ``p x p``
+(:func:`diag_plus_lowrank_is_pd`, ``O(p k^2)``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxknock._checks import check_positive_definite, is_concrete
+
+__all__ = [
+    "check_feasible_dense",
+    "check_feasible_factor",
+    "diag_plus_lowrank_is_pd",
+    "feasibility_tol",
+    "infeasible_message",
+]
+
+HIGHEST = lax.Precision.HIGHEST
+
+
+def _mm(a, b):
+    return jnp.matmul(a, b, precision=HIGHEST)
+
+
+def _block_size(p: int, k: int) -> int:
+    """Block size of the blocked Cholesky test (the factor sampler's block size)."""
+    return max(1, min(p, 64))
+
+
+def feasibility_tol(diag_sigma: np.ndarray, dtype) -> float:
+    """Slack accepted in ``2 Sigma - diag(s) >= 0``: sqrt(eps) relative to max diag(Sigma)."""
+    return float(np.sqrt(np.finfo(np.dtype(dtype)).eps) * max(np.max(np.abs(diag_sigma)), 1e-300))
+
+
+def infeasible_message(gamma: float, lam_min: float | None) -> str:
+    lam = f" (smallest eigenvalue {lam_min:.3g})" if lam_min is not None else ""
+    return (
+        "s is infeasible for Sigma: 2 Sigma - diag(s) is not positive semidefinite"
+        f"{lam}, so the knockoff covariance 2S - S Sigma^-1 S is not a covariance. "
+        f"The largest feasible scaling is gamma = {gamma:.6g} (s is "
+        f"{100.0 * (1.0 - gamma):.3g}% too large): use "
+        "s = jaxknock.scale_to_feasible(Sigma, s)"
+    )
+
+
+def check_feasible_dense(Sigma, s, name: str = "Sigma"):
+    """Raise unless Sigma > 0 and 2 Sigma - diag(s) >= -tol I (numpy, concrete only)."""
+    if not (is_concrete(Sigma) and is_concrete(s)):
+        return
+    A = np.asarray(Sigma, dtype=np.float64)
+    sv = np.asarray(s, dtype=np.float64)
+    try:
+        L = np.linalg.cholesky(A)
+    except np.linalg.LinAlgError as err:
+        check_positive_definite(A, name)  # raises with the smallest eigenvalue
+        raise ValueError(f"{name} is numerically singular (its Cholesky factorisation failed)") from err
+    tol = feasibility_tol(np.diagonal(A), Sigma.dtype)
+    B = 2.0 * A - np.diag(sv)
+    B[np.diag_indices_from(B)] += tol
+    try:
+        np.linalg.cholesky(B)
+        return
+    except np.linalg.LinAlgError:
+        pass
+    lam_min = float(np.linalg.eigvalsh(2.0 * A - np.diag(sv))[0])
+    # gamma* = 2 / lambda_max(S^1/2 Sigma^-1 S^1/2)
+    W = np.linalg.solve(L, np.diag(np.sqrt(sv)))
+    gamma = 2.0 / float(np.linalg.eigvalsh(W.T @ W)[-1])
+    raise ValueError(infeasible_message(gamma, lam_min))
+
+
+@jax.jit
+def _diag_plus_lowrank_is_pd_blocked(e, V):
+    """True if ``diag(e) + V V^T`` is positive definite, in O(p k^2) (e may be indefinite).
+
+    Blocked Cholesky in which the trailing Schur complement is carried as a k x k
+    matrix ``M``: the Schur complement of the rows after a block is
+    ``diag(e_rest) + V_rest M V_rest^T``.
+    """
+    p, k = V.shape
+    m = _block_size(p, k)
+    nb = -(-p // m)
+    pad = nb * m - p  # independent dummy coordinates (e = 1, V = 0) complete the last block
+    e = jnp.concatenate([e, jnp.ones(pad, e.dtype)])
+    V = jnp.concatenate([V, jnp.zeros((pad, k), V.dtype)])
+
+    def block(M, eV):
+        ej, Vj = eV
+        VM = _mm(Vj, M)
+        L = jnp.linalg.cholesky(jnp.diag(ej) + _mm(VM, Vj.T))
+        ok = jnp.all(jnp.isfinite(L))
+        L = jnp.where(ok, L, jnp.eye(m, dtype=L.dtype))
+        Linv = jax.scipy.linalg.solve_triangular(L, jnp.eye(m, dtype=L.dtype), lower=True)
+        Ft = _mm(Linv, VM)
+        return M - _mm(Ft.T, Ft), ok
+
+    _, oks = lax.scan(block, jnp.eye(k, dtype=V.dtype), (e.reshape(nb, m), V.reshape(nb, m, k)))
+    return jnp.all(oks)
+
+
+@jax.jit
+def _weighted_gram(e, V, positive):
+    """``V_P^T diag(1 / e_P) V_P`` over the rows in ``positive`` (one GEMM)."""
+    w = jnp.where(positive, 1.0 / jnp.where(positive, e, 1.0), 0.0)
+    return _mm(V.T, V * w[:, None])
+
+
+def diag_plus_lowrank_is_pd(e, V) -> bool:
+    """True if ``E = diag(e) + V V^T`` is positive definite; ``e`` may be indefinite.
+
+    Fast path, O(p k^2) in one GEMM: split the rows into P (``e_j`` clearly
+    positive) and N (the rest). ``E_PP`` is PD, and by the Woodbury identity the
+    Schur complement of ``E_PP`` is ``diag(e_N) + V_N K V_N^T`` with
+    ``K = (I + V_P^T diag(e_P)^-1 V_P)^-1``, an ``|N| x |N|`` matrix tested by
+    Cholesky. More than ``k`` negative ``e_j`` is infeasible outright (``E``
+    is then negative on a subspace of dimension >= #neg - k). When ``|N|`` is
+    large, or the fast path says "not PD" (confirmed before raising), the
+    blocked Cholesky :func:`_diag_plus_lowrank_is_pd_blocked` decides.
+    """
+    e = jnp.asarray(e)
+    p, k = V.shape
+    e_np = np.asarray(e, dtype=np.float64)
+    if np.all(e_np > 0):
+        return True
+    if int(np.sum(e_np < 0)) > k:
+        return False
+    scale = float(np.max(np.abs(e_np)) + np.max(np.sum(np.asarray(V, np.float64) ** 2, axis=1)))
+    positive = e_np > 1e-3 * scale
+    neg = np.flatnonzero(~positive)
+    if neg.size > max(4 * k, 512):
+        return bool(_diag_plus_lowrank_is_pd_blocked(e, V))
+    G = np.asarray(_weighted_gram(e, V, jnp.asarray(positive)), np.float64)
+    try:
+        Lk = np.linalg.cholesky(np.eye(k) + 0.5 * (G + G.T))
+        T = np.linalg.solve(Lk, np.asarray(V, np.float64)[neg].T)  # K = Lk^-T Lk^-1
+        np.linalg.cholesky(np.diag(e_np[neg]) + T.T @ T)
+        return True
+    except np.linalg.LinAlgError:
+        return bool(_diag_plus_lowrank_is_pd_blocked(e, V))
+
+
+def check_feasible_factor(d, U, s):
+    """Raise unless 2 (D + U U^T) - diag(s) >= -tol I, in O(p k^2) (concrete only)."""
+    if not all(is_concrete(a) for a in (d, U, s)):
+        return
+    tol = feasibility_tol(np.asarray(d + jnp.sum(U**2, axis=1)), d.dtype)
+    V = jnp.sqrt(2.0) * U
+    if bool(diag_plus_lowrank_is_pd(2.0 * d - s + tol, V)):
+        return
+    lo, hi = 0.0, 1.0  # feasible at 0 (D > 0), infeasible at 1
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if bool(diag_plus_lowrank_is_pd(2.0 * d - mid * s + tol, V)):
+            lo = mid
+        else:
+            hi = mid
+    raise ValueError(infeasible_message(lo, None))

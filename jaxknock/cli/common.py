@@ -1,0 +1,27 @@
+"""What every subcommand shares: the one-line user error, x64, timing."""
+
+from __future__ import annotations
+
+import time
+
+__all__ = ["CLIError", "enable_x64", "timed"]
+
+
+class CLIError(Exception):
+    """A user-facing error: printed as one line, exit code 2."""
+
+
+def enable_x64():
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+
+
+def timed(fn, *args, **kwargs):
+    """``(fn(*args, **kwargs), seconds)``, waiting for the result's device work."""
+    import jax
+
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    jax.block_until_ready(out)
+    return out, time.perf_counter() - t0

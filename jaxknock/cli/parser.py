@@ -1,0 +1,104 @@
+"""The ``jaxknock`` argument parser and the dispatch to the subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from jaxknock.cli.bench import run_bench
+from jaxknock.cli.common import CLIError
+from jaxknock.cli.demo import run_demo
+from jaxknock.cli.select import METHODS, run_select
+from jaxknock.cli.snb import run_snb
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from jaxknock.pipeline import AGGREGATES, STATISTICS
+
+    parser = argparse.ArgumentParser(prog="jaxknock", description="Knockoff feature selection in JAX.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run the main job on built-in synthetic data")
+    demo.add_argument("--n", type=int, default=1000, help="samples (default 1000)")
+    demo.add_argument("--p", type=int, default=500, help="features (default 500)")
+    demo.add_argument("--rank", type=int, default=50, help="factor-model rank (default 50)")
+    demo.add_argument("--signals", type=int, default=50, help="non-zero coefficients (default 50)")
+    demo.add_argument(
+        "--amplitude", type=float, default=12.0, help="signal amplitude: coefficients +-amplitude/sqrt(n) (default 12)"
+    )
+    demo.add_argument("--fdr", type=float, default=0.1, help="target FDR (default 0.1)")
+    demo.add_argument("--replicates", type=int, default=5, help="knockoff replicates for aggregation")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        default=None,
+        help="write a PNG with the S-vectors and W statistics (needs matplotlib)",
+    )
+    demo.add_argument("--quiet", action="store_true", help="no progress bar")
+    demo.set_defaults(func=run_demo)
+
+    sel = sub.add_parser(
+        "select",
+        help="knockoff filter on a CSV / NPZ / NPY table",
+        description="Model-X knockoff selection with FDR control on a table: standardise, "
+        "estimate the correlation (Ledoit-Wolf, or a factor model for sdp-factor), "
+        "solve for s, sample knockoffs, compute W, select.",
+    )
+    sel.add_argument("data", help="CSV with a header row, .npz (named columns or one 2-D array) or .npy")
+    sel.add_argument("--target", required=True, help="response column (name; index for unnamed arrays)")
+    sel.add_argument("--fdr", type=float, default=0.1, help="target false discovery rate (default 0.1)")
+    sel.add_argument(
+        "--method",
+        choices=sorted(METHODS),
+        default="asdp",
+        help="S-vector method (default asdp; sdp-factor for p >= n)",
+    )
+    sel.add_argument("--rank", type=int, default=None, help="factor-model rank for --method sdp-factor")
+    sel.add_argument("--replicates", type=int, default=1, help="knockoff replicates, aggregated by e-BH")
+    sel.add_argument("--aggregate", choices=AGGREGATES, default="ebh", help="how replicates are combined")
+    sel.add_argument("--statistic", choices=STATISTICS, default="lcd", help="feature statistic W (default lcd)")
+    sel.add_argument("--lam", type=float, default=None, help="fixed lasso penalty for lcd (default: cross-validated)")
+    sel.add_argument("--seed", type=int, default=0)
+    sel.add_argument("--out", default=None, metavar="RESULT.json", help="write a JSON report")
+    sel.add_argument("--quiet", action="store_true", help="only the selection, no progress bar")
+    sel.set_defaults(func=run_select)
+
+    snb = sub.add_parser("snb", help="sparse naive Bayes on a CSV or scipy.sparse .npz")
+    snb.add_argument("data", help="CSV with a header row, or a scipy.sparse .npz (scipy.sparse.save_npz)")
+    snb.add_argument("--target", default=None, help="label column (CSV name; column index for a sparse .npz)")
+    snb.add_argument("--labels", default=None, help="labels file for a sparse .npz (.npy or one per line)")
+    snb.add_argument("-k", type=int, required=True, help="number of features the classifier may use")
+    snb.add_argument("--model", choices=("multinomial", "bernoulli"), default="multinomial")
+    snb.add_argument("--alpha", type=float, default=1.0, help="Laplace smoothing (default 1)")
+    snb.add_argument("--out", default=None, metavar="RESULT.json", help="write a JSON report")
+    snb.add_argument("--quiet", action="store_true")
+    snb.set_defaults(func=run_snb)
+
+    bench = sub.add_parser("bench", help="run the benchmark scripts (small sizes)")
+    bench.add_argument("--only", default=None, help="comma-separated subset, e.g. sdp,snb")
+    bench.add_argument("--full", action="store_true", help="full sizes (tens of minutes) instead of --small")
+    bench.add_argument("--bench-dir", default=None, help="folder with bench_*.py (default: the repository's)")
+    bench.add_argument("--quiet", action="store_true", help="only the summary table")
+    bench.set_defaults(func=run_bench)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed usage + message
+        return int(exc.code or 0)
+    try:
+        return args.func(args)
+    except CLIError as err:
+        msg = " ".join(str(err).split())
+    except (ValueError, TypeError, FileNotFoundError, OSError) as err:
+        msg = " ".join(str(err).split()) or type(err).__name__
+    except KeyboardInterrupt:
+        print("jaxknock: interrupted", file=sys.stderr)
+        return 130
+    print(f"jaxknock: error: {msg}", file=sys.stderr)
+    return 2

@@ -1,0 +1,85 @@
+"""Output of the subcommands: aligned text tables and the JSON reports (versions, device, hashes)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+
+from jaxknock.cli.common import CLIError
+
+__all__ = ["device", "print_table", "sha256", "versions", "write_json"]
+
+
+def print_table(rows, headers, file=None):
+    """Right-aligned columns under a header and a rule (``rows``: lists of strings)."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(h.rjust(w) for h, w in zip(headers, widths))
+    print(line, file=file)
+    print("-" * len(line), file=file)
+    for r in rows:
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths)), file=file)
+
+
+def versions():
+    import jax
+    import numpy as np
+
+    import jaxknock
+
+    out = {
+        "jaxknock": jaxknock.__version__,
+        "jax": jax.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+    try:
+        import jaxlib
+
+        out["jaxlib"] = jaxlib.__version__
+    except (ImportError, AttributeError):
+        pass
+    return out
+
+
+def device():
+    import jax
+
+    d = jax.devices()[0]
+    return {
+        "platform": d.platform,
+        "device_kind": getattr(d, "device_kind", str(d)),
+        "num_devices": jax.device_count(),
+        "x64": bool(jax.config.jax_enable_x64),
+        "machine": platform.machine(),
+        "system": platform.system(),
+    }
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_json(path, report):
+    try:
+        with open(path, "w") as fh:
+            json.dump(report, fh, indent=2, default=_json_default)
+            fh.write("\n")
+    except OSError as err:
+        raise CLIError(f"cannot write the report to {path}: {err.strerror or err}") from None
+
+
+def _json_default(obj):
+    import numpy as np
+
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    return str(obj)

@@ -1,0 +1,186 @@
+"""``jaxknock select DATA --target COL``: the model-X knockoff filter on a table."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from jaxknock.cli.common import CLIError, enable_x64
+from jaxknock.cli.progress import Progress, Ticker, progress_enabled
+from jaxknock.cli.report import device, print_table, sha256, versions, write_json
+from jaxknock.cli.tables import load_table, preview, resolve_target
+
+__all__ = ["METHODS", "run_select"]
+
+
+def _check_design(path, names, X, j_target, *, method):
+    """Raise a one-line CLIError for NaNs, constant columns and too few rows."""
+    import numpy as np
+
+    n = X.shape[0]
+    bad = ~np.isfinite(X)
+    if bad.any():
+        cols = [names[j] for j in np.flatnonzero(bad.any(axis=0))]
+        raise CLIError(
+            f"{path}: {int(bad.sum())} missing/NaN/Inf value(s) in column(s) {preview(cols, 5)}; "
+            "impute or drop those rows first"
+        )
+    features = [j for j in range(X.shape[1]) if j != j_target]
+    if not features:
+        raise CLIError(f"{path} has only the target column; it needs at least one feature column")
+    if n < 10:
+        raise CLIError(
+            f"{path} has only {n} rows; the knockoff filter needs at least 10 "
+            "(and more rows than feature columns for --method sdp/asdp/equi)"
+        )
+    y = X[:, j_target]
+    if np.ptp(y) == 0:
+        raise CLIError(f"target column {names[j_target]!r} is constant; there is nothing to explain")
+    const = [names[j] for j in features if np.ptp(X[:, j]) == 0]
+    if const:
+        raise CLIError(f"constant column(s) {preview(const, 5)} carry no information; drop them and rerun")
+    p = len(features)
+    if method != "sdp_factor" and n <= p:
+        raise CLIError(
+            f"{path} has {n} rows for {p} features; a dense covariance needs more rows than "
+            "features: add rows or use --method sdp-factor --rank K (K < rows)"
+        )
+    return X[:, features], y, [names[j] for j in features]
+
+
+METHODS = {"sdp": "sdp", "sdp-factor": "sdp_factor", "asdp": "asdp", "equi": "equicorrelated"}
+
+
+def run_select(args) -> int:
+    t_start = time.perf_counter()
+    method = METHODS[args.method]
+    if not (0 < args.fdr < 1):
+        raise CLIError(f"--fdr must lie strictly between 0 and 1, got {args.fdr}")
+    if args.replicates < 1:
+        raise CLIError(f"--replicates must be a positive integer, got {args.replicates}")
+    if args.rank is not None and method != "sdp_factor":
+        raise CLIError("--rank only applies to --method sdp-factor")
+    if args.rank is not None and args.rank < 1:
+        raise CLIError(f"--rank must be a positive integer, got {args.rank}")
+    if args.lam is not None and args.lam <= 0:
+        raise CLIError(f"--lam must be positive, got {args.lam}")
+
+    t0 = time.perf_counter()
+    names, table = load_table(args.data)
+    j = resolve_target(names, args.target, args.data)
+    X, y, features = _check_design(args.data, names, table, j, method=method)
+    n, p = X.shape
+    if args.rank is not None and args.rank >= min(n, p):
+        raise CLIError(f"--rank must be smaller than min(rows, features) = {min(n, p)}, got {args.rank}")
+    if args.statistic == "centroid" and len(set(y.tolist())) != 2:
+        raise CLIError("--statistic centroid needs a binary target (two distinct values)")
+    t_load = time.perf_counter() - t0
+
+    enable_x64()
+    import jax
+    import numpy as np
+
+    from jaxknock import RESULTS
+    from jaxknock.pipeline import knockoff_filter
+
+    say = (lambda *a, **k: None) if args.quiet else print
+    say(
+        f"{len(features)} features, {n} rows, target {names[j]!r}; method {args.method}, "
+        f"statistic {args.statistic}, {args.replicates} replicate(s), FDR {args.fdr}"
+    )
+    bar = Progress(
+        2, f"knockoff filter ({args.replicates} replicate(s))", enabled=progress_enabled(sys.stderr, args.quiet)
+    )
+    with bar, Ticker(bar):
+        bar.update(desc=f"knockoff filter ({args.replicates} replicate(s), batched)")
+        t0 = time.perf_counter()
+        try:
+            sel = knockoff_filter(
+                jax.random.key(args.seed),
+                X,
+                y,
+                fdr=args.fdr,
+                s_method=method,
+                rank=args.rank,
+                statistic=args.statistic,
+                num_replicates=args.replicates,
+                aggregate=args.aggregate,
+                lam=args.lam,
+            )
+        except ValueError as err:
+            raise CLIError(str(err)) from None
+        t_filter = time.perf_counter() - t0
+        bar.update(desc="done")
+
+    W = np.asarray(sel.W)
+    T = np.asarray(sel.thresholds)
+    freq = (W >= T[:, None]).mean(axis=0)
+    W_mean = W.mean(axis=0)
+    order = sorted(sel.selected.tolist(), key=lambda i: -W_mean[i])
+    selections = [
+        {"name": features[i], "index": int(i), "W": float(W_mean[i]), "frequency": float(freq[i])} for i in order
+    ]
+    s_sol = sel.s_solution
+    s_info = {
+        "result": RESULTS(int(s_sol.result)).name,
+        "sum_s": float(np.sum(np.asarray(s_sol.value))),
+        "num_steps": int(np.asarray(s_sol.stats.get("num_steps", 0))),
+    }
+    if s_sol.stats.get("gap") is not None:
+        s_info["gap"] = float(s_sol.stats["gap"])
+
+    print(
+        f"selected {len(order)} of {p} features at FDR {args.fdr}"
+        + (f" (e-BH over {args.replicates} replicates)" if args.replicates > 1 and args.aggregate == "ebh" else "")
+    )
+    if order:
+        headers = ["feature", "W"] + (["selected in"] if args.replicates > 1 else [])
+        rows = [
+            [s["name"], f"{s['W']:.4g}"] + ([f"{s['frequency']:.0%}"] if args.replicates > 1 else [])
+            for s in selections
+        ]
+        print_table(rows, headers)
+    if s_info["result"] != "successful":
+        say(f"note: the S-vector solver ended with result {s_info['result']!r} (the selection is still valid)")
+    if args.out:
+        path = Path(args.data)
+        report = {
+            "command": "select",
+            "inputs": {
+                "path": str(path.resolve()),
+                "sha256": sha256(path),
+                "rows": n,
+                "features": p,
+                "target": names[j],
+                "feature_names": features,
+            },
+            "settings": {
+                "fdr": args.fdr,
+                "method": args.method,
+                "s_method": method,
+                "rank": sel.settings.get("rank"),
+                "replicates": args.replicates,
+                "statistic": args.statistic,
+                "aggregate": args.aggregate,
+                "lam": args.lam,
+                "seed": args.seed,
+                "loss": sel.settings.get("loss"),
+                "knockoff_plus": bool(sel.settings.get("plus", True)),
+            },
+            "versions": versions(),
+            "device": device(),
+            "timings": {
+                "load": t_load,
+                **{k: float(v) for k, v in sel.timings.items()},
+                "filter_total": t_filter,
+                "total": time.perf_counter() - t_start,
+            },
+            "s_vector": s_info,
+            "selected": selections,
+            "W_mean": {features[i]: float(W_mean[i]) for i in range(p)},
+            "thresholds": [float(t) for t in T],
+        }
+        write_json(args.out, report)
+        say(f"report written to {args.out}")
+    return 0

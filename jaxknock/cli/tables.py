@@ -1,0 +1,194 @@
+"""Data loading for the subcommands: CSV / NPZ / NPY tables with one-line errors.
+
+Every problem with the user's file (missing, not a table, text in a numeric
+column, a missing target) raises :class:`~jaxknock.cli.common.CLIError` with a
+message saying what to fix.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+from pathlib import Path
+
+from jaxknock.cli.common import CLIError
+
+__all__ = [
+    "MISSING",
+    "check_file",
+    "default_names",
+    "load_table",
+    "numeric_column",
+    "preview",
+    "read_csv_table",
+    "resolve_target",
+]
+
+
+def check_file(path) -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise CLIError(f"data file {str(path)!r} does not exist; check the path")
+    if path.is_dir():
+        raise CLIError(f"{str(path)!r} is a directory; pass a .csv, .npz or .npy file")
+    return path
+
+
+def _float_or_none(text):
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def read_csv_table(path):
+    """``(names, columns)`` of a CSV with a header row; ``columns`` are lists of strings."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            sample = fh.read(65536)
+            fh.seek(0)
+            try:
+                dialect = csv.Sniffer().sniff(sample, delimiters=",;\t")
+            except csv.Error:
+                dialect = csv.excel
+            rows = list(csv.reader(fh, dialect))
+    except UnicodeDecodeError:
+        raise CLIError(f"{path} is not a text CSV file (cannot decode it as UTF-8)") from None
+    except csv.Error as err:
+        raise CLIError(f"{path} is not a valid CSV file: {err}") from None
+    rows = [r for r in rows if any(c.strip() for c in r)]
+    if not rows:
+        raise CLIError(f"{path} is empty; it needs a header row with column names and data rows")
+    header = [h.strip() for h in rows[0]]
+    if all(_float_or_none(h) is not None for h in header):
+        raise CLIError(f"{path} has no header row (the first row is numeric); add a row of column names")
+    if any(not h for h in header):
+        raise CLIError(f"{path}: column {header.index('') + 1} of the header has no name; name every column")
+    dup = sorted({h for h in header if header.count(h) > 1})
+    if dup:
+        raise CLIError(f"{path}: duplicate column name(s) {dup}; make the header names unique")
+    body = rows[1:]
+    for i, r in enumerate(body):
+        if len(r) != len(header):
+            raise CLIError(
+                f"{path}: line {i + 2} has {len(r)} fields but the header has {len(header)}; "
+                "fix the row or the delimiter"
+            )
+    columns = [[r[j].strip() for r in body] for j in range(len(header))]
+    return header, columns
+
+
+MISSING = {"", "na", "nan", "n/a", "null", "none", "?"}
+
+
+def numeric_column(path, name, values):
+    import numpy as np
+
+    out = np.empty(len(values))
+    for i, v in enumerate(values):
+        if v.lower() in MISSING:
+            out[i] = np.nan
+            continue
+        f = _float_or_none(v)
+        if f is None:
+            raise CLIError(
+                f"{path}: column {name!r} is not numeric (row {i + 1} has {v!r}); "
+                "encode it as numbers or drop the column"
+            )
+        out[i] = f
+    return out
+
+
+def default_names(p):
+    return [f"x{j}" for j in range(p)]
+
+
+def load_table(path):
+    """``(names, X)`` with ``X`` a float ``(n, p)`` NumPy array, from CSV / NPZ / NPY.
+
+    * CSV: a header row of column names; ``,``, ``;`` or tab delimited.
+    * NPY: a 2-D numeric array; columns are named ``x0, x1, ...``.
+    * NPZ: either 1-D arrays of equal length (one per column, named by key), or
+      one 2-D array (key ``X``, ``data`` or the only 2-D array) with optional
+      ``columns`` / ``names`` (column names).
+    """
+    import numpy as np
+
+    path = check_file(path)
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".tsv", ".txt"):
+        names, cols = read_csv_table(path)
+        if not cols[0]:
+            raise CLIError(f"{path} has a header but no data rows")
+        X = np.column_stack([numeric_column(path, n, c) for n, c in zip(names, cols)])
+        return names, X
+    if suffix == ".npy":
+        try:
+            X = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as err:
+            raise CLIError(f"{path} is not a readable .npy array ({err}); save it with numpy.save") from None
+        if X.ndim != 2:
+            raise CLIError(f"{path} holds an array of shape {X.shape}; it must be 2-D (rows x columns)")
+        return default_names(X.shape[1]), _as_float(path, X)
+    if suffix == ".npz":
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (ValueError, OSError, EOFError) as err:
+            raise CLIError(f"{path} is not a readable .npz archive ({err}); save it with numpy.savez") from None
+        if {"indptr", "indices", "data", "shape"} <= set(arrays):
+            raise CLIError(
+                f"{path} is a scipy.sparse matrix; `select` needs dense columns "
+                "(save a dense array with numpy.savez, or use `jaxknock snb`)"
+            )
+        names = None
+        for key in ("columns", "names"):
+            if key in arrays:
+                names = [str(v) for v in arrays.pop(key).tolist()]
+        two_d = {k: v for k, v in arrays.items() if v.ndim == 2}
+        if two_d:
+            key = next((k for k in ("X", "data") if k in two_d), None)
+            if key is None:
+                if len(two_d) > 1:
+                    raise CLIError(f"{path} holds several 2-D arrays {sorted(two_d)}; name the table 'X' or 'data'")
+                key = next(iter(two_d))
+            X = two_d[key]
+            names = names or default_names(X.shape[1])
+            if len(names) != X.shape[1]:
+                raise CLIError(f"{path}: {len(names)} column names for {X.shape[1]} columns")
+            return names, _as_float(path, X)
+        one_d = {k: v for k, v in arrays.items() if v.ndim == 1}
+        if not one_d:
+            raise CLIError(f"{path} holds no 1-D or 2-D arrays; save columns with numpy.savez(path, a=..., b=...)")
+        lengths = {k: v.shape[0] for k, v in one_d.items()}
+        if len(set(lengths.values())) > 1:
+            raise CLIError(f"{path}: the 1-D arrays have different lengths {lengths}; every column needs one per row")
+        names = list(one_d)
+        return names, np.column_stack([_as_float(path, one_d[k], k) for k in names])
+    raise CLIError(f"unsupported file type {suffix or '(none)'!r} for {path}; use .csv, .npz or .npy")
+
+
+def _as_float(path, X, name=None):
+    import numpy as np
+
+    if X.dtype.kind not in "biuf":
+        what = f"array {name!r}" if name else "the array"
+        raise CLIError(f"{path}: {what} is not numeric (dtype {X.dtype}); store numbers only")
+    return np.asarray(X, dtype=np.float64)
+
+
+def resolve_target(names, target, path):
+    if target in names:
+        return names.index(target)
+    if target.lstrip("-").isdigit() and names == default_names(len(names)):
+        j = int(target)
+        if -len(names) <= j < len(names):
+            return j % len(names)
+    close = difflib.get_close_matches(target, names, n=3)
+    hint = f"; did you mean {close}?" if close else f"; available: {preview(names)}"
+    raise CLIError(f"target column {target!r} is not in {path}{hint}")
+
+
+def preview(names, limit=8):
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names)} columns)" if len(names) > limit else "")
