@@ -9,13 +9,16 @@ import optax
 import pytest
 
 from jaxknock import RESULTS
-from jaxknock import lifted as lf
 from jaxknock.lifted import (
     LiftedSpec,
+    LiftedState,
+    bcd,
+    blocks,
     fenchel_penalty,
     fenchel_relu_regression,
     fit_lifted,
     init_lifted_state,
+    inner,
     lifted_batch_step,
     lifted_bcd_step,
     lifted_objective,
@@ -23,11 +26,13 @@ from jaxknock.lifted import (
     mlp_apply,
     mlp_init,
     mlp_loss,
+    objective,
     predict_lifted,
     solve_simplex_cross_entropy,
     train_mlp,
     tune_lifted,
 )
+from jaxknock.lifted.spec import default_settings
 
 COMBOS = [(m, l) for m in ("fenchel", "lifted") for l in ("mse", "cross_entropy")]
 
@@ -166,7 +171,7 @@ def _w_step_cases(X, V, T, Y, W0, b0):
     def fenchel(kernel, cg=False):
         # cg: conjugate gradient with per-column line search (the default for
         # Fenchel hidden layers); otherwise accelerated majorise-minimise.
-        return lf._w_solve(
+        return blocks.w_solve(
             X,
             W0,
             b0,
@@ -181,16 +186,16 @@ def _w_step_cases(X, V, T, Y, W0, b0):
             exact=False,
             tol=1e-12,
             max_steps=2000,
-            line=lf._fenchel_line(V, lam / N) if cg else None,
+            line=blocks.fenchel_line(V, lam / N) if cg else None,
         )
 
-    xent = lf._w_solve(
+    xent = blocks.w_solve(
         X,
         W0,
         b0,
         s=0.5 / N,
         target=lambda U: U - 2.0 * (jax.nn.softmax(U) - Y),
-        data_value=lambda U: lf._loss_sum(Y, U, "cross_entropy") / N,
+        data_value=lambda U: objective.loss_sum(Y, U, "cross_entropy") / N,
         rho=rho,
         gamma=gamma,
         W0=W0,
@@ -200,7 +205,7 @@ def _w_step_cases(X, V, T, Y, W0, b0):
         tol=1e-12,
         max_steps=5000,
     )
-    ridge = lf._w_solve(
+    ridge = blocks.w_solve(
         X,
         W0,
         b0,
@@ -266,7 +271,7 @@ def _kkt_violation(Z, G):
     return float(jnp.max(jnp.abs(jnp.where(Z > 1e-10, G, jnp.minimum(G, 0.0)))))
 
 
-_x_steps = jax.jit(lf._x_steps, static_argnums=(5, 6))
+_x_steps = jax.jit(blocks.x_steps, static_argnums=(5, 6))
 
 
 @pytest.mark.parametrize("model,loss", [("fenchel", "cross_entropy"), ("lifted", "mse")])
@@ -282,7 +287,7 @@ def test_x_steps_satisfy_kkt_conditions(key, model, loss):
         for i, h in enumerate(state.hidden)
     )
     state = state._replace(hidden=hidden)
-    settings = lf._default_settings(jnp.float64, inner_tol=1e-13, inner_max_steps=20000)
+    settings = default_settings(jnp.float64, inner_tol=1e-13, inner_max_steps=20000)
     new, info = _x_steps(params, state, X, Y, spec.hyper(), spec, settings)
     assert info.failures == 0
     X1, X2 = new.hidden
@@ -320,9 +325,9 @@ def test_grouped_convergence_checks_keep_step_limit_and_solution(key, check_ever
 
     z0 = jnp.zeros(12, jnp.float64)
     for max_steps in (1, 2, 4, 7):
-        _, k, _ = lf._accelerated(step, z0, step(z0), tol=0.0, max_steps=max_steps, check_every=check_every)
+        _, k, _ = inner.accelerated(step, z0, step(z0), tol=0.0, max_steps=max_steps, check_every=check_every)
         assert int(k) == max_steps
-    z, k, conv = lf._accelerated(step, z0, step(z0), tol=1e-13, max_steps=5000, check_every=check_every)
+    z, k, conv = inner.accelerated(step, z0, step(z0), tol=1e-13, max_steps=5000, check_every=check_every)
     assert bool(conv) and int(k) < 5000
     np.testing.assert_allclose(np.asarray(z), nnls(np.asarray(A), np.asarray(c))[0], atol=1e-9)
 
@@ -394,7 +399,7 @@ def test_fit_tune_vmap_equals_loop_and_no_retrace(key):
     tuned = tune_lifted(key, X_TR, Y_TR, spec, lam=lams, epochs=2, batch_size=6, **tight)
     assert tuned.stats["objective"].shape == (2, 2)
     assert tuned.result.shape == (2,)
-    fn = lf._epoch_fn(spec, lf._default_settings(jnp.float64, **tight), 6, False)
+    fn = bcd.epoch_fn(spec, default_settings(jnp.float64, **tight), 6, False)
     for i, lam in enumerate(lams):
         sol = fit_lifted(key, X_TR, Y_TR, spec, epochs=2, batch_size=6, hyper=spec.hyper()._replace(lam=lam), **tight)
         assert sol.result == RESULTS.successful
@@ -413,14 +418,14 @@ def test_fit_tune_vmap_equals_loop_and_no_retrace(key):
     sol = fit_lifted(key, X_TR, Y_TR, spec_nb, epochs=2)
     np.testing.assert_allclose(sol.stats["objective"], tuned.stats["objective"][0], rtol=1e-8)
     # The vmapped Algorithm-1 epoch equals the single-model one.
-    settings = lf._default_settings(jnp.float64)
+    settings = default_settings(jnp.float64)
     init = mlp_init(key, SIZES)
     state = init_lifted_state(init, X_TR, spec_nb)
     hyper = spec_nb.hyper()
     stack = lambda t: jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), t)
     hyp2 = stack(hyper)._replace(lam=jnp.array([1.0, 3.0]))
-    vm = lf._epoch_fn(spec_nb, settings, None, True)(stack(state), X_TR, ONEHOT_TR, hyp2, None, None)
-    one = lf._epoch_fn(spec_nb, settings, None, False)(state, X_TR, ONEHOT_TR, hyper._replace(lam=3.0), None, None)
+    vm = bcd.epoch_fn(spec_nb, settings, None, True)(stack(state), X_TR, ONEHOT_TR, hyp2, None, None)
+    one = bcd.epoch_fn(spec_nb, settings, None, False)(state, X_TR, ONEHOT_TR, hyper._replace(lam=3.0), None, None)
     np.testing.assert_allclose(vm[1]["objective"][1], one[1]["objective"], rtol=1e-10)
 
 
@@ -442,22 +447,22 @@ def test_batched_algorithm2_learns_and_uses_kernel_form(key):
 def test_fixed_batches_reuse_first_layer_factorisations(key):
     spec = _spec(**BATCHED)
     tight = dict(inner_tol=1e-11, inner_max_steps=2000)
-    settings = lf._default_settings(jnp.float64, **tight)
+    settings = default_settings(jnp.float64, **tight)
     B = 7  # does not divide N = 120: the last batch is filled up with rows of the first
-    parts = lf._fixed_partition(key, X_TR.shape[0], B)
+    parts = bcd.fixed_partition(key, X_TR.shape[0], B)
     assert parts.shape == (18, B)
     assert set(np.asarray(parts).ravel()) == set(range(X_TR.shape[0]))
     hyper = spec.hyper()
-    factors = lf._factors_fn(spec, False)(X_TR, parts, hyper)
+    factors = bcd.factors_fn(spec, False)(X_TR, parts, hyper)
     assert factors.shape == (18, 6, 6)  # B > p_0 = 5: the primal (p_0 + 1)^2 Cholesky factor
     order = jax.random.permutation(jax.random.key(3), 18)
-    init = lf._check_params(mlp_init(key, SIZES), spec, jnp.float64)
-    step = lf._epoch_fn(spec, settings, B, False, True)
-    state, metrics = step(lf.LiftedState(init, (), None), X_TR, ONEHOT_TR, hyper, order, (parts, factors))
+    init = mlp_init(key, SIZES, dtype=jnp.float64)
+    step = bcd.epoch_fn(spec, settings, B, False, True)
+    state, metrics = step(LiftedState(init, (), None), X_TR, ONEHOT_TR, hyper, order, (parts, factors))
     # The same batches in the same order, each factorising its own system.
     params, objs = init, []
     for i in np.asarray(order):
-        params, m = lf._batch_update(params, X_TR[parts[i]], ONEHOT_TR[parts[i]], hyper, spec, settings)
+        params, m = bcd.batch_update(params, X_TR[parts[i]], ONEHOT_TR[parts[i]], hyper, spec, settings)
         objs.append(m["objective"])
     np.testing.assert_allclose(state.params[0]["w"], params[0]["w"], atol=1e-7)
     np.testing.assert_allclose(metrics["objective"], np.mean(objs), rtol=1e-7)
@@ -472,7 +477,7 @@ def test_fixed_batches_reuse_first_layer_factorisations(key):
         key, X_TR, Y_TR, spec, lam=jnp.array([spec.lam, 2.0]), epochs=3, batch_size=B, fixed_batches=True, **tight
     )
     np.testing.assert_allclose(tuned.stats["objective"][0], sol.stats["objective"], rtol=1e-7)
-    assert lf._factors_fn(spec, False)(X_TR, parts[:, :4], hyper).shape == (18, 4, 4)
+    assert bcd.factors_fn(spec, False)(X_TR, parts[:, :4], hyper).shape == (18, 4, 4)
     with pytest.raises(ValueError, match="fixed_batches applies to batched"):
         fit_lifted(key, X_TR, Y_TR, spec, epochs=1, fixed_batches=True)
 

@@ -1,0 +1,208 @@
+"""What a lifted network is: its static specification, traced hyper-parameters and variables.
+
+:class:`LiftedSpec` (hashable, a ``jit`` static argument) fixes the layer
+widths, the loss and the model; :class:`LiftedHyper` holds the traced weights
+``lam, rho, gamma`` (``vmap``-able over models); :class:`LiftedState` the
+variables ``(W, b)``, ``X_1..X_L`` and the simplex output. :class:`Settings`
+are the static solver settings of the inner block solves, built by
+:func:`default_settings`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "LOSSES",
+    "LOSS_CURVATURE",
+    "MODELS",
+    "LiftedHyper",
+    "LiftedSpec",
+    "LiftedState",
+    "Settings",
+    "default_settings",
+]
+
+LOSSES = ("mse", "cross_entropy")
+MODELS = ("fenchel", "lifted")
+# Curvature bound of the loss in the logits: 1 for 1/2 ||.||^2, 1/2 for softmax
+# cross-entropy (Bohning's bound: Hessian diag(p) - pp^T <= I/2).
+LOSS_CURVATURE = {"mse": 1.0, "cross_entropy": 0.5}
+
+
+# ----------------------------------------------------------------------------
+# Specification, hyper-parameters, state
+# ----------------------------------------------------------------------------
+
+
+def _per_layer(value, n: int, name: str) -> tuple:
+    arr = np.atleast_1d(np.asarray(value, dtype=np.float64))
+    if arr.ndim != 1 or arr.shape[0] not in (1, n):
+        raise ValueError(f"{name} must be a scalar or a sequence of {n} per-layer values, got {value!r}")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"{name} must be finite and non-negative, got {value!r}")
+    return tuple(float(v) for v in np.broadcast_to(arr, (n,)))
+
+
+@dataclasses.dataclass(frozen=True)
+class LiftedSpec:
+    """Static description of a lifted ReLU network (hashable; a ``jit`` static argument).
+
+    Args:
+      sizes: layer widths ``(p_0, p_1, ..., p_L, p)``: input dimension, ``L >= 1``
+        ReLU hidden widths, output dimension (number of classes).
+      loss: ``"mse"`` (``1/2 ||Y - U_L||^2``) or ``"cross_entropy"`` (softmax
+        cross-entropy for ``fenchel``; simplex output variable for ``lifted``).
+      model: ``"fenchel"`` (Fenchel lifted, chapter 3) or ``"lifted"``
+        (original lifted, chapter 2).
+      lam: penalty weight ``lambda > 0`` of the activation penalties.
+      rho: ridge weights ``rho_l >= 0`` of ``||W_l||_F^2`` (scalar or one per
+        weight layer; biases are not ridge-penalised).
+      gamma: proximal weights ``gamma_l`` of ``||Theta_l - Theta_l^0||^2``
+        between batches (Algorithm 2; must be ``> 0`` for batched training and
+        is ignored by non-batched training).
+
+    Example:
+      >>> spec = LiftedSpec((784, 300, 10), loss="cross_entropy", lam=1.0, gamma=1.0)
+      >>> spec.num_layers
+      2
+    """
+
+    sizes: tuple
+    loss: str = "cross_entropy"
+    model: str = "fenchel"
+    lam: float = 1.0
+    rho: Any = 0.0
+    gamma: Any = 1.0
+
+    def __post_init__(self):
+        try:
+            sizes = tuple(int(s) for s in self.sizes)
+        except TypeError as err:
+            raise TypeError(f"sizes must be a sequence of ints, got {self.sizes!r}") from err
+        if len(sizes) < 3:
+            raise ValueError(
+                "sizes must hold the input width, at least one hidden width and the "
+                f"output width, e.g. (784, 300, 10); got {sizes}"
+            )
+        if any(s < 1 for s in sizes):
+            raise ValueError(f"all layer sizes must be positive, got {sizes}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
+        if not (np.isfinite(self.lam) and float(self.lam) > 0):
+            raise ValueError(f"lam must be a positive finite number, got {self.lam!r}")
+        n = len(sizes) - 1
+        object.__setattr__(self, "sizes", sizes)
+        object.__setattr__(self, "lam", float(self.lam))
+        object.__setattr__(self, "rho", _per_layer(self.rho, n, "rho"))
+        object.__setattr__(self, "gamma", _per_layer(self.gamma, n, "gamma"))
+
+    @property
+    def num_layers(self) -> int:
+        """Number of weight layers ``L + 1``."""
+        return len(self.sizes) - 1
+
+    @property
+    def num_hidden(self) -> int:
+        """Number of hidden (lifted) layers ``L``."""
+        return len(self.sizes) - 2
+
+    def hyper(self, dtype=None) -> LiftedHyper:
+        """The spec's hyper-parameters as arrays (traceable, ``vmap``-able)."""
+        dtype = dtype or jnp.result_type(float)
+        return LiftedHyper(
+            lam=jnp.asarray(self.lam, dtype),
+            rho=jnp.asarray(self.rho, dtype),
+            gamma=jnp.asarray(self.gamma, dtype),
+        )
+
+
+class LiftedHyper(NamedTuple):
+    """Traced hyper-parameters: ``lam`` scalar, ``rho`` and ``gamma`` of shape ``(L+1,)``.
+
+    Give them a leading axis to train several models at once (:func:`tune_lifted`).
+    """
+
+    lam: jax.Array
+    rho: jax.Array
+    gamma: jax.Array
+
+
+class LiftedState(NamedTuple):
+    """Variables of the lifted training problem (a pytree).
+
+    Attributes:
+      params: list of ``{"w": (p_l, p_{l+1}), "b": (p_{l+1},)}`` (an MLP pytree).
+      hidden: tuple ``(X_1, ..., X_L)`` of non-negative ``N x p_l`` layer variables.
+      output: the simplex output variable ``Z`` (``lifted`` + ``cross_entropy``),
+        otherwise ``None``.
+    """
+
+    params: list
+    hidden: tuple
+    output: Any = None
+
+
+class Settings(NamedTuple):
+    """Static settings of the inner solves (hashable: a ``jit`` static argument).
+
+    ``inner_max_steps`` bounds each X-block solve, ``w_max_steps`` each
+    iterative W-block solve, ``bisect_max_steps`` the simplex bisection of the
+    lifted cross-entropy output; ``alternations`` is the number ``K`` of X/W
+    alternations per batch (Algorithm 2).
+    """
+
+    inner_tol: float
+    inner_max_steps: int
+    w_max_steps: int
+    bisect_tol: float
+    bisect_max_steps: int
+    alternations: int
+    extrapolation: float = 0.0  # largest beta of the between-pass extrapolation (0: off)
+
+
+def default_settings(
+    dtype,
+    *,
+    inner_tol=None,
+    inner_max_steps=100,
+    w_max_steps=None,
+    bisect_tol=None,
+    bisect_max_steps=200,
+    alternations=1,
+    extrapolation=0.0,
+) -> Settings:
+    """The :class:`Settings` for training in ``dtype``, checked.
+
+    ``inner_tol`` defaults to ``1e-6`` in float64 and ``1e-4`` in float32,
+    ``w_max_steps`` to ``inner_max_steps`` and ``bisect_tol`` to ``4 eps``.
+    """
+    eps = float(jnp.finfo(dtype).eps)
+    if inner_tol is None:
+        inner_tol = 1e-6 if eps < 1e-10 else 1e-4
+    inner_max_steps = int(inner_max_steps)
+    w_max_steps = inner_max_steps if w_max_steps is None else int(w_max_steps)
+    if inner_max_steps < 1 or w_max_steps < 1:
+        raise ValueError("inner_max_steps and w_max_steps must be >= 1")
+    if int(alternations) < 1:
+        raise ValueError(f"alternations must be >= 1, got {alternations}")
+    extrapolation = float(extrapolation)
+    if not (math.isfinite(extrapolation) and extrapolation >= 0):
+        raise ValueError(f"extrapolation must be a finite number >= 0, got {extrapolation}")
+    return Settings(
+        float(inner_tol),
+        inner_max_steps,
+        w_max_steps,
+        float(4 * eps if bisect_tol is None else bisect_tol),
+        int(bisect_max_steps),
+        int(alternations),
+        extrapolation,
+    )
