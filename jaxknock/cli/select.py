@@ -52,9 +52,8 @@ def _check_design(path, names, X, j_target, *, method):
 METHODS = {"sdp": "sdp", "sdp-factor": "sdp_factor", "asdp": "asdp", "equi": "equicorrelated"}
 
 
-def run_select(args) -> int:
-    t_start = time.perf_counter()
-    method = METHODS[args.method]
+def _check_select_args(args, method) -> None:
+    """Reject inconsistent ``jaxknock select`` options before any data is read."""
     if not (0 < args.fdr < 1):
         raise CLIError(f"--fdr must lie strictly between 0 and 1, got {args.fdr}")
     if args.replicates < 1:
@@ -66,7 +65,9 @@ def run_select(args) -> int:
     if args.lam is not None and args.lam <= 0:
         raise CLIError(f"--lam must be positive, got {args.lam}")
 
-    t0 = time.perf_counter()
+
+def _load_design(args, method):
+    """Read the table and split it into ``(names, j, X, y, features)``, checking the target."""
     names, table = load_table(args.data)
     j = resolve_target(names, args.target, args.data)
     X, y, features = _check_design(args.data, names, table, j, method=method)
@@ -75,26 +76,20 @@ def run_select(args) -> int:
         raise CLIError(f"--rank must be smaller than min(rows, features) = {min(n, p)}, got {args.rank}")
     if args.statistic == "centroid" and len(set(y.tolist())) != 2:
         raise CLIError("--statistic centroid needs a binary target (two distinct values)")
-    t_load = time.perf_counter() - t0
+    return names, j, X, y, features
 
-    enable_x64()
+
+def _run_filter(args, method, X, y):
+    """Run :func:`~jaxknock.knockoff_filter` with the CLI's options under a progress bar."""
     import jax
-    import numpy as np
 
-    from jaxknock import RESULTS
     from jaxknock.pipeline import knockoff_filter
 
-    say = (lambda *a, **k: None) if args.quiet else print
-    say(
-        f"{len(features)} features, {n} rows, target {names[j]!r}; method {args.method}, "
-        f"statistic {args.statistic}, {args.replicates} replicate(s), FDR {args.fdr}"
-    )
     bar = Progress(
         2, f"knockoff filter ({args.replicates} replicate(s))", enabled=progress_enabled(sys.stderr, args.quiet)
     )
     with bar, Ticker(bar):
         bar.update(desc=f"knockoff filter ({args.replicates} replicate(s), batched)")
-        t0 = time.perf_counter()
         try:
             sel = knockoff_filter(
                 jax.random.key(args.seed),
@@ -110,8 +105,15 @@ def run_select(args) -> int:
             )
         except ValueError as err:
             raise CLIError(str(err)) from None
-        t_filter = time.perf_counter() - t0
         bar.update(desc="done")
+    return sel
+
+
+def _summarise(sel, features):
+    """Selected features ordered by mean ``W`` (with their selection frequency) and the S-vector summary."""
+    import numpy as np
+
+    from jaxknock import RESULTS
 
     W = np.asarray(sel.W)
     T = np.asarray(sel.thresholds)
@@ -129,58 +131,93 @@ def run_select(args) -> int:
     }
     if s_sol.stats.get("gap") is not None:
         s_info["gap"] = float(s_sol.stats["gap"])
+    return selections, s_info, W_mean, T
 
+
+def _print_selection(args, selections, p) -> None:
     print(
-        f"selected {len(order)} of {p} features at FDR {args.fdr}"
+        f"selected {len(selections)} of {p} features at FDR {args.fdr}"
         + (f" (e-BH over {args.replicates} replicates)" if args.replicates > 1 and args.aggregate == "ebh" else "")
     )
-    if order:
+    if selections:
         headers = ["feature", "W"] + (["selected in"] if args.replicates > 1 else [])
         rows = [
             [s["name"], f"{s['W']:.4g}"] + ([f"{s['frequency']:.0%}"] if args.replicates > 1 else [])
             for s in selections
         ]
         print_table(rows, headers)
+
+
+def _select_report(args, method, sel, design, summary, times) -> dict:
+    """The JSON report of ``jaxknock select --out``."""
+    names, j, features, n, p = design
+    selections, s_info, W_mean, T = summary
+    path = Path(args.data)
+    return {
+        "command": "select",
+        "inputs": {
+            "path": str(path.resolve()),
+            "sha256": sha256(path),
+            "rows": n,
+            "features": p,
+            "target": names[j],
+            "feature_names": features,
+        },
+        "settings": {
+            "fdr": args.fdr,
+            "method": args.method,
+            "s_method": method,
+            "rank": sel.settings.get("rank"),
+            "replicates": args.replicates,
+            "statistic": args.statistic,
+            "aggregate": args.aggregate,
+            "lam": args.lam,
+            "seed": args.seed,
+            "loss": sel.settings.get("loss"),
+            "knockoff_plus": bool(sel.settings.get("plus", True)),
+        },
+        "versions": versions(),
+        "device": device(),
+        "timings": times,
+        "s_vector": s_info,
+        "selected": selections,
+        "W_mean": {features[i]: float(W_mean[i]) for i in range(p)},
+        "thresholds": [float(t) for t in T],
+    }
+
+
+def run_select(args) -> int:
+    """``jaxknock select``: the knockoff filter on a CSV/NPZ/NPY table, a table of selections, a JSON report."""
+    t_start = time.perf_counter()
+    method = METHODS[args.method]
+    _check_select_args(args, method)
+    t0 = time.perf_counter()
+    names, j, X, y, features = _load_design(args, method)
+    n, p = X.shape
+    t_load = time.perf_counter() - t0
+
+    enable_x64()
+    say = (lambda *a, **k: None) if args.quiet else print
+    say(
+        f"{len(features)} features, {n} rows, target {names[j]!r}; method {args.method}, "
+        f"statistic {args.statistic}, {args.replicates} replicate(s), FDR {args.fdr}"
+    )
+    t0 = time.perf_counter()
+    sel = _run_filter(args, method, X, y)
+    t_filter = time.perf_counter() - t0
+
+    summary = _summarise(sel, features)
+    selections, s_info = summary[0], summary[1]
+    _print_selection(args, selections, p)
     if s_info["result"] != "successful":
         say(f"note: the S-vector solver ended with result {s_info['result']!r} (the selection is still valid)")
     if args.out:
-        path = Path(args.data)
-        report = {
-            "command": "select",
-            "inputs": {
-                "path": str(path.resolve()),
-                "sha256": sha256(path),
-                "rows": n,
-                "features": p,
-                "target": names[j],
-                "feature_names": features,
-            },
-            "settings": {
-                "fdr": args.fdr,
-                "method": args.method,
-                "s_method": method,
-                "rank": sel.settings.get("rank"),
-                "replicates": args.replicates,
-                "statistic": args.statistic,
-                "aggregate": args.aggregate,
-                "lam": args.lam,
-                "seed": args.seed,
-                "loss": sel.settings.get("loss"),
-                "knockoff_plus": bool(sel.settings.get("plus", True)),
-            },
-            "versions": versions(),
-            "device": device(),
-            "timings": {
-                "load": t_load,
-                **{k: float(v) for k, v in sel.timings.items()},
-                "filter_total": t_filter,
-                "total": time.perf_counter() - t_start,
-            },
-            "s_vector": s_info,
-            "selected": selections,
-            "W_mean": {features[i]: float(W_mean[i]) for i in range(p)},
-            "thresholds": [float(t) for t in T],
+        times = {
+            "load": t_load,
+            **{k: float(v) for k, v in sel.timings.items()},
+            "filter_total": t_filter,
+            "total": time.perf_counter() - t_start,
         }
-        write_json(args.out, report)
+        write_json(args.out, _select_report(args, method, sel, (names, j, features, n, p), summary, times))
         say(f"report written to {args.out}")
     return 0
