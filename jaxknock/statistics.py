@@ -121,9 +121,10 @@ def _prepare(Xk, y, *, loss="squared", fit_intercept=True, binary=False):
 def _over_designs(fn, xs, solver):
     """Apply ``fn`` to each design: ``vmap`` for FISTA, ``lax.map`` for CD.
 
-    Coordinate descent is a long chain of small sequential updates; on CPU it
-    is fastest one design at a time (its folds are still vmapped), while the
-    matrix-product iterations of FISTA batch well on accelerators.
+    Coordinate descent is a long chain of small sequential updates, so it runs
+    one design at a time (its folds are still vmapped); the matrix-product
+    iterations of FISTA batch (machine notes: ``benchmarks/measured/NOTES.md``,
+    section l1).
     """
     if solver == "cd":
         return lax.map(fn, xs)

@@ -1,7 +1,8 @@
 r"""Cyclic coordinate descent for the lasso and l1-logistic regression.
 
 ``lax.fori_loop`` over coordinates inside the outer convergence loop over
-epochs (:func:`jaxknock.l1.solvers.solve`), the fastest choice on CPU. For
+epochs (:func:`jaxknock.l1.solvers.solve`); ``solver="auto"`` picks it on CPU
+(machine notes: ``benchmarks/measured/NOTES.md``, section l1). For
 least squares the coordinates are visited in blocks of 16 (one ``X_B^T r``
 and one ``X_B d`` per block, the updates inside a block through the block's
 Gram matrix): the iterates are exactly those of plain cyclic CD (and of

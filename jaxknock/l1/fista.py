@@ -1,7 +1,8 @@
 """FISTA (accelerated proximal gradient) with adaptive restart.
 
 Every iteration is two matrix-vector products, which ``vmap`` turns into
-matrix-matrix products: the choice on accelerators for large batches. The
+matrix-matrix products; ``solver="auto"`` picks it on accelerators (machine
+notes: ``benchmarks/measured/NOTES.md``, section l1). The
 outer convergence loop (:func:`jaxknock.l1.solvers.solve`) checks the duality
 gap every ``FISTA_CHECK_EVERY`` iterations.
 """

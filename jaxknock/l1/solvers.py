@@ -2,12 +2,13 @@ r"""The solve at one penalty: state, init/step, the convergence loop and :func:`
 
 Solvers (``solver=``, see :class:`~jaxknock.l1.settings.L1Settings`):
 
-* ``"cd"`` -- cyclic coordinate descent (:mod:`jaxknock.l1.cd`), the fastest
-  choice on CPU: one *step* is one epoch over the coordinates.
+* ``"cd"`` -- cyclic coordinate descent (:mod:`jaxknock.l1.cd`): one *step*
+  is one epoch over the coordinates.
 * ``"fista"`` -- accelerated proximal gradient with adaptive restart
-  (:mod:`jaxknock.l1.fista`), the choice on accelerators for large batches:
-  one *step* is ``FISTA_CHECK_EVERY = 10`` iterations.
-* ``"auto"`` -- ``"cd"`` on the CPU backend, ``"fista"`` otherwise.
+  (:mod:`jaxknock.l1.fista`), two matrix-vector products per iteration
+  (matrix-matrix under ``vmap``): one *step* is ``FISTA_CHECK_EVERY = 10`` iterations.
+* ``"auto"`` -- ``"cd"`` on the CPU backend, ``"fista"`` otherwise (why:
+  ``benchmarks/measured/NOTES.md``, section l1).
 
 Each step is followed by a *certificate*: the duality gap at the current
 iterate and dynamic GAP safe screening (:mod:`jaxknock.l1.screening`). The
