@@ -30,7 +30,7 @@ from jaxknock.filter import (
     knockoff_select,
     knockoff_threshold,
 )
-from jaxknock.lasso import (
+from jaxknock.l1 import (
     LassoState,
     kfold_ids,
     lambda_grid,

@@ -234,3 +234,39 @@ def check_replicates(W):
     if W.ndim != 2:
         raise ValueError(f"W must hold one row of statistics per knockoff replicate, shape (R, p), got {W.shape}")
     return W
+
+
+# --- l1 validators ---
+
+
+def check_lam(lam, name: str = "lam"):
+    """Penalties must be positive and finite (concrete values only; no-op on tracers)."""
+    if is_concrete(lam):
+        a = np.asarray(lam)
+        if not np.all(np.isfinite(a)) or np.any(a <= 0):
+            raise ValueError(f"{name} must be positive and finite, got {a if a.ndim else float(a)}")
+
+
+def check_model_response(y, *, loss: str, fit_intercept: bool):
+    """Value checks on a concrete response of a lasso / l1-logistic model (no-op on tracers).
+
+    ``loss="squared"`` with an intercept rejects a constant ``y``;
+    ``loss="logistic"`` needs binary labels (``{0, 1}`` or ``{-1, 1}``) with both classes.
+    """
+    if not is_concrete(y):
+        return
+    yv = np.asarray(y)
+    if loss == "squared":
+        if fit_intercept and yv.size and np.ptp(yv) == 0:
+            raise ValueError(
+                f"y is constant (every entry equals {yv.flat[0]!r}): with an intercept "
+                "nothing is left to explain and every statistic would be zero"
+            )
+    else:
+        labels = set(np.unique(yv).tolist())
+        if not (labels <= {0.0, 1.0} or labels <= {-1.0, 1.0}):
+            raise ValueError(
+                f"logistic loss needs binary labels in {{0, 1}} or {{-1, 1}}, got values {sorted(labels)[:5]}"
+            )
+        if len(labels) < 2:
+            raise ValueError(f"y holds a single class ({sorted(labels)[0]!r}); need both classes")

@@ -193,7 +193,7 @@ def knockoff_filter(
             float64); 1e-4 is scikit-learn's default (knockpy uses 1e-3).
         cv_patience: early stop of the cross-validated ``"lcd"`` path once
             the CV error has not improved for this many lambdas (see
-            :func:`jaxknock.lasso.lasso_cv`; ``None`` solves the whole
+            :func:`jaxknock.lasso_cv`; ``None`` solves the whole
             100-lambda grid, which costs several times more when ``2p >= n``
             because the smallest penalties nearly interpolate).
         devices, mesh: run the replicate stage (sampling and statistics of

@@ -23,7 +23,6 @@ holds one code per design (non-convergence is never silent).
 from __future__ import annotations
 
 import functools
-import importlib
 
 import jax
 import jax.numpy as jnp
@@ -31,10 +30,12 @@ import numpy as np
 from jax import lax
 
 from jaxknock import _checks
-
-# the module, not the `lasso` function that jaxknock re-exports under the same name
-_lasso = importlib.import_module("jaxknock.lasso")
-from jaxknock._solution import Solution, raise_if_failed  # noqa: E402
+from jaxknock._solution import Solution, raise_if_failed
+from jaxknock.l1.cv import check_folds_nonempty, check_patience, cv_solve, resolve_folds
+from jaxknock.l1.path import path_solve
+from jaxknock.l1.problem import check_grid_settings, check_lambdas, default_grid
+from jaxknock.l1.settings import make_settings
+from jaxknock.l1.solvers import fit
 
 __all__ = [
     "antisymmetric_combine",
@@ -107,10 +108,10 @@ def _prepare(Xk, y, *, loss="squared", fit_intercept=True, binary=False):
     _checks.check_finite(y, "y")
     y = y.astype(Xk.dtype)
     if binary:
-        _lasso._check_response(y, loss="logistic", fit_intercept=True)
+        _checks.check_model_response(y, loss="logistic", fit_intercept=True)
         y = (y > 0).astype(Xk.dtype)
     else:
-        _lasso._check_response(y, loss=loss, fit_intercept=fit_intercept)
+        _checks.check_model_response(y, loss=loss, fit_intercept=fit_intercept)
         if loss == "logistic":
             y = (y > 0).astype(Xk.dtype)
     batch_shape = Xk.shape[:-2]
@@ -120,9 +121,10 @@ def _prepare(Xk, y, *, loss="squared", fit_intercept=True, binary=False):
 def _over_designs(fn, xs, solver):
     """Apply ``fn`` to each design: ``vmap`` for FISTA, ``lax.map`` for CD.
 
-    Coordinate descent is a long chain of small sequential updates; on CPU it
-    is fastest one design at a time (its folds are still vmapped), while the
-    matrix-product iterations of FISTA batch well on accelerators.
+    Coordinate descent is a long chain of small sequential updates, so it runs
+    one design at a time (its folds are still vmapped); the matrix-product
+    iterations of FISTA batch (machine notes: ``benchmarks/measured/NOTES.md``,
+    section l1).
     """
     if solver == "cd":
         return lax.map(fn, xs)
@@ -160,9 +162,9 @@ def lcd(
 
     :math:`\hat\beta` is the lasso (``loss="squared"``) or l1-logistic
     (``loss="logistic"``) fit of ``y`` on ``Xk = [X, X~]`` (see
-    :func:`jaxknock.lasso.lasso`), at the given ``lam`` or, when ``lam`` is
+    :func:`jaxknock.lasso`), at the given ``lam`` or, when ``lam`` is
     ``None``, at the lambda chosen by K-fold cross-validation and refitted on
-    all rows (:func:`jaxknock.lasso.lasso_cv`; the statistic of Candes et al.
+    all rows (:func:`jaxknock.lasso_cv`; the statistic of Candes et al.
     2018). Permuting columns permutes the lasso solution, and the grid and
     folds do not depend on the column order, so ``W`` has the flip-sign
     property (up to solver tolerance).
@@ -175,11 +177,11 @@ def lcd(
             ``lambda_max``, which is swap-invariant) -- or ``None`` for
             cross-validation.
         folds, lambdas, num_lambdas, eps: cross-validation folds and grid
-            (per design by default), see :func:`jaxknock.lasso.lasso_cv`.
+            (per design by default), see :func:`jaxknock.lasso_cv`.
         loss, fit_intercept, tol, max_steps, solver, screen: solver settings,
-            see :func:`jaxknock.lasso.lasso`.
+            see :func:`jaxknock.lasso`.
         patience: early stop of the cross-validation path (see
-            :func:`jaxknock.lasso.lasso_cv`); ``None`` solves the whole grid.
+            :func:`jaxknock.lasso_cv`); ``None`` solves the whole grid.
             It depends on CV errors only, which are swap-invariant, so the
             flip-sign property is kept.
         throw: raise ``RuntimeError`` if any solve failed.
@@ -198,7 +200,9 @@ def lcd(
         (3, 5)
     """
     Xk3, y, batch_shape = _prepare(Xk, y, loss=loss, fit_intercept=fit_intercept)
-    tol, max_steps, solver = _lasso._check_settings(tol, max_steps, solver, Xk3.dtype)
+    settings = make_settings(
+        Xk3.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol, max_steps=max_steps
+    )
     n, m = Xk3.shape[1:]
     if lam is not None:
         lam = jnp.asarray(lam, Xk3.dtype)
@@ -208,116 +212,57 @@ def lcd(
             raise ValueError(
                 f"lam must be a scalar or broadcast to the batch shape {batch_shape}, got shape {lam.shape}"
             ) from None
-        _lasso._check_lam(lam)
-        sol = _lcd_fixed_jit(
-            Xk3,
-            y,
-            lam,
-            loss=loss,
-            fit_intercept=fit_intercept,
-            tol=tol,
-            max_steps=max_steps,
-            solver=solver,
-            screen=screen,
-        )
+        _checks.check_lam(lam)
+        sol = _lcd_fixed_jit(Xk3, y, lam, settings)
     else:
-        fold_ids, K = _lasso._fold_ids(n, folds)
-        _lasso._check_folds_nonempty(fold_ids, K, y, loss)
+        fold_ids, K = resolve_folds(n, folds)
+        check_folds_nonempty(fold_ids, K, y, loss)
         if lambdas is not None:
             lambdas = jnp.asarray(lambdas, Xk3.dtype)
-            _checks.check_ndim(lambdas, 1, "lambdas", "a 1-D array of penalties")
-            _lasso._check_lam(lambdas, "lambdas")
+            check_lambdas(lambdas)
         else:
-            _lasso._check_grid_settings(num_lambdas, eps)
-        patience = _lasso._check_patience(patience)
+            check_grid_settings(num_lambdas, eps)
+        patience = check_patience(patience)
         sol = _lcd_cv_jit(
             Xk3,
             y,
             jnp.asarray(fold_ids),
             lambdas,
+            settings,
             K=K,
             num_lambdas=num_lambdas,
             eps=float(eps),
-            loss=loss,
-            fit_intercept=fit_intercept,
-            tol=tol,
-            max_steps=max_steps,
-            solver=solver,
-            screen=screen,
             patience=patience,
         )
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
-
-
-_SOLVER_STATIC = ("loss", "fit_intercept", "solver", "screen")
 
 
 def _coef_to_w(coef):
     return antisymmetric_combine(jnp.abs(coef), method="difference")
 
 
-@functools.partial(jax.jit, static_argnames=_SOLVER_STATIC)
-def _lcd_fixed_jit(Xk3, y, lams, *, loss, fit_intercept, tol, max_steps, solver, screen):
+@jax.jit
+def _lcd_fixed_jit(Xk3, y, lams, settings):
     def one(args):
         X, lam = args
-        sol = _lasso._lasso_jit(
-            X,
-            y,
-            lam,
-            jnp.zeros(X.shape[1], X.dtype),
-            loss=loss,
-            fit_intercept=fit_intercept,
-            tol=tol,
-            max_steps=max_steps,
-            solver=solver,
-            screen=screen,
-        )
+        sol = fit(X, y, lam, jnp.zeros(X.shape[1], X.dtype), settings)
         stats = {"coef": sol.value, "lam": lam, "num_steps": sol.stats["num_steps"]}
         return Solution(value=_coef_to_w(sol.value), result=sol.result, stats=stats)
 
-    return _over_designs(one, (Xk3, lams), solver)
+    return _over_designs(one, (Xk3, lams), settings.solver)
 
 
-@functools.partial(jax.jit, static_argnames=_SOLVER_STATIC + ("K", "num_lambdas", "eps", "patience"))
-def _lcd_cv_jit(
-    Xk3,
-    y,
-    fold_ids,
-    lambdas,
-    *,
-    K,
-    num_lambdas,
-    eps,
-    loss,
-    fit_intercept,
-    tol,
-    max_steps,
-    solver,
-    screen,
-    patience=None,
-):
+@functools.partial(jax.jit, static_argnames=("K", "num_lambdas", "eps", "patience"))
+def _lcd_cv_jit(Xk3, y, fold_ids, lambdas, settings, *, K, num_lambdas, eps, patience=None):
     def one(X):
         grid = lambdas
         if grid is None:
-            grid = _lasso._default_grid(X, y, num=num_lambdas, eps=eps, loss=loss, fit_intercept=fit_intercept)
-        sol = _lasso._cv_impl(
-            X,
-            y,
-            fold_ids,
-            grid,
-            K=K,
-            loss=loss,
-            fit_intercept=fit_intercept,
-            tol=tol,
-            max_steps=max_steps,
-            solver=solver,
-            screen=screen,
-            patience=patience,
-        )
+            grid = default_grid(X, y, settings, num=num_lambdas, eps=eps)
+        sol = cv_solve(X, y, fold_ids, grid, settings, K=K, patience=patience)
         stats = {"coef": sol.value, "lam": sol.stats["lam"], "num_steps": sol.stats["num_steps"]}
         return Solution(value=_coef_to_w(sol.value), result=sol.result, stats=stats)
 
-    return _over_designs(one, Xk3, solver)
+    return _over_designs(one, Xk3, settings.solver)
 
 
 def lsm(
@@ -364,56 +309,28 @@ def lsm(
         0
     """
     Xk3, y, batch_shape = _prepare(Xk, y, loss=loss, fit_intercept=fit_intercept)
-    tol, max_steps, solver = _lasso._check_settings(tol, max_steps, solver, Xk3.dtype)
+    settings = make_settings(
+        Xk3.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol, max_steps=max_steps
+    )
     if lambdas is not None:
         lambdas = jnp.asarray(lambdas, Xk3.dtype)
-        _checks.check_ndim(lambdas, 1, "lambdas", "a 1-D array of penalties")
-        _lasso._check_lam(lambdas, "lambdas")
+        check_lambdas(lambdas)
         if _checks.is_concrete(lambdas) and np.any(np.diff(np.asarray(lambdas)) > 0):
             raise ValueError("lambdas must be in decreasing order for the signed-max statistic")
     else:
-        _lasso._check_grid_settings(num_lambdas, eps)
-    sol = _lsm_jit(
-        Xk3,
-        y,
-        lambdas,
-        num_lambdas=num_lambdas,
-        eps=float(eps),
-        loss=loss,
-        fit_intercept=fit_intercept,
-        tol=tol,
-        max_steps=max_steps,
-        solver=solver,
-        screen=screen,
-    )
+        check_grid_settings(num_lambdas, eps)
+    sol = _lsm_jit(Xk3, y, lambdas, settings, num_lambdas=num_lambdas, eps=float(eps))
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
 
 
-@functools.partial(jax.jit, static_argnames=_SOLVER_STATIC + ("num_lambdas", "eps"))
-def _lsm_jit(Xk3, y, lambdas, *, num_lambdas, eps, loss, fit_intercept, tol, max_steps, solver, screen):
+@functools.partial(jax.jit, static_argnames=("num_lambdas", "eps"))
+def _lsm_jit(Xk3, y, lambdas, settings, *, num_lambdas, eps):
     def one(X):
         grid = lambdas
         if grid is None:
-            grid = _lasso._default_grid(X, y, num=num_lambdas, eps=eps, loss=loss, fit_intercept=fit_intercept)
-        prob = _lasso._make_problem(
-            X.T,
-            y,
-            jnp.ones(X.shape[0], X.dtype),
-            loss=loss,
-            fit_intercept=fit_intercept,
-            solver=solver,
-        )
-        coefs, codes, stats = _lasso._path_scan(
-            prob,
-            grid,
-            jnp.zeros(X.shape[1], X.dtype),
-            loss=loss,
-            fit_intercept=fit_intercept,
-            solver=solver,
-            screen=screen,
-            tol=tol,
-            max_steps=max_steps,
-        )
+            grid = default_grid(X, y, settings, num=num_lambdas, eps=eps)
+        path = path_solve(X, y, grid, settings)
+        coefs, codes, stats = path.value, path.result, path.stats
         entry = jnp.max(jnp.where(coefs != 0, grid[:, None], 0.0), axis=0)
         W = antisymmetric_combine(entry, method="signed_max")
         return Solution(
@@ -422,7 +339,7 @@ def _lsm_jit(Xk3, y, lambdas, *, num_lambdas, eps, loss, fit_intercept, tol, max
             stats={"entry": entry, "num_steps": jnp.sum(stats["num_steps"])},
         )
 
-    return _over_designs(one, Xk3, solver)
+    return _over_designs(one, Xk3, settings.solver)
 
 
 # ----------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-import sys
+import importlib
+import pkgutil
 
 import jax
 import jax.numpy as jnp
@@ -6,13 +7,11 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
 
-import jaxknock.lasso  # noqa: F401  (binds the submodule)
+import jaxknock.l1 as L
 from jaxknock import RESULTS
+from jaxknock import statistics as S
 
-L = sys.modules["jaxknock.lasso"]
-from jaxknock import statistics as S  # noqa: E402
-
-N, P = 80, 20  # (80, 40) designs, as in test_lasso.py: compilations are shared
+N, P = 80, 20  # (80, 40) designs, as in test_l1.py: compilations are shared
 
 
 def _design(seed=0, binary=False):
@@ -186,6 +185,10 @@ def test_bad_inputs():
 def test_docstring_examples():
     import doctest
 
-    for module in (S, L):
+    l1_modules = [importlib.import_module(f"jaxknock.l1.{m.name}") for m in pkgutil.iter_modules(L.__path__)]
+    attempted = {}
+    for module in (S, *l1_modules):
         result = doctest.testmod(module, extraglobs={"jax": jax, "jnp": jnp})
-        assert result.failed == 0 and result.attempted > 0
+        assert result.failed == 0
+        attempted[module.__name__] = result.attempted
+    assert attempted["jaxknock.statistics"] > 0 and sum(attempted.values()) > attempted["jaxknock.statistics"]

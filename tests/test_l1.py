@@ -1,4 +1,3 @@
-import sys
 import warnings
 
 import jax
@@ -9,10 +8,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Lasso, LassoCV, LogisticRegression
 from sklearn.linear_model import lasso_path as sk_lasso_path
 
-import jaxknock.lasso  # noqa: F401  (binds the submodule)
+import jaxknock.l1 as L
 from jaxknock import RESULTS
-
-L = sys.modules["jaxknock.lasso"]
+from jaxknock.l1 import solvers
 
 SOLVERS = ["cd", "fista"]
 
@@ -174,9 +172,9 @@ def test_vmap_equals_loop_and_jit_equals_eager(solver):
 def test_no_retrace_on_same_shapes():
     X, y = _regression(seed=7)
     L.lasso(X, y, 0.1)
-    size = L._lasso_jit._cache_size()
+    size = solvers.fit._cache_size()
     L.lasso(X + 1.0, y * 2.0, 0.2)  # new values, same shapes: no new trace
-    assert L._lasso_jit._cache_size() == size
+    assert solvers.fit._cache_size() == size
 
 
 def test_step_api_matches_solve():
@@ -263,3 +261,26 @@ def test_bad_inputs():
         L.lasso_path(X, y, eps=2.0)
     with pytest.raises(ValueError, match="init must have shape"):
         L.lasso(X, y, 0.1, init=np.zeros(3))
+
+
+def test_settings_seam_and_gap_key():
+    """One L1Settings drives the package-level fit; stats['gap'] is the duality gap
+    (``duality_gap`` is its deprecated twin), and a new tol does not retrace."""
+    import jaxknock
+
+    assert callable(jaxknock.lasso) and jaxknock.lasso is L.lasso
+    X, y = _regression(seed=14)
+    X, y = jnp.asarray(X), jnp.asarray(y)
+    settings = L.make_settings(X.dtype, solver="cd", tol=1e-10)
+    assert settings == L.L1Settings(
+        loss="squared", fit_intercept=True, solver="cd", screen=True, tol=1e-10, max_steps=1000
+    )
+    sol = solvers.fit(X, y, jnp.asarray(0.1), jnp.zeros(X.shape[1]), settings)
+    ref = L.lasso(X, y, 0.1, solver="cd", tol=1e-10)
+    np.testing.assert_array_equal(sol.value, ref.value)
+    assert float(ref.stats["gap"]) == float(ref.stats["duality_gap"])
+    size = solvers.fit._cache_size()
+    L.lasso(X, y, 0.1, solver="cd", tol=1e-8, max_steps=500)  # numeric settings are traced
+    assert solvers.fit._cache_size() == size
+    with pytest.raises(ValueError, match="tol must be"):
+        L.make_settings(X.dtype, tol=-1.0)

@@ -1,0 +1,325 @@
+r"""Problem precomputation for the lasso / l1-logistic engine.
+
+Both models solve
+
+.. math::
+
+    \min_{\beta \in \mathbb{R}^m,\ \beta_0 \in \mathbb{R}}\;
+    \frac{1}{n}\sum_{i=1}^n f(x_i^\top \beta + \beta_0;\, y_i) + \lambda \|\beta\|_1,
+
+with the *squared* loss :math:`f(z; y) = \tfrac12 (y - z)^2` (scikit-learn's
+``Lasso(alpha=lam)``) or the *logistic* loss
+:math:`f(z; y) = \log(1 + e^z) - y z` for labels :math:`y \in \{0, 1\}`
+(scikit-learn's ``LogisticRegression(l1_ratio=1, C=1 / (n * lam))`` with an
+unpenalised intercept, i.e. ``solver='saga'``; ``liblinear`` penalises the
+intercept, so it only matches with ``fit_intercept=False``). The intercept
+:math:`\beta_0` is never penalised; it is handled by centring the columns of
+``X`` (weighted by the training rows), so no centred copy of ``X`` is made.
+
+A :class:`Problem` holds everything a solver needs about one (design,
+training-weights) pair: the transposed design, the weighted column means and
+norms, the coordinate Lipschitz constants and the stopping scale ``D0`` (null
+deviance per training row). Cross-validation builds one per fold with 0/1 row
+weights (never ragged shapes) and ``vmap``. This module also holds the
+penalty grid (:func:`lambda_max`, :func:`lambda_grid`) and the input checks
+shared by the public functions.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxknock import _checks
+from jaxknock.l1.settings import L1Settings, check_loss, model_settings
+
+__all__ = ["lambda_max", "lambda_grid"]
+
+HI = lax.Precision.HIGHEST
+# Upper bound on f'' (coordinate Lipschitz constants are this times ||x_j||^2/n).
+LOSS_CURVATURE = {"squared": 1.0, "logistic": 0.25}
+CD_BLOCK = 16
+_FISTA_LIPSCHITZ_MARGIN = 1.1
+_POWER_ITERATIONS = 50
+
+
+class Problem(NamedTuple):
+    """Precomputed quantities of one (design, training-weights) pair."""
+
+    XT: jax.Array  # (m, n) design, transposed: a feature is a contiguous row
+    y: jax.Array  # (n,) response; labels in {0, 1} for the logistic loss
+    w: jax.Array  # (n,) 0/1 training weights
+    n_w: jax.Array  # () number of training rows
+    mu: jax.Array  # (m,) training column means (zeros without intercept)
+    y_center: jax.Array  # () training mean of y (zero without intercept)
+    col_norm: jax.Array  # (m,) ||x_j - mu_j|| over the training rows
+    lipschitz: jax.Array  # (m,) coordinate Lipschitz constants
+    lipschitz_all: jax.Array  # () Lipschitz constant of the whole gradient (FISTA)
+    gram_blocks: jax.Array  # (nb, B, B) diagonal blocks of X_c^T W X_c / n_w (blocked CD)
+    offset0: jax.Array  # () null-model offset (intercept of the centred model)
+    scale: jax.Array  # () null deviance per training row (stopping scale)
+
+
+def matvec(XT, v):
+    """``X @ v`` from the transposed design."""
+    return jnp.matmul(v, XT, precision=HI)
+
+
+def rmatvec(XT, u):
+    """``X.T @ u`` from the transposed design."""
+    return jnp.matmul(XT, u, precision=HI)
+
+
+def loss_value(loss, z, y):
+    """Per-sample loss ``f(z; y)``."""
+    if loss == "squared":
+        return 0.5 * (z - y) ** 2
+    return jnp.logaddexp(0.0, z) - y * z
+
+
+def loss_grad(loss, z, y):
+    """Per-sample derivative ``f'(z; y)``."""
+    if loss == "squared":
+        return z - y
+    return jax.nn.sigmoid(z) - y
+
+
+def soft_threshold(x, t):
+    return jnp.sign(x) * jnp.maximum(jnp.abs(x) - t, 0.0)
+
+
+def make_problem(XT, y, w, settings: L1Settings) -> Problem:
+    """Precompute one :class:`Problem` (traceable; ``vmap`` over weights ``w`` for folds).
+
+    Only the fields the ``settings.solver`` uses are computed: the whole-gradient
+    Lipschitz constant for ``fista``, the block Gram matrices for least-squares ``cd``.
+    """
+    loss, fit_intercept, solver = settings.loss, settings.fit_intercept, settings.solver
+    dtype = XT.dtype
+    n_w = jnp.sum(w)
+    if fit_intercept:
+        mu = rmatvec(XT, w) / n_w
+        y_center = jnp.dot(w, y, precision=HI) / n_w
+    else:
+        mu = jnp.zeros(XT.shape[0], dtype)
+        y_center = jnp.zeros((), dtype)
+    col_sq = jnp.matmul((XT - mu[:, None]) ** 2, w, precision=HI)
+    lipschitz = LOSS_CURVATURE[loss] * col_sq / n_w
+    if loss == "squared":
+        offset0 = y_center
+        scale = jnp.dot(w, (y - y_center) ** 2, precision=HI) / n_w
+    else:
+        if fit_intercept:
+            ybar = jnp.clip(y_center, 1e-12, 1.0 - 1e-12)
+            offset0 = jnp.log(ybar) - jnp.log1p(-ybar)
+        else:
+            offset0 = jnp.zeros((), dtype)
+        scale = 2.0 * jnp.dot(w, loss_value(loss, offset0, y), precision=HI) / n_w
+    if solver == "fista":
+        lipschitz_all = _power_lipschitz(XT, w, n_w, mu) * LOSS_CURVATURE[loss]
+        lipschitz_all = _FISTA_LIPSCHITZ_MARGIN * lipschitz_all
+    else:
+        lipschitz_all = jnp.zeros((), dtype)
+    if solver == "cd" and loss == "squared":
+        idx = block_indices(XT.shape[0])  # (nb, B)
+        XcB = XT[idx] - mu[idx][..., None]  # (nb, B, n)
+        gram_blocks = jnp.einsum("kbn,kcn->kbc", XcB * w, XcB, precision=HI) / n_w
+    else:
+        gram_blocks = jnp.zeros((0, 0, 0), dtype)
+    return Problem(
+        XT=XT,
+        y=y,
+        w=w,
+        n_w=n_w,
+        mu=mu,
+        y_center=y_center,
+        col_norm=jnp.sqrt(col_sq),
+        lipschitz=lipschitz,
+        lipschitz_all=lipschitz_all,
+        offset0=offset0,
+        scale=scale,
+        gram_blocks=gram_blocks,
+    )
+
+
+def full_problem(X, y, settings: L1Settings) -> Problem:
+    """:func:`make_problem` of one design with every row in the training set."""
+    return make_problem(X.T, y, jnp.ones(X.shape[0], X.dtype), settings)
+
+
+def block_indices(m):
+    """Feature indices of the CD blocks; the last block is shifted to fit in ``m``."""
+    B = min(CD_BLOCK, m)
+    starts = np.minimum(np.arange(-(-m // B)) * B, m - B)
+    return starts[:, None] + np.arange(B)[None, :]
+
+
+def _power_lipschitz(XT, w, n_w, mu):
+    """Largest eigenvalue of ``X_c^T diag(w) X_c / n_w`` by power iteration."""
+    m = XT.shape[0]
+    v = jnp.cos(1.3 * jnp.arange(m, dtype=XT.dtype) + 0.7)
+    v = v / jnp.linalg.norm(v)
+
+    def apply(v):
+        Xv = matvec(XT, v) - jnp.dot(mu, v, precision=HI)
+        return (rmatvec(XT, w * Xv) - mu * jnp.dot(w, Xv, precision=HI)) / n_w
+
+    def body(_, v):
+        Av = apply(v)
+        return Av / jnp.maximum(jnp.linalg.norm(Av), jnp.finfo(XT.dtype).tiny)
+
+    v = lax.fori_loop(0, _POWER_ITERATIONS, body, v)
+    return jnp.dot(v, apply(v), precision=HI)
+
+
+def predict(prob: Problem, coef, offset):
+    """Linear predictor ``(X - mu) @ coef + offset`` for all rows."""
+    return matvec(prob.XT, coef) + (offset - jnp.dot(prob.mu, coef, precision=HI))
+
+
+def intercept(prob: Problem, coef, offset, fit_intercept):
+    """Intercept of the original model, ``offset - mu @ coef`` (zero without one)."""
+    if not fit_intercept:
+        return jnp.zeros((), coef.dtype)
+    return offset - jnp.dot(prob.mu, coef, precision=HI)
+
+
+# ----------------------------------------------------------------------------
+# Penalty grid
+# ----------------------------------------------------------------------------
+
+
+def problem_lambda_max(prob: Problem, settings: L1Settings):
+    """``lambda_max`` of a precomputed problem (traceable)."""
+    if settings.fit_intercept or settings.loss == "squared":
+        r = prob.y - prob.y_center
+    else:
+        r = prob.y - 0.5  # gradient of the logistic loss at z = 0
+    u = prob.w * r
+    grad = rmatvec(prob.XT, u) - prob.mu * jnp.sum(u)
+    return jnp.max(jnp.abs(grad)) / prob.n_w
+
+
+def geometric_grid(lam_max, num, eps):
+    """``lam_max * eps**(k / (num - 1))``, ``k = 0..num-1`` (traceable)."""
+    lam_max = jnp.maximum(lam_max, jnp.finfo(lam_max.dtype).tiny)
+    return lam_max * eps ** jnp.linspace(0.0, 1.0, num, dtype=lam_max.dtype)
+
+
+def default_grid(X, y, settings: L1Settings, *, num, eps):
+    """Traceable :func:`lambda_grid` for one design (uses ``settings.loss``/``fit_intercept`` only)."""
+    model = model_settings(settings.loss, settings.fit_intercept)
+    return geometric_grid(problem_lambda_max(full_problem(X, y, model), model), num, eps)
+
+
+def check_grid_settings(num, eps):
+    if not (isinstance(num, (int, np.integer)) and num >= 1):
+        raise ValueError(f"num_lambdas must be a positive integer, got {num!r}")
+    if not (0 < eps < 1):
+        raise ValueError(f"eps must lie in (0, 1), got {eps!r}")
+
+
+def resolve_lambdas(X, y, lambdas, settings: L1Settings, *, num_lambdas, eps):
+    """User ``lambdas`` (checked) or the default grid on the full data, as a ``(L,)`` array."""
+    if lambdas is None:
+        check_grid_settings(num_lambdas, eps)
+        lam_max = _lambda_max_jit(X, y, loss=settings.loss, fit_intercept=settings.fit_intercept)
+        lambdas = geometric_grid(lam_max, num_lambdas, eps)
+    lambdas = jnp.asarray(lambdas, X.dtype)
+    check_lambdas(lambdas)
+    return lambdas
+
+
+def check_lambdas(lambdas):
+    """A 1-D array of positive, finite penalties."""
+    _checks.check_ndim(lambdas, 1, "lambdas", "a 1-D array of penalties")
+    _checks.check_lam(lambdas, "lambdas")
+
+
+# ----------------------------------------------------------------------------
+# Input checks
+# ----------------------------------------------------------------------------
+
+
+def prepare_data(X, y, *, loss, fit_intercept, name_X="X"):
+    """Shape/value checks before tracing; returns float arrays (y mapped to {0,1})."""
+    check_loss(loss)
+    X = _checks.as_float_array(X, name_X)
+    _checks.check_ndim(X, 2, name_X, "a 2-D array of shape (n_samples, n_features)")
+    y = jnp.asarray(y)
+    if y.dtype == bool:
+        y = y.astype(X.dtype)
+    y = _checks.as_float_array(y, "y")
+    _checks.check_ndim(y, 1, "y", "a 1-D array of shape (n_samples,)")
+    if y.shape[0] != X.shape[0]:
+        raise ValueError(
+            f"y has {y.shape[0]} entries but {name_X} has {X.shape[0]} rows; they must describe the same samples"
+        )
+    if X.shape[0] < 2:
+        raise ValueError(f"{name_X} needs at least 2 rows, got {X.shape[0]}")
+    if X.shape[1] < 1:
+        raise ValueError(f"{name_X} needs at least 1 column, got shape {tuple(X.shape)}")
+    _checks.check_finite(X, name_X)
+    _checks.check_finite(y, "y")
+    y = y.astype(X.dtype)
+    _checks.check_model_response(y, loss=loss, fit_intercept=fit_intercept)
+    if loss == "logistic":
+        y = (y > 0).astype(X.dtype)
+    return X, y
+
+
+# ----------------------------------------------------------------------------
+# Public API
+# ----------------------------------------------------------------------------
+
+
+def lambda_max(X, y, *, loss: str = "squared", fit_intercept: bool = True) -> jax.Array:
+    r"""Smallest ``lam`` for which all coefficients are zero.
+
+    :math:`\lambda_{\max} = \|X_c^\top (y - \bar y)\|_\infty / n` (the gradient
+    of the data fit at the null model). Matches the first value of
+    ``sklearn.linear_model.lasso_path``'s grid.
+
+    Args:
+        X: ``(n, m)`` design.
+        y: ``(n,)`` response (labels for ``loss="logistic"``).
+        loss: ``"squared"`` or ``"logistic"``.
+        fit_intercept: whether the model has an (unpenalised) intercept.
+
+    Returns:
+        Scalar array.
+
+    Example:
+        >>> X = jnp.eye(3); y = jnp.array([1.0, 2.0, 3.0])
+        >>> float(lambda_max(X, y, fit_intercept=False))
+        1.0
+    """
+    X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
+    return _lambda_max_jit(X, y, loss=loss, fit_intercept=fit_intercept)
+
+
+@functools.partial(jax.jit, static_argnames=("loss", "fit_intercept"))
+def _lambda_max_jit(X, y, *, loss, fit_intercept):
+    model = model_settings(loss, fit_intercept)
+    return problem_lambda_max(full_problem(X, y, model), model)
+
+
+def lambda_grid(
+    X, y, *, num: int = 100, eps: float = 1e-3, loss: str = "squared", fit_intercept: bool = True
+) -> jax.Array:
+    """Geometric grid from ``lambda_max`` down to ``eps * lambda_max`` (``num`` values).
+
+    Same grid as scikit-learn's ``LassoCV(n_alphas=num, eps=eps)``.
+
+    Example:
+        >>> X = jnp.eye(3); y = jnp.array([1.0, 2.0, 3.0])
+        >>> [round(v, 6) for v in lambda_grid(X, y, num=3, eps=0.01, fit_intercept=False).tolist()]
+        [1.0, 0.1, 0.01]
+    """
+    check_grid_settings(num, eps)
+    return geometric_grid(lambda_max(X, y, loss=loss, fit_intercept=fit_intercept), num, eps)

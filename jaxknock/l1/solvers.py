@@ -1,0 +1,316 @@
+r"""The solve at one penalty: state, init/step, the convergence loop and :func:`lasso`.
+
+Solvers (``solver=``, see :class:`~jaxknock.l1.settings.L1Settings`):
+
+* ``"cd"`` -- cyclic coordinate descent (:mod:`jaxknock.l1.cd`): one *step*
+  is one epoch over the coordinates.
+* ``"fista"`` -- accelerated proximal gradient with adaptive restart
+  (:mod:`jaxknock.l1.fista`), two matrix-vector products per iteration
+  (matrix-matrix under ``vmap``): one *step* is ``FISTA_CHECK_EVERY = 10`` iterations.
+* ``"auto"`` -- ``"cd"`` on the CPU backend, ``"fista"`` otherwise (why:
+  ``benchmarks/measured/NOTES.md``, section l1).
+
+Each step is followed by a *certificate*: the duality gap at the current
+iterate and dynamic GAP safe screening (:mod:`jaxknock.l1.screening`). The
+loop (:func:`solve`) is :func:`jaxknock._iterate.iterative_solve` with
+``init = certify(init_state)``, ``step = certify . iterate`` and
+``terminate = gap <= tol * D0``; :func:`lasso_init` and :func:`lasso_step`
+expose the same two pieces for notebooks and debugging.
+
+Everything is written for one design and batches with ``jax.vmap``: over
+replicates (many ``[X, X~]`` designs), over folds (cross-validation uses 0/1
+row weights, never ragged shapes) and, through ``lax.scan`` with warm starts,
+along a lambda path. Matrix products use ``precision=HIGHEST``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxknock import _checks
+from jaxknock._iterate import iterative_solve
+from jaxknock._solution import RESULTS, Solution, raise_if_failed
+from jaxknock.l1 import cd, fista, screening
+from jaxknock.l1.problem import Problem, full_problem, intercept, predict, prepare_data
+from jaxknock.l1.settings import L1Settings, make_settings
+
+__all__ = ["LassoState", "lasso", "lasso_init", "lasso_step"]
+
+
+class LassoState(NamedTuple):
+    """Solver state for one design (a pytree; ``vmap`` adds a leading axis).
+
+    Attributes:
+        coef: ``(m,)`` coefficients.
+        offset: intercept of the *centred* model, so that the linear predictor
+            is ``z = (X - mu) @ coef + offset``; the intercept of the original
+            model is ``offset - mu @ coef``.
+        z: ``(n,)`` linear predictor for all rows (training and validation).
+        active: ``(m,)`` bool, ``False`` for features removed by safe screening.
+        gap: duality gap at ``coef`` (objective units).
+        num_steps: int32, epochs (``cd``) or iterations (``fista``) so far.
+        momentum: FISTA memory (``None`` for ``cd``).
+        history: the last iterates of CD, for Anderson extrapolation
+            (``None`` for ``fista``).
+    """
+
+    coef: jax.Array
+    offset: jax.Array
+    z: jax.Array
+    active: jax.Array
+    gap: jax.Array
+    num_steps: jax.Array
+    momentum: Any = None
+    history: Any = None
+
+
+# ----------------------------------------------------------------------------
+# init / step / certify: the seams a new solver plugs into
+# ----------------------------------------------------------------------------
+
+
+def init_state(prob: Problem, coef, offset, settings: L1Settings) -> LassoState:
+    """State before the first certificate (``gap = inf``)."""
+    z = predict(prob, coef, offset)
+    momentum = history = None
+    if settings.solver == "fista":
+        momentum = fista.init_momentum(coef, offset, z)
+    else:
+        history = cd.init_history(coef, offset, z)
+    return LassoState(
+        coef=coef,
+        offset=offset,
+        z=z,
+        active=jnp.ones(coef.shape, bool),
+        gap=jnp.asarray(jnp.inf, coef.dtype),
+        num_steps=jnp.zeros((), jnp.int32),
+        momentum=momentum,
+        history=history,
+    )
+
+
+def iterate(prob: Problem, lam, state: LassoState, settings: L1Settings) -> LassoState:
+    """One epoch (cd) or ``FISTA_CHECK_EVERY`` iterations (fista), no gap check."""
+    if settings.solver == "cd":
+        return cd.cd_epoch(prob, lam, state, loss=settings.loss)
+    return fista.fista_round(prob, lam, state, loss=settings.loss, fit_intercept=settings.fit_intercept)
+
+
+def steps_per_round(settings: L1Settings) -> int:
+    """``num_steps`` taken by one :func:`iterate` (the loop's budget is in rounds)."""
+    return fista.FISTA_CHECK_EVERY if settings.solver == "fista" else 1
+
+
+def certify(prob: Problem, lam, state: LassoState, settings: L1Settings) -> LassoState:
+    """Update the offset (cd), compute the duality gap and apply safe screening."""
+    offset, z = state.offset, state.z
+    if state.momentum is None:  # FISTA moves the offset by gradient steps instead
+        offset, z = cd.newton_offset(prob, offset, z, loss=settings.loss, fit_intercept=settings.fit_intercept)
+    gap, keep = screening.gap_and_screen(prob, lam, state.coef, z, settings)
+    state = state._replace(offset=offset, z=z, gap=gap)
+    if settings.screen:
+        state, dropped = screening.drop_screened(prob, state, keep, settings)
+        if state.momentum is not None:
+            state = fista.restart(state, jnp.any(dropped))
+    return state
+
+
+def step(prob: Problem, lam, state: LassoState, settings: L1Settings) -> LassoState:
+    """One round of iterations, then a certificate (gap check with screening)."""
+    return certify(prob, lam, iterate(prob, lam, state, settings), settings)
+
+
+def solve(prob: Problem, lam, coef, offset, settings: L1Settings):
+    """Alternate certificates and iterations until ``gap <= tol * D0``.
+
+    Returns ``(state, code)``; the returned iterate is the one the gap refers
+    to. ``settings.max_steps`` (epochs or iterations, may be traced) is
+    converted into a budget of rounds, ``ceil(max_steps / steps_per_round)``.
+    """
+    target = settings.tol * prob.scale
+    per = steps_per_round(settings)
+    budget = jnp.asarray(settings.max_steps, jnp.int32)
+    if per > 1:
+        budget = (budget + (per - 1)) // per
+
+    def terminate(s):
+        return s.gap <= target, jnp.int32(RESULTS.successful)
+
+    def finite(s):
+        return jnp.isfinite(s.gap) & jnp.all(jnp.isfinite(s.coef))
+
+    state = certify(prob, lam, init_state(prob, coef, offset, settings), settings)
+    it = iterative_solve(
+        state,
+        lambda s: step(prob, lam, s, settings),
+        terminate,
+        max_steps=budget,
+        finite=finite,
+    )
+    return it.state, it.result
+
+
+def solve_stats(prob: Problem, state: LassoState, lam, settings: L1Settings) -> dict:
+    """The ``stats`` of one solve (``gap``; ``duality_gap`` is its deprecated twin)."""
+    return {
+        "intercept": intercept(prob, state.coef, state.offset, settings.fit_intercept),
+        "gap": state.gap,
+        "duality_gap": state.gap,  # deprecated key, kept for one release
+        "num_steps": state.num_steps,
+        "max_steps": jnp.asarray(settings.max_steps, jnp.int32),
+        "num_screened": jnp.sum(~state.active).astype(jnp.int32),
+        "lam": lam,
+    }
+
+
+@jax.jit
+def fit(X, y, lam, coef0, settings: L1Settings) -> Solution:
+    """Jitted solve for one design at one ``lam`` from ``coef0`` (checked inputs)."""
+    prob = full_problem(X, y, settings)
+    state, code = solve(prob, lam, coef0, prob.offset0, settings)
+    return Solution(value=state.coef, result=code, stats=solve_stats(prob, state, lam, settings), state=state)
+
+
+def check_init(init, m, dtype):
+    if init is None:
+        return jnp.zeros(m, dtype)
+    init = jnp.asarray(init, dtype)
+    if init.shape != (m,):
+        raise ValueError(f"init must have shape ({m},) like the coefficients, got {init.shape}")
+    return init
+
+
+# ----------------------------------------------------------------------------
+# Public API
+# ----------------------------------------------------------------------------
+
+
+def lasso(
+    X,
+    y,
+    lam,
+    *,
+    loss: str = "squared",
+    fit_intercept: bool = True,
+    init=None,
+    tol: float | None = None,
+    max_steps: int | None = None,
+    solver: str = "auto",
+    screen: bool = True,
+    throw: bool = False,
+) -> Solution:
+    r"""Solve the lasso or l1-logistic regression at one ``lam``.
+
+    .. math::
+
+        \min_{\beta, \beta_0} \frac1n \sum_i f(x_i^\top\beta + \beta_0; y_i)
+        + \lambda\|\beta\|_1
+
+    ``loss="squared"`` matches ``sklearn.linear_model.Lasso(alpha=lam)``;
+    ``loss="logistic"`` matches
+    ``LogisticRegression(l1_ratio=1, C=1/(n*lam), solver="saga")`` (labels in
+    ``{0, 1}`` or ``{-1, 1}``; the intercept refers to the ``{0, 1}`` coding).
+
+    Args:
+        X: ``(n, m)`` design.
+        y: ``(n,)`` response or binary labels.
+        lam: penalty ``> 0`` (may be traced).
+        loss: ``"squared"`` or ``"logistic"``.
+        fit_intercept: fit an unpenalised intercept (columns are centred).
+        init: optional ``(m,)`` warm start for the coefficients.
+        tol: stop when ``gap <= tol * D0``, ``D0`` the null deviance per sample
+            (default 1e-6 in float64, 1e-4 in float32).
+        max_steps: epochs (``cd``, default 1000) or iterations (``fista``,
+            default 20000).
+        solver: ``"auto"``, ``"cd"`` or ``"fista"`` (see :mod:`jaxknock.l1.solvers`).
+        screen: apply dynamic GAP safe screening.
+        throw: raise ``RuntimeError`` if the solve did not succeed.
+
+    Returns:
+        :class:`~jaxknock.Solution` with ``value`` the ``(m,)`` coefficients,
+        ``result`` a ``RESULTS`` code and ``stats`` holding ``intercept``,
+        ``gap`` (the duality gap; also under the deprecated key
+        ``duality_gap``), ``num_steps``, ``max_steps``, ``num_screened``;
+        ``state`` is the final :class:`LassoState`.
+
+    Example:
+        >>> X = jax.random.normal(jax.random.key(0), (50, 10))
+        >>> y = X[:, 0] + 0.1 * jax.random.normal(jax.random.key(1), (50,))
+        >>> sol = lasso(X, y, 0.1)
+        >>> bool(sol.successful), int(jnp.argmax(jnp.abs(sol.value)))
+        (True, 0)
+    """
+    X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
+    _checks.check_lam(lam)
+    settings = make_settings(
+        X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol, max_steps=max_steps
+    )
+    coef0 = check_init(init, X.shape[1], X.dtype)
+    lam = jnp.asarray(lam, X.dtype)
+    if lam.ndim != 0:
+        raise ValueError(f"lam must be a scalar, got shape {lam.shape}; use lasso_path for a grid")
+    return raise_if_failed(fit(X, y, lam, coef0, settings), throw)
+
+
+def lasso_init(
+    X,
+    y,
+    lam,
+    *,
+    loss: str = "squared",
+    fit_intercept: bool = True,
+    init=None,
+    solver: str = "auto",
+    screen: bool = True,
+    tol: float | None = None,
+) -> LassoState:
+    """Initial :class:`LassoState` (coefficients ``init`` or zeros, gap computed).
+
+    With :func:`lasso_step` this exposes the iteration for notebooks and
+    debugging; :func:`lasso` drives the same two functions through
+    :func:`jaxknock._iterate.iterative_solve`.
+
+    Example:
+        >>> X = jax.random.normal(jax.random.key(0), (30, 5)); y = X[:, 0]
+        >>> s = lasso_init(X, y, 0.1, solver="cd")
+        >>> s = lasso_step(s, X, y, 0.1, solver="cd")
+        >>> int(s.num_steps)
+        1
+    """
+    X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
+    _checks.check_lam(lam)
+    settings = make_settings(X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol)
+    coef0 = check_init(init, X.shape[1], X.dtype)
+    return _init_jit(X, y, jnp.asarray(lam, X.dtype), coef0, settings)
+
+
+@jax.jit
+def _init_jit(X, y, lam, coef0, settings):
+    prob = full_problem(X, y, settings)
+    return certify(prob, lam, init_state(prob, coef0, prob.offset0, settings), settings)
+
+
+def lasso_step(
+    state: LassoState,
+    X,
+    y,
+    lam,
+    *,
+    loss: str = "squared",
+    fit_intercept: bool = True,
+    solver: str = "auto",
+    screen: bool = True,
+    tol: float | None = None,
+) -> LassoState:
+    """One epoch (``cd``) or 10 iterations (``fista``) followed by a gap check and screening."""
+    X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
+    settings = make_settings(X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol)
+    return _step_jit(state, X, y, jnp.asarray(lam, X.dtype), settings)
+
+
+@jax.jit
+def _step_jit(state, X, y, lam, settings):
+    return step(full_problem(X, y, settings), lam, state, settings)
