@@ -38,7 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
 
-from jaxknock.naive_bayes import ClassSums, sparse_naive_bayes
+from jaxknock.naive_bayes.model import sparse_naive_bayes
+from jaxknock.naive_bayes.sums import ClassSums
 from jaxknock.pipeline import AGGREGATES, S_METHODS, STATISTICS, Selection, knockoff_filter
 
 try:
