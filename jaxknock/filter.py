@@ -26,6 +26,8 @@ __all__ = [
     "ebh",
     "aggregate_ebh",
     "aggregate_frequency",
+    "knockoff_min_fdr",
+    "min_selecting_fdr",
 ]
 
 
@@ -80,6 +82,86 @@ def _threshold(W, fdr, *, plus):
 
     flat = W.reshape(-1, W.shape[-1])
     return jax.vmap(one)(flat).reshape(W.shape[:-1])
+
+
+def knockoff_min_fdr(W, *, plus: bool = True):
+    r"""Smallest target FDR at which the knockoff(+) filter selects anything.
+
+    The filter at level :math:`q` selects a non-empty set exactly when some
+    threshold :math:`t \in \{|W_j|\} \setminus \{0\}` has an estimated FDP
+    at most :math:`q`, so the answer is
+
+    .. math::
+
+        q_{\min} = \min_{t} \frac{\mathbb{1}[\text{plus}] + \#\{j : W_j \le -t\}}
+        {\max(1, \#\{j : W_j \ge t\})}
+
+    (``+inf`` when every ``W_j = 0``). With ``plus=True`` and no negative
+    statistics this is :math:`1 / \#\{j : W_j > 0\}`: knockoff+ at level
+    ``q`` needs at least :math:`\lceil 1/q \rceil` positive statistics.
+
+    Args:
+        W: ``(..., p)`` statistics.
+        plus: the knockoff+ offset of 1.
+
+    Returns:
+        ``(...)`` smallest levels.
+
+    Example:
+        >>> float(knockoff_min_fdr(jnp.array([5.0, 4.0, 3.0, 2.0, -1.0])))
+        0.25
+        >>> float(knockoff_min_fdr(jnp.array([5.0, 4.0, 3.0, 2.0, -1.0]), plus=False))
+        0.0
+    """
+    W = _checks.check_statistics(W)
+    return _min_fdr(W, plus=bool(plus))
+
+
+@functools.partial(jax.jit, static_argnames=("plus",))
+def _min_fdr(W, *, plus):
+    def one(w):
+        ws = jnp.sort(w)
+        t = jnp.abs(w)
+        n_pos = w.shape[-1] - jnp.searchsorted(ws, t, side="left")
+        n_neg = jnp.searchsorted(ws, -t, side="right")
+        ratio = (float(plus) + n_neg) / jnp.maximum(n_pos, 1)
+        return jnp.min(jnp.where(t > 0, ratio, jnp.inf))
+
+    flat = W.reshape(-1, W.shape[-1])
+    return jax.vmap(one)(flat).reshape(W.shape[:-1])
+
+
+def min_selecting_fdr(W, *, aggregate: str = "ebh", plus: bool = True, grid=None):
+    r"""Smallest target FDR on ``grid`` at which an aggregated filter selects anything.
+
+    For one replicate (``W`` of shape ``(p,)`` or ``(1, p)``) this is the exact
+    :func:`knockoff_min_fdr`. For ``R > 1`` replicates the aggregated selection
+    (:func:`aggregate_ebh` at ``alpha_kn = q / 2``, or
+    :func:`aggregate_frequency`) is evaluated at every level of ``grid``
+    (default: 400 levels geometric in ``[10^{-3}, 0.999]``) in one batched call,
+    and the smallest selecting level is returned (``+inf`` if none does).
+
+    Example:
+        >>> W = jnp.array([[5.0, 4.0, 3.0, 2.0, -1.0], [6.0, 1.0, 2.0, 3.0, -1.0]])
+        >>> round(float(min_selecting_fdr(W)), 3) <= 0.6
+        True
+    """
+    W = _checks.check_statistics(W)
+    if W.ndim == 1 or W.shape[0] == 1:
+        return knockoff_min_fdr(W.reshape(-1), plus=plus)
+    _checks.check_choice(aggregate, ("ebh", "frequency"), "aggregate")
+    W = _checks.check_replicates(W)
+    grid = jnp.geomspace(1e-3, 0.999, 400, dtype=W.dtype) if grid is None else jnp.asarray(grid, W.dtype)
+
+    def selects(q):
+        if aggregate == "ebh":
+            e = jnp.mean(_evalues(W, q / 2, plus=bool(plus)), axis=0)
+            return jnp.any(_ebh(e, q))
+        T = _threshold(W, q, plus=bool(plus))
+        return jnp.any(jnp.mean(W >= T[:, None], axis=0) >= 0.5)
+
+    ok = jax.vmap(selects)(grid)
+    return jnp.min(jnp.where(ok, grid, jnp.inf))
 
 
 def knockoff_select(W, fdr, *, plus: bool = True):

@@ -33,7 +33,7 @@ from jaxknock.covariance import factor_model_from_data, ledoit_wolf, to_correlat
 from jaxknock.distributed import shard_batch
 from jaxknock.svector import asdp, equicorrelated, sdp, sdp_factor
 
-__all__ = ["Selection", "knockoff_filter", "S_METHODS", "STATISTICS", "AGGREGATES"]
+__all__ = ["Selection", "knockoff_filter", "explain_empty_selection", "S_METHODS", "STATISTICS", "AGGREGATES"]
 
 S_METHODS = ("sdp", "sdp_factor", "asdp", "equicorrelated")
 STATISTICS = ("lcd", "lsm", "correlation", "centroid")
@@ -64,6 +64,70 @@ class Selection(NamedTuple):
     statistic_solution: Solution | None
     timings: dict
     settings: dict
+
+    @property
+    def explanation(self) -> str | None:
+        """Why nothing was selected, with the smallest target FDR that selects something.
+
+        ``None`` when the selection is non-empty. Example message: "knockoff+ at
+        q = 0.1 needs at least 10 features with W_j > 0 ...; the smallest target
+        FDR that selects something is 0.167".
+        """
+        if len(self.selected):
+            return None
+        return explain_empty_selection(
+            self.W,
+            self.settings.get("fdr"),
+            plus=bool(self.settings.get("plus", True)),
+            aggregate=self.settings.get("aggregate", "ebh"),
+        )
+
+
+def explain_empty_selection(W, fdr, *, plus: bool = True, aggregate: str = "ebh") -> str:
+    """A one-paragraph reason why the knockoff(+) filter at level ``fdr`` selected nothing.
+
+    Knockoff+ estimates the FDP of the set ``{W_j >= t}`` by
+    ``(1 + #{W_j <= -t}) / #{W_j >= t}``, so at level ``q`` it can only select
+    once at least ``ceil(1/q)`` statistics are positive; otherwise the
+    statistics were too weak (too many negative ``W_j`` against the positive
+    ones). The smallest selecting level comes from :func:`~jaxknock.filter.min_selecting_fdr`.
+    """
+    W = np.atleast_2d(np.asarray(W))
+    R = W.shape[0]
+    q = float(fdr)
+    q_min = float(_filter.min_selecting_fdr(jnp.asarray(W), aggregate=aggregate, plus=plus))
+    n_pos = int(np.median((W > 0).sum(axis=1)))
+    n_neg = int(np.median((W < 0).sum(axis=1)))
+    level = q if R == 1 or aggregate == "frequency" else q / 2
+    need = int(np.ceil(1.0 / level - 1e-12))
+    where = "" if R == 1 else f" (median over {R} replicates)"
+    per = (
+        ""
+        if R == 1
+        else (
+            f" in each replicate (e-BH runs knockoff+ at alpha_kn = q/2 = {level:.3g})"
+            if aggregate == "ebh"
+            else " in each replicate"
+        )
+    )
+    if plus and n_pos < need:
+        reason = (
+            f"knockoff+ at q = {q:.3g} needs at least ceil(1/{level:.3g}) = {need} features with W_j > 0{per} "
+            f"(a selection of k features has an estimated FDP of at least 1/k), but only {n_pos} statistics are "
+            f"positive{where}"
+        )
+    else:
+        reason = (
+            f"the statistics were too weak at q = {q:.3g}: {n_pos} positive statistics are matched by {n_neg} "
+            f"negative ones{where}, so every threshold's estimated FDP exceeds the target"
+        )
+    if np.isfinite(q_min):
+        tail = f"; the smallest target FDR that selects something is {q_min:.3g}"
+    else:
+        tail = "; no target FDR below 1 selects anything" + (
+            " (all statistics are zero or negative)" if not (W > 0).any() else ""
+        )
+    return "nothing selected: " + reason + tail
 
 
 def _clock(fn, *args, **kwargs):

@@ -246,3 +246,50 @@ def test_fdr_control_lcd(key):
     _check_fdr(W + 0.5 * np.abs(W).mean(), signals, valid=False)
     fdp_cv, power_cv = _fdp(F.knockoff_select(W_cv[:, 0], Q), signals)
     assert _controls(fdp_cv) and power_cv.mean() > 0.3
+
+
+# --- the smallest selecting level and the "nothing selected" explanation ---
+
+
+def test_knockoff_min_fdr_is_the_selection_boundary():
+    """Just above q_min the filter selects, just below it selects nothing (brute force over random W)."""
+    from jaxknock.filter import knockoff_min_fdr
+
+    rng = np.random.default_rng(3)
+    checked = 0
+    for _ in range(120):
+        W = jnp.asarray(np.round(rng.standard_normal(int(rng.integers(1, 15))) * 2, 0))
+        for plus in (True, False):
+            q_min = float(knockoff_min_fdr(W, plus=plus))
+            if np.isfinite(q_min) and 0 < q_min < 0.99:
+                assert bool(F.knockoff_select(W, q_min * 1.000001, plus=plus).any())
+                assert not bool(F.knockoff_select(W, q_min * 0.999, plus=plus).any())
+                checked += 1
+    assert checked > 30
+    assert float(knockoff_min_fdr(jnp.zeros(4))) == np.inf
+    # knockoff+ with no negative statistics: 1 / #positives
+    assert float(knockoff_min_fdr(jnp.array([3.0, 2.0, 1.0, 0.0]))) == pytest.approx(1 / 3)
+
+
+def test_min_selecting_fdr_for_aggregated_replicates():
+    from jaxknock.filter import min_selecting_fdr
+
+    rng = np.random.default_rng(4)
+    W = jnp.asarray(rng.standard_normal((4, 60)) + np.r_[np.full(20, 3.0), np.zeros(40)])
+    q = float(min_selecting_fdr(W, aggregate="ebh"))
+    assert 0 < q < 1
+    assert bool(F.aggregate_ebh(W, min(q * 1.02, 0.999)).any())
+    assert not bool(F.aggregate_ebh(W, q * 0.95).any())
+
+
+def test_empty_selection_explains_why_and_the_smallest_level():
+    from jaxknock.pipeline import explain_empty_selection
+
+    # 5 positive statistics: knockoff+ at q = 0.1 needs 10
+    msg = explain_empty_selection(jnp.array([5.0, 4.0, 3.0, 2.0, 1.0, 0.0]), 0.1)
+    assert "needs at least ceil(1/0.1) = 10" in msg and "only 5" in msg
+    assert "smallest target FDR that selects something is 0.2" in msg
+    # enough positives, but matched by negatives: too weak
+    W = jnp.asarray(np.r_[np.arange(1.0, 21.0), -np.arange(1.0, 16.0)])
+    msg = explain_empty_selection(W, 0.1)
+    assert "too weak" in msg

@@ -60,3 +60,15 @@ def test_bad_inputs(key):
         knockoff_filter(key, bad, y)
     with pytest.raises(ValueError, match="s_method"):
         knockoff_filter(key, X, y, s_method="magic")
+
+
+def test_empty_selection_carries_an_explanation(key):
+    """Pure-noise response: knockoff+ at q = 0.05 (needs 20 positive statistics of 30) selects nothing and says why."""
+    X, _, _ = make_data(seed=2)
+    y = np.random.default_rng(5).standard_normal(X.shape[0])
+    sel = knockoff_filter(key, X, y, fdr=0.05, s_method="equicorrelated", statistic="correlation")
+    assert len(sel.selected) == 0
+    assert sel.explanation.startswith("nothing selected: ")
+    assert "smallest target FDR" in sel.explanation or "no target FDR below 1" in sel.explanation
+    strong = knockoff_filter(key, *make_data()[:2], fdr=0.2, s_method="equicorrelated", statistic="lcd", lam=0.05)
+    assert len(strong.selected) > 0 and strong.explanation is None

@@ -197,7 +197,7 @@ def _pipeline_report(args, X, y, beta):
     # laptop CPU; knockoff_filter(lam=None) cross-validates it instead
     lam = 0.5 * float(jnp.std(y)) * float(np.sqrt(2 * np.log(2 * p) / n))
     print(f"\n[3] knockoff filter at FDR {args.fdr} (LCD statistic, lasso at lambda = {lam:.3g})")
-    rows = []
+    rows, notes = [], []
     key = jax.random.key(args.seed + 1)
     configs = [("equicorrelated", 1), ("sdp_factor", 1), ("sdp_factor", args.replicates)]
     for method, R in configs:
@@ -205,6 +205,8 @@ def _pipeline_report(args, X, y, beta):
             key, X, y, fdr=args.fdr, s_method=method, rank=args.rank, num_replicates=R, aggregate="ebh", lam=lam
         )
         power, fdp = power_fdp(sel.selected, beta)
+        if sel.explanation is not None:
+            notes.append(f"{method}, {R} replicate(s): {sel.explanation}")
         t = sel.timings
         rows.append(
             [
@@ -224,3 +226,5 @@ def _pipeline_report(args, X, y, beta):
         rows, ["s-method", "replicates", "selected", "power", "FDP", "cov[s]", "s[s]", "sample[s]", "W[s]", "select[s]"]
     )
     print(f"truth: {int((np.asarray(beta) != 0).sum())} non-null features; replicates > 1 aggregate with e-BH")
+    for note in notes:
+        print(f"note ({note})")

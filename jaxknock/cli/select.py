@@ -183,6 +183,7 @@ def _select_report(args, method, sel, design, summary, times) -> dict:
         "selected": selections,
         "W_mean": {features[i]: float(W_mean[i]) for i in range(p)},
         "thresholds": [float(t) for t in T],
+        "explanation": sel.explanation,
     }
 
 
@@ -209,6 +210,8 @@ def run_select(args) -> int:
     summary = _summarise(sel, features)
     selections, s_info = summary[0], summary[1]
     _print_selection(args, selections, p)
+    if not selections:
+        print(sel.explanation)
     if s_info["result"] != "successful":
         say(f"note: the S-vector solver ended with result {s_info['result']!r} (the selection is still valid)")
     if args.out:
