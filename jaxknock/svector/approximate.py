@@ -20,21 +20,26 @@ __all__ = ["asdp", "scale_to_feasible"]
 
 
 def _bisect_gamma(is_pd, s, diag, num_steps):
-    """Largest ``gamma`` in ``[0, 1/max(s/diag)]`` with ``is_pd(gamma)``: the bracket's upper end if
-    feasible, else the lower end after ``num_steps`` bisections."""
+    """``(gamma, feasible)``: the largest ``gamma`` in ``[0, 1/max(s/diag)]`` with ``is_pd(gamma)``
+    (the bracket's upper end if feasible, else the lower end after ``num_steps``
+    bisections) and whether that end passed ``is_pd`` when it was tested.
+
+    The flag is carried through the bisection rather than re-tested: at the PD
+    boundary the test's outcome depends on rounding, and a re-test compiled
+    differently may disagree with the one that accepted ``gamma``.
+    """
     hi = 1.0 / jnp.maximum(jnp.max(s / diag), 1e-300)
     hi_ok = is_pd(hi)
 
     def body(_, br):
-        lo, hi = br
+        lo, hi, lo_ok = br
         mid = 0.5 * (lo + hi)
         ok = is_pd(mid)
-        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
+        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid), lo_ok | ok
 
-    lo, _ = lax.fori_loop(0, num_steps, body, (jnp.zeros_like(hi), hi))
-    gamma = jnp.where(hi_ok, hi, lo)
-    # lo = 0 is never tested by the bisection: a 2 Sigma that is not PD leaves gamma = 0 unverified
-    return gamma, hi_ok | is_pd(gamma)
+    # gamma = 0 (s = 0) is feasible iff 2 Sigma is PD
+    lo, _, lo_ok = lax.fori_loop(0, num_steps, body, (jnp.zeros_like(hi), hi, is_pd(jnp.zeros_like(hi))))
+    return jnp.where(hi_ok, hi, lo), hi_ok | lo_ok
 
 
 def _scale_code(input_code, s, feasible):
