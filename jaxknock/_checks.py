@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxknock._solution import RESULTS
+
 
 def is_concrete(x) -> bool:
     """True if ``x`` holds values (not a tracer inside jit/vmap/grad)."""
@@ -150,6 +152,45 @@ def check_cholesky(Sigma, name: str = "Sigma"):
         raise ValueError(  # numerically PD by eigenvalues but Cholesky failed
             f"{name} is numerically singular (Cholesky failed); use jaxknock.ledoit_wolf(X)"
         ) from None
+
+
+def traced_sigma_code(Sigma, *, rtol: float = 1e-8) -> jax.Array:
+    """``RESULTS`` code for the values of ``Sigma`` that :func:`validate_sigma` cannot see under ``jit``.
+
+    Traced, no host transfer, ``O(p^2)``: ``nonfinite`` if ``Sigma`` holds
+    NaN/Inf, ``infeasible`` if it is not symmetric (to ``rtol``, as
+    :func:`check_symmetric`) or has a non-positive diagonal (then no ``s``
+    satisfies ``diag(s) <= 2 Sigma`` for the matrix the caller meant),
+    ``successful`` otherwise. Eager inputs that passed :func:`validate_sigma`
+    always give ``successful``. Batched ``Sigma`` gives one code per matrix.
+    Solvers combine it with their own code by :func:`combine_codes`.
+    """
+    finite = jnp.all(jnp.isfinite(Sigma), axis=(-2, -1))
+    asym = jnp.max(jnp.abs(Sigma - jnp.swapaxes(Sigma, -1, -2)), axis=(-2, -1))
+    scale = jnp.maximum(jnp.max(jnp.abs(Sigma), axis=(-2, -1)), 1e-300)
+    diag_ok = jnp.all(jnp.diagonal(Sigma, axis1=-2, axis2=-1) > 0, axis=-1)
+    valid = (asym <= rtol * scale) & diag_ok
+    return jnp.where(~finite, RESULTS.nonfinite, jnp.where(valid, RESULTS.successful, RESULTS.infeasible)).astype(
+        jnp.int32
+    )
+
+
+def traced_factor_code(d, U) -> jax.Array:
+    """``RESULTS`` code for a factor model ``Sigma = diag(d) + U U^T`` under ``jit`` (traced, ``O(p k)``).
+
+    ``nonfinite`` if ``d`` or ``U`` holds NaN/Inf, ``infeasible`` if some
+    ``d_j <= 0`` (``Sigma`` need not be positive definite), else ``successful``.
+    """
+    finite = jnp.all(jnp.isfinite(d), axis=-1) & jnp.all(jnp.isfinite(U), axis=(-2, -1))
+    positive = jnp.all(d > 0, axis=-1)
+    return jnp.where(~finite, RESULTS.nonfinite, jnp.where(positive, RESULTS.successful, RESULTS.infeasible)).astype(
+        jnp.int32
+    )
+
+
+def combine_codes(input_code, solver_code) -> jax.Array:
+    """The input's code where it is not ``successful`` (bad input explains everything after it), else the solver's."""
+    return jnp.where(input_code != RESULTS.successful, input_code, solver_code).astype(jnp.int32)
 
 
 def check_nonnegative(x, name: str):

@@ -86,3 +86,82 @@ def count_compiles(name):
             yield compiles
     finally:
         logger.removeHandler(handler)
+
+
+# --------------------------------------------------------------------------
+# svector: hard (ill-conditioned but positive definite) inputs
+# --------------------------------------------------------------------------
+
+
+def _as_correlation(S):
+    d = np.sqrt(np.diag(S))
+    C = S / np.outer(d, d)
+    C = (C + C.T) / 2
+    np.fill_diagonal(C, 1.0)
+    return C
+
+
+def near_singular_ar1(p, rho):
+    """AR(1) correlation with ``rho -> 1`` (condition number ~ ``(1 + rho) / (1 - rho)`` and more)."""
+    return ar1_correlation(p, rho)
+
+
+def near_singular_equicorrelated(p, rho):
+    """``(1 - rho) I + rho 1 1^T`` with ``rho -> 1`` (smallest eigenvalue ``1 - rho``)."""
+    return (1.0 - rho) * np.eye(p) + rho * np.ones((p, p))
+
+
+def rank_deficient_ridge(seed, p, rank, ridge):
+    """A rank-``rank`` correlation plus ``ridge`` (relative) on the diagonal, rescaled to unit diagonal."""
+    rng = np.random.default_rng(seed)
+    V = rng.standard_normal((p, rank))
+    S = V @ V.T
+    S = S / np.mean(np.diag(S)) + ridge * np.eye(p)
+    return _as_correlation(S)
+
+
+def spiked_correlation(seed, p, cond, spikes=2):
+    """Random eigenvectors, ``spikes`` large eigenvalues and the rest spread down to ``1 / cond``."""
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.standard_normal((p, p)))
+    ev = np.geomspace(1.0, 1.0 / cond, p)
+    ev[: min(spikes, p)] = p
+    return _as_correlation((Q * ev) @ Q.T)
+
+
+def hard_correlations(sizes=(1, 2, 3, 10, 50)):
+    """``[(name, C)]``: the family of ill-conditioned positive definite correlation matrices.
+
+    Near-singular AR(1) (``rho`` 0.999, 0.9999), equicorrelated with ``rho -> 1``,
+    rank-deficient plus a tiny ridge (1e-6 .. 1e-10), spiked spectra with
+    condition numbers 1e6 .. 1e12, at every size in ``sizes``. Every matrix is
+    positive definite (checked by Cholesky).
+    """
+    out = []
+    for p in sizes:
+        for rho in (0.999, 0.9999):
+            out.append((f"ar1-p{p}-rho{rho}", near_singular_ar1(p, rho)))
+        for rho in (0.999, 0.999999):
+            out.append((f"equi-p{p}-rho{rho}", near_singular_equicorrelated(p, rho)))
+        if p >= 3:
+            for ridge in (1e-6, 1e-8, 1e-10):
+                out.append((f"lowrank-p{p}-ridge{ridge:g}", rank_deficient_ridge(p, p, max(1, p // 3), ridge)))
+        if p >= 2:
+            for cond in (1e6, 1e9, 1e12):
+                out.append((f"spiked-p{p}-cond{cond:g}", spiked_correlation(p + int(np.log10(cond)), p, cond)))
+    for _, C in out:
+        np.linalg.cholesky(C)
+    return out
+
+
+def hard_factor_models():
+    """``[(name, d, U)]``: the smallest and most degenerate valid factor models (``k < p``)."""
+    out = []
+    for p in (2, 3, 10):
+        for dval in (1.0, 1e-3, 1e-6, 1e-9):
+            rng = np.random.default_rng(p)
+            U = rng.standard_normal((p, 1))
+            out.append((f"factor-p{p}-k1-d{dval:g}", np.full(p, dval), U))
+    out.append(("factor-p2-k1-equal", np.full(2, 1e-6), np.ones((2, 1))))
+    out.append(("factor-p10-k3-d1e-8", np.full(10, 1e-8), np.random.default_rng(3).standard_normal((10, 3))))
+    return out

@@ -5,10 +5,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import (
+    hard_correlations,
+    hard_factor_models,
+    near_singular_ar1,
+    near_singular_equicorrelated,
+    rank_deficient_ridge,
+    spiked_correlation,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from jaxknock import RESULTS
 from jaxknock.covariance import FactorModel, to_correlation
 from jaxknock.svector import (
+    _common,
     asdp,
     coordinate,
     equicorrelated,
@@ -414,3 +425,218 @@ def test_scale_to_feasible_compiles_once_per_shape():
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
     assert compiles == []
+
+
+# --------------------------------------------------------------------------
+# ill-conditioned but valid input (issue 19, class 1)
+# --------------------------------------------------------------------------
+
+# codes a solver may honestly end with on a valid input: never infeasible / nonfinite
+HONEST = (RESULTS.successful, RESULTS.stagnated, RESULTS.max_steps_reached)
+HARD = hard_correlations()
+
+
+def assert_feasible(C, s_corr):
+    """``s >= 0`` and ``2C - diag(s)`` PSD to rounding (eigenvalues >= -1e-10 relative)."""
+    s_corr = np.asarray(s_corr)
+    assert np.all(np.isfinite(s_corr)) and np.all(s_corr >= 0)
+    ev = np.linalg.eigvalsh(2 * C - np.diag(s_corr))
+    assert ev[0] >= -1e-10 * max(1.0, np.abs(np.linalg.eigvalsh(2 * C)).max())
+
+
+def assert_certificate(C, sol, ref, atol=1e-8):
+    """``sum(s) <= OPT`` and ``sum(s) + gap >= OPT``, against the cvxpy reference ``(value, lower)``.
+
+    Clarabel is only accurate to ~1e-8 absolute on near-singular problems and
+    its ``s`` may be slightly infeasible; ``lower`` is the objective of its
+    ``s`` scaled to feasibility, a certain lower bound on OPT.
+    """
+    value, lower = ref
+    obj, gap = float(sol.stats["objective"]), float(sol.stats["gap"])
+    assert obj <= value + atol
+    assert obj + gap >= lower * (1 - 1e-12)
+
+
+def _cvxpy_ref(C, cache={}):  # noqa: B006 - per-process cache of reference optima
+    key = C.tobytes()
+    if key not in cache:
+        p = C.shape[0]
+        s = cp.Variable(p)
+        prob = cp.Problem(cp.Maximize(cp.sum(s)), [2 * C - cp.diag(s) >> 0, s >= 0, s <= 1])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-10, tol_feas=1e-12, max_iter=500)
+        s_ref = np.clip(np.asarray(s.value), 0.0, 1.0)
+        lower = float(scale_to_feasible(C, s_ref).stats["objective"])
+        cache[key] = (float(prob.value), lower)
+    return cache[key]
+
+
+@pytest.mark.parametrize("name, C", HARD, ids=[n for n, _ in HARD])
+def test_hard_correlations_newton_equicorrelated_scale(name, C):
+    p = C.shape[0]
+    sol = sdp(C)
+    assert int(sol.result) in HONEST, RESULTS(int(sol.result)).name
+    assert_feasible(C, sol.value)
+    if int(sol.result) == RESULTS.successful:
+        assert float(sol.stats["gap"]) <= 1e-5 * float(sol.stats["objective"])
+    if p <= 10:
+        assert_certificate(C, sol, _cvxpy_ref(C))
+    eq = equicorrelated(C)
+    assert int(eq.result) == RESULTS.successful
+    assert_feasible(C, eq.value)
+    sc = scale_to_feasible(C, np.ones(p))
+    assert int(sc.result) == RESULTS.successful
+    assert_feasible(C, sc.value)
+
+
+@pytest.mark.parametrize(
+    "name, C", [h for h in HARD if h[1].shape[0] <= 10], ids=[n for n, C in HARD if C.shape[0] <= 10]
+)
+def test_hard_correlations_coordinate(name, C):
+    sol = sdp(C, method="coordinate")
+    assert int(sol.result) in HONEST, RESULTS(int(sol.result)).name
+    assert_feasible(C, sol.value)
+    assert_certificate(C, sol, _cvxpy_ref(C))
+
+
+@pytest.mark.parametrize(
+    "name, C", [h for h in HARD if h[1].shape[0] >= 3], ids=[n for n, C in HARD if C.shape[0] >= 3]
+)
+def test_hard_correlations_asdp(name, C):
+    sol = asdp(C, block_size=max(1, C.shape[0] // 2))
+    assert int(sol.result) in HONEST, RESULTS(int(sol.result)).name
+    assert_feasible(C, sol.value)
+
+
+def test_newton_starts_inside_when_lambda_min_is_tiny():
+    """The interior start must be PD even when lambda_min(2C) is far below 1e-3 lam0 / p (was: step 0, infeasible)."""
+    C = spiked_correlation(0, 10, 1e12)
+    st = newton_init(C)
+    assert np.linalg.eigvalsh(2 * C - np.diag(np.asarray(st.s)))[0] > 0
+    sol = sdp(C)
+    assert int(sol.result) in HONEST and int(sol.stats["num_steps"]) > 1
+
+
+@pytest.mark.parametrize("name, d, U", hard_factor_models(), ids=[n for n, *_ in hard_factor_models()])
+def test_hard_factor_models(name, d, U):
+    model = FactorModel(jnp.asarray(d), jnp.asarray(U))
+    sol = sdp_factor(model)
+    assert int(sol.result) in HONEST, RESULTS(int(sol.result)).name
+    assert bool(sol.stats["feasible"])
+    S = np.diag(d) + U @ U.T
+    dg = np.diag(S)
+    C = S / np.sqrt(np.outer(dg, dg))
+    assert_feasible(C, np.asarray(sol.value) / dg)
+    assert_certificate(C, sol, _cvxpy_ref(C))
+    sc = scale_to_feasible(model, jnp.asarray(dg))
+    assert int(sc.result) == RESULTS.successful
+    assert_feasible(C, np.asarray(sc.value) / dg)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_factor_model_without_factors(p):
+    sol = sdp_factor(FactorModel(jnp.full(p, 0.3), jnp.zeros((p, 0))))
+    assert int(sol.result) == RESULTS.successful
+    np.testing.assert_allclose(sol.value, 0.3)
+
+
+def test_factor_inertia_test_allows_s_above_2d():
+    """``s_j > 2 d_j`` makes ``Dt`` indefinite, yet ``A = Dt + 2 U U^T`` can be PD (was reported infeasible)."""
+    d, U = jnp.array([0.2, 0.8]), jnp.array([[0.8**0.5], [0.2**0.5]])
+    C = np.diag(d) + np.asarray(U @ U.T)
+    for s in ([0.5, 0.1], [0.45, 0.3], [0.9, 0.9]):
+        expected = np.linalg.eigvalsh(2 * C - np.diag(s))[0] > 0
+        assert bool(_common.factor_is_pd(d, U, jnp.asarray(s))) == expected
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from(["ar1", "equi", "lowrank", "spiked"]),
+    p=st.integers(1, 12),
+    log_cond=st.floats(3.0, 12.0),
+    seed=st.integers(0, 2**16),
+)
+def test_random_hard_correlations(kind, p, log_cond, seed):
+    """Random members of the hard family: sdp (Newton), equicorrelated, scale_to_feasible stay feasible and honest."""
+    gap_to_one = 10.0 ** (-log_cond / 2)
+    if kind == "ar1":
+        C = near_singular_ar1(p, 1 - gap_to_one)
+    elif kind == "equi":
+        C = near_singular_equicorrelated(p, 1 - gap_to_one)
+    elif kind == "lowrank":
+        C = rank_deficient_ridge(seed, p, max(1, p // 3), 10.0 ** (-log_cond))
+    else:
+        C = spiked_correlation(seed, p, 10.0**log_cond)
+    sol = sdp(C)
+    assert int(sol.result) in HONEST
+    assert_feasible(C, sol.value)
+    assert int(equicorrelated(C).result) == RESULTS.successful
+    sc = scale_to_feasible(C, np.ones(p))
+    assert int(sc.result) == RESULTS.successful
+    assert_feasible(C, sc.value)
+
+
+# --------------------------------------------------------------------------
+# bad input under jit: result codes tell the truth (issue 19, class 2)
+# --------------------------------------------------------------------------
+
+
+def _bad_sigmas():
+    C = equi_matrix(4, 0.5)
+    nan = C.copy()
+    nan[1, 2] = np.nan
+    asym = C.copy()
+    asym[0, 3] = 0.9
+    indef = C.copy()
+    indef[0, 1] = indef[1, 0] = -0.9
+    indef[0, 2] = indef[2, 0] = 0.95
+    return {"nan": nan, "asym": asym, "indefinite": indef}
+
+
+BAD = _bad_sigmas()
+SOLVERS = {
+    "equicorrelated": equicorrelated,
+    "newton": sdp,
+    "coordinate": lambda S: sdp(S, method="coordinate"),
+    "asdp": lambda S: asdp(S, block_size=2),
+    "scale_to_feasible": lambda S: scale_to_feasible(S, jnp.ones(S.shape[0])),
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD))
+@pytest.mark.parametrize("solver", list(SOLVERS))
+def test_bad_sigma_under_jit_is_never_successful(solver, bad):
+    f = SOLVERS[solver]
+    S = BAD[bad]
+    with pytest.raises(ValueError):  # eager: the value checks raise
+        f(S)
+    code = int(jax.jit(f)(jnp.asarray(S)).result)
+    assert code != RESULTS.successful
+    if bad == "nan":
+        assert code == RESULTS.nonfinite
+    if bad == "asym" or (bad == "indefinite" and solver in ("equicorrelated", "asdp", "scale_to_feasible")):
+        assert code == RESULTS.infeasible
+    good = jax.jit(f)(jnp.asarray(equi_matrix(4, 0.5)))
+    assert int(good.result) == int(f(equi_matrix(4, 0.5)).result) == RESULTS.successful
+
+
+@pytest.mark.parametrize("s", [[-1.0, -1.0, -1.0], [1.0, -0.5, 1.0], [1.0, np.nan, 1.0]])
+def test_scale_to_feasible_bad_s_under_jit(s):
+    C, s = jnp.asarray(equi_matrix(3, 0.5)), jnp.asarray(s)
+    with pytest.raises(ValueError):
+        scale_to_feasible(C, s)
+    code = int(jax.jit(scale_to_feasible)(C, s).result)
+    assert code == (RESULTS.nonfinite if np.isnan(s).any() else RESULTS.infeasible)
+
+
+@pytest.mark.parametrize(
+    "d, expected", [([0.5, np.nan, 0.5], RESULTS.nonfinite), ([0.5, -0.1, 0.5], RESULTS.infeasible)]
+)
+def test_sdp_factor_bad_model_under_jit(d, expected):
+    U = jnp.full((3, 1), 0.5**0.5)
+    with pytest.raises(ValueError):
+        sdp_factor(FactorModel(jnp.asarray(d), U))
+    f = jax.jit(lambda d, U: sdp_factor(FactorModel(d, U)))
+    assert int(f(jnp.asarray(d), U).result) == expected
+    assert int(f(jnp.full(3, 0.5), U).result) == RESULTS.successful

@@ -68,6 +68,19 @@ def inverse_diag_from_cholesky(L):
     return jnp.sum(Linv**2, axis=-2)
 
 
+def lam_floor(dtype) -> float:
+    """Smallest barrier parameter the coordinate solvers use: ``1e3 eps`` (``~2e-13`` in float64).
+
+    At a centred iterate every free coordinate's Schur complement of
+    ``2C - diag(s)`` equals ``lam``; below ~``1e3 eps`` (entries of ``2C`` are
+    O(1)) that margin is rounding noise of the updated factors and an exact
+    coordinate step can leave the PD cone. Problems whose optimum is that close
+    to singular are certified only to ``~ lam_floor * p`` (absolute) and end
+    ``stagnated`` or ``max_steps_reached``, never infeasible.
+    """
+    return 1e3 * float(jnp.finfo(dtype).eps)
+
+
 def is_pd(C2, s):
     """Is ``C2 - diag(s)`` positive definite? (Cholesky succeeds.)"""
     return jnp.all(jnp.isfinite(jnp.linalg.cholesky(C2 - jnp.diag(s))))
@@ -107,11 +120,16 @@ def factor_inverse_diag(d, U, s, N):
 def factor_is_pd(d, U, s) -> jax.Array:
     """Is ``(2D - diag s) + 2 U U^T`` positive definite? O(p k^2).
 
-    By Haynsworth inertia additivity on ``[[Dt, U], [U^T, -I/2]]``,
-    ``#neg(A) = #neg(Dt) + #neg(I + 2 U^T Dt^{-1} U)`` (for nonsingular ``Dt``).
+    Haynsworth inertia additivity on ``K = [[Dt, U], [U^T, -I/2]]`` (``Dt = 2D - diag s``,
+    nonsingular): the Schur complement of ``-I/2`` is ``A = Dt + 2 U U^T`` and that
+    of ``Dt`` is ``-(I + 2 U^T Dt^{-1} U) / 2 = -M / 2``, so
+    ``k + #neg(A) = #neg(K) = #neg(Dt) + #pos(M)``, i.e.
+    ``#neg(A) = #neg(Dt) - #neg(M)`` for nonsingular ``M``: ``A`` is positive
+    definite iff ``M`` has exactly as many negative eigenvalues as ``Dt`` has
+    negative entries (coordinates with ``s_j > 2 d_j`` are allowed).
     """
     dt = 2.0 * d - s
     M = jnp.eye(U.shape[1], dtype=U.dtype) + 2.0 * jnp.matmul(U.T, U / dt[:, None], precision=HIGHEST)
     ev = jnp.linalg.eigvalsh((M + M.T) / 2)
-    neg = jnp.sum(dt < 0) + jnp.sum(ev < 0)
-    return (neg == 0) & jnp.all(dt != 0) & jnp.all(jnp.isfinite(ev))
+    neg = jnp.sum(dt < 0) - jnp.sum(ev < 0)
+    return (neg == 0) & jnp.all(dt != 0) & jnp.all(ev != 0) & jnp.all(jnp.isfinite(ev))

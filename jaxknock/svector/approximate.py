@@ -20,31 +20,50 @@ __all__ = ["asdp", "scale_to_feasible"]
 
 
 def _bisect_gamma(is_pd, s, diag, num_steps):
-    """Largest ``gamma`` in ``[0, 1/max(s/diag)]`` with ``is_pd(gamma)``: the bracket's upper end if
-    feasible, else the lower end after ``num_steps`` bisections."""
+    """``(gamma, feasible)``: the largest ``gamma`` in ``[0, 1/max(s/diag)]`` with ``is_pd(gamma)``
+    (the bracket's upper end if feasible, else the lower end after ``num_steps``
+    bisections) and whether that end passed ``is_pd`` when it was tested.
+
+    The flag is carried through the bisection rather than re-tested: at the PD
+    boundary the test's outcome depends on rounding, and a re-test compiled
+    differently may disagree with the one that accepted ``gamma``.
+    """
     hi = 1.0 / jnp.maximum(jnp.max(s / diag), 1e-300)
     hi_ok = is_pd(hi)
 
     def body(_, br):
-        lo, hi = br
+        lo, hi, lo_ok = br
         mid = 0.5 * (lo + hi)
         ok = is_pd(mid)
-        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
+        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid), lo_ok | ok
 
-    lo, _ = lax.fori_loop(0, num_steps, body, (jnp.zeros_like(hi), hi))
-    return jnp.where(hi_ok, hi, lo)
+    # gamma = 0 (s = 0) is feasible iff 2 Sigma is PD
+    lo, _, lo_ok = lax.fori_loop(0, num_steps, body, (jnp.zeros_like(hi), hi, is_pd(jnp.zeros_like(hi))))
+    return jnp.where(hi_ok, hi, lo), hi_ok | lo_ok
+
+
+def _scale_code(input_code, s, feasible):
+    """``nonfinite`` for NaN/Inf ``s``, ``infeasible`` for negative ``s`` or an unverified ``gamma s``."""
+    code = jnp.where(
+        ~jnp.all(jnp.isfinite(s)),
+        RESULTS.nonfinite,
+        jnp.where(jnp.any(s < 0) | ~feasible, RESULTS.infeasible, RESULTS.successful),
+    )
+    return _checks.combine_codes(input_code, code)
 
 
 @jax.jit(static_argnums=(2,))
 def _gamma_dense(Sigma, s, num_steps):
     is_pd = lambda g: jnp.all(jnp.isfinite(jnp.linalg.cholesky(2.0 * Sigma - jnp.diag(g * s))))
-    return _bisect_gamma(is_pd, s, jnp.diagonal(Sigma), num_steps)
+    gamma, feasible = _bisect_gamma(is_pd, s, jnp.diagonal(Sigma), num_steps)
+    return gamma, _scale_code(_checks.traced_sigma_code(Sigma), s, feasible)
 
 
 @jax.jit(static_argnums=(3,))
 def _gamma_factor(d, U, s, num_steps):
     is_pd = lambda g: _common.factor_is_pd(d, U, g * s)
-    return _bisect_gamma(is_pd, s, d + jnp.sum(U**2, axis=1), num_steps)
+    gamma, feasible = _bisect_gamma(is_pd, s, d + jnp.sum(U**2, axis=1), num_steps)
+    return gamma, _scale_code(_checks.traced_factor_code(d, U), s, feasible)
 
 
 @renamed_kwargs(num_bisections="max_steps")
@@ -69,7 +88,14 @@ def scale_to_feasible(Sigma, s, *, max_steps: int = 60) -> Solution:
     Returns:
         :class:`~jaxknock.Solution` with ``value = gamma * s`` (feasible: the
         lower end of the final bracket) and ``stats = {gamma, num_steps,
-        max_steps, objective}``.
+        max_steps, objective}``. ``result`` is ``successful`` when
+        ``2 Sigma - diag(gamma s)`` passed the Cholesky (or inertia) test.
+
+    Under jit (value checks skipped): ``s`` with a negative entry, a ``Sigma``
+    that is not symmetric or whose ``2 Sigma`` fails the test even at
+    ``gamma = 0``, or a factor model with ``d_j <= 0`` give ``infeasible``;
+    NaN/Inf in ``s`` or ``Sigma`` give ``nonfinite``. Eagerly these raise
+    ``ValueError``.
 
     Example:
         >>> round(float(scale_to_feasible(0.5 * jnp.eye(2) + 0.5, jnp.array([2.0, 2.0])).stats["gamma"]), 9)
@@ -95,12 +121,12 @@ def scale_to_feasible(Sigma, s, *, max_steps: int = 60) -> Solution:
     if _checks.is_concrete(s) and (np.asarray(s) < 0).any():
         raise ValueError("s must be non-negative")
     if isinstance(Sigma, FactorModel):
-        gamma = _gamma_factor(Sigma.d, Sigma.U, s, max_steps)
+        gamma, code = _gamma_factor(Sigma.d, Sigma.U, s, max_steps)
     else:
-        gamma = _gamma_dense(Sigma, s, max_steps)
+        gamma, code = _gamma_dense(Sigma, s, max_steps)
     return Solution(
         gamma * s,
-        jnp.int32(RESULTS.successful),
+        code,
         {
             "gamma": gamma,
             "num_steps": max_steps,
@@ -130,6 +156,8 @@ def asdp(Sigma, *, block_size: int = 100, tol: float = 1e-5, max_steps: int = 50
         :class:`~jaxknock.Solution` with ``value = s`` and ``stats``:
         ``gamma``, ``objective``, ``min_eig``, ``num_steps`` (max steps over
         blocks), ``max_steps``, ``block_results`` (the blocks' result codes).
+        ``result`` is the code of :func:`scale_to_feasible` on the full
+        matrix if it is not ``successful``, else the worst block's code.
 
     Example:
         >>> jax.config.update("jax_enable_x64", True)
@@ -152,7 +180,14 @@ def asdp(Sigma, *, block_size: int = 100, tol: float = 1e-5, max_steps: int = 50
     s_corr = scaled.value
     min_eig = jnp.linalg.eigvalsh(2.0 * C - jnp.diag(s_corr))[0]
     codes = jnp.atleast_1d(bsol.result)
-    result = jnp.max(codes).astype(jnp.int32)
+    # the worst block decides: nonfinite, then infeasible, then the largest other code
+    block_code = jnp.where(
+        jnp.any(codes == RESULTS.nonfinite),
+        RESULTS.nonfinite,
+        jnp.where(jnp.any(codes == RESULTS.infeasible), RESULTS.infeasible, jnp.max(codes)),
+    )
+    # scale_to_feasible's code on the full matrix (bad input, unverified gamma s) comes first
+    result = _checks.combine_codes(scaled.result, block_code)
     stats = {
         "gamma": scaled.stats["gamma"],
         "objective": jnp.sum(s_corr),

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxknock import _checks
-from jaxknock._solution import Solution
+from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import to_correlation
 
 __all__ = ["equicorrelated"]
@@ -27,6 +27,14 @@ def equicorrelated(Sigma) -> Solution:
         :class:`~jaxknock.Solution` with ``value = s`` and ``stats``
         ``{objective, min_eig, num_steps=0, max_steps=0}``.
 
+    Under jit (value checks skipped): ``result`` is ``nonfinite`` for a
+    ``Sigma`` with NaN/Inf, and ``infeasible`` for a non-symmetric one, one
+    with a non-positive diagonal, or one whose smallest correlation eigenvalue
+    is negative beyond rounding (``< -16 p eps lambda_max``: no ``s >= 0``
+    satisfies ``diag(s) <= 2 Sigma``); ``s`` is then 0 or NaN, never a
+    plausible vector labelled ``successful``. Eagerly these inputs raise
+    ``ValueError``.
+
     Example:
         >>> s = equicorrelated(jnp.eye(3)).value   # [1., 1., 1.]
     """
@@ -37,7 +45,13 @@ def equicorrelated(Sigma) -> Solution:
 @jax.jit
 def _equicorrelated(Sigma):
     C = to_correlation(Sigma)
-    lmin = jnp.linalg.eigvalsh(C)[..., 0]
+    ev = jnp.linalg.eigvalsh(C)
+    lmin = ev[..., 0]
+    # negative beyond the rounding of a PSD matrix's eigenvalues: Sigma is not PSD
+    not_psd = lmin < -16.0 * Sigma.shape[-1] * jnp.finfo(C.dtype).eps * jnp.abs(ev[..., -1])
+    code = jnp.where(not_psd, RESULTS.infeasible, RESULTS.successful)
+    # NaN eigenvalues (NaN input) compare False above: the input code reports them
+    code = _checks.combine_codes(_checks.traced_sigma_code(Sigma), code)
     val = jnp.clip(2.0 * lmin, 0.0, 1.0)
     p = Sigma.shape[-1]
     s_corr = jnp.broadcast_to(val[..., None], Sigma.shape[:-1])
@@ -48,4 +62,4 @@ def _equicorrelated(Sigma):
         "num_steps": jnp.zeros_like(val, dtype=jnp.int32),
         "max_steps": 0,
     }
-    return Solution(s, jnp.zeros(val.shape, jnp.int32), stats)
+    return Solution(s, code, stats)

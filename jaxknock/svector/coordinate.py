@@ -192,7 +192,9 @@ def sweep_step(st: SDPState, Cfull, b, tol, decay, centrality=1.0) -> SDPState:
     inf = jnp.asarray(jnp.inf, Cfull.dtype)
     new, cent = _sweep(st, c2, b)
     obj = jnp.maximum(jnp.sum(new.s[:p]), 1e-12)
-    worth = new.lam * p <= 0.25 * tol * obj
+    floor = _common.lam_floor(Cfull.dtype)
+    # at the lam floor the certificate is as tight as it will get: certify anyway
+    worth = (new.lam * p <= 0.25 * tol * obj) | (new.lam <= floor)
     dual, gap = lax.cond(
         worth,
         lambda: certified_gap_dense(Cfull, new.s[:p], new.lam, cap),
@@ -205,7 +207,7 @@ def sweep_step(st: SDPState, Cfull, b, tol, decay, centrality=1.0) -> SDPState:
     return new._replace(
         gap=gap,
         dual=dual,
-        lam=jnp.where(hold, new.lam, new.lam * decay),
+        lam=jnp.where(hold, new.lam, jnp.maximum(new.lam * decay, floor)),
         stall=jnp.where(stalled, st.stall + 1, 0),
     )
 

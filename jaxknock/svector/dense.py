@@ -95,6 +95,19 @@ def sdp(
         method: ``"newton"`` (default) or ``"coordinate"`` (Algorithm 4).
         throw: raise ``RuntimeError`` if not converged.
 
+    Ill-conditioned input: every positive definite ``Sigma`` (condition
+    numbers up to ~1e12 and beyond, every ``p >= 1``) gives a feasible ``s``
+    (``2C - diag(s)`` positive definite to rounding) with a valid certified
+    gap; where the optimum sits within ~1e-13 of singularity the certificate
+    cannot reach ``tol`` and the run ends ``stagnated`` or
+    ``max_steps_reached``, never ``infeasible``.
+
+    Under jit (value checks skipped): a ``Sigma`` with NaN/Inf gives
+    ``nonfinite``; a non-symmetric ``Sigma`` or one with a non-positive
+    diagonal gives ``infeasible``; a symmetric but indefinite one gives
+    ``nonfinite`` or ``infeasible`` (its Cholesky factorisation fails). None of
+    them is reported ``successful``. Eagerly they raise ``ValueError``.
+
     Returns:
         :class:`~jaxknock.Solution`: ``value`` is ``s`` (covariance scale),
         ``stats`` has ``num_steps`` (sweeps or Newton steps; also
@@ -161,6 +174,7 @@ def _sdp_jit(Sigma, tol, max_steps, lam0, decay, b, method="newton"):
             jnp.where(converged, RESULTS.successful, it.result),
         ),
     ).astype(jnp.int32)
+    result = _checks.combine_codes(_checks.traced_sigma_code(Sigma), result)
     stats = {
         "num_steps": sweeps + newton_steps,
         "sweeps": sweeps,

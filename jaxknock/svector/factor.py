@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxknock import _checks
 from jaxknock._deprecation import renamed_kwargs
 from jaxknock._iterate import iterative_solve
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
@@ -190,6 +191,18 @@ def sdp_factor(
     ``Dt_j`` within rounding of 0 makes ``M`` ill-conditioned. Such runs end
     with ``RESULTS.nonfinite`` rather than a silent wrong answer.
 
+    Every valid model (``d > 0``, any ``p > k >= 0``, ``d`` down to ~1e-9 of
+    ``diag(Sigma)``) gives a feasible ``s``; coordinates may pass ``s_j > 2 d_j``
+    (feasibility is the exact inertia test of
+    :func:`~jaxknock.svector._common.factor_is_pd`). On small, nearly
+    singular models the coordinate ascent can crawl (p = 2 or 3 with
+    ``d ~ 1e-3``): the run then ends ``max_steps_reached`` with its valid
+    certified gap.
+
+    Under jit (value checks skipped): NaN/Inf in ``d`` or ``U`` gives
+    ``nonfinite``, some ``d_j <= 0`` gives ``infeasible`` (never
+    ``successful``); eagerly they raise ``ValueError``.
+
     Args:
         model: :class:`~jaxknock.FactorModel` (float64), or one with a leading
             batch axis on ``d`` and ``U`` (solved with ``vmap``).
@@ -241,6 +254,7 @@ def _sdp_factor_jit(d, U, tol, max_steps, lam0, decay):
         RESULTS.nonfinite,
         jnp.where(~feasible, RESULTS.infeasible, jnp.where(converged, RESULTS.successful, it.result)),
     ).astype(jnp.int32)
+    result = _checks.combine_codes(_checks.traced_factor_code(d, U), result)
     stats = {
         "num_steps": it.num_steps,
         "max_steps": max_steps,

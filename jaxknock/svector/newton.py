@@ -61,13 +61,23 @@ class NewtonState(NamedTuple):
 def _interior_start(C2, s, cap, lam):
     """Push a (possibly bound-touching) feasible ``s`` strictly inside ``(0, cap)``.
 
-    Coordinates at 0 move to ``1e-3 lam`` (below their Schur complement, which
-    is positive), coordinates at ``cap`` move down, which keeps ``A`` positive
-    definite; if rounding still breaks definiteness, fall back to ``s / 2``.
+    Coordinates at 0 move to ``1e-3 lam`` (below their Schur complement when
+    ``2C`` is well conditioned), coordinates at ``cap`` move down, which keeps
+    ``A`` positive definite; if that breaks definiteness (``lambda_min(2C)``
+    below ``1e-3 lam``, or rounding), fall back to ``s / 2``, and then to the
+    start that is interior for every positive definite ``C``:
+    ``x_j = min(1e-3 lam, 1 / (2 p h_j))`` with ``h = diag((2C)^{-1})``.
+    There ``diag(x)^{1/2} (2C)^{-1} diag(x)^{1/2}`` has trace at most 1/2, so
+    ``2C - diag(x) >= C`` (half of ``2C``): as well conditioned as ``C`` itself.
     """
+    p = s.shape[-1]
     lo = jnp.minimum(1e-3 * lam, 1e-3 * cap)
-    x = jnp.clip(s, lo, cap * (1.0 - 1e-6))
-    return jnp.where(_common.is_pd(C2, x), x, jnp.clip(0.5 * s, lo, cap * (1.0 - 1e-6)))
+    hi = cap * (1.0 - 1e-6)
+    x = jnp.clip(s, lo, hi)
+    half = jnp.clip(0.5 * s, lo, hi)
+    h = _common.inverse_diag_from_cholesky(jnp.linalg.cholesky(C2))
+    safe = jnp.minimum(lo, 0.5 / (p * h))
+    return jnp.where(_common.is_pd(C2, x), x, jnp.where(_common.is_pd(C2, half), half, safe))
 
 
 def _newton_direction(C2, s, z0, z1, lam, cap):
@@ -133,10 +143,14 @@ def path_step(st: NewtonState, C2, cap, tol, mu=0.1, center=0.3, patience=PATIEN
     tp = jnp.minimum(_max_step(st.s, ds), _max_step(cap - st.s, -ds))
 
     def shrink(c):
-        t, k = c
-        return t * 0.7, k + 1
+        t, k, _ = c
+        return t * 0.7, k + 1, _common.is_pd(C2, st.s + 0.7 * t * ds)
 
-    tp, _ = lax.while_loop(lambda c: (c[1] < 40) & ~_common.is_pd(C2, st.s + c[0] * ds), shrink, (tp, jnp.int32(0)))
+    init = (tp, jnp.int32(0), _common.is_pd(C2, st.s + tp * ds))
+    tp, _, pd = lax.while_loop(lambda c: (c[1] < 40) & ~c[2], shrink, init)
+    # the iterate never leaves the PD cone: a step that is still not PD after
+    # 40 shortenings (near-singular 2C, rounding) is not taken
+    tp = jnp.where(pd, tp, 0.0)
     td = jnp.minimum(_max_step(st.z0, dz0), _max_step(st.z1, dz1))
     s_new = st.s + tp * ds
     best = jnp.minimum(st.dual, dual)
@@ -147,6 +161,11 @@ def path_step(st: NewtonState, C2, cap, tol, mu=0.1, center=0.3, patience=PATIEN
     # target: smaller values only push the iterate onto the rounding floor of the
     # PD boundary without improving what the certificate can prove
     shrink_lam = (dec < center) & (st.lam * 2 * s_new.shape[0] > 0.05 * tol * jnp.maximum(sum_new, 1e-12))
+    # a centred step that decreases lam while the central-path gap lam * 2p is
+    # still above the certified gap is progress, not a stall: the certificate
+    # cannot improve before lam reaches the scale of the gap (near-singular C:
+    # OPT ~ 1e-10 is ten decreases of lam away from lam0 / p)
+    waiting = shrink_lam & (st.lam * 2 * s_new.shape[0] > st.dual - jnp.sum(st.s))
     # stall score of consecutive steps that do not shrink the certified gap:
     # 4 per centred iterate, 1 per uncentred one; stop at 32 (8 centred or
     # 32 uncentred steps). The certificate can lag for several centred steps
@@ -161,7 +180,7 @@ def path_step(st: NewtonState, C2, cap, tol, mu=0.1, center=0.3, patience=PATIEN
         jnp.where(shrink_lam, st.lam * mu, st.lam),
         st.step + 1,
         best,
-        jnp.where(improved, 0, st.stall + jnp.where(dec < center, 4, 1)),
+        jnp.where(improved | waiting, jnp.where(improved, 0, st.stall), st.stall + jnp.where(dec < center, 4, 1)),
     )
     ok = jnp.all(jnp.isfinite(new.s)) & jnp.all(jnp.isfinite(ds))
     # a non-finite step keeps the last iterate and stops the path (stall = patience)
