@@ -45,14 +45,19 @@ def validate_model(model) -> FactorModel:
 
 
 def check_settings(tol, max_steps, decay, lam0):
-    """Check the barrier solvers' numeric settings (concrete Python values)."""
-    if not (tol > 0):
+    """Check the barrier solvers' numeric settings (concrete values; traced ones pass unchecked).
+
+    ``max_steps`` must be a Python integer; ``tol``, ``decay`` and ``lam0`` may
+    be Python floats or concrete / traced scalars (the solvers trace them, so a
+    new value never recompiles).
+    """
+    if _checks.is_concrete(tol) and not (tol > 0):
         raise ValueError(f"tol must be positive, got {tol}")
     if not (isinstance(max_steps, (int, np.integer)) and max_steps >= 1):
         raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
-    if not (0 < decay < 1):
+    if _checks.is_concrete(decay) and not (0 < decay < 1):
         raise ValueError(f"decay must lie in (0, 1), got {decay}")
-    if lam0 is not None and not (lam0 > 0):
+    if lam0 is not None and _checks.is_concrete(lam0) and not (lam0 > 0):
         raise ValueError(f"lam0 must be positive, got {lam0}")
 
 
