@@ -167,30 +167,46 @@ def min_eig_bound(A):
     ``lower <= lambda_min(A)`` up to the backward error of a Cholesky
     factorisation (``~ p eps ||A||``):
 
-    1. ``B = A`` if feasible, else ``B = A + sigma I`` with ``sigma`` twice the
-       (negated) Gershgorin lower bound, which makes ``B`` positive definite;
+    1. ``B = A + sigma I`` with ``sigma = 0`` if ``A`` is feasible, else the
+       first of ``1e-14 c, 1e-13 c, ..., 1e2 c`` (``c = max_j |A_jj|``), capped
+       by twice the negated Gershgorin bound (which always works), for which
+       ``B`` has a Cholesky factor; so ``lambda_min(A) >= -sigma``;
     2. ``20`` steps of inverse iteration with the Cholesky factor of ``B`` give
        the Rayleigh quotient ``theta`` of ``B^{-1}``, so
        ``mu = 1 / theta >= lambda_min(B)`` (an upper bound);
     3. the first shift ``t = c mu``, ``c`` in ``(0.99, 0.9, 0.5, 0.1, 0.01)``,
        for which ``B - t I`` has a Cholesky factor certifies
-       ``lambda_min(B) >= t`` (else ``0``), and ``lower = t - sigma``
+       ``lambda_min(B) >= t`` (else ``t = 0``), and ``lower = t - sigma``
        (at most 0 when ``A`` is infeasible).
 
     When the inverse iteration has converged the first shift succeeds, so the
     bound is within 1% of ``lambda_min`` and the cost is two Cholesky
     factorisations and ``40`` triangular solves (``O(p^2)`` each), against the
-    ``~9 p^3`` flops of ``eigvalsh`` with eigenvectors.
+    ``~9 p^3`` flops of ``eigvalsh`` with eigenvectors. An infeasible ``A``
+    costs a few more Cholesky factorisations (one per decade of ``sigma``);
+    within rounding of the PD boundary the bound is ``~ -1e-14 c``.
     """
     p = A.shape[-1]
     eye = jnp.eye(p, dtype=A.dtype)
     L = jnp.linalg.cholesky(A)
     feasible = jnp.all(jnp.isfinite(L))
     diag = jnp.diagonal(A)
-    gershgorin = jnp.min(2.0 * diag - jnp.sum(jnp.abs(A), axis=-1))
     scale = jnp.maximum(jnp.max(jnp.abs(diag)), jnp.finfo(A.dtype).tiny)
-    sigma = jnp.where(feasible, 0.0, jnp.maximum(-2.0 * gershgorin, jnp.finfo(A.dtype).eps * scale))
-    LB = lax.cond(feasible, lambda: L, lambda: jnp.linalg.cholesky(A + sigma * eye))
+    sigma_max = jnp.maximum(-2.0 * jnp.min(2.0 * diag - jnp.sum(jnp.abs(A), axis=-1)), 1e-14 * scale)
+    num_decades = 17
+
+    def unshifted(c):
+        i, _, _, ok = c
+        return ~ok & (i < num_decades)
+
+    def shift_up(c):
+        i, _, _, _ = c
+        sigma = jnp.where(i < num_decades - 1, jnp.minimum(1e-14 * scale * 10.0**i, sigma_max), sigma_max)
+        Li = jnp.linalg.cholesky(A + sigma * eye)
+        return i + 1, sigma, Li, jnp.all(jnp.isfinite(Li))
+
+    init = (jnp.int32(0), jnp.zeros((), A.dtype), L, feasible)
+    _, sigma, LB, shifted_ok = lax.while_loop(unshifted, shift_up, init)
 
     def power(_, c):
         v, _ = c
@@ -213,6 +229,7 @@ def min_eig_bound(A):
 
     i, found = lax.while_loop(untried, try_shift, (jnp.int32(0), jnp.zeros((), bool)))
     lower = jnp.where(found, ladder[jnp.maximum(i - 1, 0)] * mu, 0.0) - sigma
+    lower = jnp.where(shifted_ok, lower, -sigma_max)  # NaN input: lower stays NaN via sigma_max
     return feasible, jnp.where(feasible, lower, jnp.minimum(lower, 0.0))
 
 
