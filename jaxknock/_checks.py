@@ -120,8 +120,13 @@ def validate_sigma(Sigma, *, batch_ok: bool = True, need_x64: bool = True):
     """Validate a covariance / correlation matrix (or a ``(B, p, p)`` batch) for the S-vector solvers.
 
     Shape and dtype always; values (finite, symmetric, positive diagonal,
-    positive definite) when ``Sigma`` is concrete. Returns ``Sigma`` as a
-    floating JAX array.
+    positive definite) when ``Sigma`` is concrete. The value checks run on the
+    device in one jitted reduction (:func:`_sigma_flags`, which includes a
+    Cholesky factorisation as the positive-definiteness test) and bring back a
+    handful of scalars, never the matrix; the detailed messages are built on
+    the host only once a check has failed. Call it once per public call: the
+    solvers' internal jitted cores do not validate again. Returns ``Sigma`` as
+    a floating JAX array.
     """
     Sigma = as_float_array(Sigma, "Sigma")
     check_square(Sigma, batch=batch_ok)
@@ -129,17 +134,40 @@ def validate_sigma(Sigma, *, batch_ok: bool = True, need_x64: bool = True):
         raise ValueError(f"Sigma must be (p, p) or a batch (B, p, p), got shape {tuple(Sigma.shape)}")
     if need_x64:
         require_x64(Sigma, "Sigma", SDP_X64_WHY)
-    check_finite(Sigma, "Sigma")
-    check_symmetric(Sigma)
     if is_concrete(Sigma):
-        d = np.diagonal(np.asarray(Sigma), axis1=-2, axis2=-1)
-        if (d <= 0).any():
+        finite, asym, scale, min_diag, chol_ok = (np.asarray(v) for v in jax.device_get(_sigma_flags(Sigma)))
+        if not finite:
+            check_finite(Sigma, "Sigma")  # raises with the count and the first index
+        if not (asym <= _SYMMETRY_RTOL * scale):
+            check_symmetric(Sigma)  # raises with the asymmetry
+        if not (min_diag > 0):
+            d = np.diagonal(np.asarray(Sigma), axis1=-2, axis2=-1)
             raise ValueError(
                 "Sigma must have a positive diagonal (a covariance or correlation "
                 f"matrix); found {int((d <= 0).sum())} non-positive diagonal entr(ies)"
             )
-        check_cholesky(Sigma)
+        if not chol_ok:
+            check_cholesky(Sigma)  # raises with the smallest eigenvalue
     return Sigma
+
+
+_SYMMETRY_RTOL = 1e-8
+
+
+@jax.jit
+def _sigma_flags(Sigma):
+    """Device-side value checks of ``Sigma``: ``(all finite, max |S - S^T|, max |S|, min diag, Cholesky ok)``.
+
+    One reduction per check, five scalars to transfer. The symmetry threshold is
+    ``rtol * max(max |S|, 1e-300)`` as in :func:`check_symmetric` (applied on the host).
+    """
+    finite = jnp.all(jnp.isfinite(Sigma))
+    asym = jnp.max(jnp.abs(Sigma - jnp.swapaxes(Sigma, -1, -2)))
+    scale = jnp.maximum(jnp.max(jnp.abs(Sigma)), 1e-300)
+    min_diag = jnp.min(jnp.diagonal(Sigma, axis1=-2, axis2=-1))
+    L = jnp.linalg.cholesky(Sigma)  # symmetrises its input
+    chol_ok = jnp.all(jnp.isfinite(L))
+    return finite, asym, scale, min_diag, chol_ok
 
 
 def check_cholesky(Sigma, name: str = "Sigma"):
@@ -191,6 +219,22 @@ def traced_factor_code(d, U) -> jax.Array:
 def combine_codes(input_code, solver_code) -> jax.Array:
     """The input's code where it is not ``successful`` (bad input explains everything after it), else the solver's."""
     return jnp.where(input_code != RESULTS.successful, input_code, solver_code).astype(jnp.int32)
+
+
+def check_vector_nonnegative_finite(x, name: str):
+    """Raise if a concrete vector ``x`` has non-finite or negative entries (device reduction, two scalars back)."""
+    if not is_concrete(x):
+        return
+    finite, lo = jax.device_get(_vector_flags(x))
+    if not finite:
+        check_finite(x, name)
+    if not (lo >= 0):
+        check_nonnegative(x, name)
+
+
+@jax.jit
+def _vector_flags(x):
+    return jnp.all(jnp.isfinite(x)), jnp.min(x, initial=jnp.inf)
 
 
 def check_nonnegative(x, name: str):

@@ -21,6 +21,7 @@ from jaxknock.covariance import FactorModel, to_correlation
 from jaxknock.svector import (
     _common,
     asdp,
+    certificate,
     coordinate,
     equicorrelated,
     factor,
@@ -640,3 +641,102 @@ def test_sdp_factor_bad_model_under_jit(d, expected):
     f = jax.jit(lambda d, U: sdp_factor(FactorModel(d, U)))
     assert int(f(jnp.asarray(d), U).result) == expected
     assert int(f(jnp.full(3, 0.5), U).result) == RESULTS.successful
+
+
+def _backend_compiles(fn):
+    """Number of XLA compilations while running ``fn()``."""
+    compiles = []
+
+    def listener(event, duration, **kwargs):
+        if "backend_compile" in event:
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        jax.block_until_ready(fn().value)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    return len(compiles)
+
+
+_C12 = ar1(12, 0.6)
+_MODEL12 = FactorModel(jnp.linspace(0.5, 1.0, 12), jnp.asarray(np.random.default_rng(3).standard_normal((12, 2)) / 2))
+
+
+@pytest.mark.parametrize(
+    "call, retuned",
+    [
+        (lambda: equicorrelated(_C12), None),
+        (lambda: sdp(_C12), lambda: sdp(_C12, tol=3e-5, lam0=0.3, max_steps=400)),
+        (
+            lambda: sdp(_C12, method="coordinate"),
+            lambda: sdp(_C12, method="coordinate", tol=3e-5, decay=0.7, lam0=0.4, max_steps=400),
+        ),
+        (lambda: sdp(np.stack([_C12, _C12])), lambda: sdp(np.stack([_C12, _C12]), tol=3e-5)),
+        (lambda: sdp_factor(_MODEL12), lambda: sdp_factor(_MODEL12, tol=3e-5, decay=0.5, lam0=0.3)),
+        (lambda: asdp(_C12, block_size=5), lambda: asdp(_C12, block_size=5, tol=3e-5, max_steps=400)),
+        (
+            lambda: scale_to_feasible(_C12, np.full(12, 0.9)),
+            lambda: scale_to_feasible(_C12, np.full(12, 0.9), max_steps=30),
+        ),
+    ],
+    ids=["equicorrelated", "sdp", "sdp-coordinate", "sdp-batch", "sdp_factor", "asdp", "scale_to_feasible"],
+)
+def test_no_recompile_on_repeat_or_new_settings(call, retuned):
+    """Numeric settings (tol, lam0, decay, max_steps) are traced: neither a repeat nor a new value compiles."""
+    call()
+    assert _backend_compiles(call) == 0
+    if retuned is not None:
+        assert _backend_compiles(retuned) == 0
+
+
+def test_solvers_make_no_implicit_device_to_host_transfers():
+    """Validation brings back a few scalars explicitly; nothing else leaves the device."""
+    C = jnp.asarray(_C12)
+    s = jnp.full(12, 0.9)
+    calls = [
+        lambda: equicorrelated(C),
+        lambda: sdp(C),
+        lambda: sdp(C, method="coordinate"),
+        lambda: asdp(C, block_size=5),
+        lambda: scale_to_feasible(C, s),
+        lambda: sdp_factor(_MODEL12),
+    ]
+    for call in calls:
+        call()
+    with jax.transfer_guard_device_to_host("disallow"):
+        for call in calls:
+            jax.block_until_ready(call().value)
+
+
+@pytest.mark.parametrize("C", [ar1(40, 0.6), factor_correlation(40, 3, 4)], ids=["ar1", "factor"])
+def test_min_eig_is_a_certified_lower_bound(C):
+    sol = sdp(C)
+    s_corr = np.asarray(sol.value) / np.diag(C)
+    exact = np.linalg.eigvalsh(2 * C - np.diag(s_corr))[0]
+    bound = float(sol.stats["min_eig"])
+    # a lower bound (up to Cholesky rounding), within 1% when inverse iteration converged
+    assert 0 <= bound <= exact + 1e-12
+    assert bound >= 0.5 * exact
+    ex = sdp(C, exact_min_eig=True)
+    assert abs(float(ex.stats["min_eig"]) - exact) <= 1e-10
+    assert float(ex.stats["objective"]) == float(sol.stats["objective"])
+    a = asdp(C, block_size=10, exact_min_eig=True)
+    s_a = np.asarray(a.value) / np.diag(C)
+    assert abs(float(a.stats["min_eig"]) - np.linalg.eigvalsh(2 * C - np.diag(s_a))[0]) <= 1e-10
+
+
+def test_min_eig_bound_on_feasible_and_infeasible_matrices():
+    rng = np.random.default_rng(0)
+    for shift in (0.3, 1e-6, -0.2):
+        G = rng.standard_normal((30, 30))
+        A = G @ G.T / 30
+        A = A - (np.linalg.eigvalsh(A)[0] - shift) * np.eye(30)  # lambda_min(A) = shift
+        feasible, lower = certificate.min_eig_bound(jnp.asarray(A))
+        assert bool(feasible) == (shift > 0)
+        assert float(lower) <= shift + 1e-12
+        if shift > 0:
+            assert float(lower) >= 0.5 * shift
+        else:
+            assert float(lower) < 0
+    np.testing.assert_allclose(certificate.smallest_eigenvalue(jnp.asarray(A)), np.linalg.eigvalsh(A)[0], atol=1e-12)

@@ -34,7 +34,11 @@ by :func:`jaxknock._iterate.iterative_solve`, the one place that sets
 
 Every solver returns a :class:`~jaxknock.Solution` whose ``value`` is ``s``
 and whose ``stats`` hold ``objective`` (``1^T s`` on the correlation scale),
-``min_eig`` (``lambda_min(2 Sigma - diag s)``, NaN where not cheap) and, for
+``min_eig`` (for the dense SDP and ASDP a certified lower bound on
+``lambda_min(2C - diag s)`` from Cholesky factorisations, within 1% of it once
+inverse iteration has converged, exact with ``exact_min_eig=True``; exact for
+:func:`equicorrelated`; NaN for :func:`sdp_factor`, whose ``stats["feasible"]``
+holds the exact inertia test) and, for
 the barrier solvers, a **certified duality gap** ``stats["gap"]``: from the
 barrier iterate ``A = 2 Sigma - diag(s)`` we build the dual-feasible point
 ``Lambda = lam A^{-1}``, ``eta = max(0, 1 - diag(Lambda))`` whose objective
@@ -46,7 +50,14 @@ mapped back by ``s_cov = s_corr * diag(Sigma)`` (the convention of knockpy
 and the R ``knockoff`` package). ``objective`` and ``gap`` are reported on the
 correlation scale.
 
-The barrier solvers need float64 (enable ``jax_enable_x64``).
+Precision: the barrier solvers need float64 (enable ``jax_enable_x64``); a
+float32 ``Sigma`` is rejected. :func:`equicorrelated` works in any floating dtype.
+
+Compilation and transfers: numeric settings (``tol``, ``max_steps``, ``lam0``,
+``decay``) are traced, so a new value never recompiles; structural ones
+(``method``, ``block_size``, ``exact_min_eig``, shapes) are static. ``Sigma`` is
+validated once per public call by one device-side reduction that returns a few
+scalars; internal calls (the blocks of :func:`asdp`) are not validated again.
 """
 
 from jaxknock.svector.approximate import asdp, scale_to_feasible

@@ -37,22 +37,37 @@ def validate_model(model) -> FactorModel:
         raise ValueError(f"factor rank k = {k} must be smaller than p = {p}; use sdp(model.dense()) instead")
     _checks.require_x64(U, "model.U", _checks.SDP_X64_WHY)
     _checks.require_x64(d, "model.d", _checks.SDP_X64_WHY)
-    _checks.check_finite(d, "model.d")
-    _checks.check_finite(U, "model.U")
-    if _checks.is_concrete(d) and (np.asarray(d) <= 0).any():
-        raise ValueError("model.d must be strictly positive (Sigma = diag(d) + U U^T must be positive definite)")
+    if _checks.is_concrete(d) and _checks.is_concrete(U):
+        # one device-side reduction, three scalars back (not the model)
+        d_finite, U_finite, d_min = jax.device_get(_model_flags(d, U))
+        if not d_finite:
+            _checks.check_finite(d, "model.d")
+        if not U_finite:
+            _checks.check_finite(U, "model.U")
+        if not (d_min > 0):
+            raise ValueError("model.d must be strictly positive (Sigma = diag(d) + U U^T must be positive definite)")
     return FactorModel(d, U)
 
 
+@jax.jit
+def _model_flags(d, U):
+    return jnp.all(jnp.isfinite(d)), jnp.all(jnp.isfinite(U)), jnp.min(d)
+
+
 def check_settings(tol, max_steps, decay, lam0):
-    """Check the barrier solvers' numeric settings (concrete Python values)."""
-    if not (tol > 0):
+    """Check the barrier solvers' numeric settings (concrete values; traced ones pass unchecked).
+
+    ``max_steps`` must be a Python integer; ``tol``, ``decay`` and ``lam0`` may
+    be Python floats or concrete / traced scalars (the solvers trace them, so a
+    new value never recompiles).
+    """
+    if _checks.is_concrete(tol) and not (tol > 0):
         raise ValueError(f"tol must be positive, got {tol}")
     if not (isinstance(max_steps, (int, np.integer)) and max_steps >= 1):
         raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
-    if not (0 < decay < 1):
+    if _checks.is_concrete(decay) and not (0 < decay < 1):
         raise ValueError(f"decay must lie in (0, 1), got {decay}")
-    if lam0 is not None and not (lam0 > 0):
+    if lam0 is not None and _checks.is_concrete(lam0) and not (lam0 > 0):
         raise ValueError(f"lam0 must be positive, got {lam0}")
 
 

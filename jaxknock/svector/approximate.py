@@ -2,6 +2,7 @@ r"""Approximate S-vectors: :func:`asdp` (block-diagonal SDP) and :func:`scale_to
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -13,8 +14,8 @@ from jaxknock import _checks
 from jaxknock._deprecation import renamed_kwargs
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.covariance import FactorModel, to_correlation
-from jaxknock.svector import _common
-from jaxknock.svector.dense import sdp
+from jaxknock.svector import _common, certificate, coordinate
+from jaxknock.svector.dense import solve_dense
 
 __all__ = ["asdp", "scale_to_feasible"]
 
@@ -22,7 +23,7 @@ __all__ = ["asdp", "scale_to_feasible"]
 def _bisect_gamma(is_pd, s, diag, num_steps):
     """``(gamma, feasible)``: the largest ``gamma`` in ``[0, 1/max(s/diag)]`` with ``is_pd(gamma)``
     (the bracket's upper end if feasible, else the lower end after ``num_steps``
-    bisections) and whether that end passed ``is_pd`` when it was tested.
+    bisections; ``num_steps`` may be traced) and whether that end passed ``is_pd`` when it was tested.
 
     The flag is carried through the bisection rather than re-tested: at the PD
     boundary the test's outcome depends on rounding, and a re-test compiled
@@ -52,14 +53,14 @@ def _scale_code(input_code, s, feasible):
     return _checks.combine_codes(input_code, code)
 
 
-@jax.jit(static_argnums=(2,))
+@jax.jit
 def _gamma_dense(Sigma, s, num_steps):
     is_pd = lambda g: jnp.all(jnp.isfinite(jnp.linalg.cholesky(2.0 * Sigma - jnp.diag(g * s))))
     gamma, feasible = _bisect_gamma(is_pd, s, jnp.diagonal(Sigma), num_steps)
     return gamma, _scale_code(_checks.traced_sigma_code(Sigma), s, feasible)
 
 
-@jax.jit(static_argnums=(3,))
+@jax.jit
 def _gamma_factor(d, U, s, num_steps):
     is_pd = lambda g: _common.factor_is_pd(d, U, g * s)
     gamma, feasible = _bisect_gamma(is_pd, s, d + jnp.sum(U**2, axis=1), num_steps)
@@ -76,8 +77,9 @@ def scale_to_feasible(Sigma, s, *, max_steps: int = 60) -> Solution:
     the second step of ASDP and the "hybrid" route of thesis section 4.3
     (an ``s`` solved on an approximate factor model, made feasible for the
     true ``Sigma``). The upper end of the bracket keeps ``gamma s <= diag Sigma``
-    (i.e. ``<= 1`` on the correlation scale). Compiled once per shape and
-    ``max_steps``.
+    (i.e. ``<= 1`` on the correlation scale). Compiled once per shape
+    (``max_steps`` is traced); ``Sigma`` and ``s`` are validated by device-side
+    reductions (a few scalars come back to the host).
 
     Args:
         Sigma: ``(p, p)`` matrix or :class:`~jaxknock.FactorModel`.
@@ -117,9 +119,7 @@ def scale_to_feasible(Sigma, s, *, max_steps: int = 60) -> Solution:
         p = Sigma.shape[0]
     if s.shape != (p,):
         raise ValueError(f"s must have shape ({p},), got {tuple(s.shape)}")
-    _checks.check_finite(s, "s")
-    if _checks.is_concrete(s) and (np.asarray(s) < 0).any():
-        raise ValueError("s must be non-negative")
+    _checks.check_vector_nonnegative_finite(s, "s")
     if isinstance(Sigma, FactorModel):
         gamma, code = _gamma_factor(Sigma.d, Sigma.U, s, max_steps)
     else:
@@ -137,27 +137,44 @@ def scale_to_feasible(Sigma, s, *, max_steps: int = 60) -> Solution:
 
 
 @renamed_kwargs(max_sweeps="max_steps")
-def asdp(Sigma, *, block_size: int = 100, tol: float = 1e-5, max_steps: int = 500, throw: bool = False) -> Solution:
+def asdp(
+    Sigma,
+    *,
+    block_size: int = 100,
+    tol: float = 1e-5,
+    max_steps: int = 500,
+    exact_min_eig: bool = False,
+    throw: bool = False,
+) -> Solution:
     r"""Approximate SDP (Candes et al. 2018; Rebjock thesis ch. 4).
 
     1. Approximate ``C`` (correlation) by its block-diagonal part with
        contiguous blocks of ``block_size`` coordinates (permute the variables
        beforehand, e.g. by hierarchical clustering, to put correlated ones
        together);
-    2. solve every block's SDP with :func:`~jaxknock.sdp` in one ``vmap`` over
-       blocks (the last block is padded with independent unit-variance variables);
+    2. solve every block's SDP (Newton, as :func:`~jaxknock.sdp` with
+       ``lam0 = 0.5``) in one ``vmap`` over blocks (the last block is padded
+       with independent unit-variance variables);
     3. :func:`scale_to_feasible`: the largest ``gamma`` with
-       ``diag(gamma s) <= 2 Sigma`` on the full matrix.
+       ``diag(gamma s) <= 2 Sigma`` on the full matrix (60 bisections).
+
+    The three steps run in one compiled function: ``Sigma`` is validated once,
+    the blocks are not validated again, and ``tol`` / ``max_steps`` are traced
+    (a new value does not recompile; ``block_size`` and the shape are static).
+    Needs float64 (the block SDPs, see :func:`~jaxknock.sdp`).
 
     ``max_steps`` bounds the Newton steps per block (``max_sweeps`` is a
     deprecated alias).
 
     Returns:
         :class:`~jaxknock.Solution` with ``value = s`` and ``stats``:
-        ``gamma``, ``objective``, ``min_eig``, ``num_steps`` (max steps over
-        blocks), ``max_steps``, ``block_results`` (the blocks' result codes).
-        ``result`` is the code of :func:`scale_to_feasible` on the full
-        matrix if it is not ``successful``, else the worst block's code.
+        ``gamma``, ``objective``, ``min_eig`` (a certified lower bound on
+        ``lambda_min(2C - diag s)``, exact with ``exact_min_eig=True``; see
+        :func:`~jaxknock.sdp`), ``num_steps`` (max steps over blocks),
+        ``max_steps``, ``block_results`` (the blocks' result codes).
+        ``result`` is the code of the scaling step on the full matrix (bad
+        input, an unverified ``gamma s``) if it is not ``successful``, else the
+        worst block's code.
 
     Example:
         >>> jax.config.update("jax_enable_x64", True)
@@ -167,18 +184,36 @@ def asdp(Sigma, *, block_size: int = 100, tol: float = 1e-5, max_steps: int = 50
     p = Sigma.shape[0]
     if not (isinstance(block_size, (int, np.integer)) and 1 <= block_size):
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    _common.check_settings(tol, max_steps, 0.8, None)
     bs = int(min(block_size, p))
+    sol = _asdp_jit(Sigma, tol, max_steps, bs=bs, min_eig="exact" if exact_min_eig else "bound")
+    return raise_if_failed(sol, throw)
+
+
+# bisections of scale_to_feasible inside asdp (its default)
+_ASDP_BISECTIONS = 60
+
+
+@functools.partial(jax.jit, static_argnames=("bs", "min_eig"))
+def _asdp_jit(Sigma, tol, max_steps, *, bs, min_eig):
+    p = Sigma.shape[0]
     nb = math.ceil(p / bs)
     C = to_correlation(Sigma)
     n = nb * bs
     Cp = jnp.eye(n, dtype=C.dtype).at[:p, :p].set(C)
     idx = jnp.arange(nb)[:, None] * bs + jnp.arange(bs)[None, :]
     blocks = Cp[idx[:, :, None], idx[:, None, :]]
-    bsol = sdp(blocks, tol=tol, max_steps=max_steps, lam0=0.5, decay=0.8)
+    solve = functools.partial(solve_dense, b=coordinate.default_block(bs), method="newton", min_eig="none")
+    bsol = jax.vmap(solve, in_axes=(0, None, None, None, None))(blocks, tol, max_steps, 0.5, 0.8)
     s_blk = bsol.value.reshape(-1)[:p]
-    scaled = scale_to_feasible(C, s_blk)
-    s_corr = scaled.value
-    min_eig = jnp.linalg.eigvalsh(2.0 * C - jnp.diag(s_corr))[0]
+    gamma, feasible = _bisect_gamma(
+        lambda g: _common.is_pd(2.0 * C, g * s_blk), s_blk, jnp.diagonal(C), jnp.int32(_ASDP_BISECTIONS)
+    )
+    # the scaling step's code on the full matrix (bad input, unverified gamma s), as scale_to_feasible
+    scale_code = _scale_code(_checks.traced_sigma_code(C), s_blk, feasible)
+    s_corr = gamma * s_blk
+    A = 2.0 * C - jnp.diag(s_corr)
+    min_eig_value = certificate.smallest_eigenvalue(A) if min_eig == "exact" else certificate.min_eig_bound(A)[1]
     codes = jnp.atleast_1d(bsol.result)
     # the worst block decides: nonfinite, then infeasible, then the largest other code
     block_code = jnp.where(
@@ -187,13 +222,13 @@ def asdp(Sigma, *, block_size: int = 100, tol: float = 1e-5, max_steps: int = 50
         jnp.where(jnp.any(codes == RESULTS.infeasible), RESULTS.infeasible, jnp.max(codes)),
     )
     # scale_to_feasible's code on the full matrix (bad input, unverified gamma s) comes first
-    result = _checks.combine_codes(scaled.result, block_code)
+    result = _checks.combine_codes(scale_code, block_code)
     stats = {
-        "gamma": scaled.stats["gamma"],
+        "gamma": gamma,
         "objective": jnp.sum(s_corr),
-        "min_eig": min_eig,
+        "min_eig": min_eig_value,
         "num_steps": jnp.max(jnp.atleast_1d(bsol.stats["num_steps"])),
         "max_steps": max_steps,
         "block_results": codes,
     }
-    return raise_if_failed(Solution(s_corr * jnp.diagonal(Sigma), result, stats), throw)
+    return Solution(s_corr * jnp.diagonal(Sigma), result.astype(jnp.int32), stats)

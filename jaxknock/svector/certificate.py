@@ -15,6 +15,12 @@ so its objective bounds the SDP optimum from above and
 sweep) and :func:`certified_gap_dense` (the bound at a Newton-re-centred copy
 of ``s``, used by the coordinate ascent) are shared within
 :mod:`jaxknock.svector`.
+
+:func:`min_eig_bound` is the cheap feasibility certificate behind
+``stats["min_eig"]``: a Cholesky factorisation of ``A = 2C - diag(s)`` decides
+feasibility and a few triangular solves plus (usually) one more Cholesky give a
+certified lower bound on ``lambda_min(A)``; :func:`smallest_eigenvalue` is the
+exact value (``exact_min_eig=True``), without eigenvectors.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ from jaxknock.svector import _common
 from jaxknock.svector._common import HIGHEST
 
 __all__ = ["sdp_dual_gap"]
+
+# shifts tried (as fractions of the inverse-iteration estimate) to certify a lower bound on lambda_min
+_SHIFT_LADDER = (0.99, 0.9, 0.5, 0.1, 0.01)
+_POWER_STEPS = 20
 
 
 def _best_scaled_dual(alpha, beta):
@@ -130,6 +140,97 @@ def certified_gap_dense(C, s, lam, cap):
 
 
 _certified_gap_dense_jit = jax.jit(certified_gap_dense)
+
+
+def smallest_eigenvalue(A):
+    """Exact ``lambda_min`` of a symmetric ``A`` (or a batch): tridiagonal reduction + bisection.
+
+    Same value as ``jnp.linalg.eigvalsh(A)[..., 0]`` to rounding, but no
+    eigenvectors are formed (``eigvalsh`` computes them on CPU and GPU): about
+    ``4/3 p^3`` flops instead of ``~9 p^3``.
+    """
+    _, d, e, _ = lax.linalg.tridiagonal(A, lower=True)
+
+    def lowest(d, e):
+        return jax.scipy.linalg.eigh_tridiagonal(d, e, eigvals_only=True, select="i", select_range=(0, 0))[0]
+
+    for _ in range(A.ndim - 2):
+        lowest = jax.vmap(lowest)
+    return lowest(d, e)
+
+
+def min_eig_bound(A):
+    r"""Feasibility of ``A`` (Cholesky succeeds) and a certified lower bound on ``lambda_min(A)``.
+
+    Returns ``(feasible, lower)``. ``feasible`` is the Cholesky test the solvers
+    use everywhere (``A`` is numerically positive definite). ``lower`` satisfies
+    ``lower <= lambda_min(A)`` up to the backward error of a Cholesky
+    factorisation (``~ p eps ||A||``):
+
+    1. ``B = A + sigma I`` with ``sigma = 0`` if ``A`` is feasible, else the
+       first of ``1e-14 c, 1e-13 c, ..., 1e2 c`` (``c = max_j |A_jj|``), capped
+       by twice the negated Gershgorin bound (which always works), for which
+       ``B`` has a Cholesky factor; so ``lambda_min(A) >= -sigma``;
+    2. ``20`` steps of inverse iteration with the Cholesky factor of ``B`` give
+       the Rayleigh quotient ``theta`` of ``B^{-1}``, so
+       ``mu = 1 / theta >= lambda_min(B)`` (an upper bound);
+    3. the first shift ``t = c mu``, ``c`` in ``(0.99, 0.9, 0.5, 0.1, 0.01)``,
+       for which ``B - t I`` has a Cholesky factor certifies
+       ``lambda_min(B) >= t`` (else ``t = 0``), and ``lower = t - sigma``
+       (at most 0 when ``A`` is infeasible).
+
+    When the inverse iteration has converged the first shift succeeds, so the
+    bound is within 1% of ``lambda_min`` and the cost is two Cholesky
+    factorisations and ``40`` triangular solves (``O(p^2)`` each), against the
+    ``~9 p^3`` flops of ``eigvalsh`` with eigenvectors. An infeasible ``A``
+    costs a few more Cholesky factorisations (one per decade of ``sigma``);
+    within rounding of the PD boundary the bound is ``~ -1e-14 c``.
+    """
+    p = A.shape[-1]
+    eye = jnp.eye(p, dtype=A.dtype)
+    L = jnp.linalg.cholesky(A)
+    feasible = jnp.all(jnp.isfinite(L))
+    diag = jnp.diagonal(A)
+    scale = jnp.maximum(jnp.max(jnp.abs(diag)), jnp.finfo(A.dtype).tiny)
+    sigma_max = jnp.maximum(-2.0 * jnp.min(2.0 * diag - jnp.sum(jnp.abs(A), axis=-1)), 1e-14 * scale)
+    num_decades = 17
+
+    def unshifted(c):
+        i, _, _, ok = c
+        return ~ok & (i < num_decades)
+
+    def shift_up(c):
+        i, _, _, _ = c
+        sigma = jnp.where(i < num_decades - 1, jnp.minimum(1e-14 * scale * 10.0**i, sigma_max), sigma_max)
+        Li = jnp.linalg.cholesky(A + sigma * eye)
+        return i + 1, sigma, Li, jnp.all(jnp.isfinite(Li))
+
+    init = (jnp.int32(0), jnp.zeros((), A.dtype), L, feasible)
+    _, sigma, LB, shifted_ok = lax.while_loop(unshifted, shift_up, init)
+
+    def power(_, c):
+        v, _ = c
+        w = jax.scipy.linalg.cho_solve((LB, True), v)
+        return w / jnp.linalg.norm(w), jnp.dot(v, w)
+
+    v0 = jax.random.normal(jax.random.key(0), (p,), A.dtype)
+    _, theta = lax.fori_loop(0, _POWER_STEPS, power, (v0 / jnp.linalg.norm(v0), jnp.zeros((), A.dtype)))
+    mu = 1.0 / theta
+    ladder = jnp.asarray(_SHIFT_LADDER, A.dtype)
+
+    def untried(c):
+        i, found = c
+        return (i < ladder.shape[0]) & ~found
+
+    def try_shift(c):
+        i, _ = c
+        ok = jnp.all(jnp.isfinite(jnp.linalg.cholesky(A + (sigma - ladder[i] * mu) * eye)))
+        return i + 1, ok
+
+    i, found = lax.while_loop(untried, try_shift, (jnp.int32(0), jnp.zeros((), bool)))
+    lower = jnp.where(found, ladder[jnp.maximum(i - 1, 0)] * mu, 0.0) - sigma
+    lower = jnp.where(shifted_ok, lower, -sigma_max)  # NaN input: lower stays NaN via sigma_max
+    return feasible, jnp.where(feasible, lower, jnp.minimum(lower, 0.0))
 
 
 def sdp_dual_gap(Sigma, s, lam):

@@ -7,6 +7,8 @@ of :mod:`~jaxknock.svector.certificate`.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,7 +17,7 @@ from jaxknock import _checks
 from jaxknock._deprecation import renamed_kwargs
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.covariance import to_correlation
-from jaxknock.svector import _common, coordinate, newton
+from jaxknock.svector import _common, certificate, coordinate, newton
 
 __all__ = ["sdp"]
 
@@ -32,6 +34,7 @@ def sdp(
     decay: float = 0.8,
     block_size: int | None = None,
     method: str = "newton",
+    exact_min_eig: bool = False,
     throw: bool = False,
 ) -> Solution:
     r"""Gaussian knockoff SDP: barrier path following, Newton (default) or FANOK Algorithm 4.
@@ -82,6 +85,16 @@ def sdp(
 
     Both loops are driven by :func:`jaxknock._iterate.iterative_solve`.
 
+    Precision: float64 is required (the barrier iterates approach the PD
+    boundary of ``2C - diag(s)``, where float32 Cholesky factorisations fail);
+    a float32 ``Sigma`` is rejected with a ``TypeError``.
+
+    Compilation: ``tol``, ``max_steps``, ``lam0`` and ``decay`` are traced, so
+    new values reuse the compiled solver; ``method``, ``block_size``,
+    ``exact_min_eig`` and the shape of ``Sigma`` are static. ``Sigma`` is
+    validated once per call by one device-side reduction (a handful of scalars
+    come back to the host, not the matrix).
+
     Args:
         Sigma: ``(p, p)`` positive definite covariance or correlation matrix,
             float64, or a batch ``(B, p, p)`` (solved with ``vmap``).
@@ -93,6 +106,9 @@ def sdp(
         block_size: coordinates per block (coordinate method; default 64, or
             ``~p/4`` for small p).
         method: ``"newton"`` (default) or ``"coordinate"`` (Algorithm 4).
+        exact_min_eig: report the exact ``lambda_min(2C - diag s)`` in
+            ``stats["min_eig"]`` (one tridiagonal reduction, ``~4/3 p^3``
+            flops) instead of the certified lower bound.
         throw: raise ``RuntimeError`` if not converged.
 
     Ill-conditioned input: every positive definite ``Sigma`` (condition
@@ -113,7 +129,13 @@ def sdp(
         ``stats`` has ``num_steps`` (sweeps or Newton steps; also
         ``sweeps`` and ``newton_steps``), ``max_steps``, ``objective``
         (``1^T s`` correlation scale), ``dual``, ``gap`` (certified),
-        ``lam`` (final barrier parameter), ``min_eig``; ``state`` is the
+        ``lam`` (final barrier parameter), ``min_eig``: a certified lower
+        bound on ``lambda_min(2C - diag s)`` (correlation scale; within 1% of it
+        when inverse iteration has converged, never above it up to Cholesky
+        rounding; see :func:`~jaxknock.svector.certificate.min_eig_bound`), or
+        the exact value with ``exact_min_eig=True``. The result is
+        ``RESULTS.infeasible`` exactly when the Cholesky factorisation of
+        ``2C - diag s`` fails. ``state`` is the
         final :class:`~jaxknock.svector.SDPState` (coordinate) or
         :class:`~jaxknock.svector.NewtonState` (Newton).
 
@@ -131,18 +153,32 @@ def sdp(
     if not (isinstance(b, (int, np.integer)) and 1 <= b):
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     b = int(min(b, p))
-    lam0 = 0.5 if lam0 is None else float(lam0)
+    lam0 = 0.5 if lam0 is None else lam0
     if method not in _SDP_METHODS:
         raise ValueError(f"method must be one of {_SDP_METHODS}, got {method!r}")
-    fn = _sdp_jit
-    if Sigma.ndim == 3:
-        fn = jax.vmap(_sdp_jit, in_axes=(0, None, None, None, None, None, None))
-    sol = fn(Sigma, float(tol), int(max_steps), lam0, float(decay), b, method)
+    min_eig = "exact" if exact_min_eig else "bound"
+    sol = _sdp_jit(Sigma, tol, max_steps, lam0, decay, b=b, method=method, min_eig=min_eig)
     return raise_if_failed(sol, throw)
 
 
-@jax.jit(static_argnums=(1, 2, 3, 4, 5, 6))
-def _sdp_jit(Sigma, tol, max_steps, lam0, decay, b, method="newton"):
+@functools.partial(jax.jit, static_argnames=("b", "method", "min_eig"))
+def _sdp_jit(Sigma, tol, max_steps, lam0, decay, *, b, method, min_eig):
+    """:func:`solve_dense` under one ``jit`` (``vmap`` over a batch); numeric settings are traced."""
+    solve = functools.partial(solve_dense, b=b, method=method, min_eig=min_eig)
+    if Sigma.ndim == 3:
+        return jax.vmap(solve, in_axes=(0, None, None, None, None))(Sigma, tol, max_steps, lam0, decay)
+    return solve(Sigma, tol, max_steps, lam0, decay)
+
+
+def solve_dense(Sigma, tol, max_steps, lam0, decay, *, b, method="newton", min_eig="bound") -> Solution:
+    """The unvalidated core of :func:`sdp` for one ``(p, p)`` matrix (traceable; shared with :func:`~jaxknock.asdp`).
+
+    ``tol``, ``max_steps``, ``lam0`` and ``decay`` may be traced; ``b``,
+    ``method`` and ``min_eig`` (``"bound"``: :func:`certificate.min_eig_bound`,
+    ``"exact"``: :func:`certificate.smallest_eigenvalue`, ``"none"``: NaN) are
+    structural. ``infeasible`` is reported exactly when the Cholesky
+    factorisation of ``2C - diag(s)`` fails.
+    """
     p = Sigma.shape[-1]
     Cfull = to_correlation(Sigma)
     cap = jnp.minimum(1.0, 2.0 * jnp.diagonal(Cfull))
@@ -158,7 +194,12 @@ def _sdp_jit(Sigma, tol, max_steps, lam0, decay, b, method="newton"):
         s_corr, lam_end, dual, newton_steps = state.s, state.lam, state.dual, it.num_steps
     gap = dual - jnp.sum(s_corr)
     A = 2.0 * Cfull - jnp.diag(s_corr)
-    min_eig = jnp.linalg.eigvalsh(A)[0]
+    if min_eig == "none":
+        feasible, min_eig_value = _common.is_pd(2.0 * Cfull, s_corr), jnp.full((), jnp.nan, A.dtype)
+    else:
+        feasible, min_eig_value = certificate.min_eig_bound(A)
+        if min_eig == "exact":
+            min_eig_value = certificate.smallest_eigenvalue(A)
     finite = jnp.all(jnp.isfinite(s_corr))
     # the final iterate may differ from the loop's (Newton snaps bound-active
     # coordinates onto the cap, which only raises 1^T s), so certification is re-checked
@@ -166,13 +207,8 @@ def _sdp_jit(Sigma, tol, max_steps, lam0, decay, b, method="newton"):
     result = jnp.where(
         ~finite,
         RESULTS.nonfinite,
-        # infeasible: eigvalsh says so and a Cholesky factorisation fails too (within
-        # ~1e-14 of the PD boundary eigvalsh's sign is rounding noise)
-        jnp.where(
-            (min_eig < 0) & ~_common.is_pd(2.0 * Cfull, s_corr),
-            RESULTS.infeasible,
-            jnp.where(converged, RESULTS.successful, it.result),
-        ),
+        # infeasible exactly when the Cholesky factorisation of 2C - diag(s) fails
+        jnp.where(~feasible, RESULTS.infeasible, jnp.where(converged, RESULTS.successful, it.result)),
     ).astype(jnp.int32)
     result = _checks.combine_codes(_checks.traced_sigma_code(Sigma), result)
     stats = {
@@ -184,6 +220,6 @@ def _sdp_jit(Sigma, tol, max_steps, lam0, decay, b, method="newton"):
         "dual": dual,
         "gap": gap,
         "lam": lam_end,
-        "min_eig": min_eig,
+        "min_eig": min_eig_value,
     }
     return Solution(s_corr * jnp.diagonal(Sigma), result, stats, state)

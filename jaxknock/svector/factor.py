@@ -103,18 +103,18 @@ def _factor_sweep(state: FactorSDPState, d, U):
 def factor_init(d, U, lam0=None) -> FactorSDPState:
     """Initial state at ``s = 0`` for the unit-diagonal model ``(d, U)``.
 
-    ``lam0`` (Python float) or, by default, ``min(0.5, max_j 1 / (2 Sigma)^{-1}_jj)``.
+    ``lam0`` (a scalar, possibly traced) or, when it is ``None`` or NaN,
+    ``min(0.5, max_j 1 / (2 Sigma)^{-1}_jj)``.
     """
     p = U.shape[0]
     s0 = jnp.zeros(p, U.dtype)
     inf = jnp.asarray(jnp.inf, U.dtype)
     N0 = _common.factor_capacitance_inverse(d, U, s0)
-    if lam0 is not None:
-        lam_start = jnp.asarray(lam0, U.dtype)
-    else:
-        # the largest lam at which a coordinate moves off s = 0 on the first sweep:
-        # max_j sigma_j(0) = max_j 1 / (2 Sigma)^{-1}_jj; sweeps above it change nothing
-        lam_start = jnp.minimum(0.5, jnp.max(1.0 / _common.factor_inverse_diag(d, U, s0, N0)))
+    # the largest lam at which a coordinate moves off s = 0 on the first sweep:
+    # max_j sigma_j(0) = max_j 1 / (2 Sigma)^{-1}_jj; sweeps above it change nothing
+    auto = jnp.minimum(0.5, jnp.max(1.0 / _common.factor_inverse_diag(d, U, s0, N0)))
+    # lam0 may be traced; NaN stands for "automatic" (sdp_factor's lam0=None)
+    lam_start = auto if lam0 is None else jnp.where(jnp.isnan(lam0), auto, jnp.asarray(lam0, U.dtype))
     return FactorSDPState(s0, N0, lam_start, jnp.int32(0), inf, inf)
 
 
@@ -225,15 +225,16 @@ def sdp_factor(
     """
     _common.check_settings(tol, max_steps, decay, lam0)
     model = _common.validate_model(model)
-    lam0 = None if lam0 is None else float(lam0)
+    # numeric settings are traced (a new tol / lam0 / decay does not recompile)
+    lam0 = jnp.nan if lam0 is None else lam0
     fn = _sdp_factor_jit
     if model.U.ndim == 3:
         fn = jax.vmap(_sdp_factor_jit, in_axes=(0, 0, None, None, None, None))
-    sol = fn(model.d, model.U, float(tol), int(max_steps), lam0, float(decay))
+    sol = fn(model.d, model.U, tol, max_steps, lam0, decay)
     return raise_if_failed(sol, throw)
 
 
-@jax.jit(static_argnums=(2, 3, 4, 5))
+@jax.jit
 def _sdp_factor_jit(d, U, tol, max_steps, lam0, decay):
     dc, Uc, diag = _unit_diagonal(d, U)
     it = iterative_solve(
