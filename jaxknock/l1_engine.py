@@ -155,7 +155,10 @@ def _path_core(X, y, lambdas, lam0, rows, excl, *, engine, loss, W, chunk, tol, 
         lam_prev = jnp.where(k == 0, lam0, lambdas[jnp.maximum(k - 1, 0)])
         thr = 2 * lam - lam_prev
         score = jnp.max(jnp.abs(st.grad), axis=0) / jnp.maximum(thr, lam * 1e-3)
-        st = mod.add_features(d, st, score >= 1, score, chunk, W)
+        # strong-rule candidates: only the top chunk joins up front (the union over members of
+        # near-threshold noise features is large); the KKT check adds every true violator later
+        top = lax.top_k(jnp.where(st.inws, -1.0, score), chunk)[0][-1]
+        st = mod.add_features(d, st, (score >= 1) & (score >= top), score, chunk, W)
 
         def icond(ic):
             st, it, clean, _, _ = ic
