@@ -128,8 +128,15 @@ def run_sklearn(X, y, loss, repeats, lambdas):
         if loss == "squared":
             return LassoCV(alphas=lambdas, cv=KFold(5), tol=1e-4, max_iter=10_000).fit(X, y)
         return LogisticRegressionCV(
-            Cs=1 / (0.8 * n * lambdas), cv=KFold(5), l1_ratios=[1.0], solver="saga", tol=1e-4,
-            max_iter=1000, scoring="neg_log_loss", random_state=0, use_legacy_attributes=False,
+            Cs=1 / (0.8 * n * lambdas),
+            cv=KFold(5),
+            l1_ratios=[1.0],
+            solver="saga",
+            tol=1e-4,
+            max_iter=1000,
+            scoring="neg_log_loss",
+            random_state=0,
+            use_legacy_attributes=False,
         ).fit(X, y)
 
     t, est = best_of(fn, repeats)
@@ -168,8 +175,13 @@ def run_adelie(X, y, loss, repeats, min_ratio):
     if out is None:
         return None
     b = np.asarray(out["b"])
-    return dict(time=out["time"], lam=out["lam"], idx=out["idx"], nnz=int((b != 0).sum()),
-                kkt=kkt(X, y, b, out["b0"], out["lam"], loss))
+    return dict(
+        time=out["time"],
+        lam=out["lam"],
+        idx=out["idx"],
+        nnz=int((b != 0).sum()),
+        kkt=kkt(X, y, b, out["b0"], out["lam"], loss),
+    )
 
 
 def fmt(name, r, anchor_times):
@@ -201,7 +213,9 @@ def main(argv=None):
         sizes = [tuple(int(v) for v in s.split(":")) for s in args.sizes]
     else:
         sizes = [(2000, 2000), (5000, 10000), (1000, 20000)]
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}; float64; best of {args.repeats}; 5 folds x 100 lambdas")
+    print(
+        f"jax {jax.__version__} on {jax.devices()[0].platform}; float64; best of {args.repeats}; 5 folds x 100 lambdas"
+    )
     for loss in args.losses:
         for si, (n, m) in enumerate(sizes):
             X, y, _ = make_design(0, n, m // 2, loss=loss)

@@ -154,7 +154,30 @@ def kkt_ws(gw, beta, lam, mask):
     return jnp.max(jnp.where(mask, v, 0), axis=-1)
 
 
-def solve_ws(d: CovData, st: CovState, lam, tol, max_epochs):
+def _cg(H, rhs, x0, steps):
+    """Batched conjugate gradients for SPD ``H x = rhs`` (fixed number of steps)."""
+
+    def mv(v):
+        return jnp.einsum("fij,fj->fi", H, v, precision=_HI)
+
+    r = rhs - mv(x0)
+    p = r
+    rr = (r * r).sum(1)
+
+    def body(_, c):
+        x, r, p, rr = c
+        Hp = mv(p)
+        a = rr / jnp.maximum((p * Hp).sum(1), jnp.finfo(H.dtype).tiny)
+        x = x + a[:, None] * p
+        r = r - a[:, None] * Hp
+        rr1 = (r * r).sum(1)
+        p = r + (rr1 / jnp.maximum(rr, jnp.finfo(H.dtype).tiny))[:, None] * p
+        return x, r, p, rr1
+
+    return lax.fori_loop(0, steps, body, (x0, r, p, rr))[0]
+
+
+def solve_ws(d: CovData, st: CovState, lam, tol, max_epochs, newton_cap: int = 256, cg_steps: int = 25):
     """Coordinate descent on the working set with active-set cycling.
 
     Returns the new state, the number of epochs and a convergence flag.
@@ -184,6 +207,40 @@ def solve_ws(d: CovData, st: CovState, lam, tol, max_epochs):
 
         return lax.fori_loop(0, count, body, (beta, gw))
 
+    A = min(Wc, newton_cap)
+
+    def newton(beta, gw):
+        # Active-set Newton step: the minimiser on the current orthant solves
+        # G_AA b_A = q_A - lam s_A. Move towards it up to the first sign change
+        # (the objective is a convex quadratic on the segment, so it decreases).
+        nz = beta != 0  # (M, Wc)
+        cnt = nz.sum(1)
+        pos = jnp.argsort(~nz, axis=1, stable=True)[:, :A]  # active first
+        am = jnp.take_along_axis(nz, pos, 1)
+        Gs = jnp.take_along_axis(jnp.take_along_axis(G, pos[:, :, None], 1), pos[:, None, :], 2)
+        eye = jnp.eye(A, dtype=G.dtype)
+        H = jnp.where(am[:, :, None] & am[:, None, :], Gs, 0) + jnp.where(am[:, :, None], 0, eye)
+        b = jnp.take_along_axis(beta, pos, 1)
+        rhs = jnp.where(am, jnp.take_along_axis(qw, pos, 1) - lam * jnp.sign(b), 0)
+        # conjugate gradients from b (XLA's CPU Cholesky is slow for batched blocks); every CG
+        # iterate lowers the orthant quadratic, which is all the segment step below needs
+        bn = _cg(H, rhs, b, cg_steps)
+        d = jnp.where(am, bn - b, 0)
+        # largest step in [0, 1] keeping every active sign
+        cross = am & (jnp.sign(bn) != jnp.sign(b))
+        tj = jnp.where(cross, b / jnp.where(cross, b - bn, 1), jnp.inf)
+        t = jnp.clip(jnp.min(tj, axis=1), 0, 1)
+        ok = (cnt <= A) & jnp.all(jnp.isfinite(bn), axis=1)
+        t = jnp.where(ok, t, 0)
+        bnew = b + t[:, None] * d
+        bnew = jnp.where(am & (jnp.abs(bnew) <= 1e-14 * jnp.abs(b) + (tj <= t[:, None]) * jnp.inf), 0, bnew)
+        bnew = jnp.where(jnp.sign(bnew) == jnp.sign(b), bnew, 0)
+        beta = jax.vmap(lambda x, p, v: x.at[p].set(v))(
+            beta, pos, jnp.where(am, bnew, jnp.take_along_axis(beta, pos, 1))
+        )
+        gw = qw - jnp.einsum("fij,fj->fi", G, beta, precision=_HI)
+        return beta, gw
+
     # phase 0: sweep the working set; phase 1: sweep the nonzeros only
     def cond(c):
         _, _, phase, done, k = c
@@ -196,6 +253,7 @@ def solve_ws(d: CovData, st: CovState, lam, tol, max_epochs):
         order = jnp.where(phase == 0, full_order, act_order)
         count = jnp.where(phase == 0, st.size, nz.sum().astype(jnp.int32))
         beta, gw = sweep(beta, gw, order, count)
+        beta, gw = lax.cond(phase == 1, newton, lambda b, g: (b, g), beta, gw)
         mask = jnp.where(phase == 0, valid, nz)
         small = jnp.all(kkt_ws(gw, beta, lam, mask[None]) <= tol * lam)
         done = (phase == 0) & small
