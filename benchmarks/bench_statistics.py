@@ -202,6 +202,7 @@ def main(argv=None):
     ap.add_argument("--sizes", nargs="*", default=None, help="n:2p pairs, e.g. 2000:2000")
     ap.add_argument("--R", type=int, default=10, help="replicates of the batched run (smallest size only)")
     ap.add_argument("--no-sklearn", action="store_true")
+    ap.add_argument("--full-path", action="store_true", help="also time early_stop=False (the whole grid)")
     ap.add_argument("--no-adelie", action="store_true")
     ap.add_argument("--old", action="store_true", help="also time jaxknock.lasso_cv (smallest size, 60 s budget)")
     args = ap.parse_args(argv)
@@ -221,7 +222,7 @@ def main(argv=None):
             X, y, _ = make_design(0, n, m // 2, loss=loss)
             print(f"\n{loss} n={n} 2p={m}")
             r = run_jaxknock(X, y, loss, args.repeats)
-            r_full = run_jaxknock(X, y, loss, args.repeats, early_stop=False)
+            r_full = run_jaxknock(X, y, loss, args.repeats, early_stop=False) if args.full_path else None
             lmax = float(np.max(np.abs((X - X.mean(0)).T @ (y - y.mean()))) / n)
             lambdas = lmax * np.geomspace(1, 1e-3, 100)
             anchors = {}
@@ -234,7 +235,8 @@ def main(argv=None):
                 anchors["sklearn"] = run_sklearn(X, y, loss, args.repeats if n * m <= 4_000_000 else 1, lambdas)
             times = {k: (v["time"] if v else None) for k, v in anchors.items()}
             print(fmt("jaxknock l1_cv", r, times) + f"  [solved {r['solved']}/100, code {r['code']}]")
-            print(fmt("jaxknock l1_cv early_stop=0", r_full, times) + f"  [code {r_full['code']}]")
+            if r_full is not None:
+                print(fmt("jaxknock l1_cv early_stop=0", r_full, times) + f"  [code {r_full['code']}]")
             for k, v in anchors.items():
                 print(fmt(k, v, {}))
             if si == 0 and args.R > 1:

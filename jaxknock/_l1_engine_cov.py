@@ -37,6 +37,7 @@ import jax.numpy as jnp
 from jax import lax
 
 _HI = lax.Precision.HIGHEST
+NEWTON = True
 
 
 class CovData(NamedTuple):
@@ -253,7 +254,8 @@ def solve_ws(d: CovData, st: CovState, lam, tol, max_epochs, newton_cap: int = 2
         order = jnp.where(phase == 0, full_order, act_order)
         count = jnp.where(phase == 0, st.size, nz.sum().astype(jnp.int32))
         beta, gw = sweep(beta, gw, order, count)
-        beta, gw = lax.cond(phase == 1, newton, lambda b, g: (b, g), beta, gw)
+        if NEWTON:
+            beta, gw = lax.cond(phase == 1, newton, lambda b, g: (b, g), beta, gw)
         mask = jnp.where(phase == 0, valid, nz)
         small = jnp.all(kkt_ws(gw, beta, lam, mask[None]) <= tol * lam)
         done = (phase == 0) & small

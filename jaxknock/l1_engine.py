@@ -42,12 +42,18 @@ folds. Design (see the notes of glmnet, adelie, celer/skglm):
   exactly like scikit-learn.
 
 Accuracy target: the same lambda and the same support as a tight solve.
-Coordinate descent stops when every move in a full working-set sweep has
-:math:`C_{jj}\,\delta_j^2 < \mathrm{tol} \cdot \mathrm{Var}(y)` (glmnet's
-criterion, ``tol=1e-7``); ``stats["kkt"]`` reports the largest relative KKT
-violation :math:`\max_j \mathrm{dist}(g_j, \lambda\,\partial|\beta_j|)/\lambda`
-over all members and solved lambdas, and ``stats["gap"]`` the duality gap of
-the refit at the chosen lambda (relative to the null deviance).
+A working-set solve stops when, after a sweep over the whole working set,
+every coordinate meets its KKT condition to ``tol * lambda``
+(:math:`\mathrm{dist}(g_j, \lambda\,\partial|\beta_j|) \le \mathrm{tol}\,\lambda`,
+default ``tol=1e-5``); with the KKT check on the other features this
+certifies every solved lambda of every member. ``stats["kkt"]`` reports the
+largest relative violation over all members and solved lambdas, and
+``stats["gap"]`` the duality gap of the refit at the chosen lambda (relative
+to the null deviance). In the covariance engine the coordinate sweeps over
+the nonzeros are followed by an *active-set Newton step*: conjugate
+gradients on ``G_AA b_A = q_A - lambda s_A`` (the minimiser on the current
+orthant), taken up to the first sign change, which removes coordinate
+descent's slow tail on correlated designs.
 
 Everything is written for one design and batches with ``jax.vmap``: pass
 ``X`` of shape ``(R, n, m)`` and ``y`` of shape ``(R, n)`` for ``R``
@@ -72,6 +78,9 @@ __all__ = ["l1_cv", "l1_path", "fold_rows"]
 _DEV_MAX = 0.999
 _DEV_REL = 1e-5
 _MIN_LAMBDAS_BEFORE_EXIT = 5
+# working-set capacity that sufficed last time, per problem shape: a repeated call
+# (the next replicate, a benchmark repeat) starts there instead of re-climbing 128, 256, ...
+_CAPACITY: dict = {}
 
 
 def fold_rows(folds, n: int):
@@ -343,7 +352,8 @@ def _run(X, y, lambdas, rows, excl, *, loss, method, tol, max_steps, patience, e
     n, m = X.shape[-2:]
     engine = _engine_for(loss, method, n, m)
     chunk = 32 if m >= 256 else 8
-    W = max_features or min(m, 128)
+    key = (X.shape, str(X.dtype), loss, engine, rows.shape)
+    W = max_features or _CAPACITY.get(key, min(m, 128))
     W = min(W, m)
     while True:
         sol = _cv_jit(
@@ -366,6 +376,8 @@ def _run(X, y, lambdas, rows, excl, *, loss, method, tol, max_steps, patience, e
         if max_features is not None or isinstance(over, jax.core.Tracer) or not bool(jnp.any(over)) or W >= m:
             break
         W = min(2 * W, m)
+    if max_features is None:
+        _CAPACITY[key] = W
     return raise_if_failed(sol, throw)
 
 
@@ -425,7 +437,7 @@ def l1_cv(
         lambdas, num_lambdas, eps: the penalty grid (decreasing).
         loss: ``"squared"`` or ``"logistic"``.
         rule: ``"min"`` or ``"1se"``.
-        tol: coordinate-descent tolerance (relative to ``Var(y)``; traced).
+        tol: relative KKT tolerance of every solve (traced).
         max_steps: epochs per working-set solve and KKT rounds per lambda.
         patience, early_stop: the early exits of the module docstring.
         method: ``"auto"``, ``"cov"`` (Gram columns; squared loss) or ``"naive"``.
