@@ -92,7 +92,7 @@ def best_of(fn, repeats):
 
 def run_jaxknock(X, y, loss, repeats, **kw):
     def fn():
-        sol = l1_cv(X, y, folds=5, num_lambdas=100, eps=1e-3, loss=loss, **kw)
+        sol = l1_cv(X, y, folds=5, num_lambdas=100, eps=1e-3, loss=loss, tol=1e-4, **kw)
         jax.block_until_ready(sol)
         return sol
 
