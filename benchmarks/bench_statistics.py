@@ -1,4 +1,4 @@
-"""Side-by-side timing of the lasso / l1-logistic CV engine (``jaxknock.l1_engine``).
+"""Side-by-side timing of the lasso / l1-logistic CV engine (``jaxknock.l1.working_set``).
 
 Design: a knockoff-augmented design ``[X, X~]`` (``n x 2p``) with ``X`` block
 equicorrelated (blocks of 20, rho = 0.5, unit variances), Gaussian
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _anchors  # noqa: E402
 
-from jaxknock.l1_engine import l1_cv  # noqa: E402
+from jaxknock.l1.working_set import l1_cv  # noqa: E402
 
 _anchors.ANCHORS.setdefault("adelie", [["adelie", "scikit-learn"]])
 

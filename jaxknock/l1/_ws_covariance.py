@@ -1,4 +1,4 @@
-r"""Covariance ("Gram") engine of :mod:`jaxknock.l1_engine`: squared loss, ``n >= ~m/4``.
+r"""Covariance ("Gram") engine of :mod:`jaxknock.l1.working_set`: squared loss, ``n >= ~m/4``.
 
 Every member ``f`` of the batch (the ``K`` training folds and the full data)
 solves, along a decreasing grid of penalties,

@@ -1,4 +1,4 @@
-"""Tests of jaxknock.l1_engine against scikit-learn (lasso_path, LassoCV, LogisticRegression)."""
+"""Tests of jaxknock.l1.working_set against scikit-learn (lasso_path, LassoCV, LogisticRegression)."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +7,7 @@ import pytest
 from sklearn.linear_model import LassoCV, LogisticRegression, lasso_path
 
 from jaxknock import RESULTS
-from jaxknock.l1_engine import fold_rows, l1_cv, l1_path
+from jaxknock.l1.working_set import fold_rows, l1_cv, l1_path
 
 
 def _kkt(X, y, b, b0, lam, loss="squared"):
@@ -117,7 +117,7 @@ def test_logistic_cv_runs():
 
 
 def test_jit_equals_eager_and_vmap_equals_loop():
-    from jaxknock import l1_engine as eng
+    from jaxknock.l1 import working_set as eng
 
     Xs, ys = zip(*[_data(80, 30, seed=s) for s in range(2)])
     Xs, ys = np.stack(Xs), np.stack(ys)

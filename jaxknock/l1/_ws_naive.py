@@ -1,4 +1,4 @@
-r"""Naive-update engine of :mod:`jaxknock.l1_engine`: logistic loss, and squared loss when ``m >> n``.
+r"""Naive-update engine of :mod:`jaxknock.l1.working_set`: logistic loss, and squared loss when ``m >> n``.
 
 Every member ``f`` (``K`` training folds and the full data) carries 0/1 row
 weights ``w_f``, its linear predictor ``eta_f`` and coefficients on a shared

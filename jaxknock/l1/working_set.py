@@ -1,4 +1,10 @@
-r"""A fast lasso / l1-logistic path and K-fold cross-validation engine in pure JAX.
+r"""A working-set lasso / l1-logistic path and K-fold cross-validation engine in pure JAX.
+
+Experimental (issue 17): correct and KKT-certified against scikit-learn, not yet
+wired into :func:`~jaxknock.lcd` / :func:`~jaxknock.knockoff_filter`, and not yet
+fast enough to be their default (n = 2000, 2p = 2000, 5 folds x 100 lambdas:
+about 12x adelie's default ``cv_grpnet`` on the 2-core CPU; see
+``benchmarks/measured/NOTES.md``, "l1 working-set engine").
 
 Every fit solves, for a decreasing grid :math:`\lambda_1 > \dots > \lambda_L`,
 
@@ -25,12 +31,12 @@ folds. Design (see the notes of glmnet, adelie, celer/skglm):
 * **covariance updates** (squared loss, ``n >= m / 4``): only the Gram
   columns of the working set are formed, from per-fold block products (one
   product serves all ``K + 1`` members), and each coordinate update is
-  ``O(W)``; the KKT check is a ``(m x W)`` product (see ``_l1_engine_cov``);
+  ``O(W)``; the KKT check is a ``(m x W)`` product (see ``jaxknock.l1._ws_covariance``);
 * **naive updates** (logistic loss, and squared loss when ``m > 4 n``):
   the working-set columns are gathered once; proximal Newton (IRLS) outer
   steps, each a weighted coordinate-descent solve of the quadratic model on
   the working set; KKT check by one ``X^T R`` product for all members (see
-  ``_l1_engine_naive``);
+  ``jaxknock.l1._ws_naive``);
 * **early exits**: the path stops (remaining ``cv_error`` are ``inf``) when
   the full-data deviance ratio exceeds 0.999 or improves by less than a
   relative ``1e-5`` (glmnet's rule, from the 5th lambda on), and, for
@@ -69,8 +75,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _l1_engine_cov as _cov
-from jaxknock import _l1_engine_naive as _naive
+from jaxknock.l1 import _ws_covariance as _cov
+from jaxknock.l1 import _ws_naive as _naive
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 
 __all__ = ["l1_cv", "l1_path", "fold_rows"]
