@@ -75,9 +75,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.l1 import _ws_covariance as _cov
 from jaxknock.l1 import _ws_naive as _naive
-from jaxknock._solution import RESULTS, Solution, raise_if_failed
 
 __all__ = ["l1_cv", "l1_path", "fold_rows"]
 
