@@ -1,0 +1,296 @@
+r"""Covariance ("Gram") engine of :mod:`jaxknock.l1.working_set`: squared loss, ``n >= ~m/4``.
+
+Every member ``f`` of the batch (the ``K`` training folds and the full data)
+solves, along a decreasing grid of penalties,
+
+.. math::
+
+    \min_\beta \tfrac{1}{2 n_f} \|y_c - X_c \beta\|^2 + \lambda \|\beta\|_1,
+    \qquad g(\beta) = q - C\beta,\quad q = X_c^\top y_c / n_f,\ C = X_c^\top X_c / n_f,
+
+with ``X_c, y_c`` centred on the member's rows (the unpenalised intercept).
+Only the columns of ``C`` that belong to a *working set* (shared by all
+members, capacity ``W``) are ever formed, as ``(M, m, W)`` arrays: the rows of
+the design are sorted into the ``K`` fold blocks once, the block products
+``X_b^T X_b[:, new]`` are computed for a chunk of new features, and every
+member's columns are "all blocks minus its held-out block", so a chunk costs
+``2 n m B`` flops for all ``K + 1`` members together. Along the path:
+
+* the sequential strong rule ``|g_j(\beta_{k-1})| >= 2\lambda_k - \lambda_{k-1}``
+  (any member) proposes features for the working set;
+* cyclic coordinate descent on the working set (``O(W)`` per coordinate
+  through the cached Gram block), glmnet's active-set cycling (sweeps over the
+  nonzero coordinates until they settle, then one sweep over the working set);
+* a KKT check on all ``m`` features ``g = q - C_W \beta_W`` (one ``(m x W)``
+  product per member); violators join the working set and the solve resumes.
+
+Held-out errors come from the same sufficient statistics, so nothing of size
+``n`` is touched after the first products.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+_HI = lax.Precision.HIGHEST
+NEWTON = True
+
+
+class CovData(NamedTuple):
+    """Per-member sufficient statistics (``M`` members, ``m`` features)."""
+
+    Xb: jax.Array  # (B, rows, m) design rows sorted into blocks, zero padded
+    excl: jax.Array  # (M,) held-out block of each member, -1 for none
+    nf: jax.Array  # (M,) training rows
+    mu: jax.Array  # (M, m) column means
+    q: jax.Array  # (M, m) X_c^T y_c / n_f
+    yvar: jax.Array  # (M,) ||y_c||^2 / n_f
+    ybar: jax.Array  # (M,)
+    # held-out block statistics (indexed by member; zeros for the full member)
+    nt: jax.Array  # (M,)
+    st: jax.Array  # (M, m) X_t^T 1
+    ut: jax.Array  # (M, m) X_t^T y_t
+    syt: jax.Array  # (M,)
+    syyt: jax.Array  # (M,)
+
+
+class CovState(NamedTuple):
+    idx: jax.Array  # (Wc,) int32 working-set features (valid for t < size)
+    size: jax.Array  # () int32
+    inws: jax.Array  # (m,) bool
+    C: jax.Array  # (M, m, Wc) Gram columns of the working set
+    beta: jax.Array  # (M, Wc)
+    grad: jax.Array  # (M, m) full gradient q - C beta at the last check
+    overflow: jax.Array  # () bool: a feature could not join (capacity W)
+
+
+def cov_data(X, y, rows, excl) -> CovData:
+    """Sufficient statistics from the block layout ``rows`` ``(B, r)`` (``n`` = padding)."""
+    n, m = X.shape
+    Xz = jnp.concatenate([X, jnp.zeros((1, m), X.dtype)])
+    yz = jnp.concatenate([y, jnp.zeros((1,), y.dtype)])
+    Xb = Xz[rows]
+    yb = yz[rows]
+    cnt = (rows < n).sum(1).astype(X.dtype)
+    s = Xb.sum(1)
+    u = jnp.einsum("brm,br->bm", Xb, yb, precision=_HI)
+    sy = yb.sum(1)
+    syy = (yb * yb).sum(1)
+    has = excl >= 0
+    e = jnp.maximum(excl, 0)
+
+    def held(a):
+        return jnp.where(has.reshape((-1,) + (1,) * (a.ndim - 1)), a[e], 0)
+
+    nt, st, ut, syt, syyt = held(cnt), held(s), held(u), held(sy), held(syy)
+    nf = cnt.sum() - nt
+    mu = (s.sum(0) - st) / nf[:, None]
+    ybar = (sy.sum() - syt) / nf
+    q = (u.sum(0) - ut) / nf[:, None] - mu * ybar[:, None]
+    yvar = (syy.sum() - syyt) / nf - ybar**2
+    return CovData(Xb, excl, nf, mu, q, yvar, ybar, nt, st, ut, syt, syyt)
+
+
+def init_state(d: CovData, Wc: int) -> CovState:
+    M, m = d.q.shape
+    dt = d.q.dtype
+    return CovState(
+        idx=jnp.zeros((Wc,), jnp.int32),
+        size=jnp.int32(0),
+        inws=jnp.zeros((m,), bool),
+        C=jnp.zeros((M, m, Wc), dt),
+        beta=jnp.zeros((M, Wc), dt),
+        grad=d.q,
+        overflow=jnp.bool_(False),
+    )
+
+
+def _add_chunk(d: CovData, st: CovState, score, chunk: int, W: int) -> CovState:
+    """Add the ``chunk`` highest-scoring candidates (score >= 1) to the working set."""
+    val, new = lax.top_k(score, chunk)
+    ok = val >= 1.0
+    room = W - st.size
+    ok = ok & (jnp.arange(chunk) < room)
+    new = jnp.where(ok, new, 0).astype(jnp.int32)
+    cols = d.Xb[:, :, new]  # (B, r, chunk)
+    P = jnp.einsum("brm,brc->bmc", d.Xb, cols, precision=_HI)
+    tot = P.sum(0)
+    has = (d.excl >= 0)[:, None, None]
+    Ptr = tot[None] - jnp.where(has, P[jnp.maximum(d.excl, 0)], 0)
+    Cnew = Ptr / d.nf[:, None, None] - d.mu[:, :, None] * d.mu[:, new][:, None, :]
+    C = lax.dynamic_update_slice(st.C, Cnew, (jnp.int32(0), jnp.int32(0), st.size))
+    idx = lax.dynamic_update_slice(st.idx, new, (st.size,))
+    nadd = ok.sum().astype(jnp.int32)
+    inws = st.inws.at[new].max(ok)
+    return st._replace(idx=idx, size=st.size + nadd, inws=inws, C=C)
+
+
+def add_features(d: CovData, st: CovState, cand, score, chunk: int, W: int) -> CovState:
+    """Move every candidate feature (``cand``) into the working set, chunk by chunk."""
+
+    def pending(s):
+        return cand & ~s.inws
+
+    def cond(s):
+        return jnp.any(pending(s)) & (s.size < W)
+
+    def body(s):
+        return _add_chunk(d, s, jnp.where(pending(s), score, -1.0), chunk, W)
+
+    st = lax.while_loop(cond, body, st)
+    return st._replace(overflow=st.overflow | jnp.any(pending(st)))
+
+
+def _soft(z, t):
+    return jnp.sign(z) * jnp.maximum(jnp.abs(z) - t, 0)
+
+
+def kkt_ws(gw, beta, lam, mask):
+    """Largest KKT violation ``dist(g_j, lam * d|beta_j|)`` over ``mask`` (per member)."""
+    v = jnp.where(beta != 0, jnp.abs(gw - lam * jnp.sign(beta)), jnp.maximum(jnp.abs(gw) - lam, 0))
+    return jnp.max(jnp.where(mask, v, 0), axis=-1)
+
+
+def _cg(H, rhs, x0, steps):
+    """Batched conjugate gradients for SPD ``H x = rhs`` (fixed number of steps)."""
+
+    def mv(v):
+        return jnp.einsum("fij,fj->fi", H, v, precision=_HI)
+
+    r = rhs - mv(x0)
+    p = r
+    rr = (r * r).sum(1)
+
+    def body(_, c):
+        x, r, p, rr = c
+        Hp = mv(p)
+        a = rr / jnp.maximum((p * Hp).sum(1), jnp.finfo(H.dtype).tiny)
+        x = x + a[:, None] * p
+        r = r - a[:, None] * Hp
+        rr1 = (r * r).sum(1)
+        p = r + (rr1 / jnp.maximum(rr, jnp.finfo(H.dtype).tiny))[:, None] * p
+        return x, r, p, rr1
+
+    return lax.fori_loop(0, steps, body, (x0, r, p, rr))[0]
+
+
+def solve_ws(d: CovData, st: CovState, lam, tol, max_epochs, newton_cap: int = 256, cg_steps: int = 25):
+    """Coordinate descent on the working set with active-set cycling.
+
+    Returns the new state, the number of epochs and a convergence flag.
+    Converged when, after a sweep over the whole working set, every
+    coordinate satisfies its KKT condition to ``tol * lam``
+    (the working-set gradient ``q_W - G_WW beta_W`` is maintained exactly).
+    """
+    M, Wc = st.beta.shape
+    G = jnp.take(st.C, st.idx, axis=1)  # (M, Wc, Wc), rows idx
+    valid = jnp.arange(Wc) < st.size
+    diag = jnp.where(valid[None], jnp.diagonal(G, axis1=1, axis2=2), 1.0)
+    diag = jnp.maximum(diag, jnp.finfo(G.dtype).tiny)
+    qw = jnp.take(d.q, st.idx, axis=1)
+    gw = qw - jnp.einsum("fij,fj->fi", G, st.beta, precision=_HI)
+    full_order = jnp.arange(Wc, dtype=jnp.int32)
+
+    def sweep(beta, gw, order, count):
+        def body(t, c):
+            beta, gw = c
+            j = order[t]
+            dj = diag[:, j]
+            bj = beta[:, j]
+            bn = _soft(gw[:, j] + dj * bj, lam) / dj
+            delta = bn - bj
+            gw = gw - G[:, j, :] * delta[:, None]
+            return beta.at[:, j].set(bn), gw
+
+        return lax.fori_loop(0, count, body, (beta, gw))
+
+    A = min(Wc, newton_cap)
+
+    def newton(beta, gw):
+        # Active-set Newton step: the minimiser on the current orthant solves
+        # G_AA b_A = q_A - lam s_A. Move towards it up to the first sign change
+        # (the objective is a convex quadratic on the segment, so it decreases).
+        nz = beta != 0  # (M, Wc)
+        cnt = nz.sum(1)
+        pos = jnp.argsort(~nz, axis=1, stable=True)[:, :A]  # active first
+        am = jnp.take_along_axis(nz, pos, 1)
+        Gs = jnp.take_along_axis(jnp.take_along_axis(G, pos[:, :, None], 1), pos[:, None, :], 2)
+        eye = jnp.eye(A, dtype=G.dtype)
+        H = jnp.where(am[:, :, None] & am[:, None, :], Gs, 0) + jnp.where(am[:, :, None], 0, eye)
+        b = jnp.take_along_axis(beta, pos, 1)
+        rhs = jnp.where(am, jnp.take_along_axis(qw, pos, 1) - lam * jnp.sign(b), 0)
+        # conjugate gradients from b (XLA's CPU Cholesky is slow for batched blocks); every CG
+        # iterate lowers the orthant quadratic, which is all the segment step below needs
+        bn = _cg(H, rhs, b, cg_steps)
+        d = jnp.where(am, bn - b, 0)
+        # largest step in [0, 1] keeping every active sign
+        cross = am & (jnp.sign(bn) != jnp.sign(b))
+        tj = jnp.where(cross, b / jnp.where(cross, b - bn, 1), jnp.inf)
+        t = jnp.clip(jnp.min(tj, axis=1), 0, 1)
+        ok = (cnt <= A) & jnp.all(jnp.isfinite(bn), axis=1)
+        t = jnp.where(ok, t, 0)
+        bnew = b + t[:, None] * d
+        bnew = jnp.where(am & (jnp.abs(bnew) <= 1e-14 * jnp.abs(b) + (tj <= t[:, None]) * jnp.inf), 0, bnew)
+        bnew = jnp.where(jnp.sign(bnew) == jnp.sign(b), bnew, 0)
+        beta = jax.vmap(lambda x, p, v: x.at[p].set(v))(
+            beta, pos, jnp.where(am, bnew, jnp.take_along_axis(beta, pos, 1))
+        )
+        gw = qw - jnp.einsum("fij,fj->fi", G, beta, precision=_HI)
+        return beta, gw
+
+    # phase 0: sweep the working set; phase 1: sweep the nonzeros only
+    def cond(c):
+        _, _, phase, done, k = c
+        return ~done & (k < max_epochs)
+
+    def body(c):
+        beta, gw, phase, done, k = c
+        nz = jnp.any(beta != 0, axis=0) & valid
+        act_order = jnp.argsort(~nz, stable=True).astype(jnp.int32)
+        order = jnp.where(phase == 0, full_order, act_order)
+        count = jnp.where(phase == 0, st.size, nz.sum().astype(jnp.int32))
+        beta, gw = sweep(beta, gw, order, count)
+        if NEWTON:
+            beta, gw = lax.cond(phase == 1, newton, lambda b, g: (b, g), beta, gw)
+        mask = jnp.where(phase == 0, valid, nz)
+        small = jnp.all(kkt_ws(gw, beta, lam, mask[None]) <= tol * lam)
+        done = (phase == 0) & small
+        phase = jnp.where(small, 0, 1).astype(jnp.int32)
+        return beta, gw, phase, done, k + 1
+
+    beta, gw, _, done, k = lax.while_loop(cond, body, (st.beta, gw, jnp.int32(0), jnp.bool_(False), jnp.int32(0)))
+    return st._replace(beta=beta), k, done
+
+
+def full_gradient(d: CovData, st: CovState):
+    """``g = q - C_W beta_W`` for all features and members."""
+    return d.q - jnp.einsum("fmw,fw->fm", st.C, st.beta, precision=_HI)
+
+
+def fit_stats(d: CovData, st: CovState):
+    """Per member: training loss ``||y_c - X_c b||^2 / n_f`` and held-out mean squared error."""
+    G = jnp.take(st.C, st.idx, axis=1)
+    b = st.beta
+    Gb = jnp.einsum("fij,fj->fi", G, b, precision=_HI)
+    bGb = (b * Gb).sum(1)
+    qw = jnp.take(d.q, st.idx, axis=1)
+    bq = (b * qw).sum(1)
+    train = d.yvar - 2 * bq + bGb
+    # held-out: T_test = T_all - T_train with T = n (C + mu mu^T) restricted to the working set
+    mu_w = jnp.take(d.mu, st.idx, axis=1)
+    full = d.excl.shape[0] - 1  # the last member is the full data
+    mua = mu_w[full]
+    b_all_quad = jnp.einsum("ij,fi,fj->f", G[full], b, b, precision=_HI) + (b @ mua) ** 2
+    ntot = d.nf[full]
+    tr_quad = bGb + (b * mu_w).sum(1) ** 2
+    tquad = ntot * b_all_quad - d.nf * tr_quad
+    b0 = d.ybar - (b * mu_w).sum(1)
+    utw = jnp.take(d.ut, st.idx, axis=1)
+    stw = jnp.take(d.st, st.idx, axis=1)
+    sse = d.syyt - 2 * b0 * d.syt + d.nt * b0**2 - 2 * (b * (utw - b0[:, None] * stw)).sum(1) + tquad
+    test = sse / jnp.maximum(d.nt, 1)
+    return train, test, b0

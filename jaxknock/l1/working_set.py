@@ -1,0 +1,549 @@
+r"""A working-set lasso / l1-logistic path and K-fold cross-validation engine in pure JAX.
+
+Experimental (issue 17): correct and KKT-certified against scikit-learn, not yet
+wired into :func:`~jaxknock.lcd` / :func:`~jaxknock.knockoff_filter`, and not yet
+fast enough to be their default (n = 2000, 2p = 2000, 5 folds x 100 lambdas:
+about 12x adelie's default ``cv_grpnet`` on the 2-core CPU; see
+``benchmarks/measured/NOTES.md``, "l1 working-set engine").
+
+Every fit solves, for a decreasing grid :math:`\lambda_1 > \dots > \lambda_L`,
+
+.. math::
+
+    \min_{\beta_0,\ \beta}\; \frac{1}{n_f}\sum_{i \in \mathcal{T}_f}
+        f(\beta_0 + x_i^\top\beta;\ y_i) + \lambda\,\|\beta\|_1,
+
+with the squared loss :math:`f(z; y) = \tfrac12 (y - z)^2` (scikit-learn's
+``Lasso(alpha=lam)``) or the logistic loss :math:`f(z; y) = \log(1 + e^z) - y z`,
+``y`` in ``{0, 1}`` (``LogisticRegression(l1_ratio=1, C=1/(n_f lam))`` with an
+unpenalised intercept). The rows :math:`\mathcal{T}_f` are the ``K`` training
+folds and, as member ``K``, all rows (the refit). All members run *together*
+along one path, so the path loop, the strong-rule screening and the KKT checks
+are shared, and every ``O(n m)`` product is one matrix-matrix product for all
+folds. Design (see the notes of glmnet, adelie, celer/skglm):
+
+* **working sets** of static capacity ``W`` (doubled on the host and re-run
+  when exceeded): the sequential strong rule
+  :math:`|g_j(\hat\beta_{k-1})| \ge 2\lambda_k - \lambda_{k-1}` proposes features,
+  coordinate descent with active-set cycling solves the working-set problem,
+  and a KKT check on *all* features (:math:`|g_j| \le \lambda`) adds the
+  violators and resumes; at exit every member is KKT-optimal;
+* **covariance updates** (squared loss, ``n >= m / 4``): only the Gram
+  columns of the working set are formed, from per-fold block products (one
+  product serves all ``K + 1`` members), and each coordinate update is
+  ``O(W)``; the KKT check is a ``(m x W)`` product (see ``jaxknock.l1._ws_covariance``);
+* **naive updates** (logistic loss, and squared loss when ``m > 4 n``):
+  the working-set columns are gathered once; proximal Newton (IRLS) outer
+  steps, each a weighted coordinate-descent solve of the quadratic model on
+  the working set; KKT check by one ``X^T R`` product for all members (see
+  ``jaxknock.l1._ws_naive``);
+* **early exits**: the path stops (remaining ``cv_error`` are ``inf``) when
+  the full-data deviance ratio exceeds 0.999 or improves by less than a
+  relative ``1e-5`` (glmnet's rule, from the 5th lambda on), and, for
+  cross-validation, when the mean CV error has not improved on its best for
+  ``patience`` lambdas *and* lies more than one standard error above it
+  (the minimum and the one-standard-error choice cannot move after that
+  unless the error curve turns down again, which a lasso CV curve past its
+  minimum essentially never does). ``early_stop=False`` solves the whole grid
+  exactly like scikit-learn.
+
+Accuracy target: the same lambda and the same support as a tight solve.
+A working-set solve stops when, after a sweep over the whole working set,
+every coordinate meets its KKT condition to ``tol * lambda``
+(:math:`\mathrm{dist}(g_j, \lambda\,\partial|\beta_j|) \le \mathrm{tol}\,\lambda`,
+default ``tol=1e-5``); with the KKT check on the other features this
+certifies every solved lambda of every member. ``stats["kkt"]`` reports the
+largest relative violation over all members and solved lambdas, and
+``stats["gap"]`` the duality gap of the refit at the chosen lambda (relative
+to the null deviance). In the covariance engine the coordinate sweeps over
+the nonzeros are followed by an *active-set Newton step*: conjugate
+gradients on ``G_AA b_A = q_A - lambda s_A`` (the minimiser on the current
+orthant), taken up to the first sign change, which removes coordinate
+descent's slow tail on correlated designs.
+
+Everything is written for one design and batches with ``jax.vmap``: pass
+``X`` of shape ``(R, n, m)`` and ``y`` of shape ``(R, n)`` for ``R``
+replicates (one compiled program, one path loop).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxknock._solution import RESULTS, Solution, raise_if_failed
+from jaxknock.l1 import _ws_covariance as _cov
+from jaxknock.l1 import _ws_naive as _naive
+
+__all__ = ["l1_cv", "l1_path", "fold_rows"]
+
+_DEV_MAX = 0.999
+_DEV_REL = 1e-5
+_MIN_LAMBDAS_BEFORE_EXIT = 5
+# working-set capacity that sufficed last time, per problem shape: a repeated call
+# (the next replicate, a benchmark repeat) starts there instead of re-climbing 128, 256, ...
+_CAPACITY: dict = {}
+
+
+def fold_rows(folds, n: int):
+    """Fold ids and the block layout of the rows.
+
+    ``folds`` is an integer ``K`` (contiguous folds, scikit-learn's
+    ``KFold(K)``: the first ``n % K`` folds get one extra row) or an ``(n,)``
+    array of fold ids ``0..K-1``. Returns ``(ids, rows)`` with ``rows`` a
+    ``(K, r)`` int array of row indices per fold, padded with ``n``.
+    """
+    if isinstance(folds, (int, np.integer)):
+        K = int(folds)
+        if K < 2 or K > n:
+            raise ValueError(f"folds must be in [2, n={n}], got {K}")
+        sizes = np.full(K, n // K)
+        sizes[: n % K] += 1
+        ids = np.repeat(np.arange(K), sizes)
+    else:
+        ids = np.asarray(folds)
+        if ids.shape != (n,) or not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"folds must be an int or an ({n},) integer array of fold ids, got {ids.shape}")
+        K = int(ids.max()) + 1
+        if ids.min() < 0 or np.any(np.bincount(ids, minlength=K) == 0):
+            raise ValueError("fold ids must be 0..K-1 with every fold non-empty")
+    counts = np.bincount(ids, minlength=K)
+    r = int(counts.max())
+    rows = np.full((K, r), n, np.int32)
+    for k in range(K):
+        w = np.flatnonzero(ids == k)
+        rows[k, : w.size] = w
+    return ids, rows
+
+
+def _engine_for(loss: str, method: str, n: int, m: int) -> str:
+    if loss == "logistic":
+        return "naive"
+    if method == "auto":
+        return "cov" if 4 * n >= m else "naive"
+    if method not in ("cov", "naive"):
+        raise ValueError(f"method must be 'auto', 'cov' or 'naive', got {method!r}")
+    return method
+
+
+def _path_core(X, y, lambdas, lam0, rows, excl, *, engine, loss, W, chunk, tol, max_steps, patience, early_stop):
+    """One design, all members, the whole path (traceable)."""
+    mod = _cov if engine == "cov" else _naive
+    if engine == "cov":
+        d = mod.cov_data(X, y, rows, excl)
+        st = mod.init_state(d, W + chunk)
+        extra = {}
+    else:
+        d = mod.naive_data(X, y, rows, excl, loss=loss)
+        st = mod.init_state(d, W + chunk)
+        extra = {"loss": loss}
+    L = lambdas.shape[0]
+    M = excl.shape[0]
+    K = M - 1
+    Wc = W + chunk
+    dt = X.dtype
+    m = X.shape[1]
+
+    def kkt_violation(st, lam):
+        b = jnp.zeros((M, m), dt).at[:, st.idx].add(jnp.where(jnp.arange(Wc) < st.size, st.beta, 0))
+        g = st.grad
+        r_in = jnp.maximum(jnp.abs(g) - lam, 0)
+        r_act = jnp.abs(g - lam * jnp.sign(b))
+        return jnp.max(jnp.where(b != 0, r_act, r_in)) / lam
+
+    out0 = dict(
+        test=jnp.full((L, M), jnp.inf, dt),
+        train=jnp.full((L, M), jnp.nan, dt),
+        beta=jnp.zeros((L, Wc), dt),
+        b0=jnp.zeros((L,), dt),
+        kkt=jnp.zeros((L,), dt),
+        nnz=jnp.zeros((L,), jnp.int32),
+    )
+
+    def body(c):
+        st, k, stop, out, best, steps, ok_all = c
+        lam = lambdas[k]
+        lam_prev = jnp.where(k == 0, lam0, lambdas[jnp.maximum(k - 1, 0)])
+        thr = 2 * lam - lam_prev
+        score = jnp.max(jnp.abs(st.grad), axis=0) / jnp.maximum(thr, lam * 1e-3)
+        # strong-rule candidates: only the top chunk joins up front (the union over members of
+        # near-threshold noise features is large); the KKT check adds every true violator later
+        top = lax.top_k(jnp.where(st.inws, -1.0, score), chunk)[0][-1]
+        st = mod.add_features(d, st, (score >= 1) & (score >= top), score, chunk, W)
+
+        def icond(ic):
+            st, it, clean, _, _ = ic
+            return ~clean & ~st.overflow & (it < max_steps)
+
+        def ibody(ic):
+            st, it, _, ep, conv = ic
+            st, e, done = mod.solve_ws(d, st, lam, tol, max_steps, **extra)
+            g = mod.full_gradient(d, st, **extra)
+            st = st._replace(grad=g)
+            sc = jnp.max(jnp.abs(g), axis=0) / lam
+            viol = (sc > 1.0) & ~st.inws
+            st = mod.add_features(d, st, viol, sc, chunk, W)
+            return st, it + 1, ~jnp.any(viol), ep + e, done
+
+        st, _, clean, ep, conv = lax.while_loop(
+            icond, ibody, (st, jnp.int32(0), jnp.bool_(False), jnp.int32(0), jnp.bool_(True))
+        )
+        train, test, b0 = mod.fit_stats(d, st, **extra)
+        nnz = jnp.sum((st.beta[K] != 0) & (jnp.arange(Wc) < st.size)).astype(jnp.int32)
+        out = dict(
+            test=out["test"].at[k].set(test),
+            train=out["train"].at[k].set(train),
+            beta=out["beta"].at[k].set(st.beta[K]),
+            b0=out["b0"].at[k].set(b0[K]),
+            kkt=out["kkt"].at[k].set(kkt_violation(st, lam)),
+            nnz=out["nnz"].at[k].set(nnz),
+        )
+        # early exits
+        best_k, best_m, best_se = best
+        if K > 0:
+            errs = test[:K]
+            cvm = errs.mean()
+            se = errs.std(ddof=1) / np.sqrt(K)
+            better = cvm < best_m
+            best = (jnp.where(better, k, best_k), jnp.where(better, cvm, best_m), jnp.where(better, se, best_se))
+            stop_cv = (k - best[0] >= patience) & (cvm > best[1] + best[2])
+        else:
+            stop_cv = jnp.bool_(False)
+        r2 = 1 - train[K] / d.yvar[K]
+        r2_prev = 1 - out["train"][jnp.maximum(k - 1, 0), K] / d.yvar[K]
+        stop_dev = (k >= _MIN_LAMBDAS_BEFORE_EXIT - 1) & ((r2 > _DEV_MAX) | (r2 - r2_prev < _DEV_REL * r2))
+        stop = early_stop & (stop_cv | stop_dev)
+        finite = jnp.all(jnp.isfinite(st.beta))
+        stop = stop | st.overflow | ~finite
+        ok_all = ok_all & conv & clean & finite
+        return st, k + 1, stop, out, best, steps + ep, ok_all
+
+    def cond(c):
+        return (c[1] < L) & ~c[2]
+
+    inf = jnp.asarray(jnp.inf, dt)
+    c0 = (st, jnp.int32(0), jnp.bool_(False), out0, (jnp.int32(0), inf, inf), jnp.int32(0), jnp.bool_(True))
+    st, nsolved, _, out, _, steps, ok_all = lax.while_loop(cond, body, c0)
+    return st, nsolved, out, steps, ok_all
+
+
+@functools.partial(
+    jax.jit, static_argnames=("engine", "loss", "W", "chunk", "max_steps", "patience", "early_stop", "rule")
+)
+def _cv_jit(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps, patience, early_stop, rule):
+    def one(X, y, lambdas):
+        return _cv_one(
+            X,
+            y,
+            lambdas,
+            rows,
+            excl,
+            tol,
+            engine=engine,
+            loss=loss,
+            W=W,
+            chunk=chunk,
+            max_steps=max_steps,
+            patience=patience,
+            early_stop=early_stop,
+            rule=rule,
+        )
+
+    if X.ndim == 3:
+        return jax.vmap(one)(X, y, lambdas)
+    return one(X, y, lambdas)
+
+
+def _cv_one(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps, patience, early_stop, rule):
+    m = X.shape[1]
+    M = excl.shape[0]
+    K = M - 1
+    lam0 = lambdas[0]
+    st, nsolved, out, steps, ok_all = _path_core(
+        X,
+        y,
+        lambdas,
+        lam0,
+        rows,
+        excl,
+        engine=engine,
+        loss=loss,
+        W=W,
+        chunk=chunk,
+        tol=tol,
+        max_steps=max_steps,
+        patience=patience,
+        early_stop=early_stop,
+    )
+    L = lambdas.shape[0]
+    Wc = W + chunk
+    valid = jnp.arange(Wc) < st.size
+    solved = jnp.arange(L) < nsolved
+    stats = dict(
+        lambdas=lambdas,
+        num_lambdas_solved=nsolved,
+        kkt=jnp.max(out["kkt"]),
+        num_steps=steps,
+        max_steps=jnp.int32(max_steps),
+        overflow=st.overflow,
+        working_set_size=st.size,
+        train_loss=jnp.where(solved, out["train"][:, K], jnp.nan),
+        nnz=out["nnz"],
+    )
+    if K > 0:
+        err = jnp.where(solved[:, None], out["test"][:, :K], jnp.inf)
+        cvm = err.mean(1)
+        se = jnp.where(solved, err.std(1, ddof=1) / np.sqrt(K), jnp.inf)
+        i_min = jnp.argmin(cvm)
+        i_1se = jnp.argmax(cvm <= cvm[i_min] + se[i_min])
+        i = i_min if rule == "min" else i_1se
+        stats.update(cv_error=err, cv_mean=cvm, cv_se=se, lam_index_min=i_min, lam_index_1se=i_1se)
+    else:
+        i = nsolved - 1
+    b = jnp.zeros((m,), X.dtype).at[st.idx].add(jnp.where(valid, out["beta"][i], 0))
+    stats.update(lam=lambdas[i], lam_index=i, intercept=out["b0"][i], nnz_chosen=jnp.sum(b != 0))
+    if engine == "cov":
+        stats["gap"] = _cov_gap(X, y, b, out["b0"][i], lambdas[i])
+    else:
+        stats["gap"] = _naive.gap(X, y, b, out["b0"][i], lambdas[i], loss=loss)
+    path = jnp.zeros((L, m), X.dtype).at[:, st.idx].add(jnp.where(valid[None], out["beta"], 0))
+    path = jnp.where(solved[:, None], path, jnp.nan)
+    stats["coef_path"] = path
+    stats["intercept_path"] = jnp.where(solved, out["b0"], jnp.nan)
+    converged = ok_all & ~st.overflow
+    finite = jnp.all(jnp.isfinite(b))
+    code = jnp.where(converged, jnp.int32(RESULTS.successful), jnp.int32(RESULTS.max_steps_reached))
+    code = jnp.where(finite, code, jnp.int32(RESULTS.nonfinite))
+    return Solution(b, code, stats, None)
+
+
+def _cov_gap(X, y, b, b0, lam):
+    """Relative duality gap of the squared-loss refit (dual point: the rescaled residual)."""
+    n = X.shape[0]
+    r = y - b0 - jnp.dot(X, b, precision=lax.Precision.HIGHEST)
+    mu = X.mean(0)
+    xr = (jnp.dot(r, X, precision=lax.Precision.HIGHEST) - mu * r.sum()) / n
+    s = jnp.minimum(1.0, lam / jnp.maximum(jnp.max(jnp.abs(xr)), jnp.finfo(X.dtype).tiny))
+    yc = y - y.mean()
+    primal = 0.5 * (r @ r) / n + lam * jnp.abs(b).sum()
+    theta = s * r
+    dual = (theta @ yc) / n - 0.5 * (theta @ theta) / n
+    return (primal - dual) / jnp.maximum(0.5 * (yc @ yc) / n, jnp.finfo(X.dtype).tiny)
+
+
+def _lambda_max(X, y):
+    Xc_y = (X - X.mean(-2, keepdims=True)) * (y - y.mean(-1, keepdims=True))[..., None]
+    return jnp.max(jnp.abs(Xc_y.sum(-2)), axis=-1) / X.shape[-2]
+
+
+def _prepare(X, y, loss):
+    X = jnp.asarray(X)
+    if not jnp.issubdtype(X.dtype, jnp.floating):
+        X = X.astype(jnp.result_type(float))
+    y = jnp.asarray(y, X.dtype)
+    if X.ndim not in (2, 3):
+        raise ValueError(f"X must be (n, m) or (R, n, m), got {X.shape}")
+    if y.shape != X.shape[:-1]:
+        raise ValueError(f"y must have shape {X.shape[:-1]}, got {y.shape}")
+    if loss not in ("squared", "logistic"):
+        raise ValueError(f"loss must be 'squared' or 'logistic', got {loss!r}")
+    return X, y
+
+
+def _run(X, y, lambdas, rows, excl, *, loss, method, tol, max_steps, patience, early_stop, rule, max_features, throw):
+    n, m = X.shape[-2:]
+    engine = _engine_for(loss, method, n, m)
+    chunk = 32 if m >= 256 else 8
+    key = (X.shape, str(X.dtype), loss, engine, rows.shape)
+    W = max_features or _CAPACITY.get(key, min(m, 128))
+    W = min(W, m)
+    while True:
+        sol = _cv_jit(
+            X,
+            y,
+            lambdas,
+            jnp.asarray(rows),
+            jnp.asarray(excl),
+            jnp.asarray(tol, X.dtype),
+            engine=engine,
+            loss=loss,
+            W=W,
+            chunk=chunk,
+            max_steps=max_steps,
+            patience=patience,
+            early_stop=early_stop,
+            rule=rule,
+        )
+        over = sol.stats["overflow"]
+        if max_features is not None or isinstance(over, jax.core.Tracer) or not bool(jnp.any(over)) or W >= m:
+            break
+        W = min(2 * W, m)
+    if max_features is None:
+        _CAPACITY[key] = W
+    return raise_if_failed(sol, throw)
+
+
+def _grid(X, y, lambdas, num_lambdas, eps):
+    if lambdas is None:
+        if num_lambdas < 1 or not 0 < eps < 1:
+            raise ValueError("num_lambdas must be >= 1 and eps in (0, 1)")
+        lmax = _lambda_max(X, y)
+        t = jnp.linspace(0.0, 1.0, num_lambdas, dtype=X.dtype)
+        # one grid for all replicates is needed for a shared program; each replicate gets its own scale
+        return lmax[..., None] * eps ** t[(None,) * lmax.ndim]
+    lambdas = jnp.asarray(lambdas, X.dtype)
+    if lambdas.ndim != 1 or lambdas.size == 0 or bool(jnp.any(lambdas <= 0)):
+        raise ValueError("lambdas must be a non-empty 1-D array of positive penalties")
+    if bool(jnp.any(jnp.diff(lambdas) > 0)):
+        raise ValueError("lambdas must be decreasing")
+    return jnp.broadcast_to(lambdas, X.shape[:-2] + lambdas.shape)
+
+
+def l1_cv(
+    X,
+    y,
+    *,
+    folds=5,
+    lambdas=None,
+    num_lambdas: int = 100,
+    eps: float = 1e-3,
+    loss: str = "squared",
+    rule: str = "min",
+    tol: float = 1e-5,
+    max_steps: int = 10_000,
+    patience: int = 10,
+    early_stop: bool = True,
+    method: str = "auto",
+    max_features: int | None = None,
+    throw: bool = False,
+) -> Solution:
+    r"""K-fold cross-validated lasso / l1-logistic regression, refitted on all rows.
+
+    Solves the problem of the module docstring for every training fold and
+    for all rows along the grid ``lambdas`` (default: ``num_lambdas`` values
+    from :math:`\lambda_{\max} = \|X_c^\top y_c\|_\infty / n` down to
+    ``eps * lambda_max``, geometric, on the full data, as scikit-learn). The
+    CV error of fold ``k`` is the mean squared error (squared loss) or the
+    mean deviance ``2 * log-loss`` (logistic) on its held-out rows; the
+    chosen lambda minimises the mean over folds (``rule="min"``, first index
+    among ties, as ``LassoCV``) or is the largest lambda within one standard
+    error of that minimum (``rule="1se"``). The value is the full-data fit at
+    the chosen lambda (warm-started along the same path). Equivalent to
+    ``sklearn.linear_model.LassoCV(cv=KFold(K), alphas=lambdas)`` for the
+    squared loss with ``early_stop=False``.
+
+    Args:
+        X: ``(n, m)`` design, or ``(R, n, m)`` for ``R`` replicates (batched).
+        y: ``(n,)`` response (``{0, 1}`` labels for ``loss="logistic"``), or ``(R, n)``.
+        folds: ``K`` contiguous folds or an ``(n,)`` array of fold ids.
+        lambdas, num_lambdas, eps: the penalty grid (decreasing).
+        loss: ``"squared"`` or ``"logistic"``.
+        rule: ``"min"`` or ``"1se"``.
+        tol: relative KKT tolerance of every solve (traced).
+        max_steps: epochs per working-set solve and KKT rounds per lambda.
+        patience, early_stop: the early exits of the module docstring.
+        method: ``"auto"``, ``"cov"`` (Gram columns; squared loss) or ``"naive"``.
+        max_features: working-set capacity ``W``; ``None`` starts at 128 and
+            doubles (re-running the path) whenever it is exceeded.
+        throw: raise ``RuntimeError`` if a solve did not succeed.
+
+    Returns:
+        :class:`~jaxknock.Solution` with ``value`` the ``(m,)`` coefficients
+        and ``stats``: ``lam``, ``lam_index`` (``lam_index_min``,
+        ``lam_index_1se``), ``intercept``, ``lambdas``, ``cv_error`` ``(L, K)``
+        (``inf`` past an early exit), ``cv_mean``, ``cv_se``, ``kkt``,
+        ``gap``, ``num_steps``, ``max_steps``, ``num_lambdas_solved``,
+        ``coef_path`` ``(L, m)`` of the full-data fit, ``nnz``.
+
+    Example:
+        >>> X = jax.random.normal(jax.random.key(0), (100, 20))
+        >>> y = X[:, 0] - X[:, 1] + 0.5 * jax.random.normal(jax.random.key(1), (100,))
+        >>> sol = l1_cv(X, y, folds=5, num_lambdas=30)
+        >>> bool(sol.value[0] > 0)
+        True
+    """
+    if rule not in ("min", "1se"):
+        raise ValueError(f"rule must be 'min' or '1se', got {rule!r}")
+    X, y = _prepare(X, y, loss)
+    n = X.shape[-2]
+    _, rows = fold_rows(folds, n)
+    K = rows.shape[0]
+    excl = np.append(np.arange(K), -1).astype(np.int32)
+    lam = _grid(X, y, lambdas, num_lambdas, eps)
+    return _run(
+        X,
+        y,
+        lam,
+        rows,
+        excl,
+        loss=loss,
+        method=method,
+        tol=tol,
+        max_steps=max_steps,
+        patience=patience,
+        early_stop=early_stop,
+        rule=rule,
+        max_features=max_features,
+        throw=throw,
+    )
+
+
+def l1_path(
+    X,
+    y,
+    lambdas=None,
+    *,
+    num_lambdas: int = 100,
+    eps: float = 1e-3,
+    loss: str = "squared",
+    tol: float = 1e-5,
+    max_steps: int = 10_000,
+    early_stop: bool = False,
+    method: str = "auto",
+    max_features: int | None = None,
+    throw: bool = False,
+) -> Solution:
+    r"""The lasso / l1-logistic regularisation path on all rows (no CV).
+
+    Solves the problem of the module docstring on every ``lambdas[k]``
+    (warm-started, strong rules, KKT-checked). Matches
+    ``sklearn.linear_model.lasso_path`` on centred data (squared loss).
+    With ``early_stop=True`` the path ends at glmnet's deviance-ratio exit.
+
+    Returns:
+        :class:`~jaxknock.Solution`: ``value`` the coefficients at the last
+        solved lambda, ``stats["coef_path"]`` ``(L, m)`` (``nan`` past an
+        early exit), ``stats["intercept_path"]``, ``kkt``, ``gap`` (last
+        lambda), ``num_steps``.
+
+    Example:
+        >>> X = jax.random.normal(jax.random.key(0), (50, 10))
+        >>> y = X[:, 0] + 0.1 * jax.random.normal(jax.random.key(1), (50,))
+        >>> l1_path(X, y, num_lambdas=10).stats["coef_path"].shape
+        (10, 10)
+    """
+    X, y = _prepare(X, y, loss)
+    n = X.shape[-2]
+    rows = np.arange(n, dtype=np.int32)[None]
+    excl = np.array([-1], np.int32)
+    lam = _grid(X, y, lambdas, num_lambdas, eps)
+    return _run(
+        X,
+        y,
+        lam,
+        rows,
+        excl,
+        loss=loss,
+        method=method,
+        tol=tol,
+        max_steps=max_steps,
+        patience=1,
+        early_stop=early_stop,
+        rule="min",
+        max_features=max_features,
+        throw=throw,
+    )

@@ -1,0 +1,169 @@
+"""Tests of jaxknock.l1.working_set against scikit-learn (lasso_path, LassoCV, LogisticRegression)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from sklearn.linear_model import LassoCV, LogisticRegression, lasso_path
+
+from jaxknock import RESULTS
+from jaxknock.l1.working_set import fold_rows, l1_cv, l1_path
+
+
+def _kkt(X, y, b, b0, lam, loss="squared"):
+    n = X.shape[0]
+    eta = b0 + X @ b
+    mu = 1 / (1 + np.exp(-eta)) if loss == "logistic" else eta
+    r = y - mu
+    g = (X.T @ r - X.sum(0) * r.mean()) / n
+    v = np.where(b != 0, np.abs(g - lam * np.sign(b)), np.maximum(np.abs(g) - lam, 0))
+    return v.max() / lam
+
+
+def _data(n, m, seed=0, dup=0, loss="squared"):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, m)) + 0.3 * rng.standard_normal((n, 1))
+    if dup:
+        X[:, m - dup :] = X[:, :dup]
+    beta = np.zeros(m)
+    beta[:5] = [1.5, -1.0, 0.8, 0.5, -0.5]
+    eta = X @ beta + 0.5
+    if loss == "squared":
+        return X, eta + rng.standard_normal(n)
+    return X, (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(float)
+
+
+@pytest.mark.parametrize(
+    "n, m, dup, method",
+    [(120, 30, 0, "cov"), (60, 300, 0, "auto"), (80, 40, 5, "cov"), (80, 40, 0, "naive")],
+    ids=["dense", "p>>n", "collinear", "naive"],
+)
+def test_path_matches_sklearn(n, m, dup, method):
+    X, y = _data(n, m, dup=dup)
+    sol = l1_path(X, y, num_lambdas=25, eps=1e-2, method=method, tol=1e-8)
+    assert int(sol.result) == RESULTS.successful
+    lams = np.asarray(sol.stats["lambdas"])
+    path = np.asarray(sol.stats["coef_path"])
+    b0s = np.asarray(sol.stats["intercept_path"])
+    _, ref, _ = lasso_path(X - X.mean(0), y - y.mean(), alphas=lams, tol=1e-12, max_iter=200_000)
+    for k in range(lams.size):
+        assert _kkt(X, y, path[k], b0s[k], lams[k]) < 1e-4
+        if not dup:  # duplicated columns make the solution non-unique (fitted values are)
+            np.testing.assert_allclose(path[k], ref[:, k], atol=1e-5)
+        np.testing.assert_allclose(X @ path[k], (X - X.mean(0)) @ ref[:, k] + X.mean(0) @ path[k], atol=1e-4)
+    assert float(sol.stats["kkt"]) < 1e-4
+
+
+@pytest.mark.parametrize("method", ["cov", "naive"])
+def test_cv_matches_lassocv(method):
+    X, y = _data(150, 40, seed=1)
+    ids, rows = fold_rows(4, 150)
+    cv = [(np.flatnonzero(ids != k), np.flatnonzero(ids == k)) for k in range(4)]
+    sol = l1_cv(X, y, folds=ids, num_lambdas=30, early_stop=False, method=method)
+    lams = np.asarray(sol.stats["lambdas"])
+    sk = LassoCV(alphas=lams, cv=cv, tol=1e-12, max_iter=200_000).fit(X, y)
+    np.testing.assert_allclose(np.asarray(sol.stats["cv_error"]), sk.mse_path_, rtol=1e-6, atol=1e-8)
+    assert float(sol.stats["lam"]) == pytest.approx(sk.alpha_)
+    np.testing.assert_allclose(np.asarray(sol.value), sk.coef_, atol=1e-5)
+    assert float(sol.stats["intercept"]) == pytest.approx(sk.intercept_, abs=1e-5)
+    assert float(sol.stats["gap"]) < 1e-6
+    assert int(sol.result) == RESULTS.successful
+
+
+def test_cv_early_stop_same_choice():
+    X, y = _data(200, 60, seed=2)
+    full = l1_cv(X, y, folds=5, early_stop=False)
+    early = l1_cv(X, y, folds=5)
+    assert int(early.stats["lam_index"]) == int(full.stats["lam_index"])
+    assert int(early.stats["num_lambdas_solved"]) < 100
+    np.testing.assert_allclose(np.asarray(early.value), np.asarray(full.value), atol=1e-6)
+    i1 = int(full.stats["lam_index_1se"])
+    assert i1 <= int(full.stats["lam_index_min"])
+
+
+@pytest.mark.parametrize("n, m", [(200, 20), (60, 150)], ids=["dense", "p>>n"])
+def test_logistic_matches_sklearn(n, m):
+    X, y = _data(n, m, seed=3, loss="logistic")
+    lams = np.geomspace(0.08, 0.01, 6)
+    sol = l1_path(X, y, lams, loss="logistic")
+    assert int(sol.result) == RESULTS.successful
+    path = np.asarray(sol.stats["coef_path"])
+    b0s = np.asarray(sol.stats["intercept_path"])
+    for k, lam in enumerate(lams):
+        assert _kkt(X, y, path[k], b0s[k], lam, "logistic") < 1e-4
+        # liblinear penalises the intercept: give it a huge constant column instead
+        big = 1e4
+        ref = LogisticRegression(
+            l1_ratio=1.0,
+            C=1 / (n * lam),
+            solver="liblinear",
+            tol=1e-10,
+            max_iter=100_000,
+            intercept_scaling=big,
+            random_state=0,
+        ).fit(X, y)
+        np.testing.assert_allclose(path[k], ref.coef_.ravel(), atol=2e-4)
+    assert float(sol.stats["gap"]) < 1e-5
+
+
+def test_logistic_cv_runs():
+    X, y = _data(200, 30, seed=4, loss="logistic")
+    sol = l1_cv(X, y, folds=4, num_lambdas=30, loss="logistic")
+    assert int(sol.result) == RESULTS.successful
+    assert float(sol.stats["kkt"]) < 1e-4
+    b = np.asarray(sol.value)
+    assert _kkt(X, y, b, float(sol.stats["intercept"]), float(sol.stats["lam"]), "logistic") < 1e-4
+    assert np.all(b[:3] != 0)
+
+
+def test_jit_equals_eager_and_vmap_equals_loop():
+    from jaxknock.l1 import working_set as eng
+
+    Xs, ys = zip(*[_data(80, 30, seed=s) for s in range(2)])
+    Xs, ys = np.stack(Xs), np.stack(ys)
+    batched = l1_cv(Xs, ys, folds=4, num_lambdas=20, max_features=32)
+    for r in range(2):
+        one = l1_cv(Xs[r], ys[r], folds=4, num_lambdas=20, max_features=32)
+        np.testing.assert_allclose(np.asarray(batched.value[r]), np.asarray(one.value), atol=1e-10)
+        assert int(batched.stats["lam_index"][r]) == int(one.stats["lam_index"])
+    # the jitted core under an outer jit equals the eager entry point
+    _, rows = fold_rows(4, 80)
+    excl = np.append(np.arange(4), -1).astype(np.int32)
+    lam = eng._grid(jnp.asarray(Xs[0]), jnp.asarray(ys[0]), None, 20, 1e-3)
+    f = jax.jit(
+        lambda X, y: eng._cv_jit(
+            X,
+            y,
+            lam,
+            rows,
+            excl,
+            1e-5,
+            engine="cov",
+            loss="squared",
+            W=32,
+            chunk=8,
+            max_steps=10_000,
+            patience=10,
+            early_stop=True,
+            rule="min",
+        )
+    )
+    np.testing.assert_allclose(np.asarray(f(Xs[0], ys[0]).value), np.asarray(batched.value[0]), atol=1e-10)
+
+
+def test_capacity_overflow_code_and_regrowth():
+    X, y = _data(100, 60, seed=5)
+    small = l1_cv(X, y, folds=3, early_stop=False, max_features=8)
+    assert int(small.result) == RESULTS.max_steps_reached
+    assert bool(small.stats["overflow"])
+    grown = l1_cv(X, y, folds=3, early_stop=False)  # starts at 128 >= m: no overflow
+    assert int(grown.result) == RESULTS.successful
+
+
+def test_input_errors():
+    with pytest.raises(ValueError, match="y must have shape"):
+        l1_cv(np.zeros((10, 3)), np.zeros(9))
+    with pytest.raises(ValueError, match="decreasing"):
+        l1_path(np.ones((10, 3)), np.arange(10.0), [0.1, 0.2])
+    with pytest.raises(ValueError, match="loss"):
+        l1_cv(np.zeros((10, 3)), np.zeros(10), loss="hinge")
