@@ -282,7 +282,10 @@ def check_choice(value, choices, name: str):
 
 
 def check_fdr(fdr, name: str = "fdr"):
-    """A target level in ``(0, 1)``: a scalar, checked when concrete (traced levels pass)."""
+    """A target level in ``(0, 1)``: a real scalar, checked when concrete (traced levels pass)."""
+    real = hasattr(fdr, "dtype") and (jnp.issubdtype(fdr.dtype, jnp.floating) or jnp.issubdtype(fdr.dtype, jnp.integer))
+    if isinstance(fdr, (str, bytes, bool, np.bool_)) or (hasattr(fdr, "dtype") and not real):
+        raise TypeError(f"{name} must be a real number in (0, 1), got {fdr!r} ({type(fdr).__name__})")
     if is_concrete(fdr):
         a = np.asarray(fdr)
         if a.ndim != 0:
@@ -297,6 +300,37 @@ def check_response(y, n: int, name: str = "y"):
     if y.ndim != 1 or y.shape[0] != n:
         raise ValueError(f"{name} must have shape ({n},) to match X's {n} rows, got {tuple(y.shape)}")
     return y
+
+
+def normalise_response(y, name: str = "y"):
+    """A concrete response as ``(float64 array, binary)``: binary labels of any kind map to ``{0, 1}``.
+
+    Two distinct values of any type (``{0, 1}``, ``{1, 2}``, ``{-1, 1}``,
+    strings, booleans) are a binary response, mapped in sorted order to
+    ``{0, 1}``. Non-numeric labels with more than two classes, and integer
+    labels with 3 to 20 distinct values (class labels, not a measurement),
+    are rejected: the knockoff statistics handle a continuous response or
+    two classes. Pass ``y.astype(float)`` to fit integer values as a regression.
+    """
+    a = np.asarray(y)
+    labels = np.unique(a)
+    if labels.size < 2:
+        raise ValueError(f"{name} is constant: there is nothing to select features for")
+    if labels.size == 2:
+        return (a == labels[1]).astype(np.float64), True
+    if a.dtype.kind not in "iuf":
+        raise ValueError(
+            f"{name} has {labels.size} distinct labels ({', '.join(map(repr, labels[:5].tolist()))}"
+            f"{', ...' if labels.size > 5 else ''}); knockoff_filter handles a continuous response or "
+            "binary labels (two classes)"
+        )
+    if a.dtype.kind in "iu" and labels.size <= 20:
+        raise ValueError(
+            f"{name} holds {labels.size} distinct integers ({labels[:5].tolist()}...), which look like class "
+            "labels; knockoff_filter handles a continuous response or two classes. To fit the integers as a "
+            f"continuous response, pass {name}.astype(float)"
+        )
+    return a.astype(np.float64), False
 
 
 def check_statistics(W, name: str = "W"):

@@ -141,18 +141,28 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank):
     X = _checks.as_float_array(X, "X")
     _checks.check_ndim(X, 2, "X", "a 2-D (n_samples, n_features) array")
     n, p = X.shape
-    y = _checks.check_response(y, n)
-    _checks.check_finite(X, "X")
-    _checks.check_finite(jnp.asarray(y, X.dtype), "y")
+    if X.dtype != jnp.float64:
+        # the S-vector solve needs float64 (said in the docstring); W comes back in X's dtype
+        if not jax.config.jax_enable_x64:
+            raise TypeError(
+                f"X has dtype {X.dtype}; knockoff_filter solves the knockoff S-vector in float64: call "
+                "jax.config.update('jax_enable_x64', True) first (X itself may stay float32)"
+            )
+        X = X.astype(jnp.float64)
     _checks.check_fdr(fdr)
+    y_arr = np.asarray(y) if _checks.is_concrete(y) else y
+    if getattr(y_arr, "ndim", None) != 1 or y_arr.shape[0] != n:
+        raise ValueError(f"y must have shape ({n},) to match X's {n} rows, got {tuple(np.shape(y_arr))}")
+    if y_arr.dtype.kind in "iufb":
+        _checks.check_finite(jnp.asarray(y_arr, X.dtype), "y")
+    y_norm, binary = _checks.normalise_response(y_arr)
+    y = jnp.asarray(y_norm, X.dtype)
+    _checks.check_finite(X, "X")
     _checks.check_choice(s_method, S_METHODS, "s_method")
     _checks.check_choice(statistic, STATISTICS, "statistic")
     _checks.check_choice(aggregate, AGGREGATES, "aggregate")
     if not (isinstance(num_replicates, (int, np.integer)) and num_replicates >= 1):
         raise ValueError(f"num_replicates must be a positive integer, got {num_replicates!r}")
-    yn = np.asarray(y)
-    if np.unique(yn).size < 2:
-        raise ValueError("y is constant: there is nothing to select features for")
     std = np.asarray(jnp.std(X, axis=0))
     if (std == 0).any():
         raise ValueError(
@@ -169,7 +179,6 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank):
         if not (isinstance(k, (int, np.integer)) and 1 <= k < min(n, p)):
             raise ValueError(f"rank must be an integer in [1, min(n, p) = {min(n, p)}), got {rank!r}")
         rank = int(k)
-    binary = np.unique(yn).size == 2
     return X, y, binary, rank
 
 
@@ -233,8 +242,14 @@ def knockoff_filter(
       features selected in at least half of the replicates (stabilises, no
       formal FDR guarantee).
 
-    A binary ``y`` (two distinct values) switches the lasso statistics to
-    l1-logistic regression. ``X`` is standardised first.
+    A binary ``y`` (two distinct values of any type: ``{0, 1}``, ``{1, 2}``,
+    ``{-1, 1}``, strings, booleans; mapped in sorted order to ``{0, 1}``)
+    switches the lasso statistics to l1-logistic regression; more than two
+    non-numeric labels, or 3 to 20 distinct integers (class labels), are
+    rejected with a ``ValueError`` (pass ``y.astype(float)`` to fit integers as
+    a continuous response). ``X`` is standardised first; it is used in float64
+    (the S-vector solve needs it), so a float32 ``X`` needs
+    ``jax_enable_x64`` and is upcast.
 
     Args:
         key: ``jax.random`` key (the result is a deterministic function of it).

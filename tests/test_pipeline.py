@@ -72,3 +72,44 @@ def test_empty_selection_carries_an_explanation(key):
     assert "smallest target FDR" in sel.explanation or "no target FDR below 1" in sel.explanation
     strong = knockoff_filter(key, *make_data()[:2], fdr=0.2, s_method="equicorrelated", statistic="lcd", lam=0.05)
     assert len(strong.selected) > 0 and strong.explanation is None
+
+
+# --- labels, dtypes and levels the way users pass them (issue 19, class 3) ---
+
+
+def test_binary_labels_of_any_kind_give_the_same_selection(key):
+    X, y, _ = make_data(seed=3)
+    y01 = (np.asarray(y) > np.median(y)).astype(int)
+    ref = knockoff_filter(key, X, y01, fdr=0.2, s_method="equicorrelated", statistic="correlation")
+    for labels in (y01 + 1, np.where(y01 == 1, "case", "control"), y01.astype(bool), 2.0 * y01 - 1):
+        # sorted order: "case" < "control" flips the coding, which the correlation statistic's sign ignores
+        sel = knockoff_filter(key, X, labels, fdr=0.2, s_method="equicorrelated", statistic="correlation")
+        np.testing.assert_allclose(np.abs(np.asarray(sel.W)), np.abs(np.asarray(ref.W)), rtol=1e-12)
+        assert sel.settings["loss"] == "logistic"
+
+
+@pytest.mark.parametrize(
+    "y_kind, message",
+    [("three_classes", "3 distinct integers"), ("three_strings", "3 distinct labels"), ("constant", "constant")],
+)
+def test_labels_that_are_not_a_response_are_rejected_naming_y(key, y_kind, message):
+    X, _, _ = make_data(seed=3)
+    n = X.shape[0]
+    y = {
+        "three_classes": np.arange(n) % 3,
+        "three_strings": np.array(["a", "b", "c"])[np.arange(n) % 3],
+        "constant": np.ones(n),
+    }[y_kind]
+    with pytest.raises(ValueError, match=message):
+        knockoff_filter(key, X, y, fdr=0.2, s_method="equicorrelated", statistic="correlation")
+    # integers as a measurement: pass them as float
+    if y_kind == "three_classes":
+        knockoff_filter(key, X, y.astype(float), fdr=0.2, s_method="equicorrelated", statistic="correlation")
+
+
+def test_float32_design_and_bad_fdr_type(key):
+    X, y, _ = make_data(seed=3)
+    a = knockoff_filter(key, np.asarray(X, np.float32), y, fdr=0.2, s_method="equicorrelated", statistic="correlation")
+    assert a.W.shape == (1, X.shape[1])
+    with pytest.raises(TypeError, match="fdr must be a real number"):
+        knockoff_filter(key, X, y, fdr="0.1", s_method="equicorrelated", statistic="correlation")
