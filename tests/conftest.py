@@ -20,3 +20,16 @@ def key():
 @pytest.fixture
 def data_dir():
     return os.path.abspath(DATA_DIR)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop JAX's compiled executables after each test module.
+
+    The suite compiles a few thousand XLA:CPU programs in one process; keeping
+    them all alive until the end once crashed the compiler (a segfault in
+    ``backend_compile_and_load``) late in a full run, while every module passes
+    on its own. Modules share almost no programs, so this costs little.
+    """
+    yield
+    jax.clear_caches()
