@@ -141,8 +141,8 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank):
     X = _checks.as_float_array(X, "X")
     _checks.check_ndim(X, 2, "X", "a 2-D (n_samples, n_features) array")
     n, p = X.shape
-    if X.dtype != jnp.float64:
-        # the S-vector solve needs float64 (said in the docstring); W comes back in X's dtype
+    if X.dtype != jnp.float64 and s_method != "equicorrelated":
+        # the SDP / ASDP / factor S solves need float64 (said in the docstring)
         if not jax.config.jax_enable_x64:
             raise TypeError(
                 f"X has dtype {X.dtype}; knockoff_filter solves the knockoff S-vector in float64: call "
@@ -248,8 +248,9 @@ def knockoff_filter(
     non-numeric labels, or 3 to 20 distinct integers (class labels), are
     rejected with a ``ValueError`` (pass ``y.astype(float)`` to fit integers as
     a continuous response). ``X`` is standardised first; it is used in float64
-    (the S-vector solve needs it), so a float32 ``X`` needs
-    ``jax_enable_x64`` and is upcast.
+    for the SDP / ASDP / factor S-vector solves (they need it), so with those
+    methods a float32 ``X`` needs ``jax_enable_x64`` and is upcast;
+    ``"equicorrelated"`` runs in ``X``'s dtype.
 
     Args:
         key: ``jax.random`` key (the result is a deterministic function of it).
