@@ -68,15 +68,19 @@ def knockoff_threshold(W, fdr, *, plus: bool = True):
     return _threshold(W, jnp.asarray(fdr, W.dtype), plus=bool(plus))
 
 
+def _fdp_estimates(w, plus):
+    """Candidate thresholds ``t = |w_j|`` and the knockoff(+) FDP estimate at each (one sort, binary searches)."""
+    ws = jnp.sort(w)
+    t = jnp.abs(w)
+    n_pos = w.shape[-1] - jnp.searchsorted(ws, t, side="left")  # #{W >= t}
+    n_neg = jnp.searchsorted(ws, -t, side="right")  # #{W <= -t}
+    return t, (float(plus) + n_neg) / jnp.maximum(n_pos, 1)
+
+
 @functools.partial(jax.jit, static_argnames=("plus",))
 def _threshold(W, fdr, *, plus):
     def one(w):
-        p = w.shape[-1]
-        ws = jnp.sort(w)
-        t = jnp.abs(w)
-        n_pos = p - jnp.searchsorted(ws, t, side="left")  # #{W >= t}
-        n_neg = jnp.searchsorted(ws, -t, side="right")  # #{W <= -t}
-        ratio = (float(plus) + n_neg) / jnp.maximum(n_pos, 1)
+        t, ratio = _fdp_estimates(w, plus)
         ok = (ratio <= fdr) & (t > 0)
         return jnp.min(jnp.where(ok, t, jnp.inf))
 
@@ -120,11 +124,7 @@ def knockoff_min_fdr(W, *, plus: bool = True):
 @functools.partial(jax.jit, static_argnames=("plus",))
 def _min_fdr(W, *, plus):
     def one(w):
-        ws = jnp.sort(w)
-        t = jnp.abs(w)
-        n_pos = w.shape[-1] - jnp.searchsorted(ws, t, side="left")
-        n_neg = jnp.searchsorted(ws, -t, side="right")
-        ratio = (float(plus) + n_neg) / jnp.maximum(n_pos, 1)
+        t, ratio = _fdp_estimates(w, plus)
         return jnp.min(jnp.where(t > 0, ratio, jnp.inf))
 
     flat = W.reshape(-1, W.shape[-1])
