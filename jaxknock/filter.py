@@ -155,10 +155,8 @@ def min_selecting_fdr(W, *, aggregate: str = "ebh", plus: bool = True, grid=None
 
     def selects(q):
         if aggregate == "ebh":
-            e = jnp.mean(_evalues(W, q / 2, plus=bool(plus)), axis=0)
-            return jnp.any(_ebh(e, q))
-        T = _threshold(W, q, plus=bool(plus))
-        return jnp.any(jnp.mean(W >= T[:, None], axis=0) >= 0.5)
+            return jnp.any(_ebh_mask(W, q, q / 2, bool(plus)))
+        return jnp.any(_frequency_mask(W, q, 0.5, bool(plus)))
 
     ok = jax.vmap(selects)(grid)
     return jnp.min(jnp.where(ok, grid, jnp.inf))
@@ -349,8 +347,7 @@ def aggregate_ebh(W, fdr, *, alpha_kn=None, plus: bool = True):
         alpha_kn = fdr / 2 if _checks.is_concrete(fdr) else jnp.asarray(fdr) / 2
     _checks.check_fdr(alpha_kn, "alpha_kn")
     W = _checks.check_replicates(W)
-    e = jnp.mean(_evalues(W, jnp.asarray(alpha_kn, W.dtype), plus=bool(plus)), axis=0)
-    return _ebh(e, jnp.asarray(fdr, W.dtype))
+    return _ebh_mask(W, jnp.asarray(fdr, W.dtype), jnp.asarray(alpha_kn, W.dtype), bool(plus))
 
 
 def aggregate_frequency(W, fdr, *, eta: float = 0.5, plus: bool = True):
@@ -383,6 +380,15 @@ def aggregate_frequency(W, fdr, *, eta: float = 0.5, plus: bool = True):
     if not (0 < eta <= 1):
         raise ValueError(f"eta must lie in (0, 1], got {eta}")
     W = _checks.check_replicates(W)
-    T = _threshold(W, jnp.asarray(fdr, W.dtype), plus=bool(plus))
-    freq = jnp.mean(W >= T[:, None], axis=0)
-    return freq >= eta
+    return _frequency_mask(W, jnp.asarray(fdr, W.dtype), eta, bool(plus))
+
+
+def _ebh_mask(W, fdr, alpha_kn, plus):
+    """e-BH at ``fdr`` on the replicate-averaged knockoff e-values at ``alpha_kn`` (the core of aggregate_ebh)."""
+    return _ebh(jnp.mean(_evalues(W, alpha_kn, plus=plus), axis=0), fdr)
+
+
+def _frequency_mask(W, fdr, eta, plus):
+    """Features selected by knockoff(+) at ``fdr`` in at least a fraction ``eta`` of the replicates."""
+    T = _threshold(W, fdr, plus=plus)
+    return jnp.mean(W >= T[:, None], axis=0) >= eta
