@@ -1,7 +1,6 @@
 """Tests of jaxknock.l1.working_set against scikit-learn (lasso_path, LassoCV, LogisticRegression)."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from sklearn.linear_model import LassoCV, LogisticRegression, lasso_path
@@ -35,8 +34,15 @@ def _data(n, m, seed=0, dup=0, loss="squared"):
 
 @pytest.mark.parametrize(
     "n, m, dup, method",
-    [(120, 30, 0, "cov"), (60, 300, 0, "auto"), (80, 40, 5, "cov"), (80, 40, 0, "naive")],
-    ids=["dense", "p>>n", "collinear", "naive"],
+    [
+        (120, 30, 0, "cov"),
+        (120, 30, 0, "homotopy"),
+        (60, 300, 0, "auto"),
+        (80, 40, 5, "cov"),
+        (80, 40, 5, "homotopy"),
+        (80, 40, 0, "naive"),
+    ],
+    ids=["dense", "dense-homotopy", "p>>n", "collinear", "collinear-homotopy", "naive"],
 )
 def test_path_matches_sklearn(n, m, dup, method):
     X, y = _data(n, m, dup=dup)
@@ -54,7 +60,7 @@ def test_path_matches_sklearn(n, m, dup, method):
     assert float(sol.stats["kkt"]) < 1e-4
 
 
-@pytest.mark.parametrize("method", ["cov", "naive"])
+@pytest.mark.parametrize("method", ["homotopy", "cov", "naive"])
 def test_cv_matches_lassocv(method):
     X, y = _data(150, 40, seed=1)
     ids, rows = fold_rows(4, 150)
@@ -117,8 +123,6 @@ def test_logistic_cv_runs():
 
 
 def test_jit_equals_eager_and_vmap_equals_loop():
-    from jaxknock.l1 import working_set as eng
-
     Xs, ys = zip(*[_data(80, 30, seed=s) for s in range(2)])
     Xs, ys = np.stack(Xs), np.stack(ys)
     batched = l1_cv(Xs, ys, folds=4, num_lambdas=20, max_features=32)
@@ -126,29 +130,9 @@ def test_jit_equals_eager_and_vmap_equals_loop():
         one = l1_cv(Xs[r], ys[r], folds=4, num_lambdas=20, max_features=32)
         np.testing.assert_allclose(np.asarray(batched.value[r]), np.asarray(one.value), atol=1e-10)
         assert int(batched.stats["lam_index"][r]) == int(one.stats["lam_index"])
-    # the jitted core under an outer jit equals the eager entry point
-    _, rows = fold_rows(4, 80)
-    excl = np.append(np.arange(4), -1).astype(np.int32)
-    lam = eng._grid(jnp.asarray(Xs[0]), jnp.asarray(ys[0]), None, 20, 1e-3)
-    f = jax.jit(
-        lambda X, y: eng._cv_jit(
-            X,
-            y,
-            lam,
-            rows,
-            excl,
-            1e-5,
-            engine="cov",
-            loss="squared",
-            W=32,
-            chunk=8,
-            max_steps=10_000,
-            patience=10,
-            early_stop=True,
-            rule="min",
-        )
-    )
-    np.testing.assert_allclose(np.asarray(f(Xs[0], ys[0]).value), np.asarray(batched.value[0]), atol=1e-10)
+    # the public entry point under an outer jit equals the eager call
+    f = jax.jit(lambda X, y: l1_cv(X, y, folds=4, num_lambdas=20, max_features=32).value)
+    np.testing.assert_allclose(np.asarray(f(Xs[0], ys[0])), np.asarray(batched.value[0]), atol=1e-10)
 
 
 def test_capacity_overflow_code_and_regrowth():

@@ -272,19 +272,22 @@ def full_gradient(d: CovData, st: CovState):
 
 
 def fit_stats(d: CovData, st: CovState):
-    """Per member: training loss ``||y_c - X_c b||^2 / n_f`` and held-out mean squared error."""
-    G = jnp.take(st.C, st.idx, axis=1)
+    """Per member: training loss ``||y_c - X_c b||^2 / n_f`` and held-out mean squared error.
+
+    Only ``(m x W)`` products with the cached columns (no ``W x W`` gather).
+    """
     b = st.beta
-    Gb = jnp.einsum("fij,fj->fi", G, b, precision=_HI)
-    bGb = (b * Gb).sum(1)
+    full = d.excl.shape[0] - 1  # the last member is the full data
+    Cb = jnp.einsum("fmw,fw->fm", st.C, b, precision=_HI)  # own Gram times b
+    Fb = jnp.einsum("mw,fw->fm", st.C[full], b, precision=_HI)  # full-data Gram times b
+    bGb = (b * jnp.take(Cb, st.idx, axis=1)).sum(1)
     qw = jnp.take(d.q, st.idx, axis=1)
     bq = (b * qw).sum(1)
     train = d.yvar - 2 * bq + bGb
     # held-out: T_test = T_all - T_train with T = n (C + mu mu^T) restricted to the working set
     mu_w = jnp.take(d.mu, st.idx, axis=1)
-    full = d.excl.shape[0] - 1  # the last member is the full data
     mua = mu_w[full]
-    b_all_quad = jnp.einsum("ij,fi,fj->f", G[full], b, b, precision=_HI) + (b @ mua) ** 2
+    b_all_quad = (b * jnp.take(Fb, st.idx, axis=1)).sum(1) + (b @ mua) ** 2
     ntot = d.nf[full]
     tr_quad = bGb + (b * mu_w).sum(1) ** 2
     tquad = ntot * b_all_quad - d.nf * tr_quad

@@ -77,6 +77,7 @@ from jax import lax
 
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.l1 import _ws_covariance as _cov
+from jaxknock.l1 import _ws_homotopy as _hom
 from jaxknock.l1 import _ws_naive as _naive
 
 __all__ = ["l1_cv", "l1_path", "fold_rows"]
@@ -124,16 +125,22 @@ def _engine_for(loss: str, method: str, n: int, m: int) -> str:
     if loss == "logistic":
         return "naive"
     if method == "auto":
-        return "cov" if 4 * n >= m else "naive"
-    if method not in ("cov", "naive"):
-        raise ValueError(f"method must be 'auto', 'cov' or 'naive', got {method!r}")
+        return "homotopy" if 4 * n >= m else "naive"
+    if method not in ("homotopy", "cov", "naive"):
+        raise ValueError(f"method must be 'auto', 'homotopy', 'cov' or 'naive', got {method!r}")
     return method
 
 
-def _path_core(X, y, lambdas, lam0, rows, excl, *, engine, loss, W, chunk, tol, max_steps, patience, early_stop):
+def _path_core(
+    X, y, lambdas, lam0, rows, excl, *, engine, loss, W, chunk, tol, max_steps, patience, early_stop, slots=0
+):
     """One design, all members, the whole path (traceable)."""
-    mod = _cov if engine == "cov" else _naive
-    if engine == "cov":
+    mod = {"cov": _cov, "homotopy": _hom, "naive": _naive}[engine]
+    if engine == "homotopy":
+        d = mod.cov_data(X, y, rows, excl)
+        st = mod.init_state(d, W + chunk, slots)
+        extra = {}
+    elif engine == "cov":
         d = mod.cov_data(X, y, rows, excl)
         st = mod.init_state(d, W + chunk)
         extra = {}
@@ -192,6 +199,8 @@ def _path_core(X, y, lambdas, lam0, rows, excl, *, engine, loss, W, chunk, tol, 
         st, _, clean, ep, conv = lax.while_loop(
             icond, ibody, (st, jnp.int32(0), jnp.bool_(False), jnp.int32(0), jnp.bool_(True))
         )
+        if engine == "homotopy":
+            st = mod.accept(st)
         train, test, b0 = mod.fit_stats(d, st, **extra)
         nnz = jnp.sum((st.beta[K] != 0) & (jnp.arange(Wc) < st.size)).astype(jnp.int32)
         out = dict(
@@ -232,9 +241,9 @@ def _path_core(X, y, lambdas, lam0, rows, excl, *, engine, loss, W, chunk, tol, 
 
 
 @functools.partial(
-    jax.jit, static_argnames=("engine", "loss", "W", "chunk", "max_steps", "patience", "early_stop", "rule")
+    jax.jit, static_argnames=("engine", "loss", "W", "chunk", "max_steps", "patience", "early_stop", "rule", "slots")
 )
-def _cv_jit(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps, patience, early_stop, rule):
+def _cv_jit(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps, patience, early_stop, rule, slots):
     def one(X, y, lambdas):
         return _cv_one(
             X,
@@ -251,6 +260,7 @@ def _cv_jit(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps
             patience=patience,
             early_stop=early_stop,
             rule=rule,
+            slots=slots,
         )
 
     if X.ndim == 3:
@@ -258,7 +268,7 @@ def _cv_jit(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps
     return one(X, y, lambdas)
 
 
-def _cv_one(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps, patience, early_stop, rule):
+def _cv_one(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps, patience, early_stop, rule, slots):
     m = X.shape[1]
     M = excl.shape[0]
     K = M - 1
@@ -278,6 +288,7 @@ def _cv_one(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps
         max_steps=max_steps,
         patience=patience,
         early_stop=early_stop,
+        slots=slots,
     )
     L = lambdas.shape[0]
     Wc = W + chunk
@@ -290,6 +301,7 @@ def _cv_one(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps
         num_steps=steps,
         max_steps=jnp.int32(max_steps),
         overflow=st.overflow,
+        slot_overflow=getattr(st, "slot_over", jnp.bool_(False)),
         working_set_size=st.size,
         train_loss=jnp.where(solved, out["train"][:, K], jnp.nan),
         nnz=out["nnz"],
@@ -306,7 +318,7 @@ def _cv_one(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps
         i = nsolved - 1
     b = jnp.zeros((m,), X.dtype).at[st.idx].add(jnp.where(valid, out["beta"][i], 0))
     stats.update(lam=lambdas[i], lam_index=i, intercept=out["b0"][i], nnz_chosen=jnp.sum(b != 0))
-    if engine == "cov":
+    if engine in ("cov", "homotopy"):
         stats["gap"] = _cov_gap(X, y, b, out["b0"][i], lambdas[i])
     else:
         stats["gap"] = _naive.gap(X, y, b, out["b0"][i], lambdas[i], loss=loss)
@@ -315,6 +327,8 @@ def _cv_one(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps
     stats["coef_path"] = path
     stats["intercept_path"] = jnp.where(solved, out["b0"], jnp.nan)
     converged = ok_all & ~st.overflow
+    if engine == "homotopy":  # exact between kinks: the KKT check is the certificate
+        converged = converged & (stats["kkt"] <= jnp.maximum(tol, 1e-6))
     finite = jnp.all(jnp.isfinite(b))
     code = jnp.where(converged, jnp.int32(RESULTS.successful), jnp.int32(RESULTS.max_steps_reached))
     code = jnp.where(finite, code, jnp.int32(RESULTS.nonfinite))
@@ -359,8 +373,9 @@ def _run(X, y, lambdas, rows, excl, *, loss, method, tol, max_steps, patience, e
     engine = _engine_for(loss, method, n, m)
     chunk = 32 if m >= 256 else 8
     key = (X.shape, str(X.dtype), loss, engine, rows.shape)
-    W = max_features or _CAPACITY.get(key, min(m, 128))
-    W = min(W, m)
+    W, A = _CAPACITY.get(key, (min(m, 256), 128))
+    W = min(max_features or W, m)
+    A = min(A, W + chunk)
     while True:
         sol = _cv_jit(
             X,
@@ -377,13 +392,19 @@ def _run(X, y, lambdas, rows, excl, *, loss, method, tol, max_steps, patience, e
             patience=patience,
             early_stop=early_stop,
             rule=rule,
+            slots=A if engine == "homotopy" else 0,
         )
         over = sol.stats["overflow"]
-        if max_features is not None or isinstance(over, jax.core.Tracer) or not bool(jnp.any(over)) or W >= m:
+        if isinstance(over, jax.core.Tracer) or not bool(jnp.any(over)):
+            break
+        if engine == "homotopy" and bool(jnp.any(sol.stats["slot_overflow"])) and A < W + chunk:
+            A = min(2 * A, W + chunk)
+            continue
+        if max_features is not None or W >= m:
             break
         W = min(2 * W, m)
     if max_features is None:
-        _CAPACITY[key] = W
+        _CAPACITY[key] = (W, A)
     return raise_if_failed(sol, throw)
 
 

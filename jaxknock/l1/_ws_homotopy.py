@@ -1,0 +1,225 @@
+r"""Homotopy (LARS-lasso) engine of :mod:`jaxknock.l1.working_set`: squared loss, ``n >= ~m/4``.
+
+Same problem, sufficient statistics and Gram-column cache as
+:mod:`jaxknock.l1._ws_covariance` (the cache of working-set columns is shared
+by the ``K`` folds and the refit; one chunk of new columns costs ``2 n m B``
+flops for all members together). What differs is the solver between two grid
+penalties: instead of coordinate descent, every member follows the *exact*
+piecewise-linear solution path.
+
+On an active set :math:`A` with signs :math:`s_A` the lasso solution is
+
+.. math::
+
+    \beta_A(\lambda) = G_{AA}^{-1}(q_A - \lambda s_A),\qquad
+    g_j(\lambda) = q_j - G_{jA}\beta_A(\lambda),
+
+so as :math:`\lambda` decreases by :math:`t`, :math:`\beta_A` moves by
+:math:`t\,v` (:math:`v = G_{AA}^{-1} s_A`) and the gradient by :math:`-t\,w`
+(:math:`w = G_{\cdot A} v`). The next *kink* is the smallest :math:`t > 0`
+at which an inactive feature reaches :math:`|g_j| = \lambda - t`
+(``t = (lam -+ g_j) / (1 -+ w_j)``), an active coefficient crosses zero
+(``t = -beta_i / v_i``), or the next grid penalty is reached. A kink adds or
+removes one feature; :math:`G_{AA}^{-1}` is kept by a rank-one bordering /
+Schur downdate (``O(|A|^2)``), and each kink costs one ``(W x A)``
+product per member. The number of kinks is about the number of active-set
+changes, so a grid step that does not change the active set costs one step.
+
+Candidates for entering are the cached features (the sequential strong rule
+fills the cache before each grid step); after the step a KKT check over all
+``m`` features (one ``(m x W)`` product per member) catches any violator
+outside the cache, which joins the cache, and the grid step is redone from
+the previous grid solution. Before the check, one step of iterative
+refinement (:math:`\beta_A \mathrel{+}= G_{AA}^{-1}(q_A - \lambda s_A - G_{AA}\beta_A)`)
+removes the rounding drift of the updated inverse. A feature in the span of the
+active ones (an exact duplicate, or any feature once ``|A|`` reaches the
+rank when ``n_f < m``) cannot join: its Schur complement vanishes and it is
+skipped for the rest of the grid step (its gradient follows the active
+ones'); the KKT check over all features still certifies the result, and
+``stats["kkt"]`` reports it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxknock.l1 import _ws_covariance as _cov
+
+_HI = lax.Precision.HIGHEST
+
+cov_data = _cov.cov_data
+add_features = _cov.add_features
+full_gradient = _cov.full_gradient
+fit_stats = _cov.fit_stats
+
+
+class Member(NamedTuple):
+    """One member's position on its path (leading axis ``M`` when batched)."""
+
+    slot_c: jax.Array  # (A,) int32 cache position of each slot
+    used: jax.Array  # (A,) bool
+    sgn: jax.Array  # (A,) signs of the active coefficients (0 when unused)
+    sbeta: jax.Array  # (A,) active coefficients
+    Ginv: jax.Array  # (A, A) inverse of G_AA on the used slots, zero elsewhere
+    lam: jax.Array  # () current penalty
+    sat: jax.Array  # () bool: some feature was skipped as linearly dependent on the active ones
+
+
+class HomState(NamedTuple):
+    # the cache fields (names shared with _ws_covariance.CovState)
+    idx: jax.Array  # (Wc,)
+    size: jax.Array  # ()
+    inws: jax.Array  # (m,)
+    C: jax.Array  # (M, m, Wc)
+    beta: jax.Array  # (M, Wc) coefficients in cache coordinates
+    grad: jax.Array  # (M, m)
+    overflow: jax.Array  # ()
+    # homotopy fields
+    slot_over: jax.Array  # () bool: a member needed more than A active slots
+    cur: Member  # current
+    anchor: Member  # at the last accepted grid penalty
+
+
+def init_state(d, Wc: int, A: int) -> HomState:
+    """Empty cache of capacity ``Wc`` and ``A`` active slots per member, at ``lambda_max``."""
+    base = _cov.init_state(d, Wc)
+    M, m = d.q.shape
+    dt = d.q.dtype
+    lmax = jnp.max(jnp.abs(d.q), axis=1)
+    mem = Member(
+        slot_c=jnp.zeros((M, A), jnp.int32),
+        used=jnp.zeros((M, A), bool),
+        sgn=jnp.zeros((M, A), dt),
+        sbeta=jnp.zeros((M, A), dt),
+        Ginv=jnp.zeros((M, A, A), dt),
+        lam=lmax,
+        sat=jnp.zeros((M,), bool),
+    )
+    return HomState(*base, slot_over=jnp.bool_(False), cur=mem, anchor=mem)
+
+
+def accept(st: HomState) -> HomState:
+    """Mark the current grid solution as the restart point of the next grid step."""
+    return st._replace(anchor=st.cur)
+
+
+def _kink(mem: Member, Cf, idx, Gr, g, act, skip, valid, lam_t, banned, done):
+    """One kink of one member: move to the next event, then add / drop one feature.
+
+    Both an addition (bordering) and a removal (Schur downdate) are one
+    symmetric rank-one update of the inverse, ``Ginv += alpha x x^T``:
+    removal ``x = Ginv e_i``, ``alpha = -1 / Ginv_ii`` (which zeroes row and
+    column ``i``); addition at a free slot ``k`` with ``u = Ginv b`` and
+    Schur complement ``sigma = G_jj - b^T u``: ``x = u - e_k``,
+    ``alpha = 1 / sigma``. A member that is ``done`` does not move.
+    """
+    dt = g.dtype
+    inf = jnp.asarray(jnp.inf, dt)
+    A = mem.used.shape[0]
+    lam = mem.lam
+    v = jnp.where(mem.used, jnp.dot(mem.Ginv, mem.sgn, precision=_HI), 0)
+    w = jnp.dot(v, Gr, precision=_HI)
+    tg = jnp.maximum(lam - lam_t, 0)
+    up = 1 - w
+    lo = 1 + w
+    t1 = jnp.where(up > 0, jnp.maximum(lam - g, 0) / jnp.where(up > 0, up, 1), inf)
+    t2 = jnp.where(lo > 0, jnp.maximum(lam + g, 0) / jnp.where(lo > 0, lo, 1), inf)
+    cand = valid & ~act & ~skip & (jnp.arange(g.shape[0]) != banned)
+    tin = jnp.where(cand, jnp.minimum(t1, t2), inf)
+    j = jnp.argmin(tin)
+    shrink = mem.used & (mem.sbeta * v < 0)
+    tl = jnp.where(shrink, -mem.sbeta / jnp.where(shrink, v, 1), inf)
+    i = jnp.argmin(tl)
+    grid = tg <= jnp.minimum(tin[j], tl[i])
+    t = jnp.where(done, 0, jnp.minimum(tg, jnp.minimum(tin[j], tl[i])))
+    leave = ~done & ~grid & (tl[i] < tin[j])
+    enter = ~done & ~grid & ~(tl[i] < tin[j])
+
+    # the addition's Schur complement
+    slot = jnp.argmin(mem.used)
+    full = jnp.all(mem.used)
+    col = lax.dynamic_index_in_dim(Cf, idx[j], axis=0, keepdims=False)  # Gram row of feature j on the cache
+    b = jnp.where(mem.used, col[mem.slot_c], 0)
+    u = jnp.dot(mem.Ginv, b, precision=_HI)
+    sigma = col[j] - b @ u
+    sat = sigma <= 1e-10 * jnp.maximum(col[j], jnp.finfo(dt).tiny)
+    do_enter = enter & ~sat & ~full
+    e = (jnp.arange(A) == slot).astype(dt)
+    gi = mem.Ginv[:, i]
+    x = jnp.where(leave, gi, jnp.where(do_enter, u - e, 0))
+    alpha = jnp.where(leave, -1 / jnp.where(gi[i] != 0, gi[i], 1), jnp.where(do_enter, 1 / jnp.where(sat, 1, sigma), 0))
+    Ginv = mem.Ginv + alpha * jnp.outer(x, x)
+    drop = jnp.where(leave, i, A)  # out of range: no-op
+    Ginv = Ginv.at[drop, :].set(0, mode="drop").at[:, drop].set(0, mode="drop")
+
+    sbeta = jnp.where(mem.used, mem.sbeta + t * v, 0)
+    g = g - t * w
+    lam_new = jnp.where(done, lam, jnp.where(grid, lam_t, lam - t))
+    add = jnp.where(do_enter, slot, A)
+    used = mem.used.at[drop].set(False, mode="drop").at[add].set(True, mode="drop")
+    sg = mem.sgn.at[drop].set(0, mode="drop").at[add].set(jnp.sign(g[j]), mode="drop")
+    sbeta = sbeta.at[drop].set(0, mode="drop")
+    slot_c = mem.slot_c.at[add].set(j.astype(jnp.int32), mode="drop")
+    Gr = Gr.at[add, :].set(col, mode="drop")
+    Wc = act.shape[0]
+    act = act.at[jnp.where(leave, mem.slot_c[i], Wc)].set(False, mode="drop")
+    act = act.at[jnp.where(do_enter, j, Wc)].set(True, mode="drop")
+    banned = jnp.where(leave, mem.slot_c[i], jnp.where(done, banned, -1))
+    # a feature in the span of the active ones (duplicates, or |A| = rank) cannot join:
+    # it is skipped for the rest of this grid step (its gradient follows the active ones')
+    skip = skip.at[jnp.where(enter & sat, j, Wc)].set(True, mode="drop")
+    mem = Member(slot_c, used, sg, sbeta, Ginv, lam_new, mem.sat | (enter & sat))
+    return mem, Gr, g, act, skip, banned, done | grid | (enter & full), enter & full
+
+
+def _refine(mem: Member, Gr, qc):
+    """One step of iterative refinement of the active coefficients at ``mem.lam``."""
+    Gaa = jnp.take(Gr, mem.slot_c, axis=1)  # (A, A)
+    qa = jnp.take(qc, mem.slot_c)
+    r = jnp.where(mem.used, qa - mem.lam * mem.sgn - jnp.dot(Gaa, mem.sbeta, precision=_HI), 0)
+    return mem._replace(sbeta=jnp.where(mem.used, mem.sbeta + jnp.dot(mem.Ginv, r, precision=_HI), 0))
+
+
+def solve_ws(d, st: HomState, lam, tol, max_epochs):
+    """Follow every member's path from the last accepted grid penalty to ``lam``.
+
+    Returns the new state, the number of kinks and a flag that is false when
+    the kink budget ``max_epochs`` ran out or a slot overflow occurred.
+    """
+    del tol
+    Wc = st.idx.shape[0]
+    valid = jnp.arange(Wc) < st.size
+    qc = jnp.take(d.q, st.idx, axis=1)
+    mem = st.anchor
+    feat = jnp.take(st.idx, mem.slot_c)  # (M, A) feature of every slot
+    # Gram rows of the active features on the cache columns (contiguous row gathers)
+    Gr = jax.vmap(lambda C, f, u: jnp.where(u[:, None], jnp.take(C, f, axis=0), 0))(st.C, feat, mem.used)
+    g = qc - jnp.einsum("fa,faw->fw", mem.sbeta, Gr, precision=_HI)
+    act = jax.vmap(lambda sc, u: jnp.zeros((Wc,), bool).at[sc].max(u))(mem.slot_c, mem.used)
+    M = act.shape[0]
+
+    kink = jax.vmap(_kink, in_axes=(0, 0, None, 0, 0, 0, 0, None, None, 0, 0))
+
+    def cond(c):
+        done, k, over = c[-3:]
+        return ~jnp.all(done) & (k < max_epochs) & ~over
+
+    def body(c):
+        mem, Gr, g, act, skip, banned, done, k, over = c
+        mem, Gr, g, act, skip, banned, done, full = kink(mem, st.C, st.idx, Gr, g, act, skip, valid, lam, banned, done)
+        return mem, Gr, g, act, skip, banned, done, k + 1, over | jnp.any(full)
+
+    skip0 = jnp.zeros_like(act)
+    ban0 = jnp.full((M,), -1, jnp.int32)
+    c0 = (mem, Gr, g, act, skip0, ban0, jnp.zeros((M,), bool), jnp.int32(0), jnp.bool_(False))
+    mem, Gr, g, act, _, _, done, k, over = lax.while_loop(cond, body, c0)
+    mem = jax.vmap(_refine)(mem, Gr, qc)
+    beta = jax.vmap(lambda sc, u, b: jnp.zeros((Wc,), b.dtype).at[sc].add(jnp.where(u, b, 0)))(
+        mem.slot_c, mem.used, mem.sbeta
+    )
+    ok = jnp.all(done) & ~over
+    return st._replace(cur=mem, beta=beta, overflow=st.overflow | over, slot_over=st.slot_over | over), k, ok
