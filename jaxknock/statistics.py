@@ -31,6 +31,7 @@ from jax import lax
 
 from jaxknock import _checks
 from jaxknock._solution import Solution, raise_if_failed
+from jaxknock.l1 import working_set as _working_set
 from jaxknock.l1.cv import check_folds_nonempty, check_patience, cv_solve, resolve_folds
 from jaxknock.l1.path import path_solve
 from jaxknock.l1.problem import check_grid_settings, check_lambdas, default_grid
@@ -156,6 +157,7 @@ def lcd(
     solver: str = "auto",
     screen: bool = True,
     patience: int | None = None,
+    engine: str = "auto",
     throw: bool = False,
 ) -> Solution:
     r"""Lasso coefficient difference :math:`W_j = |\hat\beta_j| - |\hat\beta_{j+p}|`.
@@ -184,6 +186,17 @@ def lcd(
             :func:`jaxknock.lasso_cv`); ``None`` solves the whole grid.
             It depends on CV errors only, which are swap-invariant, so the
             flip-sign property is kept.
+        engine: the cross-validation engine. ``"working_set"``: the
+            working-set path engine :func:`jaxknock.l1.working_set.l1_cv`
+            (exact homotopy for the squared loss when ``n >= 2p/4``, strong
+            rules and a KKT check over every feature, CV-driven early stop
+            with ``patience`` (default 10 there); every replicate, fold and
+            the refit in one batched path). ``"classic"``: the
+            fixed-step engine :func:`jaxknock.lasso_cv`. ``"auto"``
+            (default): ``"working_set"`` for cross-validation with an
+            intercept outside a ``jit`` trace (the engine grows its
+            working-set capacity on the host), else ``"classic"``.
+            Both target the same lambda and support as a tight solve.
         throw: raise ``RuntimeError`` if any solve failed.
 
     Returns:
@@ -214,6 +227,22 @@ def lcd(
             ) from None
         _checks.check_lam(lam)
         sol = _lcd_fixed_jit(Xk3, y, lam, settings)
+    elif _use_working_set(engine, Xk3, fit_intercept):
+        fold_ids, K = resolve_folds(n, folds)
+        check_folds_nonempty(fold_ids, K, y, loss)
+        ws = _working_set.l1_cv(
+            Xk3,
+            jnp.broadcast_to(y, Xk3.shape[:2]),
+            folds=fold_ids,
+            lambdas=lambdas,
+            num_lambdas=num_lambdas,
+            eps=eps,
+            loss=loss,
+            tol=1e-5 if tol is None else tol,
+            patience=10 if patience is None else patience,
+        )
+        stats = {"coef": ws.value, "lam": ws.stats["lam"], "num_steps": ws.stats["num_steps"]}
+        sol = Solution(value=_coef_to_w(ws.value), result=ws.result, stats=stats)
     else:
         fold_ids, K = resolve_folds(n, folds)
         check_folds_nonempty(fold_ids, K, y, loss)
@@ -235,6 +264,15 @@ def lcd(
             patience=patience,
         )
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
+
+
+def _use_working_set(engine, Xk3, fit_intercept) -> bool:
+    _checks.check_choice(engine, ("auto", "working_set", "classic"), "engine")
+    if engine == "auto":
+        return fit_intercept and not isinstance(Xk3, jax.core.Tracer)
+    if engine == "working_set" and not fit_intercept:
+        raise ValueError("engine='working_set' always fits an intercept; use engine='classic' with fit_intercept=False")
+    return engine == "working_set"
 
 
 def _coef_to_w(coef):
