@@ -3,6 +3,9 @@ import os
 import jax
 
 jax.config.update("jax_enable_x64", True)
+# CLI calls made in this process must not turn on the persistent compilation cache
+# (tests of the cache set their own directory in a subprocess)
+os.environ.setdefault("JAXKNOCK_NO_COMPILE_CACHE", "1")
 
 import pytest  # noqa: E402
 

@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -150,6 +151,25 @@ def test_select_subprocess_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
     assert "constant" in proc.stderr
+
+
+def test_persistent_compile_cache_and_opt_out(tmp_path, reg_csv):
+    """The CLI fills a per-user compilation cache (JAXKNOCK_CACHE_DIR here); --no-compile-cache leaves it empty."""
+    base = {k: v for k, v in os.environ.items() if k != "JAXKNOCK_NO_COMPILE_CACHE"}
+    cmd = [sys.executable, "-m", "jaxknock", "select", str(reg_csv), "--target", "y", "--quiet", "--method", "equi"]
+    on, off = tmp_path / "on", tmp_path / "off"
+    proc = subprocess.run(cmd, env=dict(base, JAXKNOCK_CACHE_DIR=str(on)), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert on.is_dir() and any(on.iterdir())
+    proc = subprocess.run(
+        [*cmd[:3], "--no-compile-cache", *cmd[3:]],
+        env=dict(base, JAXKNOCK_CACHE_DIR=str(off)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert not off.exists() or not any(off.iterdir())
 
 
 @pytest.fixture

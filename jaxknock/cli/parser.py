@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from jaxknock.cli.bench import run_bench
-from jaxknock.cli.common import CLIError
+from jaxknock.cli.common import CLIError, enable_compile_cache
 from jaxknock.cli.demo import run_demo
 from jaxknock.cli.select import METHODS, run_select
 from jaxknock.cli.snb import run_snb
@@ -18,6 +18,12 @@ def build_parser() -> argparse.ArgumentParser:
     from jaxknock.pipeline import AGGREGATES, STATISTICS
 
     parser = argparse.ArgumentParser(prog="jaxknock", description="Knockoff feature selection in JAX.")
+    parser.add_argument(
+        "--no-compile-cache",
+        action="store_true",
+        help="do not use JAX's persistent compilation cache (default: on, in $JAXKNOCK_CACHE_DIR "
+        "or ~/.cache/jaxknock/jax; also JAXKNOCK_NO_COMPILE_CACHE=1)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the main job on built-in synthetic data")
     demo.add_argument("--n", type=int, default=1000, help="samples (default 1000)")
@@ -91,6 +97,7 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed usage + message
         return int(exc.code or 0)
+    enable_compile_cache(not args.no_compile_cache)
     try:
         return args.func(args)
     except CLIError as err:
