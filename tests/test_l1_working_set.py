@@ -151,3 +151,18 @@ def test_input_errors():
         l1_path(np.ones((10, 3)), np.arange(10.0), [0.1, 0.2])
     with pytest.raises(ValueError, match="loss"):
         l1_cv(np.zeros((10, 3)), np.zeros(10), loss="hinge")
+
+
+def test_homotopy_wide_folds_match_lassocv():
+    """n_f < m (each training fold has fewer rows than features): the homotopy engine, whole grid, vs LassoCV."""
+    X, y = _data(80, 150, seed=3)
+    ids, _ = fold_rows(4, 80)
+    cv = [(np.flatnonzero(ids != k), np.flatnonzero(ids == k)) for k in range(4)]
+    sol = l1_cv(X, y, folds=ids, num_lambdas=30, eps=1e-2, early_stop=False, method="homotopy")
+    assert int(sol.result) == RESULTS.successful
+    lams = np.asarray(sol.stats["lambdas"])
+    sk = LassoCV(alphas=lams, cv=cv, tol=1e-12, max_iter=500_000).fit(X, y)
+    np.testing.assert_allclose(np.asarray(sol.stats["cv_error"]), sk.mse_path_, rtol=1e-5, atol=1e-7)
+    assert float(sol.stats["lam"]) == pytest.approx(sk.alpha_)
+    np.testing.assert_allclose(np.asarray(sol.value), sk.coef_, atol=1e-6)
+    assert float(sol.stats["kkt"]) < 1e-8

@@ -373,7 +373,7 @@ def _run(X, y, lambdas, rows, excl, *, loss, method, tol, max_steps, patience, e
     engine = _engine_for(loss, method, n, m)
     chunk = 32 if m >= 256 else 8
     key = (X.shape, str(X.dtype), loss, engine, rows.shape)
-    W, A = _CAPACITY.get(key, (min(m, 256), 128))
+    W, A = _CAPACITY.get(key, (min(m, 512), 256))
     W = min(max_features or W, m)
     A = min(A, W + chunk)
     while True:
