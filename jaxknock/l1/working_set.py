@@ -1,10 +1,8 @@
 r"""A working-set lasso / l1-logistic path and K-fold cross-validation engine in pure JAX.
 
-Experimental (issue 17): correct and KKT-certified against scikit-learn, not yet
-wired into :func:`~jaxknock.lcd` / :func:`~jaxknock.knockoff_filter`, and not yet
-fast enough to be their default (n = 2000, 2p = 2000, 5 folds x 100 lambdas:
-about 12x adelie's default ``cv_grpnet`` on the 2-core CPU; see
-``benchmarks/measured/NOTES.md``, "l1 working-set engine").
+The default cross-validation engine of :func:`~jaxknock.lcd` (and so of
+:func:`~jaxknock.knockoff_filter`); timings against adelie and scikit-learn
+are in ``benchmarks/bench_statistics.py`` and ``benchmarks/measured/NOTES.md``.
 
 Every fit solves, for a decreasing grid :math:`\lambda_1 > \dots > \lambda_L`,
 
@@ -28,7 +26,13 @@ folds. Design (see the notes of glmnet, adelie, celer/skglm):
   coordinate descent with active-set cycling solves the working-set problem,
   and a KKT check on *all* features (:math:`|g_j| \le \lambda`) adds the
   violators and resumes; at exit every member is KKT-optimal;
-* **covariance updates** (squared loss, ``n >= m / 4``): only the Gram
+* **exact homotopy** (squared loss, ``n >= m / 4``, the default
+  ``method="homotopy"``): between two grid penalties every member follows
+  its piecewise-linear solution path (LARS-lasso), one rank-one update of
+  the active Gram inverse per kink, on the cached Gram columns; the grid
+  solutions are exact up to rounding (KKT residuals ~1e-13), see
+  ``jaxknock.l1._ws_homotopy``;
+* **covariance updates** (``method="cov"``): only the Gram
   columns of the working set are formed, from per-fold block products (one
   product serves all ``K + 1`` members), and each coordinate update is
   ``O(W)``; the KKT check is a ``(m x W)`` product (see ``jaxknock.l1._ws_covariance``);
@@ -48,7 +52,10 @@ folds. Design (see the notes of glmnet, adelie, celer/skglm):
   exactly like scikit-learn.
 
 Accuracy target: the same lambda and the same support as a tight solve.
-A working-set solve stops when, after a sweep over the whole working set,
+The homotopy engine is exact between kinks (no tolerance to tune; after
+one step of iterative refinement the result is certified by the KKT check
+over all features and is ``successful`` only if the largest relative
+violation is below ``max(tol, 1e-6)``). A coordinate-descent solve stops when, after a sweep over the whole working set,
 every coordinate meets its KKT condition to ``tol * lambda``
 (:math:`\mathrm{dist}(g_j, \lambda\,\partial|\beta_j|) \le \mathrm{tol}\,\lambda`,
 default ``tol=1e-5``); with the KKT check on the other features this
@@ -467,8 +474,11 @@ def l1_cv(
         tol: relative KKT tolerance of every solve (traced).
         max_steps: epochs per working-set solve and KKT rounds per lambda.
         patience, early_stop: the early exits of the module docstring.
-        method: ``"auto"``, ``"cov"`` (Gram columns; squared loss) or ``"naive"``.
-        max_features: working-set capacity ``W``; ``None`` starts at 128 and
+        method: ``"auto"`` (``"homotopy"`` for the squared loss when
+            ``4 n >= m``, else ``"naive"``), ``"homotopy"`` (exact path on
+            Gram columns), ``"cov"`` (coordinate descent on Gram columns) or
+            ``"naive"`` (residual updates; the logistic loss always).
+        max_features: working-set capacity ``W``; ``None`` starts at 512 and
             doubles (re-running the path) whenever it is exceeded.
         throw: raise ``RuntimeError`` if a solve did not succeed.
 
