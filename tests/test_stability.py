@@ -8,9 +8,16 @@ import numpy as np
 import pytest
 
 import jaxknock
-from jaxknock.stability import stability_bound, stability_selection, stability_subsamples
+from jaxknock.stability import stability_bound, stability_subsamples
+from jaxknock.stability import stability_selection as _stability_selection
 
 N, P, B, L = 80, 20, 20, 8
+
+
+def stability_selection(*args, **kwargs):
+    """One solver everywhere, so the tests share compiled programs (FISTA compiles fastest)."""
+    kwargs.setdefault("solver", "fista")
+    return _stability_selection(*args, **kwargs)
 
 
 def _data(seed, signal=True):
@@ -27,7 +34,7 @@ def test_probabilities_equal_explicit_loop():
     X, y = _data(0)
     key = jax.random.key(3)
     lambdas = jaxknock.lambda_grid(X, y, num=L, eps=0.05)
-    res = stability_selection(key, X, y, lambdas=lambdas, num_subsamples=B, threshold=0.6, solver="fista")
+    res = stability_selection(key, X, y, lambdas=lambdas, num_subsamples=B, threshold=0.6)
     idx = np.asarray(stability_subsamples(key, N, B))
     assert idx.shape == (B, N // 2)
     counts = np.zeros((P, L))
