@@ -352,7 +352,7 @@ def randsel(
     fix_after: int | None = None,
     min_features: int = 2,
     bandwidth: float | None = None,
-    estimator: str = "hsic",
+    estimator: str = "unbiased",
     chunk_size: int | None = None,
     max_eval_rows: int = 2000,
 ) -> RandSelResult:
@@ -364,9 +364,16 @@ def randsel(
     :math:`\lfloor n_f/2\rfloor + 1` of the :math:`n_f` features in play that
     contain ``j`` and :math:`\mathcal S_{\setminus j}` over sets of
     :math:`\lfloor n_f/2\rfloor` that do not; ``A`` is the empirical HSIC of a
-    Gaussian kernel on the set's features with the linear target kernel
-    (``estimator="hsic"``, the thesis' estimator :math:`\operatorname{tr}(KHLH)/(m-1)^2`;
-    ``"unbiased"`` for Song et al.'s U-statistic; ``"kta"`` the normalised alignment).
+    Gaussian kernel on the set's features with the linear target kernel,
+    estimated on the subsample by the unbiased U-statistic of Song et al.
+    (``estimator="unbiased"``, default), the thesis' biased
+    :math:`\operatorname{tr}(KHLH)/(m-1)^2` (``"hsic"``) or the normalised
+    alignment (``"kta"``). The default departs from the thesis on purpose: the
+    bias of the biased estimator, about :math:`(1 - E k)\operatorname{var}(y)/m`,
+    grows with the number of features in the set, so *every* feature,
+    irrelevant ones included, gets a positive :math:`\hat c_j` of order ``1/m``
+    (the ranking is unchanged, the sign is not); the U-statistic has
+    :math:`E\hat c_j = c_j` exactly (the same kernel width for ``V`` and ``U``).
     Each of the ``num_subsamples`` draws takes ``subsample_size`` rows without
     replacement, a uniform set ``V`` of :math:`\lfloor n_f/2\rfloor + 1` features
     and ``U = V`` minus one uniform member of ``V``; then :math:`\hat c_j` is the
