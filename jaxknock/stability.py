@@ -31,8 +31,8 @@ of false selections obeys
      C = \begin{cases} 2(2\pi - 1 - \tfrac1{2B}) & \pi \le \tfrac34,\\
      \frac{1 + 1/B}{4(1 - \pi + \tfrac1{2B})} & \pi > \tfrac34,\end{cases}
 
-  valid for :math:`\pi \ge \tfrac12 + \min(\theta^2, \tfrac1{2B} + \tfrac34\theta^2)`
-  (below that the bound is reported as ``inf``). The r-concave bound of the same
+  valid for :math:`\pi \ge \tfrac12 + \min(\theta^2, \tfrac1{2B} + \tfrac34\theta^2)`;
+  the reported bound is the smaller of the two (the first where eq. (8) does not apply). The r-concave bound of the same
   paper (a numerical optimisation) is not implemented.
 
 All ``B x L`` fits are one compiled program: the subsamples are drawn on the
@@ -74,7 +74,7 @@ class StabilityResult(NamedTuple):
         max_probability: ``(p,)`` maximum over the chosen range (the first ``num_lambdas_used`` lambdas).
         selected: ``(p,)`` bool, ``max_probability >= threshold``.
         threshold: the selection threshold :math:`\\pi_{thr}`.
-        bound: upper bound on the expected number of false selections E[V] (``inf`` where it does not apply).
+        bound: upper bound on the expected number of false selections E[V].
         q: average number of features selected per subsample over the chosen range.
         q_path: ``(L,)`` the same for every prefix ``lambdas[:k+1]``.
         lambdas: ``(L,)`` the grid (decreasing).
@@ -107,8 +107,9 @@ def stability_bound(q, p, threshold, *, num_pairs=None, assumption="none") -> fl
     ``assumption="none"``: :math:`q^2 / ((2\pi_{thr} - 1) p)` (Meinshausen &
     Bühlmann 2010, Theorem 1; Shah & Samworth 2013, Theorem 1, for
     complementary pairs). ``assumption="unimodal"`` (complementary pairs only,
-    ``num_pairs`` = ``B``): Shah & Samworth (2013), equation (8), see the module
-    docstring; ``inf`` outside its range of validity.
+    ``num_pairs`` = ``B``): the smaller of that and Shah & Samworth (2013),
+    equation (8) (see the module docstring), which applies from
+    :math:`\pi \ge 1/2 + \min(\theta^2, 1/(2B) + 3\theta^2/4)` on.
 
     Example:
         >>> stability_bound(10, 1000, 0.9)  # 100 / (0.8 * 1000)
@@ -128,13 +129,14 @@ def stability_bound(q, p, threshold, *, num_pairs=None, assumption="none") -> fl
         raise ValueError("assumption='unimodal' needs num_pairs (complementary pairs), got None")
     B = int(num_pairs)
     theta = q / p
+    simple = q * q / ((2 * thr - 1) * p)  # holds for complementary pairs without the assumption
     if thr < 0.5 + min(theta**2, 1 / (2 * B) + 0.75 * theta**2):
-        return math.inf
+        return simple
     if thr <= 0.75:
         c = 2 * (2 * thr - 1 - 1 / (2 * B))
     else:
         c = (1 + 1 / B) / (4 * (1 - thr + 1 / (2 * B)))
-    return math.inf if c <= 0 else q * q / (p * c)
+    return simple if c <= 0 else min(simple, q * q / (p * c))
 
 
 def _choose(q_path, p, threshold, expected_false, num_pairs, assumption):

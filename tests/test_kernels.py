@@ -148,3 +148,22 @@ def test_bad_shapes_and_ranking():
         greedy_kta_selection(X, y, [0, 0, 1])
     with pytest.raises(ValueError, match="ranking"):
         greedy_kta_selection(X, y, [7])
+
+
+def test_cli_randsel(tmp_path, capsys):
+    import json
+
+    from jaxknock.cli import main
+
+    X, y = _xor(0, n=120, irrelevant=4)
+    path = tmp_path / "x.csv"
+    cols = [f"x{j}" for j in range(6)]
+    np.savetxt(path, np.c_[X, y], delimiter=",", header=",".join([*cols, "y"]), comments="")
+    out = tmp_path / "r.json"
+    argv = ["randsel", str(path), "--target", "y", "--subsamples", "100", "--subsample-size", "40", "--quiet"]
+    assert main([*argv, "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["command"] == "randsel" and report["ranking"][:2] in (["x0", "x1"], ["x1", "x0"])
+    assert main(["randsel", str(path), "--target", "y", "--drop", "1.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--drop" in err[0]

@@ -67,8 +67,8 @@ def test_bound_formulas_known_numbers():
     # pi > 3/4: C = (1 + 1/B) / (4 (1 - pi + 1/(2B)))
     assert stability_bound(5, 100, 0.7, num_pairs=50, assumption="unimodal") == pytest.approx(25 / (100 * 0.78))
     assert stability_bound(10, 1000, 0.9, num_pairs=50, assumption="unimodal") == pytest.approx(0.1 * 4 * 0.11 / 1.02)
-    # below 1/2 + min(theta^2, 1/(2B) + 3 theta^2 / 4) the unimodal bound does not apply
-    assert stability_bound(50, 100, 0.55, num_pairs=50, assumption="unimodal") == math.inf
+    # below 1/2 + min(theta^2, 1/(2B) + 3 theta^2 / 4) eq. (8) does not apply: the assumption-free bound remains
+    assert stability_bound(50, 100, 0.55, num_pairs=50, assumption="unimodal") == pytest.approx(2500 / 10)
     # unimodal is tighter than the assumption-free bound wherever it applies
     for thr in np.linspace(0.6, 1.0, 9):
         assert stability_bound(8, 500, thr, num_pairs=50, assumption="unimodal") < stability_bound(8, 500, thr)
@@ -151,3 +151,22 @@ def test_logistic_needs_labels():
     X, y = _data(0)
     with pytest.raises(ValueError, match="binary labels"):
         stability_selection(jax.random.key(0), X, np.round(np.abs(y)), loss="logistic")
+
+
+def test_cli_stability(tmp_path, capsys):
+    import json
+
+    from jaxknock.cli import main
+
+    X, y = _data(0)
+    path = tmp_path / "d.csv"
+    cols = [f"x{j}" for j in range(P)]
+    np.savetxt(path, np.c_[X, y], delimiter=",", header=",".join([*cols, "y"]), comments="")
+    out = tmp_path / "r.json"
+    argv = [str(path), "--target", "y", "--subsamples", "10", "--lambdas", "5", "--quiet", "--out", str(out)]
+    assert main(["stability", *argv]) == 0
+    report = json.loads(out.read_text())
+    assert report["command"] == "stability" and {"x0", "x1"} <= {s["name"] for s in report["selected"]}
+    assert main(["stability", str(path), "--target", "y", "--threshold", "0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--threshold" in err[0]
