@@ -355,10 +355,13 @@ Two feature-selection systems from the Athanasakis thesis, both batched in JAX:
   the least contributing features are culled round by round. It sees interactions (XOR) that the lasso
   cannot.
 """),
-    code(SETUP + """
+    code(
+        SETUP
+        + """
 from sklearn.datasets import load_diabetes
 from jaxknock.stability import stability_selection
-from jaxknock.kernels import randsel"""),
+from jaxknock.kernels import randsel"""
+    ),
     md("""
 ## Stability paths on scikit-learn's diabetes data
 
