@@ -267,9 +267,11 @@ class RandSelResult(NamedTuple):
     """Result of :func:`randsel`.
 
     Attributes:
-        contributions: ``(R, p)`` estimated contributions :math:`\\hat c_j` per round (``nan`` once culled or fixed).
-        active: ``(R, p)`` bool, the features in play at the start of each round (fixed ones included).
-        alignment: ``(R,)`` centred alignment of the round's features on the data (model selection).
+        contributions: ``(R + 1, p)`` estimated contributions :math:`\\hat c_j` of the ``R`` rounds
+            (``nan`` once culled or fixed); the last row, the final feature set, is all ``nan``.
+        active: ``(R + 1, p)`` bool, the features in play at the start of each round and at the end
+            (fixed ones included).
+        alignment: ``(R + 1,)`` centred alignment of those feature sets on the data (model selection).
         fixed: ``(p,)`` bool, features fixed (top ``keep`` fraction ``fix_after`` rounds in a row).
         ranking: ``(p,)`` feature indices, best first (fixed, then survivors by last contribution,
             then the culled ones, latest culled first).
