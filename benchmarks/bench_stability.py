@@ -66,7 +66,7 @@ def bench_stability(n, p, B, L, seed=0):
     print("| method | time | / scikit-learn | max abs diff of probabilities | mean abs diff | failed fits |")
     print("| --- | --- | --- | --- | --- | --- |")
     print(f"| scikit-learn `lasso_path` loop (tol 1e-4) | {t_sk:.2f} s | 1 | - | - | - |")
-    for dtype, tol, solver in [(np.float64, 1e-4, "fista"), (np.float64, 1e-4, "cd"), (np.float32, 1e-4, "fista"), (np.float32, 1e-3, "fista")]:
+    for dtype, tol, solver in [(np.float64, 1e-4, "fista"), (np.float32, 1e-4, "fista"), (np.float32, 1e-3, "fista")]:
         Xd, yd = jnp.asarray(X, dtype), jnp.asarray(y, dtype)
         kw = dict(lambdas=jnp.asarray(lambdas, dtype), num_subsamples=B, tol=tol, solver=solver)
         stability_selection(key, Xd, yd, **kw).probabilities.block_until_ready()  # compile
