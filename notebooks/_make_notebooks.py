@@ -374,7 +374,7 @@ X = (data.data - data.data.mean(0)) / data.data.std(0)
 y = data.target - data.target.mean()
 B = 20 if SMALL else 100
 # at most one false selection expected: the lambda range is cut where q (selections per half-sample) gets too large
-res = stability_selection(jax.random.key(0), X, y, num_subsamples=B, num_lambdas=10 if SMALL else 50,
+res = stability_selection(jax.random.key(0), X, y, num_subsamples=B, num_lambdas=30 if SMALL else 50,
                           threshold=0.8, expected_false=1.0)
 print(f"threshold {res.threshold}, first {res.num_lambdas_used} of {len(res.lambdas)} lambdas, "
       f"q = {res.q:.2f} selected per half-sample, E[false selections] <= {res.bound:.2f}")
