@@ -30,6 +30,7 @@ from jaxknock.filter import (
     knockoff_select,
     knockoff_threshold,
 )
+from jaxknock.kernels import greedy_kta_selection, hsic, kernel_target_alignment, randsel
 from jaxknock.l1 import (
     LassoState,
     kfold_ids,
@@ -64,6 +65,7 @@ from jaxknock.naive_bayes import (
 )
 from jaxknock.pipeline import Selection, knockoff_filter
 from jaxknock.sampling import fixed_x_knockoffs, sample_knockoffs, sample_knockoffs_factor, sample_replicates
+from jaxknock.stability import stability_selection
 from jaxknock.statistics import antisymmetric_combine, lcd, lsm, marginal_correlation, sparse_centroid
 from jaxknock.svector import (
     asdp,
@@ -178,4 +180,10 @@ __all__ = [
     "predict_lifted",
     "lifted_to_mlp",
     "train_mlp",
+    # stability selection and kernel selection (issue 21)
+    "stability_selection",
+    "kernel_target_alignment",
+    "hsic",
+    "greedy_kta_selection",
+    "randsel",
 ]

@@ -1,4 +1,5 @@
-r"""scikit-learn estimators: :class:`KnockoffSelector` and :class:`SparseNaiveBayes`.
+r"""scikit-learn estimators: :class:`KnockoffSelector`, :class:`SparseNaiveBayes`,
+:class:`StabilitySelector` and :class:`RandSelSelector`.
 
 These are the only estimators of jaxknock. scikit-learn is an optional
 dependency (``pip install "jaxknock[sklearn]"``) and ``import jaxknock`` does
@@ -108,7 +109,7 @@ except ImportError:  # scikit-learn missing (or older than 1.6): minimal stand-i
             return self.fit(X, y, **fit_params).transform(X)
 
 
-__all__ = ["KnockoffSelector", "SparseNaiveBayes", "expected_failed_checks"]
+__all__ = ["KnockoffSelector", "RandSelSelector", "SparseNaiveBayes", "StabilitySelector", "expected_failed_checks"]
 
 _SKLEARN_MISSING = (
     "jaxknock.sklearn.{name} needs scikit-learn >= 1.6, which is not installed: "
@@ -414,12 +415,234 @@ class SparseNaiveBayes(ClassifierMixin, SelectorMixin, BaseEstimator):
             return np.asarray(self.model_.predict(X))
 
 
+def _encode_target(y):
+    """Numeric ``y`` as float64; two non-numeric labels as 0/1 (as :class:`KnockoffSelector`)."""
+    y = np.asarray(y)
+    if y.dtype.kind in "biuf":
+        return y.astype(np.float64)
+    try:
+        return y.astype(np.float64)
+    except (TypeError, ValueError):
+        labels = np.unique(y)
+        if labels.size != 2:
+            raise ValueError(
+                f"Unknown label type: a non-numeric y must have exactly two labels, got {labels.size}; "
+                "encode the response as numbers"
+            ) from None
+        return (y == labels[1]).astype(np.float64)
+
+
+def _standardise(X):
+    sd = X.std(axis=0)
+    return (X - X.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+
+
+class StabilitySelector(SelectorMixin, BaseEstimator):
+    r"""Stability selection (Meinshausen & Bühlmann 2010) with error control.
+
+    ``fit(X, y)`` standardises the columns of ``X`` and runs
+    :func:`jaxknock.stability.stability_selection`: lasso paths (l1-logistic
+    for a binary ``y`` with ``loss="auto"``) on ``num_subsamples`` complementary
+    half-samples; a feature is selected when its selection probability
+    reaches ``threshold`` somewhere on the lambda range, and
+    ``E[#false selections] <= bound_`` (Shah & Samworth's unimodal bound with
+    pairs). With ``expected_false`` the range (or, with ``threshold=None``, the
+    threshold) is chosen to meet that target.
+
+    Attributes:
+        probabilities_: ``(n_features, num_lambdas)`` selection probabilities.
+        max_probability_: ``(n_features,)`` maximum over the chosen range.
+        support_, selected_: mask and indices of the selected features.
+        threshold_, bound_, lambdas_: the threshold used, the E[V] bound, the grid.
+        result_: the :class:`jaxknock.stability.StabilityResult`.
+
+    Example::
+
+        sel = StabilitySelector(threshold=0.7, random_state=0).fit(X, y)
+        sel.get_support(indices=True), sel.max_probability_
+    """
+
+    def __init__(
+        self,
+        threshold=0.6,
+        num_subsamples=100,
+        num_lambdas=50,
+        random_state=None,
+        *,
+        eps=1e-2,
+        fraction=0.5,
+        complementary_pairs=True,
+        expected_false=None,
+        loss="auto",
+        solver="fista",
+    ):
+        self.threshold = threshold
+        self.num_subsamples = num_subsamples
+        self.num_lambdas = num_lambdas
+        self.random_state = random_state
+        self.eps = eps
+        self.fraction = fraction
+        self.complementary_pairs = complementary_pairs
+        self.expected_false = expected_false
+        self.loss = loss
+        self.solver = solver
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        tags.input_tags.allow_nan = False
+        tags.input_tags.sparse = False
+        tags.non_deterministic = self.random_state is None
+        return tags
+
+    def fit(self, X, y):
+        """Run stability selection on ``(X, y)`` and store the stable set."""
+        from jaxknock.stability import stability_selection
+
+        if self.loss not in ("auto", "squared", "logistic"):
+            raise ValueError(f"loss must be 'auto', 'squared' or 'logistic', got {self.loss!r}")
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=False, ensure_min_samples=4)
+        y = _encode_target(y)
+        loss = self.loss
+        if loss == "auto":
+            loss = "logistic" if np.unique(y).size == 2 else "squared"
+        if loss == "logistic" and np.unique(y).size == 2:
+            y = (y == y.max()).astype(np.float64)  # any two numeric labels (e.g. {1, 2}) as 0/1
+        with jax.enable_x64(True):
+            res = stability_selection(
+                _key_from_random_state(self.random_state),
+                _standardise(X),
+                y,
+                num_lambdas=self.num_lambdas,
+                eps=self.eps,
+                num_subsamples=self.num_subsamples,
+                fraction=self.fraction,
+                complementary_pairs=self.complementary_pairs,
+                threshold=self.threshold,
+                expected_false=self.expected_false,
+                loss=loss,
+                solver=self.solver,
+            )
+            res = res._replace(**_to_numpy(res._asdict()))
+        self.result_ = res
+        self.probabilities_ = np.asarray(res.probabilities)
+        self.max_probability_ = np.asarray(res.max_probability)
+        self.threshold_ = res.threshold
+        self.bound_ = res.bound
+        self.lambdas_ = np.asarray(res.lambdas)
+        self.support_ = np.asarray(res.selected, dtype=bool)
+        self.selected_ = np.flatnonzero(self.support_)
+        return self
+
+    def _get_support_mask(self):
+        check_is_fitted(self, "support_")
+        return self.support_
+
+
+class RandSelSelector(SelectorMixin, BaseEstimator):
+    r"""randSel: randomised HSIC feature selection that finds interactions (Athanasakis, Algorithm 6).
+
+    ``fit(X, y)`` runs :func:`jaxknock.kernels.randsel` (Gaussian kernel on
+    random halves of the features, linear kernel on ``y``; two non-numeric
+    labels are encoded 0/1) and keeps its selection: the features with a
+    positive estimated contribution in the round of best alignment, or the top
+    ``n_features_to_select`` of its ranking when that is given. With fewer than
+    three features there is nothing to rank and all are kept.
+
+    Attributes:
+        ranking_: feature indices, best first.
+        contributions_: ``(rounds, n_features)`` estimated contributions.
+        support_, selected_: mask and indices of the selected features.
+        result_: the :class:`jaxknock.kernels.RandSelResult`.
+
+    Example::
+
+        sel = RandSelSelector(num_subsamples=500, random_state=0).fit(X, y)
+        sel.ranking_[:2]
+    """
+
+    def __init__(
+        self,
+        n_features_to_select=None,
+        num_subsamples=3000,
+        subsample_size=None,
+        random_state=None,
+        *,
+        drop=0.25,
+        keep=0.1,
+        fix_after=None,
+        bandwidth=None,
+        estimator="unbiased",
+    ):
+        self.n_features_to_select = n_features_to_select
+        self.num_subsamples = num_subsamples
+        self.subsample_size = subsample_size
+        self.random_state = random_state
+        self.drop = drop
+        self.keep = keep
+        self.fix_after = fix_after
+        self.bandwidth = bandwidth
+        self.estimator = estimator
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        tags.input_tags.allow_nan = False
+        tags.input_tags.sparse = False
+        tags.non_deterministic = self.random_state is None
+        return tags
+
+    def fit(self, X, y):
+        """Run randSel on ``(X, y)`` and store the ranking and selection."""
+        from jaxknock.kernels import randsel
+
+        k = self.n_features_to_select
+        if k is not None and not (isinstance(k, numbers.Integral) and k >= 1):
+            raise ValueError(f"n_features_to_select must be a positive integer or None, got {k!r}")
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=False, ensure_min_samples=4)
+        y = _encode_target(y)
+        n, p = X.shape
+        m_a = self.subsample_size if self.subsample_size is not None else min(n, max(4, n // 4))
+        if p < 3:
+            self.result_ = None
+            self.ranking_ = np.arange(p)
+            self.contributions_ = np.zeros((0, p))
+            self.support_ = np.ones(p, bool)
+        else:
+            with jax.enable_x64(True):
+                res = randsel(
+                    _key_from_random_state(self.random_state),
+                    X,
+                    y,
+                    num_subsamples=self.num_subsamples,
+                    subsample_size=m_a,
+                    drop=self.drop,
+                    keep=self.keep,
+                    fix_after=self.fix_after,
+                    bandwidth=self.bandwidth,
+                    estimator=self.estimator,
+                )
+            self.result_ = res
+            self.ranking_ = np.asarray(res.ranking)
+            self.contributions_ = np.asarray(res.contributions)
+            self.support_ = np.asarray(res.selected, dtype=bool)
+        if k is not None:
+            self.support_ = np.zeros(p, bool)
+            self.support_[self.ranking_[: min(k, p)]] = True
+        self.selected_ = np.flatnonzero(self.support_)
+        return self
+
+    def _get_support_mask(self):
+        check_is_fitted(self, "support_")
+        return self.support_
+
+
 if not HAVE_SKLEARN:  # KnockoffSelector needs scikit-learn's validation; see __getattr__
-    del KnockoffSelector
+    del KnockoffSelector, StabilitySelector, RandSelSelector
 
 
 def __getattr__(name):
-    if name == "KnockoffSelector":
+    if name in ("KnockoffSelector", "StabilitySelector", "RandSelSelector"):
         raise ImportError(_SKLEARN_MISSING.format(name=name))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -10,6 +10,7 @@ from jaxknock.cli.common import CLIError, enable_compile_cache
 from jaxknock.cli.demo import run_demo
 from jaxknock.cli.select import METHODS, run_select
 from jaxknock.cli.snb import run_snb
+from jaxknock.cli.stability import add_parsers as add_stability_parsers
 
 __all__ = ["build_parser", "main"]
 
@@ -81,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     snb.add_argument("--out", default=None, metavar="RESULT.json", help="write a JSON report")
     snb.add_argument("--quiet", action="store_true")
     snb.set_defaults(func=run_snb)
+
+    add_stability_parsers(sub)  # jaxknock stability, jaxknock randsel
 
     bench = sub.add_parser("bench", help="run the benchmark scripts (small sizes)")
     bench.add_argument("--only", default=None, help="comma-separated subset, e.g. sdp,snb")

@@ -1,0 +1,390 @@
+r"""Stability selection (Meinshausen & Bühlmann 2010; complementary pairs, Shah & Samworth 2013).
+
+For ``B`` random subsamples :math:`I_b` of ``floor(n * fraction)`` rows and a
+decreasing grid :math:`\lambda_1 > \dots > \lambda_L`, the lasso (or
+l1-logistic regression) is fitted on every subsample along the whole grid, and
+
+.. math::
+
+    \hat\Pi_j(\lambda) = \frac1B \sum_{b=1}^B \mathbf 1\{\hat\beta_j^{\lambda}(I_b) \neq 0\}
+
+is the selection probability of feature ``j`` at ``lambda``. The stable set is
+:math:`\hat S = \{j : \max_{\lambda \in \Lambda} \hat\Pi_j(\lambda) \ge \pi_{thr}\}`
+over a range :math:`\Lambda = \{\lambda_1, \dots, \lambda_k\}` (a prefix of the
+grid). With :math:`q_\Lambda` the average number of features selected per
+subsample somewhere on :math:`\Lambda` (the size of the union of the
+supports along the range, averaged over the subsamples) the expected number
+of false selections obeys
+
+* Meinshausen & Bühlmann (2010), Theorem 1 (exchangeability and
+  better-than-random assumptions), and Shah & Samworth (2013), Theorem 1,
+  for complementary pairs without further assumptions (for the variables of
+  low selection probability :math:`\theta = q/p`):
+
+  .. math:: \mathbb E[V] \le \frac{q_\Lambda^2}{(2\pi_{thr} - 1)\,p};
+
+* Shah & Samworth (2013), equation (8), complementary pairs under the
+  *unimodal* assumption (``assumption="unimodal"``, the default with pairs;
+  ``B`` the number of pairs, :math:`\theta = q/p`):
+
+  .. math:: \mathbb E[V] \le \frac{q_\Lambda^2}{p\, C(\pi_{thr}, B)},\quad
+     C = \begin{cases} 2(2\pi - 1 - \tfrac1{2B}) & \pi \le \tfrac34,\\
+     \frac{1 + 1/B}{4(1 - \pi + \tfrac1{2B})} & \pi > \tfrac34,\end{cases}
+
+  valid for :math:`\pi \ge \tfrac12 + \min(\theta^2, \tfrac1{2B} + \tfrac34\theta^2)`;
+  the reported bound is the smaller of the two (the first where eq. (8) does not apply). The r-concave bound of the same
+  paper (a numerical optimisation) is not implemented.
+
+All ``B x L`` fits are one compiled program: the subsamples are drawn on the
+device from the key (:func:`stability_subsamples`), and the warm-started path of
+:mod:`jaxknock.l1.path` runs on each (``lax.map`` over chunks of subsamples, each
+chunk ``vmap``-ed; on the CPU one subsample per chunk is fastest, see
+``benchmarks/bench_stability.py``), or sharded over devices with ``devices=`` /
+``mesh=`` (:func:`jaxknock.distributed.shard_batch`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxknock import _checks, _memory, _mesh
+from jaxknock.l1.path import path_solve
+from jaxknock.l1.problem import check_lambdas, lambda_grid, prepare_data
+from jaxknock.l1.settings import L1Settings, make_settings
+
+__all__ = ["StabilityResult", "stability_bound", "stability_selection", "stability_subsamples"]
+
+ASSUMPTIONS = ("unimodal", "none")
+# threshold used when expected_false is given without a threshold and no threshold meets it on the whole grid
+_FALLBACK_THRESHOLD = 0.9
+
+
+class StabilityResult(NamedTuple):
+    """Result of :func:`stability_selection`.
+
+    Attributes:
+        probabilities: ``(p, L)`` selection probabilities per feature and lambda.
+        max_probability: ``(p,)`` maximum over the chosen range (the first ``num_lambdas_used`` lambdas).
+        selected: ``(p,)`` bool, ``max_probability >= threshold``.
+        threshold: the selection threshold :math:`\\pi_{thr}`.
+        bound: upper bound on the expected number of false selections E[V].
+        q: average number of features selected per subsample over the chosen range.
+        q_path: ``(L,)`` the same for every prefix ``lambdas[:k+1]``.
+        lambdas: ``(L,)`` the grid (decreasing).
+        num_lambdas_used: length ``k`` of the chosen range ``lambdas[:k]``.
+        assumption: ``"unimodal"`` (Shah-Samworth eq. 8) or ``"none"`` (q^2/((2 pi - 1) p)).
+        num_failed: ``(L,)`` number of subsample fits per lambda that did not converge.
+    """
+
+    probabilities: jax.Array
+    max_probability: jax.Array
+    selected: np.ndarray
+    threshold: float
+    bound: float
+    q: float
+    q_path: np.ndarray
+    lambdas: jax.Array
+    num_lambdas_used: int
+    assumption: str
+    num_failed: np.ndarray
+
+
+# --------------------------------------------------------------------------
+# Error control (host side, plain floats)
+# --------------------------------------------------------------------------
+
+
+def stability_bound(q, p, threshold, *, num_pairs=None, assumption="none") -> float:
+    r"""Upper bound on the expected number of false selections E[V].
+
+    ``assumption="none"``: :math:`q^2 / ((2\pi_{thr} - 1) p)` (Meinshausen &
+    Bühlmann 2010, Theorem 1; Shah & Samworth 2013, Theorem 1, for
+    complementary pairs). ``assumption="unimodal"`` (complementary pairs only,
+    ``num_pairs`` = ``B``): the smaller of that and Shah & Samworth (2013),
+    equation (8) (see the module docstring), which applies from
+    :math:`\pi \ge 1/2 + \min(\theta^2, 1/(2B) + 3\theta^2/4)` on.
+
+    Example:
+        >>> stability_bound(10, 1000, 0.9)  # 100 / (0.8 * 1000)
+        0.125
+        >>> round(stability_bound(10, 1000, 0.9, num_pairs=50, assumption="unimodal"), 6)
+        0.043137
+    """
+    _checks.check_choice(assumption, ASSUMPTIONS, "assumption")
+    q, p, thr = float(q), int(p), float(threshold)
+    if not 0.5 < thr <= 1:
+        raise ValueError(f"threshold must lie in (0.5, 1], got {threshold}")
+    if p < 1:
+        raise ValueError(f"p must be >= 1, got {p}")
+    if assumption == "none":
+        return q * q / ((2 * thr - 1) * p)
+    if num_pairs is None or int(num_pairs) < 1:
+        raise ValueError("assumption='unimodal' needs num_pairs (complementary pairs), got None")
+    B = int(num_pairs)
+    theta = q / p
+    simple = q * q / ((2 * thr - 1) * p)  # holds for complementary pairs without the assumption
+    if thr < 0.5 + min(theta**2, 1 / (2 * B) + 0.75 * theta**2):
+        return simple
+    if thr <= 0.75:
+        c = 2 * (2 * thr - 1 - 1 / (2 * B))
+    else:
+        c = (1 + 1 / B) / (4 * (1 - thr + 1 / (2 * B)))
+    return simple if c <= 0 else min(simple, q * q / (p * c))
+
+
+def _choose(q_path, p, threshold, expected_false, num_pairs, assumption):
+    """Range length ``k`` and threshold meeting ``expected_false`` (see :func:`stability_selection`)."""
+    L = len(q_path)
+
+    def bound(k, thr):
+        return stability_bound(q_path[k - 1], p, thr, num_pairs=num_pairs, assumption=assumption)
+
+    if expected_false is None:
+        return L, float(threshold)
+    if threshold is None:
+        grid = np.arange(501, 1001) / 1000.0  # candidate thresholds 0.501 .. 1
+        ok = [t for t in grid if bound(L, t) <= expected_false]
+        if ok:
+            return L, float(ok[0])
+        threshold = _FALLBACK_THRESHOLD
+    ks = [k for k in range(1, L + 1) if bound(k, threshold) <= expected_false]
+    return (max(ks) if ks else 0), float(threshold)
+
+
+# --------------------------------------------------------------------------
+# Subsamples and the batched fits
+# --------------------------------------------------------------------------
+
+
+def stability_subsamples(key, n: int, num_subsamples: int, *, fraction=0.5, complementary_pairs=True):
+    """Row indices of the subsamples, ``(B, floor(n * fraction))`` int32 (traceable).
+
+    Without pairs, subsample ``b`` is the first ``m = floor(n * fraction)``
+    entries of ``jax.random.permutation(keys[b], n)``. With complementary pairs
+    (``B`` even), pair ``i`` uses one permutation of ``keys[i]``: subsample
+    ``2 i`` is its first ``m`` entries and ``2 i + 1`` the next ``m`` (disjoint).
+
+    Example:
+        >>> idx = stability_subsamples(jax.random.key(0), 10, 4)
+        >>> idx.shape, bool(jnp.intersect1d(idx[0], idx[1]).size == 0)
+        ((4, 5), True)
+    """
+    m = int(math.floor(n * fraction))
+    if complementary_pairs:
+        keys = jax.random.split(key, num_subsamples // 2)
+        perms = jax.vmap(lambda k: jax.random.permutation(k, n))(keys)
+        return jnp.stack([perms[:, :m], perms[:, m : 2 * m]], axis=1).reshape(-1, m).astype(jnp.int32)
+    keys = jax.random.split(key, num_subsamples)
+    return jax.vmap(lambda k: jax.random.permutation(k, n)[:m])(keys).astype(jnp.int32)
+
+
+def _path_coefs(Xs, ys, lambdas, settings: L1Settings):
+    """The one seam to the l1 engine: ``(L, p)`` coefficients and ``(L,)`` result codes of one subsample."""
+    sol = path_solve(Xs, ys, lambdas, settings)
+    return sol.value, sol.result
+
+
+def _one_subsample(ix, X, y, lambdas, settings):
+    coefs, codes = _path_coefs(X[ix], y[ix], lambdas, settings)
+    return coefs != 0, codes != 0
+
+
+@functools.partial(jax.jit, static_argnames=("chunk",))
+def _counts(idx, X, y, lambdas, settings, chunk):
+    """Selection counts ``(L, p)``, summed union sizes ``(L,)`` and failures ``(L,)`` over the subsamples."""
+
+    def one(ix):
+        sel, failed = _one_subsample(ix, X, y, lambdas, settings)
+        ever = lax.cummax(sel.astype(jnp.int32), axis=0)  # selected somewhere on lambdas[:k+1]
+        return sel.astype(jnp.int32), jnp.sum(ever, axis=1), failed.astype(jnp.int32)
+
+    sel, union, failed = lax.map(one, idx, batch_size=chunk)
+    return sel.sum(0), union.sum(0), failed.sum(0)
+
+
+def _sharded_counts(idx, X, y, lambdas, settings, mesh, chunk):
+    from jaxknock.distributed import shard_batch
+
+    sel, failed = shard_batch(
+        _one_subsample,
+        idx,
+        broadcast=(X, y, lambdas, settings),
+        mesh=mesh,
+        axis_name=mesh.axis_names[0],
+        chunk_size=chunk,
+    )
+    sel = jnp.asarray(sel, jnp.int32)
+    union = jnp.sum(lax.cummax(sel, axis=1), axis=2).sum(0)
+    return sel.sum(0), union, jnp.asarray(failed, jnp.int32).sum(0)
+
+
+def _default_chunk(B, m, p, L, itemsize, devices):
+    """Subsamples per ``vmap`` batch: 1 on the CPU (sequential paths are fastest), else from memory."""
+    if jax.default_backend() == "cpu":
+        return 1
+    per_item = itemsize * (4 * m * p + 2 * L * p) + L * p * 4
+    return _memory.plan_chunk(B, per_item, shared_bytes=itemsize * 2 * m * p, what="subsample", knob="chunk_size")
+
+
+# --------------------------------------------------------------------------
+# Public entry point
+# --------------------------------------------------------------------------
+
+
+def _check_settings(fraction, complementary_pairs, num_subsamples, threshold, expected_false, assumption):
+    if not isinstance(fraction, (int, float, np.floating)) or not 0 < fraction < 1:
+        raise ValueError(f"fraction must lie in (0, 1), got {fraction!r}")
+    if complementary_pairs and fraction > 0.5:
+        raise ValueError(f"complementary pairs need disjoint halves: fraction must be <= 0.5, got {fraction}")
+    if isinstance(num_subsamples, bool) or not isinstance(num_subsamples, (int, np.integer)) or num_subsamples < 2:
+        raise ValueError(f"num_subsamples must be an integer >= 2, got {num_subsamples!r}")
+    if complementary_pairs and num_subsamples % 2:
+        raise ValueError(f"complementary pairs need an even num_subsamples, got {num_subsamples}")
+    if threshold is not None and not (isinstance(threshold, (int, float, np.floating)) and 0.5 < threshold <= 1):
+        raise ValueError(f"threshold must lie in (0.5, 1] (a selection probability above 1/2), got {threshold!r}")
+    if expected_false is not None and not (
+        isinstance(expected_false, (int, float, np.floating)) and expected_false > 0
+    ):
+        raise ValueError(
+            f"expected_false must be a positive number (E[V], the per-family error rate), got {expected_false!r}"
+        )
+    if threshold is None and expected_false is None:
+        raise ValueError("give threshold, expected_false or both")
+    _checks.check_choice(assumption, ASSUMPTIONS, "assumption")
+
+
+def stability_selection(
+    key,
+    X,
+    y,
+    *,
+    lambdas=None,
+    num_lambdas: int = 50,
+    eps: float = 1e-2,
+    num_subsamples: int = 100,
+    fraction: float = 0.5,
+    complementary_pairs: bool = True,
+    threshold: float | None = 0.6,
+    expected_false: float | None = None,
+    assumption: str | None = None,
+    loss: str = "squared",
+    fit_intercept: bool = True,
+    tol: float = 1e-4,
+    max_steps: int | None = None,
+    solver: str = "fista",
+    chunk_size: int | None = None,
+    devices=None,
+    mesh=None,
+) -> StabilityResult:
+    r"""Stability selection with the lasso or l1-logistic regression (see the module docstring).
+
+    Fits the warm-started path of :func:`~jaxknock.lasso_path` on
+    ``num_subsamples`` subsamples of ``floor(n * fraction)`` rows (complementary
+    pairs by default: ``num_subsamples / 2`` pairs of disjoint halves) and
+    returns the selection probabilities and the stable set with its error bound.
+
+    Error control (``expected_false`` = the target E[V], i.e. the per-family
+    error rate; divide by ``p`` for the per-comparison rate):
+
+    * ``expected_false=None``: the whole grid and ``threshold``; ``bound``
+      reports E[V] for them;
+    * ``expected_false`` and ``threshold``: the longest range ``lambdas[:k]``
+      (from the largest lambda) whose ``q`` meets the bound at ``threshold``
+      (``k = 0``, nothing selected, if even ``lambdas[:1]`` does not);
+    * ``expected_false`` and ``threshold=None``: the smallest threshold in
+      ``0.501, 0.502, ..., 1`` meeting the bound on the whole grid; if none does,
+      the range is cut as above at threshold 0.9.
+
+    Args:
+        key: ``jax.random`` key for the subsamples (:func:`stability_subsamples`).
+        X: ``(n, p)`` design; y: ``(n,)`` response (binary labels for ``loss="logistic"``).
+        lambdas: decreasing penalties; default ``num_lambdas`` values of
+            :func:`~jaxknock.lambda_grid` on the full data (down to ``eps * lambda_max``).
+        num_subsamples: ``B`` (even with complementary pairs).
+        fraction: subsample size ``floor(n * fraction)``, in (0, 1) (``<= 1/2`` with pairs).
+        complementary_pairs: Shah & Samworth's pairs of disjoint halves.
+        threshold: :math:`\pi_{thr}` in (0.5, 1].
+        expected_false: target E[V] (see above).
+        assumption: ``"unimodal"`` (default with pairs) or ``"none"`` (default without).
+        loss, fit_intercept, tol, max_steps, solver: as in :func:`~jaxknock.lasso_path`
+            (``tol=1e-4``: selection needs the support, not a tight fit; ``solver="fista"``:
+            on subsample paths, n = 250, p = 1000, it measured 3-4x faster than ``"cd"`` on the CPU).
+        chunk_size: subsamples per ``vmap`` batch (default: 1 on the CPU, from memory otherwise).
+        devices, mesh: shard the subsamples over devices (:func:`jaxknock.distributed.shard_batch`).
+
+    Returns:
+        :class:`StabilityResult`.
+
+    Example:
+        >>> X = jax.random.normal(jax.random.key(0), (60, 8))
+        >>> y = 2.0 * X[:, 0] + 0.3 * jax.random.normal(jax.random.key(1), (60,))
+        >>> res = stability_selection(jax.random.key(2), X, y, num_subsamples=10, num_lambdas=5)
+        >>> res.probabilities.shape, bool(res.selected[0])
+        ((8, 5), True)
+    """
+    _checks.check_key(key)
+    if assumption is None:
+        assumption = "unimodal" if complementary_pairs else "none"
+    _check_settings(fraction, complementary_pairs, num_subsamples, threshold, expected_false, assumption)
+    if assumption == "unimodal" and not complementary_pairs:
+        raise ValueError("assumption='unimodal' (Shah & Samworth) needs complementary_pairs=True")
+    X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
+    n, p = X.shape
+    m = int(math.floor(n * fraction))
+    if m < 2:
+        raise ValueError(f"fraction * n must give at least 2 rows per subsample, got floor({fraction} * {n}) = {m}")
+    if lambdas is None:
+        lambdas = lambda_grid(X, y, num=num_lambdas, eps=eps, loss=loss, fit_intercept=fit_intercept)
+    lambdas = jnp.asarray(lambdas, X.dtype)
+    check_lambdas(lambdas)
+    if lambdas.size > 1 and bool(jnp.any(jnp.diff(lambdas) > 0)):
+        raise ValueError("lambdas must be decreasing (the path is warm-started from the largest)")
+    settings = make_settings(
+        X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, tol=tol, max_steps=max_steps
+    )
+    if chunk_size is not None and (
+        isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1
+    ):
+        raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
+    B, L = int(num_subsamples), int(lambdas.shape[0])
+    idx = stability_subsamples(key, n, B, fraction=fraction, complementary_pairs=complementary_pairs)
+    if _mesh.wants_sharding(devices, mesh):
+        mesh_ = _mesh.resolve_mesh(devices, mesh, None)
+        counts, union, failed = _sharded_counts(idx, X, y, lambdas, settings, mesh_, chunk_size)
+    else:
+        chunk = chunk_size or _default_chunk(B, m, p, L, X.dtype.itemsize, devices)
+        counts, union, failed = _counts(idx, X, y, lambdas, settings, int(min(chunk, B)))
+    probabilities = (counts / B).T.astype(X.dtype)
+    q_path = np.asarray(union, np.float64) / B
+    num_pairs = B // 2 if complementary_pairs else None
+    k, thr = _choose(q_path, p, threshold, expected_false, num_pairs, assumption)
+    counts = np.asarray(counts)
+    if k == 0:
+        max_prob = jnp.zeros(p, X.dtype)
+        selected = np.zeros(p, bool)
+        q, bound = 0.0, 0.0
+    else:
+        max_prob = jnp.max(probabilities[:, :k], axis=1)
+        selected = counts[:k].max(axis=0) >= thr * B - 1e-9  # on the counts: no float rounding at the cut
+        q = float(q_path[k - 1])
+        bound = stability_bound(q, p, thr, num_pairs=num_pairs, assumption=assumption)
+    return StabilityResult(
+        probabilities=probabilities,
+        max_probability=max_prob,
+        selected=selected,
+        threshold=thr,
+        bound=float(bound),
+        q=q,
+        q_path=q_path,
+        lambdas=lambdas,
+        num_lambdas_used=int(k),
+        assumption=assumption,
+        num_failed=np.asarray(failed),
+    )

@@ -1,0 +1,76 @@
+"""StabilitySelector and RandSelSelector: agreement with the functions, Pipeline / GridSearchCV, check_estimator."""
+
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip("sklearn")
+
+from sklearn.linear_model import LinearRegression, LogisticRegression
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.utils.estimator_checks import check_estimator
+
+from jaxknock.kernels import randsel
+from jaxknock.sklearn import RandSelSelector, StabilitySelector, expected_failed_checks
+from jaxknock.stability import stability_selection
+
+STAB = dict(num_subsamples=10, num_lambdas=6, random_state=0, solver="fista")
+
+
+def _regression(seed=0, n=80, p=12):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    return X, 2 * X[:, 0] - 2 * X[:, 1] + 0.5 * rng.standard_normal(n)
+
+
+def test_stability_selector_matches_function_and_pipeline():
+    X, y = _regression()
+    sel = StabilitySelector(threshold=0.7, **STAB).fit(X, y)
+    Xs = (X - X.mean(0)) / X.std(0)
+    res = stability_selection(jax.random.key(0), Xs, y, num_subsamples=10, num_lambdas=6, threshold=0.7, solver="fista")
+    np.testing.assert_allclose(sel.probabilities_, np.asarray(res.probabilities))
+    assert sel.get_support().tolist() == res.selected.tolist()
+    assert set(sel.get_support(indices=True)) >= {0, 1}
+    pipe = make_pipeline(StabilitySelector(**STAB), LinearRegression()).fit(X, y)
+    assert pipe.predict(X).shape == (80,)
+    grid = GridSearchCV(pipe, {"stabilityselector__threshold": [0.6, 0.9]}, cv=2).fit(X, y)
+    assert grid.best_params_["stabilityselector__threshold"] in (0.6, 0.9)
+
+
+def test_stability_selector_string_labels_use_logistic():
+    X, y = _regression(1)
+    labels = np.where(y > 0, "pos", "neg")
+    sel = StabilitySelector(**STAB).fit(X, labels)
+    assert sel.result_.probabilities.shape == (12, 6)
+    assert sel.support_[:2].all()
+
+
+def test_randsel_selector_matches_function_and_pipeline():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((120, 6))
+    y = np.where(X[:, 0] * X[:, 1] > 0, "a", "b")
+    sel = RandSelSelector(num_subsamples=100, subsample_size=40, random_state=0).fit(X, y)
+    res = randsel(jax.random.key(0), X, (y == "b").astype(float), num_subsamples=100, subsample_size=40)
+    assert sel.ranking_.tolist() == res.ranking.tolist()
+    assert sel.get_support().tolist() == res.selected.tolist()
+    top = RandSelSelector(n_features_to_select=2, num_subsamples=100, subsample_size=40, random_state=0)
+    assert sorted(top.fit(X, y).get_support(indices=True).tolist()) == [0, 1]
+    pipe = make_pipeline(top, LogisticRegression()).fit(X, y)
+    assert pipe.predict(X).shape == (120,)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize(
+    "est",
+    [
+        StabilitySelector(num_subsamples=2, num_lambdas=2, random_state=0, solver="fista"),
+        RandSelSelector(num_subsamples=4, random_state=0),
+    ],
+    ids=["stability", "randsel"],
+)
+def test_check_estimator(est):
+    # a few minutes on a loaded 2-core machine: every check compiles for new shapes
+    with np.errstate(all="ignore"):
+        check_estimator(est, expected_failed_checks=expected_failed_checks(est))

@@ -1,0 +1,172 @@
+"""Stability selection: probabilities against an explicit loop, error bounds, null / signal simulations."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxknock
+from jaxknock.stability import stability_bound, stability_subsamples
+from jaxknock.stability import stability_selection as _stability_selection
+
+N, P, B, L = 80, 20, 20, 8
+
+
+def stability_selection(*args, **kwargs):
+    """One solver everywhere, so the tests share compiled programs (FISTA compiles fastest)."""
+    kwargs.setdefault("solver", "fista")
+    return _stability_selection(*args, **kwargs)
+
+
+def _data(seed, signal=True):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((N, P))
+    beta = np.zeros(P)
+    if signal:
+        beta[:3] = [2.0, -2.0, 1.5]
+    y = X @ beta + rng.standard_normal(N)
+    return X, y
+
+
+def test_probabilities_equal_explicit_loop():
+    X, y = _data(0)
+    key = jax.random.key(3)
+    lambdas = jaxknock.lambda_grid(X, y, num=L, eps=0.05)
+    res = stability_selection(key, X, y, lambdas=lambdas, num_subsamples=B, threshold=0.6)
+    idx = np.asarray(stability_subsamples(key, N, B))
+    assert idx.shape == (B, N // 2)
+    counts = np.zeros((P, L))
+    union = 0.0
+    for ix in idx:
+        coef = np.asarray(jaxknock.lasso_path(X[ix], y[ix], lambdas, tol=1e-4, solver="fista").value)
+        counts += (coef != 0).T
+        union += np.sum(np.any(coef != 0, axis=0))
+    np.testing.assert_allclose(np.asarray(res.probabilities), counts / B, atol=1e-12)
+    np.testing.assert_allclose(res.q_path[-1], union / B)
+    np.testing.assert_allclose(np.asarray(res.max_probability), (counts / B).max(axis=1), atol=1e-12)
+    assert res.selected.tolist() == ((counts / B).max(axis=1) >= 0.6).tolist()
+    assert res.bound == pytest.approx(stability_bound(union / B, P, 0.6, num_pairs=B // 2, assumption="unimodal"))
+
+
+def test_subsamples_pairs_disjoint_and_plain():
+    idx = np.asarray(stability_subsamples(jax.random.key(0), 11, 6))
+    assert idx.shape == (6, 5)
+    for i in range(3):
+        assert not set(idx[2 * i]) & set(idx[2 * i + 1])
+    plain = np.asarray(stability_subsamples(jax.random.key(0), 11, 5, fraction=0.7, complementary_pairs=False))
+    assert plain.shape == (5, 7) and all(len(set(r)) == 7 for r in plain)
+
+
+def test_bound_formulas_known_numbers():
+    # Meinshausen-Buhlmann: q^2 / ((2 pi - 1) p)
+    assert stability_bound(10, 1000, 0.9) == pytest.approx(100 / 800)
+    assert stability_bound(math.sqrt(800), 1000, 0.9) == pytest.approx(1.0)
+    # Shah-Samworth unimodal, eq. (8): pi <= 3/4: C = 2 (2 pi - 1 - 1/(2B));
+    # pi > 3/4: C = (1 + 1/B) / (4 (1 - pi + 1/(2B)))
+    assert stability_bound(5, 100, 0.7, num_pairs=50, assumption="unimodal") == pytest.approx(25 / (100 * 0.78))
+    assert stability_bound(10, 1000, 0.9, num_pairs=50, assumption="unimodal") == pytest.approx(0.1 * 4 * 0.11 / 1.02)
+    # below 1/2 + min(theta^2, 1/(2B) + 3 theta^2 / 4) eq. (8) does not apply: the assumption-free bound remains
+    assert stability_bound(50, 100, 0.55, num_pairs=50, assumption="unimodal") == pytest.approx(2500 / 10)
+    # unimodal is tighter than the assumption-free bound wherever it applies
+    for thr in np.linspace(0.6, 1.0, 9):
+        assert stability_bound(8, 500, thr, num_pairs=50, assumption="unimodal") < stability_bound(8, 500, thr)
+
+
+def test_expected_false_chooses_threshold_or_range():
+    X, y = _data(1)
+    lambdas = jaxknock.lambda_grid(X, y, num=L, eps=0.05)
+    key = jax.random.key(0)
+    free = stability_selection(key, X, y, lambdas=lambdas, num_subsamples=B, threshold=0.6, assumption="none")
+    cut = stability_selection(
+        key, X, y, lambdas=lambdas, num_subsamples=B, threshold=0.6, expected_false=0.5, assumption="none"
+    )
+    k = cut.num_lambdas_used
+    assert cut.bound <= 0.5
+    assert k == max(j for j in range(0, L + 1) if j == 0 or free.q_path[j - 1] ** 2 / (0.2 * P) <= 0.5)
+    auto = stability_selection(
+        key, X, y, lambdas=lambdas, num_subsamples=B, threshold=None, expected_false=5.0, assumption="none"
+    )
+    assert auto.bound <= 5.0
+    # the smallest such threshold (grid step 1e-3)
+    assert stability_bound(auto.q, P, auto.threshold - 1e-3) > 5.0 or auto.threshold <= 0.501
+
+
+def test_null_designs_false_selections_within_bound_and_signals_found():
+    lambdas_eps, target = 0.05, 1.0
+    false_counts, bounds, loose = [], [], []
+    for seed in range(8):
+        X, y = _data(100 + seed, signal=False)
+        lam = jaxknock.lambda_grid(X, y, num=L, eps=lambdas_eps)
+        res = stability_selection(
+            jax.random.key(seed), X, y, lambdas=lam, num_subsamples=B, threshold=0.7, expected_false=target
+        )
+        false_counts.append(int(res.selected.sum()))
+        bounds.append(res.bound)
+        # the unprotected rule (threshold 0.51 on the whole grid) selects noise: the check above can fail
+        loose.append(int((np.asarray(res.probabilities).max(axis=1) >= 0.51).sum()))
+    assert max(bounds) <= target
+    assert np.mean(false_counts) <= np.mean(bounds) + 1e-12
+    assert np.mean(loose) > target
+    X, y = _data(7)
+    res = stability_selection(jax.random.key(1), X, y, num_subsamples=B, num_lambdas=L, eps=0.05)
+    assert np.all(np.asarray(res.max_probability)[:3] >= 0.9)
+    assert res.selected[:3].all()
+
+
+def test_logistic_loss_and_float32():
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((N, P)).astype(np.float32)
+    y = (X[:, 0] + 0.3 * rng.standard_normal(N) > 0).astype(np.float32)
+    res = stability_selection(jax.random.key(0), X, y, loss="logistic", num_subsamples=B, num_lambdas=L, eps=0.05)
+    assert res.probabilities.dtype == jnp.float32
+    assert res.max_probability[0] >= 0.9 and res.selected[0]
+    assert res.num_failed.shape == (L,)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(fraction=0.0), "fraction"),
+        (dict(fraction=1.0), "fraction"),
+        (dict(fraction=0.7), "fraction must be <= 0.5"),
+        (dict(threshold=0.5), "threshold"),
+        (dict(threshold=0.3), "threshold"),
+        (dict(threshold=1.2), "threshold"),
+        (dict(num_subsamples=7), "even"),
+        (dict(expected_false=-1.0), "expected_false"),
+        (dict(assumption="unimodal", complementary_pairs=False, fraction=0.5), "complementary_pairs"),
+        (dict(lambdas=[0.1, 0.5]), "decreasing"),
+        (dict(loss="hinge"), "loss"),
+    ],
+)
+def test_bad_input(kwargs, match):
+    X, y = _data(0)
+    with pytest.raises(ValueError, match=match):
+        stability_selection(jax.random.key(0), X, y, **kwargs)
+
+
+def test_logistic_needs_labels():
+    X, y = _data(0)
+    with pytest.raises(ValueError, match="binary labels"):
+        stability_selection(jax.random.key(0), X, np.round(np.abs(y)), loss="logistic")
+
+
+def test_cli_stability(tmp_path, capsys):
+    import json
+
+    from jaxknock.cli import main
+
+    X, y = _data(0)
+    path = tmp_path / "d.csv"
+    cols = [f"x{j}" for j in range(P)]
+    np.savetxt(path, np.c_[X, y], delimiter=",", header=",".join([*cols, "y"]), comments="")
+    out = tmp_path / "r.json"
+    argv = [str(path), "--target", "y", "--subsamples", "10", "--lambdas", "5", "--quiet", "--out", str(out)]
+    assert main(["stability", *argv]) == 0
+    report = json.loads(out.read_text())
+    assert report["command"] == "stability" and {"x0", "x1"} <= {s["name"] for s in report["selected"]}
+    assert main(["stability", str(path), "--target", "y", "--threshold", "0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--threshold" in err[0]
