@@ -68,6 +68,9 @@ from jaxknock.statistics import antisymmetric_combine, lcd, lsm, marginal_correl
 from jaxknock.svector import (
     asdp,
     equicorrelated,
+    maxent,
+    mrc_objective_and_gap,
+    mvr,
     newton_init,
     newton_step,
     scale_to_feasible,
@@ -118,6 +121,9 @@ __all__ = [
     "newton_step",
     "sdp_factor_init",
     "sdp_factor_step",
+    "mvr",
+    "maxent",
+    "mrc_objective_and_gap",
     # lasso
     "lasso",
     "lasso_path",

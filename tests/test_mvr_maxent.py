@@ -1,0 +1,147 @@
+"""MVR and maximum-entropy S-vectors (jaxknock.svector.mrc): cvxpy + Clarabel references, certificates, m knockoffs."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import hard_correlations
+
+import jaxknock
+from jaxknock import RESULTS
+from jaxknock.svector import mrc
+
+P = 20
+
+
+def wishart_correlation(seed, p, n_factor=3):
+    rng = np.random.default_rng(seed)
+    S = np.cov(rng.standard_normal((n_factor * p, p)).T)
+    d = np.sqrt(np.diag(S))
+    return S / np.outer(d, d)
+
+
+C20 = wishart_correlation(0, P)
+
+
+def cvx_optimum(C, kind, m):
+    """Tight cvxpy + Clarabel optimum of the MVR / ME objective (tr_inv via matrix_frac, log_det)."""
+    cp = pytest.importorskip("cvxpy")
+    p = C.shape[0]
+    s = cp.Variable(p)
+    A = (m + 1) / m * C - cp.diag(s)
+    if kind == "mvr":
+        obj = cp.matrix_frac(np.eye(p), A) / m + m * cp.sum(cp.inv_pos(s))
+    else:
+        obj = -cp.log_det(A) - m * cp.sum(cp.log(s))
+    prob = cp.Problem(cp.Minimize(obj))
+    prob.solve(solver="CLARABEL", tol_gap_abs=1e-9, tol_gap_rel=1e-9, tol_feas=1e-9)
+    assert prob.status == "optimal"
+    return prob.value, s.value
+
+
+SOLVERS = {"mvr": jaxknock.mvr, "maxent": jaxknock.maxent}
+
+
+@pytest.mark.parametrize("kind", ["mvr", "maxent"])
+@pytest.mark.parametrize("m", [1, 2])
+def test_matches_cvxpy(kind, m):
+    f_ref, s_ref = cvx_optimum(C20, kind, m)
+    sol = SOLVERS[kind](jnp.asarray(C20), num_knockoffs=m, tol=1e-9)
+    assert int(sol.result) == RESULTS.successful
+    f = float(sol.stats["objective"])
+    assert abs(f - f_ref) <= 1e-5 * abs(f_ref)
+    np.testing.assert_allclose(np.asarray(sol.value), s_ref, atol=1e-4)
+    # the certificate bounds the true suboptimality (up to the reference's own accuracy)
+    assert f - f_ref <= float(sol.stats["gap"]) + 1e-7 * abs(f_ref)
+    # feasibility of the m-knockoff constraint (m+1)/m C - diag(s) > 0
+    assert np.linalg.eigvalsh((m + 1) / m * C20 - np.diag(np.asarray(sol.value)))[0] > 0
+    assert float(sol.stats["min_eig"]) > 0
+    # the m = 1 solution is not feasible-optimal for m = 2: s shrinks with m
+    if m == 2:
+        s1 = np.asarray(SOLVERS[kind](jnp.asarray(C20), tol=1e-9).value)
+        assert np.mean(np.asarray(sol.value)) < np.mean(s1)
+
+
+@pytest.mark.parametrize("kind", ["mvr", "maxent"])
+def test_certificate_upper_bounds_suboptimality(kind):
+    """At non-optimal feasible points the gap is >= f(s) - f*, and not vacuous (within 100x)."""
+    f_ref, s_ref = cvx_optimum(C20, kind, 1)
+    for scale in (0.5, 0.9, 0.99):
+        for tilt in (0.0, 0.2):
+            s = s_ref * scale * (1 + tilt * np.linspace(-1, 1, P))
+            f, gap = mrc.mrc_objective_and_gap(jnp.asarray(C20), jnp.asarray(s), method=kind)
+            sub = float(f) - f_ref
+            assert sub > 0
+            assert float(gap) >= sub - 1e-8 * abs(f_ref)
+            assert float(gap) <= 100 * sub
+    # an infeasible point has no certificate
+    f, gap = mrc.mrc_objective_and_gap(jnp.asarray(C20), jnp.full(P, 2.5), method=kind)
+    assert np.isinf(float(f)) and np.isinf(float(gap))
+
+
+def test_closed_forms_and_covariance_scale():
+    # independent features: s = 1 for both objectives (any m: (m+1)/m - s vs s^m)
+    for fn in SOLVERS.values():
+        np.testing.assert_allclose(np.asarray(fn(jnp.eye(P)).value), 1.0, atol=1e-6)
+    # ME with m knockoffs on I: maximise log((m+1)/m - s) + m log s -> s = 1
+    np.testing.assert_allclose(np.asarray(jaxknock.maxent(jnp.eye(P), num_knockoffs=3).value), 1.0, atol=1e-6)
+    # covariance scale: s scales with diag(Sigma)
+    dsc = np.linspace(0.5, 3.0, P)
+    Sig = C20 * np.sqrt(np.outer(dsc, dsc))
+    a = np.asarray(jaxknock.maxent(jnp.asarray(Sig)).value)
+    b = np.asarray(jaxknock.maxent(jnp.asarray(C20)).value)
+    np.testing.assert_allclose(a, b * dsc, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["mvr", "maxent"])
+def test_jit_and_vmap(kind):
+    fn = SOLVERS[kind]
+    Cs = jnp.stack([jnp.asarray(wishart_correlation(s, P)) for s in range(3)])
+    batch = fn(Cs)
+    loop = [fn(C) for C in Cs]
+    for i, sol in enumerate(loop):
+        np.testing.assert_allclose(np.asarray(batch.value[i]), np.asarray(sol.value), rtol=1e-10)
+        assert int(batch.result[i]) == int(sol.result) == RESULTS.successful
+    jitted = jax.jit(lambda C: fn(C).value)(Cs[0])
+    np.testing.assert_allclose(np.asarray(jitted), np.asarray(loop[0].value), rtol=1e-10)
+
+
+def test_hard_matrices_feasible_certified_or_flagged():
+    """Ill-conditioned inputs (the SDP tests' family, p = 10, one vmapped batch each): feasible, honest codes."""
+    Cs = np.stack([C for _, C in hard_correlations(sizes=(10,))])
+    for fn in SOLVERS.values():
+        sol = fn(jnp.asarray(Cs), max_steps=300)
+        codes = np.asarray(sol.result)
+        s = np.asarray(sol.value)
+        assert np.all(np.isfinite(s)) and np.all(s > 0)
+        for i, C in enumerate(Cs):
+            ok = codes[i] == RESULTS.successful
+            assert codes[i] in (RESULTS.successful, RESULTS.stagnated, RESULTS.max_steps_reached)
+            # feasible to rounding: the Cholesky factorisation of 2C - diag(s) succeeds
+            np.linalg.cholesky(2 * C - np.diag(s[i]))
+            if ok:
+                gap, f = float(sol.stats["gap"][i]), float(sol.stats["objective"][i])
+                assert gap <= 1e-6 * max(abs(f), 1.0)
+
+
+def test_nonconvergence_and_bad_input():
+    sol = jaxknock.maxent(jnp.asarray(C20), max_steps=1)
+    assert int(sol.result) == RESULTS.max_steps_reached
+    assert np.isfinite(float(sol.stats["gap"])) and float(sol.stats["gap"]) > 0
+    with pytest.raises(RuntimeError):
+        jaxknock.maxent(jnp.asarray(C20), max_steps=1, throw=True)
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="num_knockoffs"):
+            jaxknock.mvr(jnp.eye(3), num_knockoffs=bad)
+    for bad in (1.5, "2", True):
+        with pytest.raises(TypeError, match="num_knockoffs"):
+            jaxknock.maxent(jnp.eye(3), num_knockoffs=bad)
+    with pytest.raises(ValueError, match="method must be one of"):
+        mrc.mrc_objective_and_gap(jnp.eye(3), jnp.ones(3), method="sdp")
+    with pytest.raises(ValueError, match="Sigma"):
+        jaxknock.mvr(jnp.ones((3, 4)))
+    with pytest.raises(TypeError, match="Sigma"):
+        jaxknock.mvr(jnp.eye(3, dtype=jnp.float32))
+    # under jit a NaN input is never reported successful
+    out = jax.jit(lambda C: jaxknock.maxent(C).result)(jnp.full((3, 3), jnp.nan))
+    assert int(out) != RESULTS.successful
