@@ -145,3 +145,55 @@ def test_nonconvergence_and_bad_input():
     # under jit a NaN input is never reported successful
     out = jax.jit(lambda C: jaxknock.maxent(C).result)(jnp.full((3, 3), jnp.nan))
     assert int(out) != RESULTS.successful
+
+
+# --------------------------------------------------------------------------
+# pipeline, CLI, scikit-learn
+# --------------------------------------------------------------------------
+
+
+def _regression(seed=0, n=150, p=P):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p)) @ np.linalg.cholesky(C20).T
+    beta = np.zeros(p)
+    beta[:5] = 1.0
+    return X, X @ beta + rng.standard_normal(n)
+
+
+def test_knockoff_filter_mvr_maxent_and_known_sigma():
+    X, y = _regression()
+    key = jax.random.key(0)
+    sel = jaxknock.knockoff_filter(key, X, y, s_method="maxent", statistic="correlation")
+    Xs = (X - X.mean(0)) / X.std(0)
+    C_lw = jaxknock.to_correlation(jaxknock.ledoit_wolf(jnp.asarray(Xs))[0])
+    np.testing.assert_allclose(
+        np.asarray(sel.s_solution.value), np.asarray(jaxknock.maxent(C_lw, tol=1e-4).value), rtol=1e-8
+    )
+    # a known Sigma skips estimation: s is the solution on that matrix (scaled: s on the correlation scale)
+    Sig = 4.0 * C20
+    sel = jaxknock.knockoff_filter(key, X * 2.0, y, s_method="mvr", statistic="correlation", Sigma=Sig, mu=np.zeros(P))
+    np.testing.assert_allclose(
+        np.asarray(sel.s_solution.value), np.asarray(jaxknock.mvr(jnp.asarray(C20), tol=1e-4).value), rtol=1e-8
+    )
+    with pytest.raises(ValueError, match="s_method must be one of .*'mvr', 'maxent'"):
+        jaxknock.knockoff_filter(key, X, y, s_method="mmi")
+    with pytest.raises(ValueError, match="Sigma must have shape"):
+        jaxknock.knockoff_filter(key, X, y, s_method="mvr", Sigma=np.eye(3))
+    with pytest.raises(ValueError, match="mu"):
+        jaxknock.knockoff_filter(key, X, y, s_method="mvr", mu=np.zeros(P))
+
+
+def test_cli_and_selector_accept_mvr_maxent():
+    from jaxknock.cli.parser import build_parser
+
+    args = build_parser().parse_args(["select", "data.csv", "--target", "y", "--method", "maxent"])
+    assert args.method == "maxent"
+    sk = pytest.importorskip("sklearn")
+    assert sk
+    from jaxknock.sklearn import KnockoffSelector
+
+    X, y = _regression()
+    sel = KnockoffSelector(method="mvr", statistic="correlation", random_state=0).fit(X, y)
+    assert sel.get_support().shape == (P,)
+    with pytest.raises(ValueError, match="mvr"):
+        KnockoffSelector(method="bogus").fit(X, y)
