@@ -231,3 +231,16 @@ def test_factor_equals_dense():
     sb = jaxknock.maxent_factor(batch, num_knockoffs=m)
     s1 = jaxknock.maxent_factor(jaxknock.FactorModel(2 * model.d, model.U), num_knockoffs=m)
     np.testing.assert_allclose(np.asarray(sb.value[1]), np.asarray(s1.value), rtol=1e-10)
+
+
+def test_equicorrelated_num_knockoffs():
+    lmin = np.linalg.eigvalsh(C20)[0]
+    s1 = jaxknock.equicorrelated(jnp.asarray(C20))
+    np.testing.assert_array_equal(
+        np.asarray(s1.value), np.asarray(jaxknock.equicorrelated(jnp.asarray(C20), num_knockoffs=1).value)
+    )
+    np.testing.assert_allclose(np.asarray(s1.value), min(1.0, 2 * lmin), rtol=1e-8)
+    s3 = jaxknock.equicorrelated(jnp.asarray(C20), num_knockoffs=3).value
+    np.testing.assert_allclose(np.asarray(s3), min(1.0, 4 / 3 * lmin), rtol=1e-8)
+    with pytest.raises(ValueError, match="num_knockoffs"):
+        jaxknock.equicorrelated(jnp.asarray(C20), num_knockoffs=0)
