@@ -70,6 +70,11 @@ from jaxknock.statistics import antisymmetric_combine, lcd, lsm, marginal_correl
 from jaxknock.svector import (
     asdp,
     equicorrelated,
+    maxent,
+    maxent_factor,
+    mrc_objective_and_gap,
+    mvr,
+    mvr_factor,
     newton_init,
     newton_step,
     scale_to_feasible,
@@ -120,6 +125,11 @@ __all__ = [
     "newton_step",
     "sdp_factor_init",
     "sdp_factor_step",
+    "mvr",
+    "maxent",
+    "mvr_factor",
+    "maxent_factor",
+    "mrc_objective_and_gap",
     # lasso
     "lasso",
     "lasso_path",

@@ -389,3 +389,12 @@ def check_model_response(y, *, loss: str, fit_intercept: bool):
             )
         if len(labels) < 2:
             raise ValueError(f"y holds a single class ({sorted(labels)[0]!r}); need both classes")
+
+
+def check_num_knockoffs(num_knockoffs, name: str = "num_knockoffs") -> int:
+    """``m``, the number of simultaneous knockoffs: a Python / NumPy integer ``>= 1`` (returned as ``int``)."""
+    if isinstance(num_knockoffs, (bool, np.bool_)) or not isinstance(num_knockoffs, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer >= 1, got {num_knockoffs!r} ({type(num_knockoffs).__name__})")
+    if num_knockoffs < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {num_knockoffs}")
+    return int(num_knockoffs)

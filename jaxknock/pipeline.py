@@ -29,13 +29,13 @@ from jaxknock import filter as _filter
 from jaxknock import sampling as _sampling
 from jaxknock import statistics as _stats
 from jaxknock._solution import Solution
-from jaxknock.covariance import factor_model_from_data, ledoit_wolf, to_correlation
+from jaxknock.covariance import FactorFit, FactorModel, factor_model_from_data, ledoit_wolf, to_correlation
 from jaxknock.distributed import shard_batch
-from jaxknock.svector import asdp, equicorrelated, sdp, sdp_factor
+from jaxknock.svector import asdp, equicorrelated, maxent, mvr, sdp, sdp_factor
 
 __all__ = ["Selection", "knockoff_filter", "explain_empty_selection", "S_METHODS", "STATISTICS", "AGGREGATES"]
 
-S_METHODS = ("sdp", "sdp_factor", "asdp", "equicorrelated")
+S_METHODS = ("sdp", "sdp_factor", "asdp", "equicorrelated", "mvr", "maxent")
 STATISTICS = ("lcd", "lsm", "correlation", "centroid")
 AGGREGATES = ("ebh", "frequency")
 
@@ -137,7 +137,7 @@ def _clock(fn, *args, **kwargs):
     return out, time.perf_counter() - t0
 
 
-def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank):
+def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=False):
     X = _checks.as_float_array(X, "X")
     _checks.check_ndim(X, 2, "X", "a 2-D (n_samples, n_features) array")
     n, p = X.shape
@@ -169,7 +169,7 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank):
             f"X has {int((std == 0).sum())} constant column(s) (first: "
             f"{np.flatnonzero(std == 0)[:5].tolist()}); drop them first"
         )
-    if p >= n and s_method != "sdp_factor":
+    if p >= n and s_method != "sdp_factor" and not known:
         raise ValueError(
             f"p = {p} >= n = {n}: a dense covariance estimate is too unstable for Gaussian "
             "knockoffs; use s_method='sdp_factor' (factor model from the data) with rank < n"
@@ -182,13 +182,33 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank):
     return X, y, binary, rank
 
 
-def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings):
+def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings, known=None):
     """Stages 2-3 on the standardised ``Xs``: ``(Sigma or FactorModel, s Solution)``.
 
     Fills ``timings["covariance"]`` and ``timings["s_vector"]``. Depends on ``X``
     only, so a caller with several responses for one design (benchmarks) can
-    reuse it.
+    reuse it. ``known``: a correlation matrix or unit-diagonal
+    :class:`~jaxknock.FactorModel` of ``Xs`` that replaces the estimate.
     """
+    if isinstance(known, FactorModel):
+        timings["covariance"] = 0.0
+        if s_method == "sdp_factor":
+            s_sol, timings["s_vector"] = _clock(sdp_factor, known, tol=sdp_tol)
+            return known, s_sol
+        known = known.dense()
+    if s_method in ("mvr", "maxent") or known is not None:
+        if known is None:
+            (S_lw, _), timings["covariance"] = _clock(ledoit_wolf, Xs)
+            known = to_correlation(S_lw)
+        timings["covariance"] = timings.get("covariance", 0.0)
+        solver = {"mvr": mvr, "maxent": maxent, "sdp": sdp, "equicorrelated": equicorrelated}.get(s_method)
+        if s_method == "asdp":
+            s_sol, timings["s_vector"] = _clock(asdp, known, block_size=asdp_block_size, tol=sdp_tol)
+        elif s_method == "equicorrelated":
+            s_sol, timings["s_vector"] = _clock(equicorrelated, known)
+        else:
+            s_sol, timings["s_vector"] = _clock(solver or sdp, known, tol=sdp_tol)
+        return known, s_sol
     if s_method == "sdp_factor":
         (model, _), timings["covariance"] = _clock(factor_model_from_data, key, Xs, rank)
         Sigma = model
@@ -204,6 +224,38 @@ def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings)
         else:
             s_sol, timings["s_vector"] = _clock(equicorrelated, Sigma)
     return Sigma, s_sol
+
+
+def _standardise(X, Sigma, mu):
+    """``(Xs, known)``: ``X`` standardised, and the known law on that scale (``None`` when estimated)."""
+    p = X.shape[1]
+    if mu is not None and Sigma is None:
+        raise ValueError("mu is only used together with a known Sigma; pass Sigma too")
+    if Sigma is None:
+        return (X - jnp.mean(X, axis=0)) / jnp.std(X, axis=0), None
+    if isinstance(Sigma, FactorFit):
+        Sigma = Sigma.model
+    if isinstance(Sigma, FactorModel):
+        if Sigma.U.ndim != 2 or Sigma.U.shape[0] != p:
+            raise ValueError(f"Sigma (a FactorModel) must describe p = {p} features, got U of shape {Sigma.U.shape}")
+        diag = Sigma.diagonal()
+        known = FactorModel(
+            jnp.asarray(Sigma.d, X.dtype) / diag, jnp.asarray(Sigma.U, X.dtype) / jnp.sqrt(diag)[:, None]
+        )
+    else:
+        Sigma = _checks.validate_sigma(jnp.asarray(Sigma, X.dtype), batch_ok=False)
+        if Sigma.shape != (p, p):
+            raise ValueError(f"Sigma must have shape ({p}, {p}) to match X's {p} columns, got {tuple(Sigma.shape)}")
+        diag = jnp.diagonal(Sigma)
+        known = to_correlation(Sigma)
+    if mu is None:
+        mu = jnp.mean(X, axis=0)
+    else:
+        mu = jnp.asarray(mu, X.dtype)
+        if mu.shape != (p,):
+            raise ValueError(f"mu must have shape ({p},) to match X's {p} columns, got {tuple(mu.shape)}")
+        _checks.check_finite(mu, "mu")
+    return (X - mu) / jnp.sqrt(diag), known
 
 
 def knockoff_filter(
@@ -226,6 +278,8 @@ def knockoff_filter(
     devices=None,
     mesh=None,
     chunk_size: int | None = None,
+    Sigma=None,
+    mu=None,
 ) -> Selection:
     r"""Model-X knockoff selection with FDR control at level ``fdr``.
 
@@ -256,7 +310,8 @@ def knockoff_filter(
         key: ``jax.random`` key (the result is a deterministic function of it).
         X: ``(n, p)`` design; ``y``: ``(n,)`` response.
         fdr: target FDR in (0, 1).
-        s_method: ``"sdp"``, ``"sdp_factor"``, ``"asdp"`` or ``"equicorrelated"``.
+        s_method: ``"sdp"``, ``"sdp_factor"``, ``"asdp"``, ``"equicorrelated"``,
+            ``"mvr"`` or ``"maxent"`` (:func:`~jaxknock.mvr` / :func:`~jaxknock.maxent`).
         rank: factor-model rank for ``"sdp_factor"`` (default ``min(50, min(n, p) // 4)``).
         statistic: ``"lcd"`` (lasso coefficient difference, CV lambda when
             ``lam`` is None), ``"lsm"`` (lasso signed max), ``"correlation"``
@@ -287,6 +342,14 @@ def knockoff_filter(
         chunk_size: replicates per device and step of the fused stage
             (default: planned from the free memory of a device; also selects
             the fused stage on a single device, to bound memory for large ``R``).
+        Sigma: the known covariance of the rows of ``X`` (``(p, p)``), or a
+            :class:`~jaxknock.FactorModel` / :class:`~jaxknock.FactorFit`:
+            skips the estimation stage; ``X`` is then centred by ``mu`` (default:
+            the column means) and scaled by ``sqrt(diag Sigma)`` (model-X
+            knockoffs from the true law when ``mu`` is the true mean). A
+            factor model is solved by :func:`~jaxknock.sdp_factor` with
+            ``s_method="sdp_factor"``, densified otherwise.
+        mu: the known mean of the rows of ``X`` (``(p,)``; only with ``Sigma``).
 
     Returns:
         :class:`Selection`.
@@ -300,14 +363,16 @@ def knockoff_filter(
         >>> sel.W.shape, sel.mask.shape
         ((4, 10), (10,))
     """
-    X, y, binary, rank = _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank)
+    X, y, binary, rank = _validate(
+        X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=Sigma is not None
+    )
     if statistic == "centroid" and not binary:
         raise ValueError("statistic='centroid' needs a binary y (two distinct labels)")
     k_fac, k_samp = jax.random.split(key)
     timings = {}
-    Xs = (X - jnp.mean(X, axis=0)) / jnp.std(X, axis=0)
+    Xs, known = _standardise(X, Sigma, mu)
 
-    Sigma, s_sol = covariance_and_s(k_fac, Xs, s_method, rank, asdp_block_size, sdp_tol, timings)
+    Sigma, s_sol = covariance_and_s(k_fac, Xs, s_method, rank, asdp_block_size, sdp_tol, timings, known=known)
     s = s_sol.value
 
     loss = "logistic" if binary else "squared"

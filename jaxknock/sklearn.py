@@ -164,8 +164,8 @@ class KnockoffSelector(SelectorMixin, BaseEstimator):
 
     Args:
         fdr: target false discovery rate in (0, 1).
-        method: S-vector method: ``"asdp"``, ``"sdp"``, ``"sdp_factor"`` or
-            ``"equicorrelated"`` (aliases ``"equi"``, ``"sdp-factor"``).
+        method: S-vector method: ``"asdp"``, ``"sdp"``, ``"sdp_factor"``,
+            ``"mvr"``, ``"maxent"`` or ``"equicorrelated"`` (aliases ``"equi"``, ``"sdp-factor"``).
         statistic: ``"lcd"``, ``"lsm"``, ``"correlation"`` or ``"centroid"``.
         num_replicates: knockoff replicates (aggregated by ``aggregate``).
         random_state: ``None``, int, ``RandomState`` or ``Generator``.

@@ -49,7 +49,14 @@ def _check_design(path, names, X, j_target, *, method):
     return X[:, features], y, [names[j] for j in features]
 
 
-METHODS = {"sdp": "sdp", "sdp-factor": "sdp_factor", "asdp": "asdp", "equi": "equicorrelated"}
+METHODS = {
+    "sdp": "sdp",
+    "sdp-factor": "sdp_factor",
+    "asdp": "asdp",
+    "equi": "equicorrelated",
+    "mvr": "mvr",
+    "maxent": "maxent",
+}
 
 
 def _check_select_args(args, method) -> None:

@@ -25,6 +25,12 @@ Modules (one concept each):
 * :mod:`~jaxknock.svector.factor` - :func:`sdp_factor`, the same ascent for
   ``Sigma = D + U U^T`` (thesis Algorithm 5), ``O(p k^2)`` per sweep and
   ``O(p k)`` memory (:func:`sdp_factor_init` / :func:`sdp_factor_step`).
+* :mod:`~jaxknock.svector.mrc` - :func:`mvr` and :func:`maxent`
+  (minimum-reconstructability objectives of Spector & Janson 2022, any
+  number ``m`` of knockoffs), blocked coordinate descent with a certified
+  Lagrange-dual gap (:func:`mrc_objective_and_gap`);
+  :mod:`~jaxknock.svector.mrc_factor` - :func:`mvr_factor` /
+  :func:`maxent_factor` for ``Sigma = D + U U^T`` in ``O(p k^2)`` per sweep.
 * :mod:`~jaxknock.svector.approximate` - :func:`asdp`, block-diagonal
   approximation + :func:`scale_to_feasible`.
 
@@ -66,6 +72,8 @@ from jaxknock.svector.closed_form import equicorrelated
 from jaxknock.svector.coordinate import SDPState, sdp_init, sdp_step
 from jaxknock.svector.dense import sdp
 from jaxknock.svector.factor import FactorSDPState, sdp_factor, sdp_factor_init, sdp_factor_step
+from jaxknock.svector.mrc import MRCState, maxent, mrc_objective_and_gap, mvr
+from jaxknock.svector.mrc_factor import FactorMRCState, maxent_factor, mvr_factor
 from jaxknock.svector.newton import NewtonState, newton_init, newton_step
 
 __all__ = [
@@ -84,4 +92,11 @@ __all__ = [
     "FactorSDPState",
     "sdp_factor_init",
     "sdp_factor_step",
+    "mvr",
+    "maxent",
+    "mrc_objective_and_gap",
+    "MRCState",
+    "mvr_factor",
+    "maxent_factor",
+    "FactorMRCState",
 ]

@@ -13,8 +13,12 @@ from jaxknock.svector.certificate import smallest_eigenvalue
 __all__ = ["equicorrelated"]
 
 
-def equicorrelated(Sigma) -> Solution:
+def equicorrelated(Sigma, *, num_knockoffs: int = 1) -> Solution:
     r"""Equicorrelated knockoffs: ``s_j = min(1, 2 lambda_min(Sigma))`` for all j.
+
+    With ``m = num_knockoffs`` simultaneous knockoffs (Gimenez & Zou 2019) the
+    constraint is ``diag(s) <= (m+1)/m Sigma`` and ``s_j = min(1, (m+1)/m lambda_min)``
+    (``m = 1``: the formula above, bit for bit).
 
     The largest constant ``s`` with ``diag(s) <= 2 Sigma`` (on the correlation
     scale; mapped back by ``diag(Sigma)``). For an equicorrelated ``Sigma``
@@ -43,12 +47,13 @@ def equicorrelated(Sigma) -> Solution:
     Example:
         >>> s = equicorrelated(jnp.eye(3)).value   # [1., 1., 1.]
     """
+    m = _checks.check_num_knockoffs(num_knockoffs)
     Sigma = _checks.validate_sigma(Sigma, need_x64=False)
-    return _equicorrelated(Sigma)
+    return _equicorrelated(Sigma, (m + 1.0) / m)
 
 
 @jax.jit
-def _equicorrelated(Sigma):
+def _equicorrelated(Sigma, c=2.0):
     C = to_correlation(Sigma)
     lmin = smallest_eigenvalue(C)
     # negative beyond the rounding of a PSD matrix's eigenvalues: Sigma is not PSD
@@ -58,13 +63,13 @@ def _equicorrelated(Sigma):
     code = jnp.where(not_psd, RESULTS.infeasible, RESULTS.successful)
     # NaN eigenvalues (NaN input) compare False above: the input code reports them
     code = _checks.combine_codes(_checks.traced_sigma_code(Sigma), code)
-    val = jnp.clip(2.0 * lmin, 0.0, 1.0)
+    val = jnp.clip(c * lmin, 0.0, 1.0)
     p = Sigma.shape[-1]
     s_corr = jnp.broadcast_to(val[..., None], Sigma.shape[:-1])
     s = s_corr * jnp.diagonal(Sigma, axis1=-2, axis2=-1)
     stats = {
         "objective": p * val,
-        "min_eig": 2.0 * lmin - val,
+        "min_eig": c * lmin - val,
         "num_steps": jnp.zeros_like(val, dtype=jnp.int32),
         "max_steps": 0,
     }

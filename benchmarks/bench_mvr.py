@@ -1,0 +1,103 @@
+"""MVR and maximum-entropy S-vectors: jaxknock (blocked coordinate descent, certified gap) vs knockpy 1.3.5.
+
+Problem: the Askari-thesis covariance of ``bench_sdp.py`` (``D = 1e-3 I`` plus a
+rank ``ceil(0.05 p)`` factor, rescaled to a correlation matrix) and AR(1)
+``rho = 0.8``. knockpy runs ``knockpy.mrc.solve_mvr`` / ``solve_maxent`` at
+their defaults in their own venv (``benchmarks/_anchors.py``), timed inside
+that process. jaxknock is timed after a warm-up call (compilation printed
+separately). For each run: time, objective ``f(s)`` (MVR: ``tr(G^{-1})``;
+ME: ``-log det G``; both evaluated by :func:`jaxknock.mrc_objective_and_gap`,
+so knockpy's ``s`` is scored by the same code), the certified gap at that ``s``
+(valid for any feasible ``s``, so knockpy's answer gets one too), the relative
+objective difference to a tight jaxknock solve (``tol=1e-10``) and the time
+ratio jaxknock / knockpy.
+
+Usage::
+
+    python benchmarks/bench_mvr.py              # p = 1000
+    python benchmarks/bench_mvr.py --p 200      # smaller
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _anchors import run_anchor  # noqa: E402
+from bench_sdp import ar1, dense_from_factor, thesis_factor  # noqa: E402
+
+from jaxknock import maxent, mrc_objective_and_gap, mvr  # noqa: E402
+
+KNOCKPY = """
+import time
+from knockpy import mrc
+C = inputs["C"]
+out = {}
+for name, fn in (("mvr", mrc.solve_mvr), ("maxent", mrc.solve_maxent)):
+    fn(C[:20, :20])  # import / first-call overhead
+    t = time.perf_counter()
+    S = fn(C)
+    out[name] = {"time": time.perf_counter() - t, "s": np.diag(S).tolist()}
+report(out)
+"""
+
+
+def jax_run(fn, C, **kw):
+    t = time.perf_counter()
+    jax.block_until_ready(fn(C, **kw).value)
+    compile_t = time.perf_counter() - t
+    t = time.perf_counter()
+    sol = fn(C, **kw)
+    jax.block_until_ready(sol.value)
+    return sol, time.perf_counter() - t, compile_t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--p", type=int, default=1000)
+    ap.add_argument("--no-anchor", action="store_true")
+    args = ap.parse_args()
+    p = args.p
+    problems = {
+        "thesis": dense_from_factor(*thesis_factor(p, math.ceil(0.05 * p), seed=p)),
+        "ar1-0.8": ar1(p, 0.8),
+    }
+    print(f"p = {p}; time in seconds (jaxknock after warm-up); rel = (f - f_tight) / |f_tight|")
+    hdr = f"{'problem':8s} {'method':7s} {'solver':9s} {'time':>8s} {'sweeps':>6s} {'objective':>16s} "
+    hdr += f"{'gap':>10s} {'rel':>9s} {'ratio':>6s}"
+    print(hdr)
+    for pname, C in problems.items():
+        C = jnp.asarray(C)
+        kp = None if args.no_anchor else run_anchor("knockpy", KNOCKPY, {"C": np.asarray(C)})
+        for method, fn in (("mvr", mvr), ("maxent", maxent)):
+            tight = fn(C, tol=1e-10, max_steps=2000)
+            f_t = float(tight.stats["objective"])
+            sol, t, tc = jax_run(fn, C)
+            f = float(sol.stats["objective"])
+            print(
+                f"{pname:8s} {method:7s} {'jaxknock':9s} {t:8.3f} {int(sol.stats['num_steps']):6d} {f:16.8f} "
+                f"{float(sol.stats['gap']):10.2e} {(f - f_t) / abs(f_t):9.1e} {'':>6s}  (compile {tc:.1f}s, "
+                f"code {int(sol.result)})"
+            )
+            if kp is not None:
+                s_kp = jnp.asarray(kp[method]["s"])
+                fk, gk = (float(v) for v in mrc_objective_and_gap(C, s_kp, method=method))
+                ratio = t / kp[method]["time"]
+                print(
+                    f"{pname:8s} {method:7s} {'knockpy':9s} {kp[method]['time']:8.3f} {'':>6s} {fk:16.8f} "
+                    f"{gk:10.2e} {(fk - f_t) / abs(f_t):9.1e} {ratio:6.3f}"
+                )
+
+
+if __name__ == "__main__":
+    main()

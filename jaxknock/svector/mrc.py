@@ -1,0 +1,406 @@
+r"""Minimum-reconstructability S-vectors (Spector & Janson 2022): MVR and maximum entropy, dense ``Sigma``.
+
+With ``m >= 1`` simultaneous knockoffs (Gimenez & Zou 2019) the joint
+covariance of ``[X, X~1, ..., X~m]`` is ``G = I (x) S + 1 1^T (x) (Sigma - S)``
+(``S = diag(s)``), whose eigen-blocks are ``(m+1) Sigma - m S`` (once) and
+``S`` (``m`` times). With the correlation ``C``, ``c = (m+1)/m`` and
+``A = c C - diag(s)`` this gives
+
+* MVR, ``min tr(G^{-1})``:    ``f(s) = tr(A^{-1}) / m + m sum_j 1/s_j``;
+* ME,  ``max log det G``:      ``f(s) = -log det A - m sum_j log s_j``
+  (``= -log det G + p log m``),
+
+both over ``A > 0`` (no box ``s <= 1``: the literature definitions have none,
+and neither knockpy's ``solve_mvr`` / ``solve_maxent`` nor Knockoffs.jl cap
+them; ``A > 0`` already bounds ``s_j < c``). For ``m = 1`` these are
+``tr(G_S^{-1})`` and ``-log det G_S``.
+
+**Coordinate updates (closed form).** Fix all coordinates but ``j``; with
+``H = A^{-1}``, ``z = H_jj``, ``sigma = 1/z`` (the Schur complement of ``A``
+at ``j``), ``kappa = sigma + s_j`` (that of ``c C - diag(s_{-j}, 0)``) and
+``q = ||H e_j||^2``, moving ``s_j`` to ``x`` changes ``A`` by a rank one term,
+``log det A`` by ``log((kappa - x)/sigma)`` and ``tr A^{-1}`` by
+``q sigma^2 / (kappa - x) - q sigma``. Setting the derivative to zero:
+
+* ME:  ``x = m kappa / (m + 1)``;
+* MVR: ``x = m kappa / (m + sqrt(q) sigma)``
+
+(both in ``(0, kappa)``, the feasible interval, and the unique minimiser of a
+convex function of ``x``). ``H`` is kept current by Sherman-Morrison,
+``H <- H + rho h h^T`` with ``h = H e_j`` and ``rho = (x - s_j) sigma / (kappa - x)``.
+
+**Blocked sweeps.** Coordinates are visited ``b`` at a time: the sequential
+updates of a block need only ``H_JJ`` and (MVR) ``(H^2)_JJ = H_{:J}^T H_{:J}``,
+which are updated in ``b x b`` (``(H^2)_JJ`` by the expanded square of the
+rank-one change); the block's total change ``Delta`` is then folded into
+``H`` by Woodbury, ``H <- H + H_{:J} Delta (I - H_JJ Delta)^{-1} H_{J:}``,
+one ``p x b`` by ``b x p`` product. A sweep is ``~2 p^3`` flops of matrix
+products; ``H`` is recomputed from a Cholesky factorisation of ``A`` after
+each sweep (no drift; the factorisation is also the feasibility test and gives
+``log det A``).
+
+**Certified gaps** (Lagrange duality on ``X = A``; for every ``Z > 0`` the
+dual function is a lower bound on the optimum ``f*``):
+
+* ME: ``g(Z) = log det Z + sum_j [m log(Z_jj / m) + m] - c tr(Z C) + p``
+  at ``Z = A^{-1}`` gives ``f(s) - g = m sum_j [t_j - 1 - log t_j]`` with
+  ``t_j = s_j (A^{-1})_jj / m``;
+* MVR: ``g(Z) = (2/sqrt m) tr Z^{1/2} + 2 sqrt(m) sum_j sqrt(Z_jj) - c tr(Z C)``
+  at ``Z = A^{-2} / m`` gives ``f(s) - g = sum_j (m - s_j c_j)^2 / (m s_j)`` with
+  ``c_j = ||A^{-1} e_j||_2``.
+
+Both vanish exactly at the stationary point (``s_j z_j = m`` resp.
+``s_j c_j = m``), so ``gap >= f(s) - f*`` with equality at the optimum.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxknock import _checks
+from jaxknock._iterate import iterative_solve
+from jaxknock._solution import RESULTS, Solution, raise_if_failed
+from jaxknock.covariance import to_correlation
+from jaxknock.svector import _common, certificate
+from jaxknock.svector._common import HIGHEST
+
+__all__ = ["MRCState", "mvr", "maxent", "mrc_objective_and_gap"]
+
+MRC_METHODS = ("mvr", "maxent")
+
+
+class MRCState(NamedTuple):
+    """State of the MVR / ME coordinate descent (correlation scale, padded to a multiple of the block).
+
+    ``s`` (``P,``), ``H = A^{-1}`` (``P x P``; padded coordinates are
+    decoupled, with ``C = I`` and ``s = 1``, their own optimum), ``objective``
+    and certified ``gap`` of the real coordinates, the previous objective
+    ``prev`` and the sweep counter.
+    """
+
+    s: jax.Array
+    H: jax.Array
+    objective: jax.Array
+    gap: jax.Array
+    prev: jax.Array
+    sweep: jax.Array
+
+
+# --------------------------------------------------------------------------
+# objective and certificate
+# --------------------------------------------------------------------------
+
+
+def objective_and_gap(kind, s, hdiag, logdet, trace, colnorm2, m):
+    """``(f(s), certified gap)`` from ``diag(A^{-1})``, ``log det A``, ``tr A^{-1}`` and ``||A^{-1} e_j||^2``."""
+    if kind == "maxent":
+        f = -logdet - m * jnp.sum(jnp.log(s))
+        t = s * hdiag / m
+        gap = m * jnp.sum(t - 1.0 - jnp.log(t))
+    else:
+        f = trace / m + m * jnp.sum(1.0 / s)
+        cn = jnp.sqrt(colnorm2)
+        gap = jnp.sum((m - s * cn) ** 2 / (m * s))
+    return f, gap
+
+
+def _dense_certificate(kind, C2, s, m, p):
+    """``(H, f, gap, feasible)`` at ``s`` (padded ``P``; ``f`` and ``gap`` over the first ``p`` coordinates)."""
+    P = s.shape[0]
+    A = C2 - jnp.diag(s)
+    L = jnp.linalg.cholesky(A)
+    feasible = jnp.all(jnp.isfinite(L))
+    eye = jnp.eye(P, dtype=A.dtype)
+    Linv = lax.linalg.triangular_solve(L, eye, left_side=True, lower=True)
+    H = jnp.matmul(Linv.T, Linv, precision=HIGHEST)
+    real = jnp.arange(P) < p
+    hdiag = jnp.diagonal(H)
+    logdet = 2.0 * jnp.sum(jnp.where(real, jnp.log(jnp.diagonal(L)), 0.0))
+    colnorm2 = jnp.sum(H * H, axis=0)
+    trace = jnp.sum(jnp.where(real, hdiag, 0.0))
+    sr = jnp.where(real, s, 1.0)
+    f, gap = objective_and_gap(kind, sr, jnp.where(real, hdiag, m), logdet, trace, jnp.where(real, colnorm2, m * m), m)
+    return H, f, gap, feasible
+
+
+def coordinate_value(kind, s_j, z, q, m):
+    """The exact minimiser ``x`` of ``f`` in coordinate ``j`` and the Sherman-Morrison weight ``rho``."""
+    sigma = 1.0 / z
+    kappa = sigma + s_j
+    if kind == "maxent":
+        x = m * kappa / (m + 1.0)
+    else:
+        x = m * kappa / (m + jnp.sqrt(q) * sigma)
+    rho = (x - s_j) * sigma / (kappa - x)
+    return x, rho
+
+
+# --------------------------------------------------------------------------
+# one blocked sweep
+# --------------------------------------------------------------------------
+
+
+def _sweep(kind, s, H, m, b):
+    P = s.shape[0]
+    nb = P // b
+    eye_b = jnp.eye(b, dtype=H.dtype)
+
+    def block(kb, carry):
+        s, H = carry
+        j0 = kb * b
+        V = lax.dynamic_slice_in_dim(H, j0, b, axis=1)
+        G0 = lax.dynamic_slice_in_dim(V, j0, b, axis=0)
+        Q0 = jnp.matmul(V.T, V, precision=HIGHEST) if kind == "mvr" else jnp.zeros_like(G0)
+        sJ = lax.dynamic_slice_in_dim(s, j0, b)
+
+        def coord(i, c):
+            sJ, G, Q = c
+            g = G[:, i]
+            x, rho = coordinate_value(kind, sJ[i], g[i], Q[i, i], m)
+            if kind == "mvr":
+                qv = Q[:, i]
+                Q = Q + rho * (jnp.outer(qv, g) + jnp.outer(g, qv)) + (rho * rho * Q[i, i]) * jnp.outer(g, g)
+            G = G + rho * jnp.outer(g, g)
+            return sJ.at[i].set(x), G, Q
+
+        sJ_new, _, _ = lax.fori_loop(0, b, coord, (sJ, G0, Q0))
+        delta = sJ_new - sJ
+        # Woodbury for A - E_J diag(delta) E_J^T: K = Delta (I - G0 Delta)^{-1} (symmetric)
+        K = jnp.linalg.solve(eye_b - delta[:, None] * G0, jnp.diag(delta))
+        K = 0.5 * (K + K.T)
+        H = H + jnp.matmul(jnp.matmul(V, K, precision=HIGHEST), V.T, precision=HIGHEST)
+        return lax.dynamic_update_slice_in_dim(s, sJ_new, j0, axis=0), H
+
+    return lax.fori_loop(0, nb, block, (s, H))
+
+
+def default_block(p: int) -> int:
+    """Coordinates per block: 64, or ``~p/4`` (at least 1) for small ``p``."""
+    return int(max(1, min(64, -(-p // 4))))
+
+
+# --------------------------------------------------------------------------
+# init / step / terminate and the driven solve
+# --------------------------------------------------------------------------
+
+
+def _pad(C, m, b):
+    p = C.shape[0]
+    P = -(-p // b) * b
+    c = (m + 1.0) / m
+    C2 = c * jnp.eye(P, dtype=C.dtype)
+    C2 = C2.at[:p, :p].set(c * C)
+    # start in the interior, A = c (C - lambda_min/2 I) (knockpy starts at lambda_min too);
+    # padded coordinates: C = I with s = 1, their exact optimum for both objectives
+    start = jnp.clip(0.5 * c * certificate.smallest_eigenvalue(C), 0.0, 1.0)
+    s0 = jnp.where(jnp.arange(P) < p, start, 1.0).astype(C.dtype)
+    return C2, s0
+
+
+def mrc_init(kind, C2, s0, m, p) -> MRCState:
+    """Initial state at ``s0`` (``s_j = min(1, c lambda_min(C) / 2)`` on the real coordinates)."""
+    H, f, gap, _ = _dense_certificate(kind, C2, s0, m, p)
+    inf = jnp.asarray(jnp.inf, C2.dtype)
+    return MRCState(s0, H, inf, inf, inf, jnp.int32(0))
+
+
+def mrc_step(state: MRCState, kind, C2, m, p, b) -> MRCState:
+    """One blocked sweep, then ``H``, ``f`` and the certified gap from a fresh Cholesky factorisation."""
+    s, _ = _sweep(kind, state.s, state.H, m, b)
+    H, f, gap, feasible = _dense_certificate(kind, C2, s, m, p)
+    gap = jnp.where(feasible, gap, jnp.inf)
+    return MRCState(s, H, f, gap, state.objective, state.sweep + 1)
+
+
+def mrc_terminate(state: MRCState, tol):
+    """``successful`` once ``gap <= tol * max(|f|, 1)``; ``stagnated`` if a sweep no longer lowers ``f``."""
+    scale = jnp.maximum(jnp.abs(state.objective), 1.0)
+    done = jnp.isfinite(state.gap) & (state.gap <= tol * scale)
+    # rounding floor: a sweep that changes f by less than ~1e3 eps |f| will not certify tol
+    stuck = (
+        (state.sweep > 2)
+        & jnp.isfinite(state.objective)
+        & (state.prev - state.objective <= 1e3 * jnp.finfo(scale.dtype).eps * scale)
+    )
+    code = jnp.where(done, RESULTS.successful, RESULTS.stagnated).astype(jnp.int32)
+    return done | stuck, code
+
+
+def solve_dense_mrc(Sigma, tol, max_steps, m, *, kind, b, min_eig="bound") -> Solution:
+    """The unvalidated, traceable core of :func:`mvr` / :func:`maxent` for one ``(p, p)`` matrix."""
+    p = Sigma.shape[-1]
+    C = to_correlation(Sigma)
+    m = jnp.asarray(m, C.dtype)
+    C2, s0 = _pad(C, m, b)
+    it = iterative_solve(
+        mrc_init(kind, C2, s0, m, p),
+        lambda st: mrc_step(st, kind, C2, m, p, b),
+        lambda st: mrc_terminate(st, tol),
+        max_steps=max_steps,
+        finite=lambda st: jnp.all(jnp.isfinite(st.s)),
+    )
+    st = it.state
+    s_corr = st.s[:p]
+    A = C2[:p, :p] - jnp.diag(s_corr)
+    if min_eig == "none":
+        feasible, me = _common.is_pd(C2[:p, :p], s_corr), jnp.full((), jnp.nan, C.dtype)
+    else:
+        feasible, me = certificate.min_eig_bound(A)
+    finite = jnp.all(jnp.isfinite(s_corr)) & jnp.isfinite(st.objective)
+    result = jnp.where(
+        ~finite, RESULTS.nonfinite, jnp.where(~feasible | jnp.any(s_corr <= 0), RESULTS.infeasible, it.result)
+    ).astype(jnp.int32)
+    result = _checks.combine_codes(_checks.traced_sigma_code(Sigma), result)
+    stats = {
+        "num_steps": it.num_steps,
+        "max_steps": max_steps,
+        "objective": st.objective,
+        "gap": jnp.where(feasible, st.gap, jnp.inf),
+        "min_eig": me,
+    }
+    s = s_corr * jnp.diagonal(Sigma)
+    return Solution(s, result, stats, st)
+
+
+@functools.partial(jax.jit, static_argnames=("kind", "b"))
+def _mrc_jit(Sigma, tol, max_steps, m, *, kind, b):
+    solve = functools.partial(solve_dense_mrc, kind=kind, b=b)
+    if Sigma.ndim == 3:
+        return jax.vmap(solve, in_axes=(0, None, None, None))(Sigma, tol, max_steps, m)
+    return solve(Sigma, tol, max_steps, m)
+
+
+def _solve(kind, Sigma, num_knockoffs, tol, max_steps, block_size, throw):
+    _common.check_settings(tol, max_steps, 0.5, None)
+    m = _checks.check_num_knockoffs(num_knockoffs)
+    Sigma = _checks.validate_sigma(Sigma)
+    p = Sigma.shape[-1]
+    b = default_block(p) if block_size is None else block_size
+    if not (isinstance(b, int) and b >= 1):
+        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    sol = _mrc_jit(Sigma, tol, max_steps, float(m), kind=kind, b=int(min(b, p)))
+    return raise_if_failed(sol, throw)
+
+
+_SHARED_DOC = r"""
+    Solver: cyclic coordinate descent with the closed-form coordinate updates
+    and blocked Sherman-Morrison / Woodbury updates of ``A^{-1}`` described in
+    :mod:`jaxknock.svector.mrc` (``~3 p^3`` flops per sweep, all in matrix
+    products), driven by :func:`jaxknock._iterate.iterative_solve` from
+    ``s_j = min(1, c lambda_min(C) / 2)``. After every sweep the **certified gap** (see the module
+    docstring) is computed from a fresh Cholesky factorisation of
+    ``A = c C - diag(s)``; it satisfies ``gap >= f(s) - f*``.
+
+    Tolerance: stops with ``successful`` once ``gap <= tol * max(|f(s)|, 1)``
+    (relative to the objective, absolute when it is below 1); with
+    ``stagnated`` when a sweep lowers ``f`` by less than ``1e3 eps |f|``
+    (rounding floor; the reported gap is still a valid bound), else with
+    ``max_steps_reached``.
+
+    ``Sigma`` is converted with :func:`~jaxknock.to_correlation`, solved on
+    the correlation scale and ``s`` mapped back by ``diag(Sigma)``;
+    ``objective`` and ``gap`` are on the correlation scale. Float64 is required
+    (the iterates approach the PD boundary; Cholesky updates); a float32
+    ``Sigma`` is rejected. ``tol`` and ``max_steps`` are traced (no
+    recompilation); ``num_knockoffs`` is traced too, ``block_size`` and the
+    shape are static. A batch ``(B, p, p)`` is solved with ``vmap``.
+
+    Under jit (value checks skipped) a ``Sigma`` with NaN/Inf gives
+    ``nonfinite`` and a non-symmetric or indefinite one ``infeasible`` or
+    ``nonfinite``, never ``successful``; eagerly they raise ``ValueError``.
+
+    Args:
+        Sigma: ``(p, p)`` positive definite covariance / correlation (float64),
+            or a batch ``(B, p, p)``.
+        num_knockoffs: ``m >= 1`` simultaneous knockoffs: the constraint is
+            ``(m+1)/m C - diag(s) > 0`` and the objective that of ``G`` above.
+        tol: relative certified-gap tolerance.
+        max_steps: maximum number of sweeps.
+        block_size: coordinates per block (default 64, ``~p/4`` for small ``p``).
+        throw: raise ``RuntimeError`` unless ``successful``.
+
+    Returns:
+        :class:`~jaxknock.Solution`: ``value`` is ``s`` (covariance scale);
+        ``stats``: ``num_steps`` (sweeps), ``max_steps``, ``objective``
+        (``f(s)``), ``gap`` (certified, ``inf`` if infeasible), ``min_eig`` (a
+        certified lower bound on ``lambda_min(c C - diag s)``, as in
+        :func:`~jaxknock.sdp`); ``state`` is the final :class:`MRCState`.
+"""
+
+
+def mvr(Sigma, *, num_knockoffs: int = 1, tol: float = 1e-6, max_steps: int = 500, block_size=None, throw=False):
+    r"""Minimum variance-based reconstructability (MVR) knockoffs (Spector & Janson 2022).
+
+    .. math:: \min_s\ \tfrac1m \mathrm{tr}\big((cC - \mathrm{diag}\,s)^{-1}\big) + m \sum_j 1/s_j
+              \quad\text{s.t.}\quad cC - \mathrm{diag}\,s \succ 0,\ c = (m+1)/m,
+
+    i.e. ``min tr(G_S^{-1})`` for the joint covariance of ``[X, X~1..X~m]``
+    (knockpy's ``solve_mvr`` for ``m = 1``, Knockoffs.jl's MVR for general ``m``).
+    The certified gap is ``sum_j (m - s_j ||A^{-1} e_j||)^2 / (m s_j)``.
+    """
+    return _solve("mvr", Sigma, num_knockoffs, tol, max_steps, block_size, throw)
+
+
+def maxent(Sigma, *, num_knockoffs: int = 1, tol: float = 1e-6, max_steps: int = 500, block_size=None, throw=False):
+    r"""Maximum-entropy (ME, a.k.a. MMI) knockoffs (Spector & Janson 2022; Gimenez & Zou 2019).
+
+    .. math:: \min_s\ -\log\det(cC - \mathrm{diag}\,s) - m \sum_j \log s_j
+              \quad\text{s.t.}\quad cC - \mathrm{diag}\,s \succ 0,\ c = (m+1)/m,
+
+    i.e. ``max log det G_S`` (``= -f + p log m``; knockpy's ``solve_maxent``
+    for ``m = 1``, Knockoffs.jl's default). The certified gap is
+    ``m sum_j [t_j - 1 - log t_j]`` with ``t_j = s_j (A^{-1})_jj / m``.
+    """
+    return _solve("maxent", Sigma, num_knockoffs, tol, max_steps, block_size, throw)
+
+
+_EXAMPLE_MVR = """
+    Example:
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> C = 0.5 * jnp.eye(4) + 0.5
+        >>> sol = mvr(C)
+        >>> bool(sol.successful), bool(sol.stats["gap"] <= 1e-6 * sol.stats["objective"])
+        (True, True)
+        >>> s2 = mvr(C, num_knockoffs=2).value       # m = 2: (3/2) C - diag(s) > 0
+"""
+_EXAMPLE_ME = """
+    Example:
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> s = maxent(jnp.eye(3)).value             # independent features: s = 1
+        >>> bool(jnp.allclose(s, 1.0))
+        True
+"""
+mvr.__doc__ += _SHARED_DOC + _EXAMPLE_MVR
+maxent.__doc__ += _SHARED_DOC + _EXAMPLE_ME
+
+
+def mrc_objective_and_gap(Sigma, s, *, method: str = "mvr", num_knockoffs: int = 1):
+    """``(f(s), certified gap)`` of :func:`mvr` / :func:`maxent` at any feasible ``s`` (covariance scale).
+
+    ``f(s) - f* <= gap``; ``(inf, inf)`` when ``c C - diag(s)`` is not positive definite.
+
+    Example:
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> f, gap = mrc_objective_and_gap(jnp.eye(2), jnp.ones(2), method="maxent")
+        >>> float(f), float(gap)   # s = 1 is optimal for independent features
+        (-0.0, 0.0)
+    """
+    _checks.check_choice(method, MRC_METHODS, "method")
+    m = _checks.check_num_knockoffs(num_knockoffs)
+    Sigma = _checks.validate_sigma(Sigma, batch_ok=False)
+    return _objective_gap_jit(Sigma, jnp.asarray(s, Sigma.dtype), float(m), kind=method)
+
+
+@functools.partial(jax.jit, static_argnames=("kind",))
+def _objective_gap_jit(Sigma, s, m, *, kind):
+    p = Sigma.shape[-1]
+    C = to_correlation(Sigma)
+    c = (m + 1.0) / m
+    _, f, gap, feasible = _dense_certificate(kind, c * C, s / jnp.diagonal(Sigma), m, p)
+    bad = ~feasible | jnp.any(s <= 0)
+    return jnp.where(bad, jnp.inf, f), jnp.where(bad, jnp.inf, gap)

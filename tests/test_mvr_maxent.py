@@ -1,0 +1,246 @@
+"""MVR and maximum-entropy S-vectors (jaxknock.svector.mrc): cvxpy + Clarabel references, certificates, m knockoffs."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import hard_correlations
+
+import jaxknock
+from jaxknock import RESULTS
+from jaxknock.svector import mrc
+
+P = 20
+
+
+def wishart_correlation(seed, p, n_factor=3):
+    rng = np.random.default_rng(seed)
+    S = np.cov(rng.standard_normal((n_factor * p, p)).T)
+    d = np.sqrt(np.diag(S))
+    return S / np.outer(d, d)
+
+
+C20 = wishart_correlation(0, P)
+
+
+def cvx_optimum(C, kind, m):
+    """Tight cvxpy + Clarabel optimum of the MVR / ME objective (tr_inv via matrix_frac, log_det)."""
+    cp = pytest.importorskip("cvxpy")
+    p = C.shape[0]
+    s = cp.Variable(p)
+    A = (m + 1) / m * C - cp.diag(s)
+    if kind == "mvr":
+        obj = cp.matrix_frac(np.eye(p), A) / m + m * cp.sum(cp.inv_pos(s))
+    else:
+        obj = -cp.log_det(A) - m * cp.sum(cp.log(s))
+    prob = cp.Problem(cp.Minimize(obj))
+    prob.solve(solver="CLARABEL", tol_gap_abs=1e-9, tol_gap_rel=1e-9, tol_feas=1e-9)
+    assert prob.status == "optimal"
+    return prob.value, s.value
+
+
+SOLVERS = {"mvr": jaxknock.mvr, "maxent": jaxknock.maxent}
+
+
+@pytest.mark.parametrize("kind", ["mvr", "maxent"])
+@pytest.mark.parametrize("m", [1, 2])
+def test_matches_cvxpy(kind, m):
+    f_ref, s_ref = cvx_optimum(C20, kind, m)
+    sol = SOLVERS[kind](jnp.asarray(C20), num_knockoffs=m, tol=1e-9)
+    assert int(sol.result) == RESULTS.successful
+    f = float(sol.stats["objective"])
+    assert abs(f - f_ref) <= 1e-5 * abs(f_ref)
+    np.testing.assert_allclose(np.asarray(sol.value), s_ref, atol=1e-4)
+    # the certificate bounds the true suboptimality (up to the reference's own accuracy)
+    assert f - f_ref <= float(sol.stats["gap"]) + 1e-7 * abs(f_ref)
+    # feasibility of the m-knockoff constraint (m+1)/m C - diag(s) > 0
+    assert np.linalg.eigvalsh((m + 1) / m * C20 - np.diag(np.asarray(sol.value)))[0] > 0
+    assert float(sol.stats["min_eig"]) > 0
+    # the m = 1 solution is not feasible-optimal for m = 2: s shrinks with m
+    if m == 2:
+        s1 = np.asarray(SOLVERS[kind](jnp.asarray(C20), tol=1e-9).value)
+        assert np.mean(np.asarray(sol.value)) < np.mean(s1)
+
+
+@pytest.mark.parametrize("kind", ["mvr", "maxent"])
+def test_certificate_upper_bounds_suboptimality(kind):
+    """At non-optimal feasible points the gap is >= f(s) - f*, and not vacuous (within 100x)."""
+    f_ref, s_ref = cvx_optimum(C20, kind, 1)
+    for scale in (0.5, 0.9, 0.99):
+        for tilt in (0.0, 0.2):
+            s = s_ref * scale * (1 + tilt * np.linspace(-1, 1, P))
+            f, gap = mrc.mrc_objective_and_gap(jnp.asarray(C20), jnp.asarray(s), method=kind)
+            sub = float(f) - f_ref
+            assert sub > 0
+            assert float(gap) >= sub - 1e-8 * abs(f_ref)
+            assert float(gap) <= 100 * sub
+    # an infeasible point has no certificate
+    f, gap = mrc.mrc_objective_and_gap(jnp.asarray(C20), jnp.full(P, 2.5), method=kind)
+    assert np.isinf(float(f)) and np.isinf(float(gap))
+
+
+def test_closed_forms_and_covariance_scale():
+    # independent features: s = 1 for both objectives (any m: (m+1)/m - s vs s^m)
+    for fn in SOLVERS.values():
+        np.testing.assert_allclose(np.asarray(fn(jnp.eye(P)).value), 1.0, atol=1e-6)
+    # ME with m knockoffs on I: maximise log((m+1)/m - s) + m log s -> s = 1
+    np.testing.assert_allclose(np.asarray(jaxknock.maxent(jnp.eye(P), num_knockoffs=3).value), 1.0, atol=1e-6)
+    # covariance scale: s scales with diag(Sigma)
+    dsc = np.linspace(0.5, 3.0, P)
+    Sig = C20 * np.sqrt(np.outer(dsc, dsc))
+    a = np.asarray(jaxknock.maxent(jnp.asarray(Sig)).value)
+    b = np.asarray(jaxknock.maxent(jnp.asarray(C20)).value)
+    np.testing.assert_allclose(a, b * dsc, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["mvr", "maxent"])
+def test_jit_and_vmap(kind):
+    fn = SOLVERS[kind]
+    Cs = jnp.stack([jnp.asarray(wishart_correlation(s, P)) for s in range(3)])
+    batch = fn(Cs)
+    loop = [fn(C) for C in Cs]
+    for i, sol in enumerate(loop):
+        np.testing.assert_allclose(np.asarray(batch.value[i]), np.asarray(sol.value), rtol=1e-10)
+        assert int(batch.result[i]) == int(sol.result) == RESULTS.successful
+    jitted = jax.jit(lambda C: fn(C).value)(Cs[0])
+    np.testing.assert_allclose(np.asarray(jitted), np.asarray(loop[0].value), rtol=1e-10)
+
+
+def test_hard_matrices_feasible_certified_or_flagged():
+    """Ill-conditioned inputs (the SDP tests' family, p = 10, one vmapped batch each): feasible, honest codes."""
+    Cs = np.stack([C for _, C in hard_correlations(sizes=(10,))])
+    for fn in SOLVERS.values():
+        sol = fn(jnp.asarray(Cs), max_steps=300)
+        codes = np.asarray(sol.result)
+        s = np.asarray(sol.value)
+        assert np.all(np.isfinite(s)) and np.all(s > 0)
+        for i, C in enumerate(Cs):
+            ok = codes[i] == RESULTS.successful
+            assert codes[i] in (RESULTS.successful, RESULTS.stagnated, RESULTS.max_steps_reached)
+            # feasible to rounding: the Cholesky factorisation of 2C - diag(s) succeeds
+            np.linalg.cholesky(2 * C - np.diag(s[i]))
+            if ok:
+                gap, f = float(sol.stats["gap"][i]), float(sol.stats["objective"][i])
+                assert gap <= 1e-6 * max(abs(f), 1.0)
+
+
+def test_nonconvergence_and_bad_input():
+    sol = jaxknock.maxent(jnp.asarray(C20), max_steps=1)
+    assert int(sol.result) == RESULTS.max_steps_reached
+    assert np.isfinite(float(sol.stats["gap"])) and float(sol.stats["gap"]) > 0
+    with pytest.raises(RuntimeError):
+        jaxknock.maxent(jnp.asarray(C20), max_steps=1, throw=True)
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="num_knockoffs"):
+            jaxknock.mvr(jnp.eye(3), num_knockoffs=bad)
+    for bad in (1.5, "2", True):
+        with pytest.raises(TypeError, match="num_knockoffs"):
+            jaxknock.maxent(jnp.eye(3), num_knockoffs=bad)
+    with pytest.raises(ValueError, match="method must be one of"):
+        mrc.mrc_objective_and_gap(jnp.eye(3), jnp.ones(3), method="sdp")
+    with pytest.raises(ValueError, match="Sigma"):
+        jaxknock.mvr(jnp.ones((3, 4)))
+    with pytest.raises(TypeError, match="Sigma"):
+        jaxknock.mvr(jnp.eye(3, dtype=jnp.float32))
+    # under jit a NaN input is never reported successful
+    out = jax.jit(lambda C: jaxknock.maxent(C).result)(jnp.full((3, 3), jnp.nan))
+    assert int(out) != RESULTS.successful
+
+
+# --------------------------------------------------------------------------
+# pipeline, CLI, scikit-learn
+# --------------------------------------------------------------------------
+
+
+def _regression(seed=0, n=150, p=P):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p)) @ np.linalg.cholesky(C20).T
+    beta = np.zeros(p)
+    beta[:5] = 1.0
+    return X, X @ beta + rng.standard_normal(n)
+
+
+def test_knockoff_filter_mvr_maxent_and_known_sigma():
+    X, y = _regression()
+    key = jax.random.key(0)
+    sel = jaxknock.knockoff_filter(key, X, y, s_method="maxent", statistic="correlation")
+    Xs = (X - X.mean(0)) / X.std(0)
+    C_lw = jaxknock.to_correlation(jaxknock.ledoit_wolf(jnp.asarray(Xs))[0])
+    np.testing.assert_allclose(
+        np.asarray(sel.s_solution.value), np.asarray(jaxknock.maxent(C_lw, tol=1e-4).value), rtol=1e-8
+    )
+    # a known Sigma skips estimation: s is the solution on that matrix (scaled: s on the correlation scale)
+    Sig = 4.0 * C20
+    sel = jaxknock.knockoff_filter(key, X * 2.0, y, s_method="mvr", statistic="correlation", Sigma=Sig, mu=np.zeros(P))
+    np.testing.assert_allclose(
+        np.asarray(sel.s_solution.value), np.asarray(jaxknock.mvr(jnp.asarray(C20), tol=1e-4).value), rtol=1e-8
+    )
+    with pytest.raises(ValueError, match="s_method must be one of .*'mvr', 'maxent'"):
+        jaxknock.knockoff_filter(key, X, y, s_method="mmi")
+    with pytest.raises(ValueError, match="Sigma must have shape"):
+        jaxknock.knockoff_filter(key, X, y, s_method="mvr", Sigma=np.eye(3))
+    with pytest.raises(ValueError, match="mu"):
+        jaxknock.knockoff_filter(key, X, y, s_method="mvr", mu=np.zeros(P))
+
+
+def test_cli_and_selector_accept_mvr_maxent():
+    from jaxknock.cli.parser import build_parser
+
+    args = build_parser().parse_args(["select", "data.csv", "--target", "y", "--method", "maxent"])
+    assert args.method == "maxent"
+    sk = pytest.importorskip("sklearn")
+    assert sk
+    from jaxknock.sklearn import KnockoffSelector
+
+    X, y = _regression()
+    sel = KnockoffSelector(method="mvr", statistic="correlation", random_state=0).fit(X, y)
+    assert sel.get_support().shape == (P,)
+    with pytest.raises(ValueError, match="mvr"):
+        KnockoffSelector(method="bogus").fit(X, y)
+
+
+# --------------------------------------------------------------------------
+# factor models
+# --------------------------------------------------------------------------
+
+
+def test_factor_equals_dense():
+    m = 2  # the general case (m = 1 is the dense tests' default); one compile per solver keeps it fast
+    rng = np.random.default_rng(1)
+    p, k = 60, 3
+    d = rng.uniform(0.3, 1.0, p) * rng.uniform(0.5, 2.0)
+    U = rng.standard_normal((p, k)) / np.sqrt(k)
+    S = np.diag(d) + U @ U.T
+    model = jaxknock.FactorModel(jnp.asarray(d), jnp.asarray(U))
+    for fd, ff in ((jaxknock.mvr, jaxknock.mvr_factor), (jaxknock.maxent, jaxknock.maxent_factor)):
+        a = fd(jnp.asarray(S), num_knockoffs=m, tol=1e-11)
+        b = ff(model, num_knockoffs=m, tol=1e-11)
+        assert int(a.result) == int(b.result) == RESULTS.successful
+        assert bool(b.stats["feasible"])
+        fa, fb = float(a.stats["objective"]), float(b.stats["objective"])
+        assert abs(fa - fb) <= 1e-9 * abs(fa)
+        np.testing.assert_allclose(np.asarray(b.value), np.asarray(a.value), atol=1e-4)
+        # the factor certificate equals the dense one at the factor solution
+        f2, g2 = mrc.mrc_objective_and_gap(
+            jnp.asarray(S), b.value, method="mvr" if fd is jaxknock.mvr else "maxent", num_knockoffs=m
+        )
+        np.testing.assert_allclose(float(f2), fb, rtol=1e-10)
+        np.testing.assert_allclose(float(g2), float(b.stats["gap"]), rtol=1e-4, atol=1e-12)
+    # a batch of models is vmapped and equals the loop
+    batch = jaxknock.FactorModel(jnp.stack([model.d, 2 * model.d]), jnp.stack([model.U, model.U]))
+    sb = jaxknock.maxent_factor(batch, num_knockoffs=m)
+    s1 = jaxknock.maxent_factor(jaxknock.FactorModel(2 * model.d, model.U), num_knockoffs=m)
+    np.testing.assert_allclose(np.asarray(sb.value[1]), np.asarray(s1.value), rtol=1e-10)
+
+
+def test_equicorrelated_num_knockoffs():
+    lmin = np.linalg.eigvalsh(C20)[0]
+    s1 = jaxknock.equicorrelated(jnp.asarray(C20))
+    np.testing.assert_array_equal(
+        np.asarray(s1.value), np.asarray(jaxknock.equicorrelated(jnp.asarray(C20), num_knockoffs=1).value)
+    )
+    np.testing.assert_allclose(np.asarray(s1.value), min(1.0, 2 * lmin), rtol=1e-8)
+    s3 = jaxknock.equicorrelated(jnp.asarray(C20), num_knockoffs=3).value
+    np.testing.assert_allclose(np.asarray(s3), min(1.0, 4 / 3 * lmin), rtol=1e-8)
+    with pytest.raises(ValueError, match="num_knockoffs"):
+        jaxknock.equicorrelated(jnp.asarray(C20), num_knockoffs=0)
