@@ -11,6 +11,9 @@ settings (choices, FDR levels), responses, and feature statistics ``W``.
 
 from __future__ import annotations
 
+import os
+import zipfile
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,11 +53,70 @@ def check_ndim(x, ndim: int, name: str, what: str = ""):
 
 
 def check_square(S, name: str = "Sigma", *, batch: bool = False):
-    """Check that ``S`` is (a batch of) square matrices."""
+    """Check that ``S`` is (a batch of) non-empty square matrices."""
     if S.ndim < 2 or (S.ndim != 2 and not batch):
         raise ValueError(f"{name} must be a square 2-D matrix, got shape {tuple(S.shape)}")
     if S.shape[-1] != S.shape[-2]:
         raise ValueError(f"{name} must be square, got shape {tuple(S.shape)}")
+    check_nonempty(S, name)
+
+
+def check_nonempty(x, name: str):
+    """Raise a message naming ``name`` for an array with a zero-length axis (not numpy's "zero-size array")."""
+    shape = tuple(getattr(x, "shape", np.shape(x)))
+    if 0 in shape:
+        raise ValueError(f"{name} is empty (shape {shape}): it needs at least one entry along every axis")
+
+
+def poison(ok, *arrays):
+    """``arrays`` where the traced flag ``ok`` holds, else all NaN (the jit-side twin of a ValueError).
+
+    ``ok`` broadcasts against each array (a scalar, or one flag per batch member
+    with trailing axes added); non-floating arrays are returned unchanged.
+    """
+    out = []
+    for a in arrays:
+        a = jnp.asarray(a)
+        if jnp.issubdtype(a.dtype, jnp.inexact):
+            flag = jnp.reshape(ok, jnp.shape(ok) + (1,) * (a.ndim - jnp.ndim(ok)))
+            a = jnp.where(flag, a, jnp.nan)
+        out.append(a)
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def check_positive_scalar(x, name: str, *, what: str = "a positive, finite number"):
+    """A real, finite scalar ``> 0``: raises naming ``name`` if concrete; returns the traced flag for :func:`poison`."""
+    if isinstance(x, (str, bytes, bool, np.bool_)) or (
+        hasattr(x, "dtype") and not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer))
+    ):
+        raise TypeError(f"{name} must be {what}, got {x!r} ({type(x).__name__})")
+    if is_concrete(x):
+        a = np.asarray(x)
+        if a.ndim != 0:
+            raise ValueError(f"{name} must be a scalar, got shape {a.shape}")
+        if not (np.isfinite(a) and a > 0):
+            raise ValueError(f"{name} must be {what}, got {a.item()!r}")
+    x = jnp.asarray(x)
+    return jnp.isfinite(x) & (x > 0)
+
+
+def check_variances(Sigma, name: str = "Sigma"):
+    """The diagonal of a (batch of) covariance matrices: positive and finite.
+
+    Raises naming ``name`` when concrete; returns the traced flag (one per
+    matrix) for :func:`poison` under ``jit``.
+    """
+    d = jnp.diagonal(Sigma, axis1=-2, axis2=-1)
+    if is_concrete(d):
+        dv = np.asarray(d)
+        bad = ~(np.isfinite(dv) & (dv > 0))
+        if bad.any():
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"{name} must have positive, finite variances on its diagonal; {int(bad.sum())} entr(ies) are not "
+                f"(first: diagonal index {idx}, value {dv[idx]!r}); drop constant variables first"
+            )
+    return jnp.all(jnp.isfinite(d) & (d > 0), axis=-1)
 
 
 def check_finite(x, name: str):
@@ -389,3 +451,28 @@ def check_model_response(y, *, loss: str, fit_intercept: bool):
             )
         if len(labels) < 2:
             raise ValueError(f"y holds a single class ({sorted(labels)[0]!r}); need both classes")
+
+
+# --- files ---
+
+
+def check_npz_archive(path) -> None:
+    """Raise ``ValueError`` naming ``path`` unless it is a readable ``.npz`` (a zip archive of ``.npy`` members).
+
+    Only the zip directory is read (at the end of the file), never the arrays,
+    so this is cheap on multi-GB shards. A missing file raises
+    ``FileNotFoundError`` as usual.
+    """
+    path = os.fspath(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            members = zf.namelist()
+    except zipfile.BadZipFile as err:
+        raise ValueError(
+            f"{path} is not a valid .npz file ({err}; a .npz is a zip archive of .npy arrays, "
+            "written by numpy.savez or scipy.sparse.save_npz): the file is corrupt, truncated or another format"
+        ) from None
+    if not members or not all(m.endswith(".npy") for m in members):
+        raise ValueError(
+            f"{path} is not a valid .npz file: it is a zip archive holding {members[:5]} rather than .npy arrays"
+        )

@@ -422,3 +422,10 @@ def test_select_progress_silent_when_not_tty(reg_csv, capsys):
     # capsys streams are not TTYs: no progress characters in either stream
     code, out, err = run(["select", reg_csv, "--target", "y", "--method", "equi", "--statistic", "correlation"], capsys)
     assert code == 0 and "\r" not in out + err and "#" not in err
+
+
+def test_corrupt_npz_is_one_line_naming_the_file(tmp_path, capsys):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"\x00garbage" * 40)
+    assert_error(["snb", str(bad), "--target", "0", "-k", "2"], capsys, str(bad), "not a valid .npz file")
+    assert_error(["select", str(bad), "--target", "x0"], capsys, str(bad), "not a valid .npz file")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from jaxknock._checks import check_npz_archive
 from jaxknock.cli.common import CLIError, enable_x64
 from jaxknock.cli.report import device, print_table, sha256, versions, write_json
 from jaxknock.cli.tables import MISSING, check_file, default_names, numeric_column, read_csv_table, resolve_target
@@ -42,6 +43,10 @@ def _load_snb(args):
             import scipy.sparse as sp
         except ImportError:
             raise CLIError("reading a sparse .npz needs scipy: pip install scipy") from None
+        try:
+            check_npz_archive(path)
+        except ValueError as err:
+            raise CLIError(str(err)) from None
         try:
             M = sp.load_npz(path).tocsr()
         except (ValueError, OSError, KeyError, EOFError) as err:
