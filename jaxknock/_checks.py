@@ -337,6 +337,29 @@ def check_key(key):
         raise TypeError(f"key must be a jax.random key (jax.random.key(seed)), got dtype {key.dtype}")
 
 
+def as_int_tuple(values, name: str) -> tuple:
+    """A sequence of integers as a tuple of ``int``: integral floats pass, ``8.5`` or ``True`` raise naming ``name``.
+
+    ``int(8.5)`` would silently truncate a width or a count; this refuses it.
+    """
+    try:
+        items = list(values)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of ints, got {values!r}") from None
+    out = []
+    for i, v in enumerate(items):
+        if isinstance(v, (bool, np.bool_)) or isinstance(v, (str, bytes)):
+            raise TypeError(f"{name}[{i}] must be an int, got {v!r}")
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name}[{i}] must be an int, got {v!r} ({type(v).__name__})") from None
+        if not np.isfinite(f) or f != int(f):
+            raise ValueError(f"{name}[{i}] must be a whole number, got {v!r} (it is not truncated silently)")
+        out.append(int(f))
+    return tuple(out)
+
+
 def check_choice(value, choices, name: str):
     """Raise unless ``value`` is one of ``choices`` (a configuration string)."""
     if value not in choices:
@@ -393,6 +416,43 @@ def normalise_response(y, name: str = "y"):
             f"continuous response, pass {name}.astype(float)"
         )
     return a.astype(np.float64), False
+
+
+def check_class_labels(y, name: str = "y") -> None:
+    """Raise naming ``name`` if concrete labels look like a continuous target, not classes.
+
+    A classifier fits one class per distinct value, so a measurement (``3.71``,
+    ``0.02``, ...) would silently become hundreds of classes. Refused: NaN
+    labels; numeric labels (or text labels that all parse as numbers) with a
+    value that is not a whole number; more than ``max(20, n / 2)`` distinct
+    values (fewer than two rows per class on average).
+    """
+    a = np.asarray(y)
+    if a.size == 0:
+        return
+    num = None
+    if a.dtype.kind == "f":
+        num = a.astype(np.float64)
+    elif a.dtype.kind in "US":
+        try:
+            num = a.astype(np.float64)
+        except ValueError:
+            num = None
+    if num is not None:
+        if np.isnan(num).any():
+            raise ValueError(f"{name} contains NaN labels ({int(np.isnan(num).sum())}); drop those rows")
+        frac = np.isfinite(num) & (num != np.round(num))
+        if frac.any():
+            raise ValueError(
+                f"{name} looks like a continuous target: {int(frac.sum())} of its {a.size} values are not whole "
+                f"numbers (e.g. {num[frac][0]!r}); a classifier needs class labels: bin the target first"
+            )
+    k = np.unique(a).size
+    if k > max(20, a.size // 2):
+        raise ValueError(
+            f"{name} looks like a continuous target: {k} distinct values in {a.size} rows (fewer than two rows "
+            "per class); a classifier needs class labels: bin the target first, or pass classes=... explicitly"
+        )
 
 
 def check_statistics(W, name: str = "W"):

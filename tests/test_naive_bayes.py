@@ -537,3 +537,13 @@ def test_corrupt_npz_names_the_file(tmp_path):
             list(iter_npz_blocks(path))
         with pytest.raises(ValueError, match="is not a valid .npz file"):
             class_sums_npz([path], np.zeros(10))
+
+
+def test_continuous_target_is_rejected_naming_y():
+    rng = np.random.default_rng(0)
+    X = rng.poisson(2.0, size=(30, 4)).astype(float)
+    with pytest.raises(ValueError, match="y looks like a continuous target"):
+        sparse_naive_bayes(X, rng.normal(size=30), 2)
+    with pytest.raises(ValueError, match="y looks like a continuous target"):
+        class_sums(X, np.arange(30))  # 30 classes in 30 rows
+    assert class_sums(X, np.repeat([1.0, 2.0, 3.0], 10)).counts.shape == (3, 4)  # whole-number floats are labels
