@@ -27,7 +27,20 @@ def is_concrete(x) -> bool:
 
 
 def as_float_array(x, name: str):
-    """Convert to a JAX floating array (ints are promoted to the default float)."""
+    """Convert to a JAX floating array (ints are promoted to the default float).
+
+    Text, object and other non-numeric arrays (and ``None``) raise a
+    ``TypeError`` naming ``name`` instead of JAX's staging error.
+    """
+    if x is None or isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}")
+    if not hasattr(x, "dtype"):
+        try:
+            x = np.asarray(x)
+        except ValueError as err:  # ragged nested lists
+            raise TypeError(f"{name} must be a numeric array: {err}") from None
+    if np.dtype(x.dtype).kind in "USOVM":
+        raise TypeError(f"{name} must be a numeric array, got dtype {x.dtype}")
     if hasattr(x, "dtype") and not jnp.issubdtype(x.dtype, jnp.floating):
         if jnp.issubdtype(x.dtype, jnp.complexfloating) or x.dtype == bool:
             raise TypeError(f"{name} must be a real floating array, got dtype {x.dtype}")
@@ -368,6 +381,8 @@ def check_choice(value, choices, name: str):
 
 def check_fdr(fdr, name: str = "fdr"):
     """A target level in ``(0, 1)``: a real scalar, checked when concrete (traced levels pass)."""
+    if fdr is None or not (hasattr(fdr, "dtype") or isinstance(fdr, (int, float, str, bytes, bool, np.bool_))):
+        raise TypeError(f"{name} must be a real number in (0, 1), got {fdr!r} ({type(fdr).__name__})")
     real = hasattr(fdr, "dtype") and (jnp.issubdtype(fdr.dtype, jnp.floating) or jnp.issubdtype(fdr.dtype, jnp.integer))
     if isinstance(fdr, (str, bytes, bool, np.bool_)) or (hasattr(fdr, "dtype") and not real):
         raise TypeError(f"{name} must be a real number in (0, 1), got {fdr!r} ({type(fdr).__name__})")
@@ -377,6 +392,16 @@ def check_fdr(fdr, name: str = "fdr"):
             raise ValueError(f"{name} must be a scalar, got shape {a.shape}")
         if not np.isfinite(a) or not (0 < float(a) < 1):
             raise ValueError(f"{name} must lie in (0, 1), got {float(a)}")
+
+
+def as_response(y, like_dtype, name: str = "y"):
+    """A numeric response as a float array in ``like_dtype`` (booleans become 0/1), ``TypeError`` naming ``y`` else."""
+    if hasattr(y, "dtype") and y.dtype == bool:
+        y = y.astype(like_dtype)
+    elif not hasattr(y, "dtype") and y is not None and not isinstance(y, (str, bytes)):
+        a = np.asarray(y)
+        y = a.astype(np.float64) if a.dtype == bool else a
+    return as_float_array(y, name)
 
 
 def check_response(y, n: int, name: str = "y"):
@@ -469,11 +494,11 @@ def check_statistics(W, name: str = "W"):
     return W
 
 
-def check_replicates(W):
+def check_replicates(W, name: str = "W"):
     """Statistics of ``R`` knockoff replicates: shape ``(R, p)``."""
-    W = check_statistics(W)
+    W = check_statistics(W, name)
     if W.ndim != 2:
-        raise ValueError(f"W must hold one row of statistics per knockoff replicate, shape (R, p), got {W.shape}")
+        raise ValueError(f"{name} must hold one row of statistics per knockoff replicate, shape (R, p), got {W.shape}")
     return W
 
 

@@ -377,7 +377,7 @@ def aggregate_ebh_across_processes(W_local, fdr, *, num_replicates: int, alpha_k
     if W_local.ndim != 2:
         raise ValueError(f"W_local must have shape (R_i, p), got {tuple(W_local.shape)}")
     if W_local.shape[0]:
-        W_local = _checks.check_replicates(W_local)
+        W_local = _checks.check_replicates(W_local, "W_local")
         e_sum = jnp.sum(knockoff_evalues(W_local, alpha, plus=plus), axis=0)
     else:
         e_sum = jnp.zeros(
