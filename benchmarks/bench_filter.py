@@ -347,9 +347,17 @@ def main(argv=None):
     )
     ap.add_argument("--fdr-p", type=int, default=100, help="--fdr-conditions: number of features")
     ap.add_argument("--fdr-budget", type=float, default=600.0, help="--fdr-conditions: seconds for all conditions")
+    ap.add_argument("--fdr-which", type=int, nargs="*", default=None, help="--fdr-conditions: indices to run")
     args = ap.parse_args(argv)
     if args.fdr_conditions:
-        return fdr_conditions(p=args.fdr_p, fdr=args.fdr, seed=args.seed, budget_s=args.fdr_budget, json_path=args.json)
+        return fdr_conditions(
+            p=args.fdr_p,
+            fdr=args.fdr,
+            seed=args.seed,
+            budget_s=args.fdr_budget,
+            json_path=args.json,
+            which=args.fdr_which,
+        )
     if args.small:
         args.n, args.p, args.k, args.nnz = 300, 60, 10, 10
         args.draws, args.R, args.amplitudes = min(args.draws, 6), min(args.R, 3), [6.0, 12.0]
@@ -513,7 +521,7 @@ def fdr_condition_data(rng, n, p, design, response, *, rho=0.5, nnz=10):
     return X, y, support != 0
 
 
-def fdr_conditions(*, p=100, fdr=0.1, seed=0, budget_s=600.0, json_path=None):
+def fdr_conditions(*, p=100, fdr=0.1, seed=0, budget_s=600.0, json_path=None, which=None):
     """Measured FDR and power of ``knockoff_filter`` (defaults) under :data:`FDR_CONDITIONS`.
 
     Each condition gets an equal share of ``budget_s`` (data sets are drawn
@@ -525,12 +533,15 @@ def fdr_conditions(*, p=100, fdr=0.1, seed=0, budget_s=600.0, json_path=None):
     rows = []
     print(f"# fdr_conditions: p={p} fdr={fdr} budget={budget_s:.0f}s defaults of knockoff_filter\n# {uptime()}")
     print(f"{'condition':32s} {'n':>5s} {'sets':>5s} {'FDR':>7s} {'+-se':>6s} {'power':>7s} {'+-se':>6s} {'s/set':>6s}")
+    chosen = [c for c in range(len(FDR_CONDITIONS)) if which is None or c in which]
     for c_i, (name, ratio, design, response) in enumerate(FDR_CONDITIONS):
+        if c_i not in chosen:
+            continue
         n = ratio * p
         rng = np.random.default_rng(seed + 1000 * c_i)
         fdps, powers = [], []
         t0 = time.perf_counter()
-        while len(fdps) < 5 or time.perf_counter() - t0 < budget_s / len(FDR_CONDITIONS):
+        while len(fdps) < 5 or time.perf_counter() - t0 < budget_s / len(chosen):
             X, y, truth = fdr_condition_data(rng, n, p, design, response)
             sel = P.knockoff_filter(jax.random.key(seed + len(fdps)), X, y, fdr=fdr)
             mask = np.zeros(p, bool)

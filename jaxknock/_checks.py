@@ -532,7 +532,8 @@ def check_model_response(y, *, loss: str, fit_intercept: bool):
         labels = set(np.unique(yv).tolist())
         if not (labels <= {0.0, 1.0} or labels <= {-1.0, 1.0}):
             raise ValueError(
-                f"logistic loss needs binary labels in {{0, 1}} or {{-1, 1}}, got values {sorted(labels)[:5]}"
+                f"y must hold binary labels in {{0, 1}} or {{-1, 1}} (logistic loss / a two-class statistic), "
+                f"got values {sorted(labels)[:5]}"
             )
         if len(labels) < 2:
             raise ValueError(f"y holds a single class ({sorted(labels)[0]!r}); need both classes")

@@ -178,6 +178,7 @@ class reraise_solver_errors(contextlib.ContextDecorator):
 
     Example:
         >>> import jax, jax.numpy as jnp, jaxknock
+        >>> jax.config.update("jax_enable_x64", True)  # the SDP needs float64
         >>> bad = jnp.array([[1.0, 2.0], [0.5, 1.0]])  # not symmetric
         >>> f = jax.jit(lambda S: jaxknock.sdp(S, throw=True).value)
         >>> try:

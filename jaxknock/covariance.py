@@ -223,8 +223,8 @@ def to_correlation(Sigma) -> jax.Array:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> to_correlation(jnp.array([[4.0, 2.0], [2.0, 9.0]]))[0, 1].round(4)
-        Array(0.3333, dtype=float32)
+        >>> round(float(to_correlation(jnp.array([[4.0, 2.0], [2.0, 9.0]]))[0, 1]), 4)
+        0.3333
     """
     Sigma = _checks.as_float_array(Sigma, "Sigma")
     _checks.check_square(Sigma, "Sigma", batch=True)

@@ -244,7 +244,7 @@ SVECTOR_ROWS = {
 
 
 @pytest.mark.parametrize("fname", sorted(SVECTOR_ROWS))
-@contract_settings(12)
+@contract_settings(8)
 @given(case=sigma_cases())
 def test_svector_contract(fname, case):
     Sigma, jit = case
@@ -257,7 +257,7 @@ def test_svector_contract(fname, case):
     )
 
 
-@contract_settings(14)
+@contract_settings(10)
 @given(case=sigma_cases(), frac=st.sampled_from([0.0, 0.5, 1.0, 3.0, -0.5, np.nan]))
 def test_scale_to_feasible_contract(case, frac):
     Sigma, jit = case
@@ -276,7 +276,7 @@ def _negative_s_flagged(sol):
     raise Violation(f"scale_to_feasible reported success for a negative s: {sol}")
 
 
-@contract_settings(14)
+@contract_settings(8)
 @given(case=sigma_cases(sizes=(0, 1, 3)), lam=st.sampled_from([1e-3, 1e-6, 0.0, -1e-3, np.nan, "0.1"]))
 def test_sdp_dual_gap_contract(case, lam):
     Sigma, jit = case
@@ -302,7 +302,7 @@ def test_sdp_dual_gap_contract(case, lam):
     )
 
 
-@contract_settings(14)
+@contract_settings(10)
 @given(case=sigma_cases())
 def test_to_correlation_contract(case):
     Sigma, jit = case
@@ -329,7 +329,7 @@ def test_to_correlation_contract(case):
     )
 
 
-@contract_settings(10)
+@contract_settings(6)
 @given(case=sigma_cases(sizes=(0, 1, 2, 4)))
 def test_estimate_factor_model_contract(case):
     Sigma, _ = case
@@ -373,7 +373,7 @@ def factor_cases(draw):
     return cast(d, dtype), cast(U, dtype), draw(st.booleans())
 
 
-@contract_settings(14)
+@contract_settings(8)
 @given(case=factor_cases())
 def test_sdp_factor_contract(case):
     d, U, jit = case
@@ -444,7 +444,7 @@ def check_knockoffs(Xk, X, Sigma, s, frac, *, jit):
 
 
 @pytest.mark.parametrize("fname", ["sample_knockoffs", "sample_knockoffs_factor", "sample_replicates"])
-@contract_settings(14)
+@contract_settings(8)
 @given(case=sampler_cases())
 def test_sampler_contract(fname, case):
     X, Sigma, s, frac, jit = case
@@ -478,7 +478,7 @@ def test_sampler_contract(fname, case):
     run_contract(fname, call, check, _arg_names(getattr(jaxknock, fname), ["model.d", "model.U", "model"]))
 
 
-@contract_settings(14)
+@contract_settings(10)
 @given(
     n=st.sampled_from([0, 1, 6, 12]),
     p=st.sampled_from([0, 1, 3]),
@@ -669,7 +669,12 @@ def test_multiple_testing_contract(fname, case):
     def check(mask):
         mask = np.asarray(mask)
         pf = np.asarray(pv, np.float64)
-        valid = _fdr_ok(q) and np.asarray(pv).dtype != bool and pf.size and np.all((pf >= 0) & (pf <= 1))
+        if fname == "ebh":  # e-values: any non-negative numbers; eBH is BH on min(1, 1 / e)
+            ef = np.asarray(arg, np.float64)
+            valid = _fdr_ok(q) and np.asarray(arg).dtype != bool and ef.size and np.all(ef >= 0)
+            pf = np.minimum(1.0, 1.0 / np.maximum(ef, 1e-300))
+        else:
+            valid = _fdr_ok(q) and np.asarray(pv).dtype != bool and pf.size and np.all((pf >= 0) & (pf <= 1))
         if not valid:
             raise Violation(f"{fname} gave a mask for pvalues={pf}, fdr={q!r}")
         ref = step_up_ref(pf, float(q), dependence=fname == "benjamini_yekutieli")
@@ -796,7 +801,7 @@ def _regression_ok(X, y, label):
     return _finite_float(X) and label in ("continuous", "binary01", "binary12", "three") and np.shape(y)[0] > 1
 
 
-@contract_settings(14)
+@contract_settings(10)
 @given(case=xy_cases(), lam=st.sampled_from([0.1, 0.1, 1e-3, 0.0, -1.0, np.nan]))
 def test_lasso_contract(case, lam):
     X, y, label = case
@@ -817,7 +822,7 @@ def test_lasso_contract(case, lam):
     run_contract("lasso", lambda: jaxknock.lasso(X, y, lam), check, _arg_names(jaxknock.lasso))
 
 
-@contract_settings(14)
+@contract_settings(10)
 @given(case=xy_cases())
 def test_lambda_max_and_grid_contract(case):
     X, y, label = case
@@ -853,7 +858,7 @@ def _swap(Xk):
 
 
 @pytest.mark.parametrize("fname", ["marginal_correlation", "sparse_centroid", "lcd"])
-@contract_settings(10)
+@contract_settings(6)
 @given(case=xy_cases(p_sizes=(0, 1, 2)))
 def test_statistics_antisymmetry_contract(fname, case):
     X, y, label = case
@@ -880,7 +885,7 @@ def test_statistics_antisymmetry_contract(fname, case):
     run_contract(fname, lambda: fn(Xk, y, **kwargs), check, _arg_names(fn))
 
 
-@contract_settings(8)
+@contract_settings(5)
 @given(
     case=xy_cases(n_sizes=(0, 1, 30), p_sizes=(0, 1, 4), good_labels=("continuous", "binary01", "binary12", "strings")),
     fdr=st.sampled_from([0.2, 0.2, 0.2, "0.1", 1.5]),
@@ -909,7 +914,7 @@ def test_knockoff_filter_contract(case, fdr):
     )
 
 
-@contract_settings(10)
+@contract_settings(6)
 @given(case=xy_cases(p_sizes=(0, 1, 3)))
 def test_factor_model_from_data_contract(case):
     X, _, _ = case
@@ -956,7 +961,7 @@ def _labels_ok(y, n, label):
 
 
 @pytest.mark.parametrize("fname", ["sparse_naive_bayes", "sparse_naive_bayes_path"])
-@contract_settings(12)
+@contract_settings(8)
 @given(case=count_cases())
 def test_naive_bayes_contract(fname, case):
     X, y, label = case
@@ -983,7 +988,7 @@ def test_naive_bayes_contract(fname, case):
     run_contract(fname, call, check, _arg_names(getattr(jaxknock, fname)))
 
 
-@contract_settings(12)
+@contract_settings(8)
 @given(case=count_cases())
 def test_class_sums_and_predict_contract(case):
     X, y, label = case
