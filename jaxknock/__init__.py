@@ -1,7 +1,7 @@
 """jaxknock: GPU-accelerated knockoffs, FDR-controlled feature selection and
 the convex solvers behind them, in JAX."""
 
-from jaxknock._solution import RESULTS, Solution
+from jaxknock._solution import RESULTS, Solution, SolverError, reraise_solver_errors
 from jaxknock.covariance import (
     FactorFit,
     FactorModel,
@@ -103,6 +103,8 @@ def __getattr__(name):
 __all__ = [
     "RESULTS",
     "Solution",
+    "SolverError",
+    "reraise_solver_errors",
     # covariance
     "FactorModel",
     "LedoitWolf",

@@ -11,6 +11,9 @@ settings (choices, FDR levels), responses, and feature statistics ``W``.
 
 from __future__ import annotations
 
+import os
+import zipfile
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,7 +27,20 @@ def is_concrete(x) -> bool:
 
 
 def as_float_array(x, name: str):
-    """Convert to a JAX floating array (ints are promoted to the default float)."""
+    """Convert to a JAX floating array (ints are promoted to the default float).
+
+    Text, object and other non-numeric arrays (and ``None``) raise a
+    ``TypeError`` naming ``name`` instead of JAX's staging error.
+    """
+    if x is None or isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}")
+    if not hasattr(x, "dtype"):
+        try:
+            x = np.asarray(x)
+        except ValueError as err:  # ragged nested lists
+            raise TypeError(f"{name} must be a numeric array: {err}") from None
+    if np.dtype(x.dtype).kind in "USOVM":
+        raise TypeError(f"{name} must be a numeric array, got dtype {x.dtype}")
     if hasattr(x, "dtype") and not jnp.issubdtype(x.dtype, jnp.floating):
         if jnp.issubdtype(x.dtype, jnp.complexfloating) or x.dtype == bool:
             raise TypeError(f"{name} must be a real floating array, got dtype {x.dtype}")
@@ -50,11 +66,70 @@ def check_ndim(x, ndim: int, name: str, what: str = ""):
 
 
 def check_square(S, name: str = "Sigma", *, batch: bool = False):
-    """Check that ``S`` is (a batch of) square matrices."""
+    """Check that ``S`` is (a batch of) non-empty square matrices."""
     if S.ndim < 2 or (S.ndim != 2 and not batch):
         raise ValueError(f"{name} must be a square 2-D matrix, got shape {tuple(S.shape)}")
     if S.shape[-1] != S.shape[-2]:
         raise ValueError(f"{name} must be square, got shape {tuple(S.shape)}")
+    check_nonempty(S, name)
+
+
+def check_nonempty(x, name: str):
+    """Raise a message naming ``name`` for an array with a zero-length axis (not numpy's "zero-size array")."""
+    shape = tuple(getattr(x, "shape", np.shape(x)))
+    if 0 in shape:
+        raise ValueError(f"{name} is empty (shape {shape}): it needs at least one entry along every axis")
+
+
+def poison(ok, *arrays):
+    """``arrays`` where the traced flag ``ok`` holds, else all NaN (the jit-side twin of a ValueError).
+
+    ``ok`` broadcasts against each array (a scalar, or one flag per batch member
+    with trailing axes added); non-floating arrays are returned unchanged.
+    """
+    out = []
+    for a in arrays:
+        a = jnp.asarray(a)
+        if jnp.issubdtype(a.dtype, jnp.inexact):
+            flag = jnp.reshape(ok, jnp.shape(ok) + (1,) * (a.ndim - jnp.ndim(ok)))
+            a = jnp.where(flag, a, jnp.nan)
+        out.append(a)
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def check_positive_scalar(x, name: str, *, what: str = "a positive, finite number"):
+    """A real, finite scalar ``> 0``: raises naming ``name`` if concrete; returns the traced flag for :func:`poison`."""
+    if isinstance(x, (str, bytes, bool, np.bool_)) or (
+        hasattr(x, "dtype") and not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer))
+    ):
+        raise TypeError(f"{name} must be {what}, got {x!r} ({type(x).__name__})")
+    if is_concrete(x):
+        a = np.asarray(x)
+        if a.ndim != 0:
+            raise ValueError(f"{name} must be a scalar, got shape {a.shape}")
+        if not (np.isfinite(a) and a > 0):
+            raise ValueError(f"{name} must be {what}, got {a.item()!r}")
+    x = jnp.asarray(x)
+    return jnp.isfinite(x) & (x > 0)
+
+
+def check_variances(Sigma, name: str = "Sigma"):
+    """The diagonal of a (batch of) covariance matrices: positive and finite.
+
+    Raises naming ``name`` when concrete; returns the traced flag (one per
+    matrix) for :func:`poison` under ``jit``.
+    """
+    d = jnp.diagonal(Sigma, axis1=-2, axis2=-1)
+    if is_concrete(d):
+        dv = np.asarray(d)
+        bad = ~(np.isfinite(dv) & (dv > 0))
+        if bad.any():
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"{name} must have positive, finite variances on its diagonal; {int(bad.sum())} entr(ies) are not "
+                f"(first: diagonal index {idx}, value {dv[idx]!r}); drop constant variables first"
+            )
+    return jnp.all(jnp.isfinite(d) & (d > 0), axis=-1)
 
 
 def check_finite(x, name: str):
@@ -275,6 +350,29 @@ def check_key(key):
         raise TypeError(f"key must be a jax.random key (jax.random.key(seed)), got dtype {key.dtype}")
 
 
+def as_int_tuple(values, name: str) -> tuple:
+    """A sequence of integers as a tuple of ``int``: integral floats pass, ``8.5`` or ``True`` raise naming ``name``.
+
+    ``int(8.5)`` would silently truncate a width or a count; this refuses it.
+    """
+    try:
+        items = list(values)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of ints, got {values!r}") from None
+    out = []
+    for i, v in enumerate(items):
+        if isinstance(v, (bool, np.bool_)) or isinstance(v, (str, bytes)):
+            raise TypeError(f"{name}[{i}] must be an int, got {v!r}")
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name}[{i}] must be an int, got {v!r} ({type(v).__name__})") from None
+        if not np.isfinite(f) or f != int(f):
+            raise ValueError(f"{name}[{i}] must be a whole number, got {v!r} (it is not truncated silently)")
+        out.append(int(f))
+    return tuple(out)
+
+
 def check_choice(value, choices, name: str):
     """Raise unless ``value`` is one of ``choices`` (a configuration string)."""
     if value not in choices:
@@ -283,6 +381,8 @@ def check_choice(value, choices, name: str):
 
 def check_fdr(fdr, name: str = "fdr"):
     """A target level in ``(0, 1)``: a real scalar, checked when concrete (traced levels pass)."""
+    if fdr is None or not (hasattr(fdr, "dtype") or isinstance(fdr, (int, float, str, bytes, bool, np.bool_))):
+        raise TypeError(f"{name} must be a real number in (0, 1), got {fdr!r} ({type(fdr).__name__})")
     real = hasattr(fdr, "dtype") and (jnp.issubdtype(fdr.dtype, jnp.floating) or jnp.issubdtype(fdr.dtype, jnp.integer))
     if isinstance(fdr, (str, bytes, bool, np.bool_)) or (hasattr(fdr, "dtype") and not real):
         raise TypeError(f"{name} must be a real number in (0, 1), got {fdr!r} ({type(fdr).__name__})")
@@ -292,6 +392,16 @@ def check_fdr(fdr, name: str = "fdr"):
             raise ValueError(f"{name} must be a scalar, got shape {a.shape}")
         if not np.isfinite(a) or not (0 < float(a) < 1):
             raise ValueError(f"{name} must lie in (0, 1), got {float(a)}")
+
+
+def as_response(y, like_dtype, name: str = "y"):
+    """A numeric response as a float array in ``like_dtype`` (booleans become 0/1), ``TypeError`` naming ``y`` else."""
+    if hasattr(y, "dtype") and y.dtype == bool:
+        y = y.astype(like_dtype)
+    elif not hasattr(y, "dtype") and y is not None and not isinstance(y, (str, bytes)):
+        a = np.asarray(y)
+        y = a.astype(np.float64) if a.dtype == bool else a
+    return as_float_array(y, name)
 
 
 def check_response(y, n: int, name: str = "y"):
@@ -333,6 +443,43 @@ def normalise_response(y, name: str = "y"):
     return a.astype(np.float64), False
 
 
+def check_class_labels(y, name: str = "y") -> None:
+    """Raise naming ``name`` if concrete labels look like a continuous target, not classes.
+
+    A classifier fits one class per distinct value, so a measurement (``3.71``,
+    ``0.02``, ...) would silently become hundreds of classes. Refused: NaN
+    labels; numeric labels (or text labels that all parse as numbers) with a
+    value that is not a whole number; more than ``max(20, n / 2)`` distinct
+    values (fewer than two rows per class on average).
+    """
+    a = np.asarray(y)
+    if a.size == 0:
+        return
+    num = None
+    if a.dtype.kind == "f":
+        num = a.astype(np.float64)
+    elif a.dtype.kind in "US":
+        try:
+            num = a.astype(np.float64)
+        except ValueError:
+            num = None
+    if num is not None:
+        if np.isnan(num).any():
+            raise ValueError(f"{name} contains NaN labels ({int(np.isnan(num).sum())}); drop those rows")
+        frac = np.isfinite(num) & (num != np.round(num))
+        if frac.any():
+            raise ValueError(
+                f"{name} looks like a continuous target: {int(frac.sum())} of its {a.size} values are not whole "
+                f"numbers (e.g. {num[frac][0]!r}); a classifier needs class labels: bin the target first"
+            )
+    k = np.unique(a).size
+    if k > max(20, a.size // 2):
+        raise ValueError(
+            f"{name} looks like a continuous target: {k} distinct values in {a.size} rows (fewer than two rows "
+            "per class); a classifier needs class labels: bin the target first, or pass classes=... explicitly"
+        )
+
+
 def check_statistics(W, name: str = "W"):
     """Feature statistics of shape ``(..., p)``, ``p >= 1``, as a float array without NaN."""
     W = as_float_array(W, name)
@@ -347,11 +494,11 @@ def check_statistics(W, name: str = "W"):
     return W
 
 
-def check_replicates(W):
+def check_replicates(W, name: str = "W"):
     """Statistics of ``R`` knockoff replicates: shape ``(R, p)``."""
-    W = check_statistics(W)
+    W = check_statistics(W, name)
     if W.ndim != 2:
-        raise ValueError(f"W must hold one row of statistics per knockoff replicate, shape (R, p), got {W.shape}")
+        raise ValueError(f"{name} must hold one row of statistics per knockoff replicate, shape (R, p), got {W.shape}")
     return W
 
 
@@ -385,7 +532,8 @@ def check_model_response(y, *, loss: str, fit_intercept: bool):
         labels = set(np.unique(yv).tolist())
         if not (labels <= {0.0, 1.0} or labels <= {-1.0, 1.0}):
             raise ValueError(
-                f"logistic loss needs binary labels in {{0, 1}} or {{-1, 1}}, got values {sorted(labels)[:5]}"
+                f"y must hold binary labels in {{0, 1}} or {{-1, 1}} (logistic loss / a two-class statistic), "
+                f"got values {sorted(labels)[:5]}"
             )
         if len(labels) < 2:
             raise ValueError(f"y holds a single class ({sorted(labels)[0]!r}); need both classes")
@@ -398,3 +546,28 @@ def check_num_knockoffs(num_knockoffs, name: str = "num_knockoffs") -> int:
     if num_knockoffs < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {num_knockoffs}")
     return int(num_knockoffs)
+
+
+# --- files ---
+
+
+def check_npz_archive(path) -> None:
+    """Raise ``ValueError`` naming ``path`` unless it is a readable ``.npz`` (a zip archive of ``.npy`` members).
+
+    Only the zip directory is read (at the end of the file), never the arrays,
+    so this is cheap on multi-GB shards. A missing file raises
+    ``FileNotFoundError`` as usual.
+    """
+    path = os.fspath(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            members = zf.namelist()
+    except zipfile.BadZipFile as err:
+        raise ValueError(
+            f"{path} is not a valid .npz file ({err}; a .npz is a zip archive of .npy arrays, "
+            "written by numpy.savez or scipy.sparse.save_npz): the file is corrupt, truncated or another format"
+        ) from None
+    if not members or not all(m.endswith(".npy") for m in members):
+        raise ValueError(
+            f"{path} is not a valid .npz file: it is a zip archive holding {members[:5]} rather than .npy arrays"
+        )

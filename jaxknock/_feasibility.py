@@ -20,6 +20,8 @@ __all__ = [
     "check_feasible_dense",
     "check_feasible_factor",
     "diag_plus_lowrank_is_pd",
+    "feasible_dense_traced",
+    "feasible_factor_traced",
     "feasibility_tol",
     "infeasible_message",
 ]
@@ -164,3 +166,42 @@ def check_feasible_factor(d, U, s):
         else:
             hi = mid
     raise ValueError(infeasible_message(lo, None))
+
+
+# --- traced feasibility flags (the samplers poison their output with NaN when these are false) ---
+
+
+def _traced_tol(scale, dtype, p: int):
+    """Device slack: :func:`feasibility_tol` plus ``8 p eps`` for the rounding of a Cholesky in ``dtype``.
+
+    A little looser than the eager check, which has already run on concrete input
+    (in float64): the traced flag must never poison an ``s`` that the eager check
+    accepted, only catch what it could not see (traced ``s``, ``Sigma``).
+    """
+    eps = jnp.finfo(dtype).eps
+    return (jnp.sqrt(eps) + 8 * p * eps) * jnp.maximum(scale, 1e-300)
+
+
+def feasible_dense_traced(Sigma, s) -> jax.Array:
+    """Traced flag: ``s`` finite and ``>= 0`` and ``2 Sigma - diag(s) >= -tol I`` (one Cholesky, ``O(p^3 / 3)``).
+
+    The samplers call it only where their own factorisation of
+    ``Omega = 2S - S Sigma^-1 S`` has already failed (``lax.cond``), so a
+    feasible ``s`` costs nothing extra.
+    """
+    p = Sigma.shape[-1]
+    tol = _traced_tol(jnp.max(jnp.abs(jnp.diagonal(Sigma))), Sigma.dtype, p)
+    B = 2.0 * Sigma - jnp.diag(s) + tol * jnp.eye(p, dtype=Sigma.dtype)
+    L = jnp.linalg.cholesky(0.5 * (B + B.T))
+    return jnp.all(jnp.isfinite(L)) & jnp.all(s >= 0)
+
+
+def feasible_factor_traced(d, U, s) -> jax.Array:
+    """Traced flag for ``Sigma = diag(d) + U U^T``: ``d > 0``, ``s >= 0`` and ``2 Sigma - diag(s) >= -tol I``.
+
+    The blocked ``O(p k^2 + p m^2)`` Cholesky of :func:`diag_plus_lowrank_is_pd`, on the device.
+    """
+    p = d.shape[0]
+    tol = _traced_tol(jnp.max(d + jnp.sum(U**2, axis=1)), d.dtype, p)
+    pd = _diag_plus_lowrank_is_pd_blocked(2.0 * d - s + tol, jnp.sqrt(2.0) * U)
+    return pd & jnp.all(s >= 0) & jnp.all(d > 0)

@@ -18,14 +18,17 @@ meeting its tolerance sets ``RESULTS.max_steps_reached``; NaN/Inf iterates set
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import logging
+import sys
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["RESULTS", "Solution", "result_code", "raise_if_failed"]
+__all__ = ["RESULTS", "Solution", "SolverError", "result_code", "raise_if_failed", "reraise_solver_errors"]
 
 
 class RESULTS(enum.IntEnum):
@@ -95,23 +98,111 @@ def result_code(converged, finite) -> jax.Array:
     return jnp.where(finite, code, jnp.int32(RESULTS.nonfinite))
 
 
-def _raise_for_codes(codes) -> None:
+class SolverError(RuntimeError):
+    """A solve asked to ``throw`` did not succeed: names the function and the ``RESULTS`` code.
+
+    ``where`` is the public function (``"sdp"``), ``code`` the first non-success
+    ``RESULTS`` member, ``failed`` / ``total`` how many of a batch failed.
+    A ``RuntimeError``, so ``except RuntimeError`` keeps working.
+    """
+
+    def __init__(self, message: str, *, where: str = "", code: int | None = None, failed: int = 0, total: int = 0):
+        super().__init__(message)
+        self.where, self.failed, self.total = where, failed, total
+        self.code = None if code is None else RESULTS(int(code))
+
+
+_MARKER = "SolverError: jaxknock."
+
+
+def _failure_message(where: str, codes) -> tuple[str, int, int, int] | None:
     codes = np.asarray(codes).ravel()
     bad = codes[codes != RESULTS.successful]
-    if bad.size:
-        raise RuntimeError(f"{bad.size} of {codes.size} solve(s) failed: {RESULTS.message(bad[0])}")
+    if not bad.size:
+        return None
+    code = RESULTS(int(bad[0]))
+    what = f"{bad.size} of {codes.size} solve(s)" if codes.size > 1 else "the solve"
+    msg = f"jaxknock.{where}: {what} failed with result code {int(code)} ({code.name}): {RESULTS.message(code)}"
+    return msg, int(code), int(bad.size), int(codes.size)
 
 
-def raise_if_failed(solution: Solution, throw: bool) -> Solution:
-    """Raise ``RuntimeError`` if ``throw`` and the solve did not succeed.
+def _raise_for_codes(codes, where: str = "solver") -> None:
+    failure = _failure_message(where, codes)
+    if failure is not None:
+        msg, code, failed, total = failure
+        raise SolverError(msg, where=where, code=code, failed=failed, total=total)
 
-    Eager values raise immediately. Under ``jit`` the check runs as a host
-    callback, so the error surfaces when the computation executes.
+
+def raise_if_failed(solution: Solution, throw: bool, where: str | None = None) -> Solution:
+    """Raise :class:`SolverError` (a ``RuntimeError``) if ``throw`` and the solve did not succeed.
+
+    The message names the public function (``where``; default: the calling
+    function's name) and the ``RESULTS`` code, e.g. ``jaxknock.sdp: the solve
+    failed with result code 3 (infeasible): ...``.
+
+    Eager values raise immediately. Under ``jit`` the codes go to the host in
+    one ``jax.debug.callback`` (a few ``int32``, never the solution), which
+    raises when the computation executes. JAX then re-raises it as a
+    ``jax.errors.JaxRuntimeError`` whose text is a callback traceback ending
+    in ``SolverError: jaxknock.<where>: ... result code ...``; run the jitted
+    function inside :func:`reraise_solver_errors` (a context manager and a
+    decorator) to get the clean :class:`SolverError` back. Under ``vmap`` the
+    whole batch is checked at once and the message counts the failed members.
     """
     if not throw:
         return solution
+    if where is None:
+        where = sys._getframe(1).f_code.co_name.lstrip("_")
     if isinstance(solution.result, jax.core.Tracer):
-        jax.debug.callback(_raise_for_codes, solution.result)
+        jax.debug.callback(lambda c: _raise_for_codes(c, where), solution.result)
     else:
-        _raise_for_codes(solution.result)
+        _raise_for_codes(solution.result, where)
     return solution
+
+
+def _drop_solver_error_logs(record) -> bool:
+    """Logging filter: JAX logs a failing callback's traceback before re-raising it; ours is re-raised cleanly."""
+    info = record.exc_info
+    return not (info and isinstance(info[1], SolverError))
+
+
+class reraise_solver_errors(contextlib.ContextDecorator):
+    """Turn a jitted ``throw=True`` failure back into a clean :class:`SolverError`.
+
+    Under ``jax.jit`` a host callback cannot raise its own exception type: JAX
+    wraps it in a ``JaxRuntimeError`` carrying the callback's traceback.
+    Inside this context (or on a function decorated with it) such an error is
+    re-raised as the :class:`SolverError` it holds, with its message and
+    without the callback traceback (which JAX would also log to stderr); other
+    errors pass through unchanged.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxknock
+        >>> jax.config.update("jax_enable_x64", True)  # the SDP needs float64
+        >>> bad = jnp.array([[1.0, 2.0], [0.5, 1.0]])  # not symmetric
+        >>> f = jax.jit(lambda S: jaxknock.sdp(S, throw=True).value)
+        >>> try:
+        ...     with jaxknock.reraise_solver_errors():
+        ...         f(bad).block_until_ready()
+        ... except jaxknock.SolverError as err:
+        ...     print(err.where, err.code.name)
+        sdp infeasible
+    """
+
+    def __enter__(self):
+        logging.getLogger("jax._src.debugging").addFilter(_drop_solver_error_logs)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        logging.getLogger("jax._src.debugging").removeFilter(_drop_solver_error_logs)
+        if exc is None or isinstance(exc, SolverError) or not isinstance(exc, RuntimeError):
+            return False
+        text = str(exc)
+        if _MARKER not in text:
+            return False
+        msg = "jaxknock." + text[text.rindex(_MARKER) + len(_MARKER) :].strip().splitlines()[0]
+        where = msg.split(":", 1)[0].removeprefix("jaxknock.")
+        code = None
+        if "result code " in msg:
+            code = int(msg.split("result code ", 1)[1].split(" ", 1)[0])
+        raise SolverError(msg, where=where, code=code) from None

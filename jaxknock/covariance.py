@@ -216,12 +216,24 @@ def to_correlation(Sigma) -> jax.Array:
 
     Works on a batch ``(..., p, p)``. Knockoff S-vectors solved on the
     correlation matrix are mapped back by ``s_cov = s_corr * diag(Sigma)``.
+
+    A zero, negative or NaN variance has no correlation: eager input raises a
+    ``ValueError`` naming ``Sigma``; under ``jit`` the whole matrix (of that
+    batch member) is NaN.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> round(float(to_correlation(jnp.array([[4.0, 2.0], [2.0, 9.0]]))[0, 1]), 4)
+        0.3333
     """
+    Sigma = _checks.as_float_array(Sigma, "Sigma")
+    _checks.check_square(Sigma, "Sigma", batch=True)
+    ok = _checks.check_variances(Sigma, "Sigma")
     d = jnp.sqrt(jnp.diagonal(Sigma, axis1=-2, axis2=-1))
     C = Sigma / (d[..., :, None] * d[..., None, :])
     # exact ones on the diagonal (avoid 1 +- 1 ulp)
     p = Sigma.shape[-1]
-    return jnp.where(jnp.eye(p, dtype=bool), jnp.ones((), Sigma.dtype), C)
+    return _checks.poison(ok, jnp.where(jnp.eye(p, dtype=bool), jnp.ones((), Sigma.dtype), C))
 
 
 # --------------------------------------------------------------------------

@@ -297,12 +297,9 @@ def sdp_batch(
     Sigmas = jnp.asarray(Sigmas)
     if Sigmas.ndim != 3 or Sigmas.shape[1] != Sigmas.shape[2]:
         raise ValueError(f"Sigmas must be a batch of square matrices (B, p, p), got shape {tuple(Sigmas.shape)}")
-    # validate on concrete values once, before tracing (the solvers skip checks on tracers)
-    if method == "asdp":
-        for b in range(Sigmas.shape[0]):
-            _checks.validate_sigma(Sigmas[b], batch_ok=False)
-    else:
-        _checks.validate_sigma(Sigmas, need_x64=(method != "equicorrelated"))
+    # validate the whole batch on concrete values once, before tracing, in one device
+    # reduction (the solvers skip value checks on tracers and report RESULTS codes)
+    _checks.validate_sigma(Sigmas, need_x64=(method != "equicorrelated"))
     solver = {"sdp": svector.sdp, "asdp": svector.asdp, "equicorrelated": svector.equicorrelated}[method]
     fn = functools.partial(_solve_one, solver, tuple(sorted(kwargs.items())))
     p = Sigmas.shape[-1]
@@ -380,7 +377,7 @@ def aggregate_ebh_across_processes(W_local, fdr, *, num_replicates: int, alpha_k
     if W_local.ndim != 2:
         raise ValueError(f"W_local must have shape (R_i, p), got {tuple(W_local.shape)}")
     if W_local.shape[0]:
-        W_local = _checks.check_replicates(W_local)
+        W_local = _checks.check_replicates(W_local, "W_local")
         e_sum = jnp.sum(knockoff_evalues(W_local, alpha, plus=plus), axis=0)
     else:
         e_sum = jnp.zeros(

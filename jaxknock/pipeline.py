@@ -140,6 +140,7 @@ def _clock(fn, *args, **kwargs):
 def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=False):
     X = _checks.as_float_array(X, "X")
     _checks.check_ndim(X, 2, "X", "a 2-D (n_samples, n_features) array")
+    _checks.check_nonempty(X, "X")
     n, p = X.shape
     if X.dtype != jnp.float64 and s_method != "equicorrelated":
         # the SDP / ASDP / factor S solves need float64 (said in the docstring)
@@ -179,6 +180,11 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, k
         if not (isinstance(k, (int, np.integer)) and 1 <= k < min(n, p)):
             raise ValueError(f"rank must be an integer in [1, min(n, p) = {min(n, p)}), got {rank!r}")
         rank = int(k)
+    elif rank is not None:
+        raise ValueError(
+            f"rank={rank!r} applies to s_method='sdp_factor' only (the factor-model rank); "
+            f"s_method={s_method!r} uses the full covariance: drop rank or use s_method='sdp_factor'"
+        )
     return X, y, binary, rank
 
 

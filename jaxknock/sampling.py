@@ -29,7 +29,15 @@ mean) is then computed once and shared by the replicates.
 
 Input checks: shapes and dtypes raise ``ValueError``/``TypeError`` before
 tracing; values (NaN, ``Sigma`` positive definite, feasibility of ``s``) are
-checked on concrete inputs before ``jit`` and skipped for tracers.
+checked on concrete inputs before ``jit``. Under ``jit``/``vmap`` (traced
+``Sigma``, ``s`` or model) the samplers check the same values on the device,
+reusing their own factorisation of ``Omega = 2S - S Sigma^-1 S``: a NaN or
+non-symmetric ``Sigma``, a ``Sigma`` that is not positive definite, a NaN or
+negative ``s``, or an infeasible ``s`` (``2 Sigma - diag(s)`` not PSD) returns
+knockoffs that are entirely NaN, never finite plausible ones. A feasible ``s``
+pays nothing extra (the feasibility Cholesky runs only on the branch where
+the factorisation of ``Omega`` has already failed; fixed-X always runs it,
+next to its eigendecomposition).
 """
 
 from __future__ import annotations
@@ -53,8 +61,9 @@ from jaxknock._checks import (
     check_square,
     check_symmetric,
     is_concrete,
+    traced_sigma_code,
 )
-from jaxknock._solution import Solution
+from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import FactorModel
 from jaxknock.distributed import shard_batch
 
@@ -132,14 +141,16 @@ def _common_dtype(*arrays):
 # --------------------------------------------------------------------------
 
 
-def _psd_factor(Omega):
-    """A with ``A A^T = Omega`` for a matrix that is PSD up to rounding; never NaN.
+def _psd_factor(Omega, feasible=None):
+    """A with ``A A^T = Omega`` for a matrix that is PSD up to rounding; never NaN for feasible ``s``.
 
     Tries the Cholesky factor of ``Omega + tau I`` with ``tau = p eps max(diag)``
     (a variance change far below sampling error). If that fails (Omega singular or
     slightly indefinite beyond the jitter), falls back to the eigendecomposition
     with negative eigenvalues clipped to 0, i.e. the factor of the nearest PSD
-    matrix in Frobenius norm.
+    matrix in Frobenius norm. Clipping is right only for rounding: on that
+    branch ``feasible()`` (a traced flag, evaluated only there) decides, and an
+    infeasible ``s`` gets an all-NaN factor, so every knockoff it produces is NaN.
     """
     p = Omega.shape[-1]
     eps = jnp.finfo(Omega.dtype).eps
@@ -149,7 +160,8 @@ def _psd_factor(Omega):
 
     def eig_factor():
         lam, Q = jnp.linalg.eigh(Omega)
-        return Q * jnp.sqrt(jnp.clip(lam, 0.0))
+        A = Q * jnp.sqrt(jnp.clip(lam, 0.0))
+        return A if feasible is None else jnp.where(feasible(), A, jnp.nan)
 
     return lax.cond(jnp.all(jnp.isfinite(L)), lambda: L, eig_factor)
 
@@ -166,7 +178,10 @@ def _dense_plan(X, Sigma, s, mu) -> _DensePlan:
     SinvS = jax.scipy.linalg.cho_solve((Lc, True), jnp.diag(s))  # Sigma^-1 S
     Omega = 2.0 * jnp.diag(s) - s[:, None] * SinvS
     mean = X - _mm(X - mu, SinvS)
-    return _DensePlan(mean, _psd_factor(Omega))
+    # traced input checks, O(p^2): a non-symmetric / NaN Sigma or a NaN s poisons the draw
+    valid = (traced_sigma_code(Sigma) == RESULTS.successful) & jnp.all(jnp.isfinite(s))
+    L = _psd_factor(Omega, lambda: _feasibility.feasible_dense_traced(Sigma, s))
+    return _DensePlan(mean, jnp.where(valid, L, jnp.nan))
 
 
 def _dense_draw(key, plan: _DensePlan):
@@ -373,17 +388,22 @@ def _factor_plan(X, d, U, s, mu, force_recursion: bool = False) -> _FactorPlan:
         return M, (A, F)
 
     def recursion():
-        return lax.scan(body, jnp.eye(k, dtype=U.dtype), (cb, Zb))[1]
+        # C indefinite: s > 2d somewhere, or s < 0, or NaN. Only here can s be
+        # infeasible (C >= 0 means 0 <= s <= 2d), so only here is feasibility tested.
+        feasible = _feasibility.feasible_factor_traced(d, U, s)
+        return lax.scan(body, jnp.eye(k, dtype=U.dtype), (cb, Zb))[1], feasible
 
     def no_recursion():
-        return (jnp.zeros((nb, m, m), U.dtype), jnp.zeros((nb, k, m), U.dtype))
+        return (jnp.zeros((nb, m, m), U.dtype), jnp.zeros((nb, k, m), U.dtype)), jnp.all(d > 0)
 
     nonneg = jnp.all(c >= 0) & (not force_recursion)
-    A, F = lax.cond(nonneg, no_recursion, recursion)
+    (A, F), feasible = lax.cond(nonneg, no_recursion, recursion)
     # (X - mu) D^-1 U N without an (n, p) temporary
     P0 = _mm(X, VN) - _mm(mu, VN)
     sqrt_c = jnp.sqrt(jnp.clip(cb, 0.0))
-    return _FactorPlan(X, mu, s / d, Zb, P0, nonneg, sqrt_c, A, F)
+    # an infeasible s (or d <= 0) poisons every knockoff: s / d enters each column's mean
+    s_over_d = jnp.where(feasible, s / d, jnp.nan)
+    return _FactorPlan(X, mu, s_over_d, Zb, P0, nonneg, sqrt_c, A, F)
 
 
 def _factor_draw(key, plan: _FactorPlan):
@@ -801,7 +821,10 @@ def _fixed_x(Xn, s):
     # identity reflectors, so Q[:, p:2p] = H_1...H_p e_{p+j} spans part of col(X)^perp.
     Qx, _ = jnp.linalg.qr(jnp.concatenate([Xn, jnp.zeros_like(Xn)], axis=1))
     Ut = Qx[:, p:]
-    return Xn - _mm(Xn, GinvS) + _mm(Ut, C)
+    Xk = Xn - _mm(Xn, GinvS) + _mm(Ut, C)
+    # the clipping above is right only for rounding: an infeasible or negative s
+    # (traced, so not seen by the eager check) poisons the knockoffs with NaN
+    return jnp.where(_feasibility.feasible_dense_traced(G, s), Xk, jnp.nan)
 
 
 def fixed_x_knockoffs(X, s):

@@ -96,10 +96,9 @@ def _prepare(Xk, y, *, loss="squared", fit_intercept=True, binary=False):
         raise ValueError(f"Xk must be a design [X, X~] of shape (n, 2p) or a batch (..., n, 2p), got shape {Xk.shape}")
     if Xk.shape[-1] % 2 or Xk.shape[-1] == 0:
         raise ValueError(f"Xk must hold 2p columns (p originals then their p knockoffs), got {Xk.shape[-1]}")
-    y = jnp.asarray(y)
-    if y.dtype == bool:
-        y = y.astype(Xk.dtype)
-    y = _checks.as_float_array(y, "y")
+    if Xk.shape[-2] < 2:
+        raise ValueError(f"Xk needs at least 2 rows (samples), got shape {tuple(Xk.shape)}")
+    y = _checks.as_response(y, Xk.dtype)
     _checks.check_ndim(y, 1, "y", "a 1-D array of shape (n_samples,)")
     if y.shape[0] != Xk.shape[-2]:
         raise ValueError(

@@ -442,3 +442,20 @@ def test_select_progress_silent_when_not_tty(reg_csv, capsys):
     # capsys streams are not TTYs: no progress characters in either stream
     code, out, err = run(["select", reg_csv, "--target", "y", "--method", "equi", "--statistic", "correlation"], capsys)
     assert code == 0 and "\r" not in out + err and "#" not in err
+
+
+def test_corrupt_npz_is_one_line_naming_the_file(tmp_path, capsys):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"\x00garbage" * 40)
+    assert_error(["snb", str(bad), "--target", "0", "-k", "2"], capsys, str(bad), "not a valid .npz file")
+    assert_error(["select", str(bad), "--target", "x0"], capsys, str(bad), "not a valid .npz file")
+
+
+def test_snb_continuous_target_is_one_line_naming_the_target(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    X = rng.poisson(2.0, size=(30, 4))
+    target = rng.normal(size=30).round(3)
+    path = tmp_path / "cont.csv"
+    rows = ["a,b,c,d,score"] + [",".join(map(str, list(x) + [t])) for x, t in zip(X, target)]
+    path.write_text("\n".join(rows) + "\n")
+    assert_error(["snb", str(path), "--target", "score", "-k", "2"], capsys, "target column 'score'", "continuous")

@@ -139,3 +139,21 @@ def test_estimate_factor_model_compiles_once():
         b = estimate_factor_model(0.9 * Sigma + 0.1 * np.eye(12), rank=2, max_steps=7, tol=1e-9, min_diag=1e-5)
     assert first <= 1 and len(compiles) == first
     assert int(a.stats["num_steps"]) <= 5 and int(b.stats["num_steps"]) <= 7
+
+
+# ---------------------------------------- issue 19: to_correlation validates variances
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, np.nan])
+def test_to_correlation_bad_variance_names_sigma_and_poisons_under_jit(bad):
+    Sigma = jnp.array([[2.0, 0.5, 0.1], [0.5, 1.0, 0.2], [0.1, 0.2, 3.0]]).at[1, 1].set(bad)
+    with pytest.raises(ValueError, match="Sigma must have positive, finite variances"):
+        to_correlation(Sigma)
+    assert bool(jnp.all(jnp.isnan(jax.jit(to_correlation)(Sigma))))
+    good = jax.jit(to_correlation)(Sigma.at[1, 1].set(1.0))
+    assert bool(jnp.all(jnp.isfinite(good))) and bool(jnp.allclose(jnp.diagonal(good), 1.0))
+
+
+def test_to_correlation_empty_names_sigma():
+    with pytest.raises(ValueError, match="Sigma is empty"):
+        to_correlation(jnp.zeros((0, 0)))

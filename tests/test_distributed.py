@@ -402,3 +402,10 @@ def test_dask_sums_equal_in_memory(shards):
     assert np.array_equal(got.counts, ref.counts) and np.array_equal(got.n_samples, ref.n_samples)
     with pytest.raises(TypeError, match="dask array"):
         jaxknock.class_sums_dask(X, y)
+
+
+def test_aggregate_across_processes_names_w_local():
+    import jaxknock
+
+    with pytest.raises(ValueError, match="W_local"):
+        jaxknock.aggregate_ebh_across_processes(np.zeros((1, 0)), 0.1, num_replicates=1)

@@ -293,3 +293,12 @@ def test_empty_selection_explains_why_and_the_smallest_level():
     W = jnp.asarray(np.r_[np.arange(1.0, 21.0), -np.arange(1.0, 16.0)])
     msg = explain_empty_selection(W, 0.1)
     assert "too weak" in msg
+
+
+@pytest.mark.parametrize("fdr", [None, [0.1], "0.1"])
+def test_fdr_of_the_wrong_type_names_fdr(fdr):
+    W = jnp.array([3.0, -1.0, 2.0])
+    with pytest.raises((TypeError, ValueError), match="fdr"):
+        F.knockoff_select(W, fdr)
+    with pytest.raises((TypeError, ValueError), match="fdr"):
+        F.benjamini_hochberg(jnp.array([0.01, 0.5]), fdr)

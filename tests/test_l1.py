@@ -284,3 +284,11 @@ def test_settings_seam_and_gap_key():
     assert solvers.fit._cache_size() == size
     with pytest.raises(ValueError, match="tol must be"):
         L.make_settings(X.dtype, tol=-1.0)
+
+
+def test_text_response_names_y():
+    X = np.random.default_rng(0).normal(size=(6, 2))
+    with pytest.raises(TypeError, match="y must be a numeric array"):
+        L.lambda_max(X, np.array(["a", "b"] * 3))
+    with pytest.raises(TypeError, match="y must be a numeric array"):
+        L.lasso(X, ["a", "b"] * 3, 0.1)

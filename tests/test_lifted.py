@@ -599,3 +599,12 @@ def test_mnist_small_batched_fenchel(data_dir):
     assert sol.value[0]["w"].dtype == jnp.float32
     assert sol.result == RESULTS.successful
     assert sol.stats["test_accuracy"][-1] > 0.8
+
+
+@pytest.mark.parametrize("sizes", [(6, 8.5, 2), (6, True, 2), (6, "8", 2)])
+def test_fractional_or_non_int_sizes_are_refused_naming_sizes(sizes):
+    from jaxknock.lifted import LiftedSpec
+
+    with pytest.raises((ValueError, TypeError), match=r"sizes\[1\]"):
+        LiftedSpec(sizes)
+    assert LiftedSpec((6, 8.0, 2)).sizes == (6, 8, 2)  # whole-number floats are fine

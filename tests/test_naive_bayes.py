@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxknock import SparseNaiveBayes
+from jaxknock import SparseNaiveBayes, class_sums_npz, iter_npz_blocks
 from jaxknock._solution import RESULTS
 from jaxknock.naive_bayes import (
     ClassSums,
@@ -499,3 +499,51 @@ def test_sentence_polarity_smoke(data_dir):
     assert 0 <= float(sol.stats["gap"]) <= 1e-6 * abs(float(sol.stats["psi"]))
     acc = np.mean(sol.value.predict(Xte) == y[test])
     assert acc > 0.7
+
+
+# ------------------------------- issue 19: predict on bad counts, corrupt .npz files
+
+
+def _small_fit():
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1], 20)
+    X = rng.poisson(np.where(y[:, None] == 1, 3.0, 1.0), size=(40, 6)).astype(float)
+    return sparse_naive_bayes(X, y, 3).value, X
+
+
+@pytest.mark.parametrize("bad", [np.nan, -1.0])
+def test_predict_rejects_nan_or_negative_counts(bad):
+    model, X = _small_fit()
+    Xb = X.copy()
+    Xb[3, 2] = bad
+    with pytest.raises(ValueError, match=r"X\[3, 2\]"):
+        model.predict(Xb)
+    with pytest.raises(ValueError, match=r"X\[3, 2\]"):
+        model.predict_proba(Xb)
+    idx = jax.jit(model.predict_index)(jnp.asarray(Xb))
+    assert int(idx[3]) == -1 and bool(jnp.all(idx[jnp.arange(40) != 3] >= 0))
+    assert bool(jnp.all(jnp.isnan(jax.jit(model.predict_proba)(jnp.asarray(Xb))[3])))
+
+
+def test_corrupt_npz_names_the_file(tmp_path):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(os.urandom(200))
+    good = tmp_path / "good.npz"
+    sp.save_npz(good, sp.random(10, 4, density=0.5, format="csr", random_state=0))
+    trunc = tmp_path / "trunc.npz"
+    trunc.write_bytes(good.read_bytes()[:100])
+    for path in (bad, trunc):
+        with pytest.raises(ValueError, match=f"{path} is not a valid .npz file"):
+            list(iter_npz_blocks(path))
+        with pytest.raises(ValueError, match="is not a valid .npz file"):
+            class_sums_npz([path], np.zeros(10))
+
+
+def test_continuous_target_is_rejected_naming_y():
+    rng = np.random.default_rng(0)
+    X = rng.poisson(2.0, size=(30, 4)).astype(float)
+    with pytest.raises(ValueError, match="y looks like a continuous target"):
+        sparse_naive_bayes(X, rng.normal(size=30), 2)
+    with pytest.raises(ValueError, match="y looks like a continuous target"):
+        class_sums(X, np.arange(30))  # 30 classes in 30 rows
+    assert class_sums(X, np.repeat([1.0, 2.0, 3.0], 10)).counts.shape == (3, 4)  # whole-number floats are labels

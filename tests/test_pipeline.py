@@ -10,7 +10,10 @@ from jaxknock.pipeline import knockoff_filter
 @pytest.mark.parametrize("s_method", ["equicorrelated", "sdp", "asdp", "sdp_factor"])
 def test_strong_signals_are_found(key, s_method):
     X, y, beta = make_data()
-    sel = knockoff_filter(key, X, y, fdr=0.2, s_method=s_method, rank=3, statistic="lcd", lam=0.05, asdp_block_size=10)
+    rank = 3 if s_method == "sdp_factor" else None  # rank with another method is an error
+    sel = knockoff_filter(
+        key, X, y, fdr=0.2, s_method=s_method, rank=rank, statistic="lcd", lam=0.05, asdp_block_size=10
+    )
     power, fdp = power_fdp(sel.selected, beta)
     assert power >= 0.75
     assert fdp <= 0.4
@@ -115,3 +118,14 @@ def test_float32_design_and_bad_fdr_type(key):
     assert int(a.s_solution.result) == 0
     with pytest.raises(TypeError, match="fdr must be a real number"):
         knockoff_filter(key, X, y, fdr="0.1", s_method="equicorrelated", statistic="correlation")
+
+
+def test_rank_with_a_non_factor_method_names_rank(key):
+    X, y, _ = make_data()
+    with pytest.raises(ValueError, match="rank=3 applies to s_method='sdp_factor' only"):
+        knockoff_filter(key, X, y, s_method="sdp", rank=3)
+
+
+def test_empty_design_names_x(key):
+    with pytest.raises(ValueError, match="X is empty"):
+        knockoff_filter(key, np.zeros((0, 3)), np.zeros(0))

@@ -436,3 +436,64 @@ def test_docstring_examples(monkeypatch):
         monkeypatch.setattr(jaxknock, name, getattr(sampling, name), raising=False)
     result = doctest.testmod(sampling, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+# ------------------------------------------- issue 19: traced bad s is NaN-poisoned
+
+
+def _poison_case():
+    p = 5
+    Sigma = 0.5 * jnp.eye(p) + 0.5  # lambda_min = 0.5: s <= 1 is feasible
+    X = jax.random.normal(jax.random.key(1), (40, p))
+    model = FactorModel(jnp.full(p, 0.5), jnp.full((p, 1), np.sqrt(0.5)))  # the same Sigma
+    return p, Sigma, X, model
+
+
+@pytest.mark.parametrize("value, feasible", [(1.0, True), (0.0, True), (0.6, True), (1.5, False), (-0.1, False)])
+def test_samplers_under_jit_poison_infeasible_or_negative_s(value, feasible):
+    p, Sigma, X, model = _poison_case()
+    s = jnp.full(p, value)
+    key = jax.random.key(0)
+    outs = [
+        jax.jit(sample_knockoffs)(key, X, Sigma, s),
+        jax.jit(sample_knockoffs_factor)(key, X, model, s),
+        # fixed-X: s <= 2 lambda_min(X_n^T X_n) ~ 0.8 here
+        jax.jit(lambda X, s: fixed_x_knockoffs(X, s)[1])(X, s * (0.5 if feasible else 2.0)),
+    ]
+    for out in outs:
+        if feasible:
+            assert bool(jnp.all(jnp.isfinite(out)))
+        else:
+            assert bool(jnp.all(jnp.isnan(out)))  # never finite, plausible knockoffs
+
+
+def test_samplers_under_jit_poison_bad_sigma():
+    p, Sigma, X, model = _poison_case()
+    s = jnp.full(p, 0.5)
+    key = jax.random.key(0)
+    f = jax.jit(sample_knockoffs)
+    assert bool(jnp.all(jnp.isnan(f(key, X, Sigma.at[0, 1].add(0.3), s))))  # not symmetric
+    assert bool(jnp.all(jnp.isnan(f(key, X, Sigma.at[0, 0].set(jnp.nan), s))))
+    assert bool(jnp.all(jnp.isnan(f(key, X, Sigma, s.at[2].set(jnp.nan)))))
+    bad_model = FactorModel(model.d.at[0].set(-0.5), model.U)
+    assert bool(jnp.all(jnp.isnan(jax.jit(sample_knockoffs_factor)(key, X, bad_model, s))))
+
+
+def test_vmapped_replicates_poison_each_infeasible_member():
+    p, Sigma, X, _ = _poison_case()
+    ss = jnp.stack([jnp.full(p, 0.9), jnp.full(p, 1.8)])
+    out = jax.vmap(lambda s: sample_knockoffs(jax.random.key(0), X, Sigma, s))(ss)
+    assert bool(jnp.all(jnp.isfinite(out[0]))) and bool(jnp.all(jnp.isnan(out[1])))
+
+
+def test_eager_infeasible_s_names_s():
+    p, Sigma, X, model = _poison_case()
+    for call in (
+        lambda s: sample_knockoffs(jax.random.key(0), X, Sigma, s),
+        lambda s: sample_knockoffs_factor(jax.random.key(0), X, model, s),
+        lambda s: sample_replicates(jax.random.key(0), X, Sigma, s, 2),
+    ):
+        with pytest.raises(ValueError, match="s is infeasible"):
+            call(jnp.full(p, 1.5))
+        with pytest.raises(ValueError, match="s must be non-negative"):
+            call(jnp.full(p, -0.1))

@@ -192,3 +192,10 @@ def test_docstring_examples():
         assert result.failed == 0
         attempted[module.__name__] = result.attempted
     assert attempted["jaxknock.statistics"] > 0 and sum(attempted.values()) > attempted["jaxknock.statistics"]
+
+
+def test_statistics_on_zero_rows_name_xk():
+    with pytest.raises(ValueError, match="Xk needs at least 2 rows"):
+        S.marginal_correlation(np.zeros((0, 2)), np.zeros(0))
+    with pytest.raises(ValueError, match="Xk needs at least 2 rows"):
+        S.sparse_centroid(np.zeros((1, 2)), np.zeros(1))

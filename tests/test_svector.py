@@ -740,3 +740,47 @@ def test_min_eig_bound_on_feasible_and_infeasible_matrices():
         else:
             assert float(lower) < 0
     np.testing.assert_allclose(certificate.smallest_eigenvalue(jnp.asarray(A)), np.linalg.eigvalsh(A)[0], atol=1e-12)
+
+
+# --------------------------------- issue 19: throw=True names the function and the code
+
+
+def test_throw_eager_names_function_and_code():
+    import jaxknock
+
+    with pytest.raises(jaxknock.SolverError, match=r"jaxknock\.sdp: .*result code 1 \(max_steps_reached\)") as err:
+        sdp(factor_correlation(30, 2, 1), max_steps=3, throw=True)
+    assert err.value.where == "sdp" and err.value.code == RESULTS.max_steps_reached
+
+
+def test_throw_under_jit_reraised_cleanly():
+    import jaxknock
+
+    bad = jnp.array([[1.0, 2.0], [0.5, 1.0]])  # not symmetric: infeasible under jit
+    f = jax.jit(lambda S: sdp(S, throw=True).value)
+    with pytest.raises(RuntimeError, match=r"jaxknock\.sdp: .*result code 3 \(infeasible\)"):
+        f(bad).block_until_ready()  # without the wrapper: JAX's runtime error, ending in our message
+    with pytest.raises(jaxknock.SolverError) as err:
+        with jaxknock.reraise_solver_errors():
+            f(bad).block_until_ready()
+    assert err.value.where == "sdp" and err.value.code == RESULTS.infeasible
+    assert "CpuCallback" not in str(err.value) and "Traceback" not in str(err.value)
+    good = jnp.array([[1.0, 0.5], [0.5, 1.0]])
+    with jaxknock.reraise_solver_errors():
+        assert bool(jnp.all(jnp.isfinite(f(good))))
+
+
+@pytest.mark.parametrize("lam", [-1e-3, 0.0, np.nan])
+def test_sdp_dual_gap_rejects_bad_barrier(lam):
+    C = 0.5 * jnp.eye(4) + 0.5
+    with pytest.raises(ValueError, match="lam must be a positive, finite barrier parameter"):
+        sdp_dual_gap(C, jnp.full(4, 0.9), lam)
+    dual, gap = jax.jit(sdp_dual_gap)(C, jnp.full(4, 0.9), lam)
+    assert bool(jnp.isnan(dual)) and bool(jnp.isnan(gap))  # never a "certified" -7e300
+    dual, gap = jax.jit(sdp_dual_gap)(C, jnp.full(4, 0.9), 1e-3)
+    assert float(gap) >= 4 - 3.6 - 1e-9
+
+
+def test_sdp_empty_sigma_names_sigma():
+    with pytest.raises(ValueError, match="Sigma is empty"):
+        sdp(jnp.zeros((0, 0)))

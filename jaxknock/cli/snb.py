@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from jaxknock._checks import check_class_labels, check_npz_archive
 from jaxknock.cli.common import CLIError, enable_x64
 from jaxknock.cli.report import device, print_table, sha256, versions, write_json
 from jaxknock.cli.tables import MISSING, check_file, default_names, numeric_column, read_csv_table, resolve_target
@@ -43,6 +44,10 @@ def _load_snb(args):
         except ImportError:
             raise CLIError("reading a sparse .npz needs scipy: pip install scipy") from None
         try:
+            check_npz_archive(path)
+        except ValueError as err:
+            raise CLIError(str(err)) from None
+        try:
             M = sp.load_npz(path).tocsr()
         except (ValueError, OSError, KeyError, EOFError) as err:
             raise CLIError(
@@ -54,6 +59,7 @@ def _load_snb(args):
         names = default_names(M.shape[1])
         if args.labels:
             y = _load_labels(args.labels)
+            what = f"the labels in {args.labels}"
             if args.target is not None:
                 raise CLIError("give either --target COLUMN_INDEX or --labels FILE, not both")
             X = M
@@ -65,6 +71,7 @@ def _load_snb(args):
                 )
             j = resolve_target(names, args.target, path)
             y = M[:, j].toarray().ravel()
+            what = f"target column {j}"
             keep = np.setdiff1d(np.arange(M.shape[1]), [j])
             X = M[:, keep]
             names = [names[i] for i in keep]
@@ -81,6 +88,7 @@ def _load_snb(args):
             raise CLIError(f"{path} has a header but no data rows")
         j = resolve_target(header, args.target, path)
         y = np.asarray(cols[j])  # labels may be text ("pos"/"neg")
+        what = f"target column {header[j]!r}"
         if any(v.lower() in MISSING for v in cols[j]):
             raise CLIError(f"target column {header[j]!r} has missing labels; drop those rows")
         names = [h for i, h in enumerate(header) if i != j]
@@ -104,6 +112,10 @@ def _load_snb(args):
         raise CLIError("--model bernoulli needs binary (0/1) features; binarise them or use --model multinomial")
     if X.shape[0] < 2:
         raise CLIError(f"{path} has only {X.shape[0]} row(s); sparse naive Bayes needs rows from at least two classes")
+    try:
+        check_class_labels(y, what)  # a continuous target is not fitted as one class per value
+    except ValueError as err:
+        raise CLIError(str(err)) from None
     if len(np.unique(y)) < 2:
         raise CLIError(f"the target has a single class {np.unique(y).tolist()}; it needs at least two")
     if not (0 <= args.k <= X.shape[1]):

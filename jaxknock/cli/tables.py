@@ -11,6 +11,7 @@ import csv
 import difflib
 from pathlib import Path
 
+from jaxknock._checks import check_npz_archive
 from jaxknock.cli.common import CLIError
 
 __all__ = [
@@ -131,6 +132,10 @@ def load_table(path):
             raise CLIError(f"{path} holds an array of shape {X.shape}; it must be 2-D (rows x columns)")
         return default_names(X.shape[1]), _as_float(path, X)
     if suffix == ".npz":
+        try:
+            check_npz_archive(path)
+        except ValueError as err:
+            raise CLIError(str(err)) from None
         try:
             with np.load(path, allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}

@@ -251,10 +251,7 @@ def prepare_data(X, y, *, loss, fit_intercept, name_X="X"):
     check_loss(loss)
     X = _checks.as_float_array(X, name_X)
     _checks.check_ndim(X, 2, name_X, "a 2-D array of shape (n_samples, n_features)")
-    y = jnp.asarray(y)
-    if y.dtype == bool:
-        y = y.astype(X.dtype)
-    y = _checks.as_float_array(y, "y")
+    y = _checks.as_response(y, X.dtype)
     _checks.check_ndim(y, 1, "y", "a 1-D array of shape (n_samples,)")
     if y.shape[0] != X.shape[0]:
         raise ValueError(

@@ -412,7 +412,7 @@ def _run(X, y, lambdas, rows, excl, *, loss, method, tol, max_steps, patience, e
         W = min(2 * W, m)
     if max_features is None:
         _CAPACITY[key] = (W, A)
-    return raise_if_failed(sol, throw)
+    return raise_if_failed(sol, throw, "lasso_working_set")
 
 
 def _grid(X, y, lambdas, num_lambdas, eps):

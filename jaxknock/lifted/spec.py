@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxknock import _checks
+
 __all__ = [
     "LOSSES",
     "LOSS_CURVATURE",
@@ -82,10 +84,7 @@ class LiftedSpec:
     gamma: Any = 1.0
 
     def __post_init__(self):
-        try:
-            sizes = tuple(int(s) for s in self.sizes)
-        except TypeError as err:
-            raise TypeError(f"sizes must be a sequence of ints, got {self.sizes!r}") from err
+        sizes = _checks.as_int_tuple(self.sizes, "sizes")  # (6, 8.5, 2) is refused, not truncated
         if len(sizes) < 3:
             raise ValueError(
                 "sizes must hold the input width, at least one hidden width and the "

@@ -306,7 +306,7 @@ def _train(key, X, y, spec, hyper, *, init, throw, verbose, mesh=None, **options
         if hist.update_stopping(obj, train["loss"]):
             break
     sol = Solution(state.params, jnp.asarray(hist.result()), hist.stats(setup_time), state)
-    return raise_if_failed(sol, throw)
+    return raise_if_failed(sol, throw, "fit_lifted")
 
 
 def fit_lifted(

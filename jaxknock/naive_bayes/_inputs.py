@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock._checks import is_concrete
+from jaxknock._checks import check_class_labels, is_concrete
 
 __all__ = ["MODELS", "is_sparse", "is_dask", "float_dtype", "label_tuple", "encode_labels", "check_values"]
 
@@ -74,6 +74,7 @@ def encode_labels(y, n, classes):
     if y.shape[0] != n:
         raise ValueError(f"X has {n} rows but y has {y.shape[0]} labels; they must match")
     if classes is None:
+        check_class_labels(y, "y")
         cls = np.unique(y)
     else:
         cls = np.asarray(classes)

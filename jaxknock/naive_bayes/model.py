@@ -32,7 +32,7 @@ from jax import lax
 
 from jaxknock._checks import is_concrete
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
-from jaxknock.naive_bayes._inputs import MODELS, is_sparse, label_tuple
+from jaxknock.naive_bayes._inputs import MODELS, check_values, is_sparse, label_tuple
 from jaxknock.naive_bayes.bernoulli import fit_bernoulli
 from jaxknock.naive_bayes.dual import multinomial_problem, recover, solve_dual, theta_from_mask
 from jaxknock.naive_bayes.sums import ClassSums, class_sums
@@ -41,16 +41,30 @@ __all__ = ["NaiveBayesModel", "SNBPath", "sparse_naive_bayes", "sparse_naive_bay
 
 
 def _linear_scores(X, coef, intercept, support):
-    """``X coef' + intercept``; scipy.sparse X is multiplied on the host (support columns only)."""
+    """``X coef' + intercept``; scipy.sparse X is multiplied on the host (support columns only).
+
+    ``X`` must hold finite, non-negative counts: concrete input is checked
+    (``ValueError`` naming ``X`` and the entries); under ``jit`` a row with a
+    NaN, Inf or negative entry gets NaN scores.
+    """
+    if not is_sparse(X):
+        X = jnp.asarray(X)
+        if X.ndim != 2 or X.shape[1] != coef.shape[1]:
+            raise ValueError(f"X must have shape (n, {coef.shape[1]}), got {tuple(X.shape)}")
+        if X.shape[0] == 0:
+            raise ValueError(f"X is empty (shape {tuple(X.shape)}): nothing to predict")
+    check_values(X, "multinomial")  # finite and non-negative (bernoulli models binarise nothing here)
     if is_sparse(X):
         idx = np.flatnonzero(np.asarray(support))
         Xs = X.tocsr()[:, idx]
         W = np.asarray(coef)[:, idx]
         return jnp.asarray(np.asarray(Xs @ W.T)) + intercept
-    X = jnp.asarray(X)
-    if X.ndim != 2 or X.shape[1] != coef.shape[1]:
-        raise ValueError(f"X must have shape (n, {coef.shape[1]}), got {tuple(X.shape)}")
-    return jnp.matmul(X.astype(coef.dtype), coef.T, precision=lax.Precision.HIGHEST) + intercept
+    scores = jnp.matmul(X.astype(coef.dtype), coef.T, precision=lax.Precision.HIGHEST) + intercept
+    if jnp.issubdtype(X.dtype, jnp.floating):
+        rows_ok = jnp.all(jnp.isfinite(X) & (X >= 0), axis=1)
+    else:
+        rows_ok = jnp.all(X >= 0, axis=1)
+    return jnp.where(rows_ok[:, None], scores, jnp.nan)
 
 
 @partial(
@@ -99,14 +113,22 @@ class NaiveBayesModel:
         return jnp.exp(self.predict_log_proba(X))
 
     def predict_index(self, X):
-        """Index (into ``classes``) of the most likely class."""
-        return jnp.argmax(self.joint_log_likelihood(X), axis=1)
+        """Index (into ``classes``) of the most likely class; ``-1`` for a row of bad counts under jit (NaN scores)."""
+        jll = self.joint_log_likelihood(X)
+        return jnp.where(jnp.any(jnp.isnan(jll), axis=1), -1, jnp.argmax(jll, axis=1))
 
     def predict(self, X):
-        """Most likely class labels (NumPy array of ``classes`` values)."""
+        """Most likely class labels (NumPy array of ``classes`` values).
+
+        ``X`` must hold finite, non-negative counts: a ``ValueError`` names the
+        bad entries of ``X``. Under ``jit`` (numeric classes) a row with NaN,
+        Inf or negative counts gets NaN (float labels) or ``-1`` (integer labels).
+        """
         idx = self.predict_index(X)
         if not is_concrete(idx):
-            return jnp.asarray(self.classes)[idx]
+            labels = jnp.asarray(self.classes)
+            fill = jnp.nan if jnp.issubdtype(labels.dtype, jnp.inexact) else -1
+            return jnp.take(labels, idx, mode="fill", fill_value=fill)
         return np.asarray(self.classes)[np.asarray(idx)]
 
 

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from jaxknock._checks import check_npz_archive
+
 __all__ = ["DEFAULT_BLOCK_BYTES", "iter_npz_blocks", "npz_shape"]
 
 DEFAULT_BLOCK_BYTES = 2**28  # 256 MiB of data + indices per block
@@ -94,6 +96,7 @@ def iter_npz_blocks(path: str | os.PathLike, *, max_block_bytes: int = DEFAULT_B
     if max_block_bytes < 1:
         raise ValueError(f"max_block_bytes must be positive, got {max_block_bytes}")
     path = os.fspath(path)
+    check_npz_archive(path)
     with zipfile.ZipFile(path) as zf:
         n, m = _npz_header(zf, path)
         indptr_s = _NpyStream(zf, "indptr.npy", path)
@@ -131,5 +134,6 @@ def iter_npz_blocks(path: str | os.PathLike, *, max_block_bytes: int = DEFAULT_B
 
 def npz_shape(path) -> tuple[int, int]:
     """``(rows, columns)`` of a ``scipy.sparse.save_npz`` CSR file, read from its header."""
+    check_npz_archive(path)
     with zipfile.ZipFile(os.fspath(path)) as zf:
         return _npz_header(zf, os.fspath(path))

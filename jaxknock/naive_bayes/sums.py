@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxknock._checks import check_nonempty
 from jaxknock.naive_bayes._inputs import (
     MODELS,
     check_values,
@@ -281,11 +282,13 @@ def class_sums(X, y=None, *, classes=None, model: str | None = None) -> ClassSum
     if is_sparse(X):
         if len(X.shape) != 2:
             raise ValueError(f"X must be a 2-D matrix, got shape {X.shape}")
+        check_nonempty(X, "X")
         return _accumulate([(X, y)], num_features=X.shape[1], classes=_check_classes(classes), model=model)
     if not hasattr(X, "shape"):
         X = np.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape {tuple(X.shape)}")
+    check_nonempty(X, "X")
     dtype = float_dtype(X.dtype)
     check_values(X, model)
     codes, cls = encode_labels(y, X.shape[0], classes)

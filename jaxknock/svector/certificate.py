@@ -251,9 +251,21 @@ def sdp_dual_gap(Sigma, s, lam):
         >>> dual, gap = sdp_dual_gap(C, jnp.full(4, 0.9), 1e-3)
         >>> bool(gap >= 4 - 3.6 - 1e-9)   # OPT = 4 (s = 1 is optimal)
         True
+
+    ``lam`` must be positive and finite and ``s`` a finite ``(p,)`` vector:
+    eager input otherwise raises a ``ValueError`` naming it; under ``jit``
+    ``(dual, gap)`` are NaN (never a "certified" bound from a negative barrier).
     """
     Sigma = _checks.validate_sigma(Sigma, batch_ok=False)
+    lam_ok = _checks.check_positive_scalar(lam, "lam", what="a positive, finite barrier parameter")
+    s = _checks.as_float_array(s, "s")
+    _checks.check_ndim(s, 1, "s", f"a 1-D vector of length p = {Sigma.shape[0]}")
+    if s.shape[0] != Sigma.shape[0]:
+        raise ValueError(f"s has length {s.shape[0]} but Sigma is {Sigma.shape[0]} x {Sigma.shape[0]}")
+    _checks.check_finite(s, "s")
     C = to_correlation(Sigma)
-    s_corr = jnp.asarray(s) / jnp.diagonal(Sigma)
+    s_corr = s / jnp.diagonal(Sigma)
     cap = jnp.minimum(1.0, 2.0 * jnp.diagonal(C))
-    return _certified_gap_dense_jit(C, s_corr, jnp.asarray(lam, C.dtype), cap)
+    dual, gap = _certified_gap_dense_jit(C, s_corr, jnp.asarray(lam, C.dtype), cap)
+    ok = lam_ok & jnp.all(jnp.isfinite(s)) & (_checks.traced_sigma_code(Sigma) == 0)
+    return _checks.poison(ok, dual, gap)
