@@ -51,6 +51,14 @@ from jaxknock.lifted import (
     train_mlp,
     tune_lifted,
 )
+from jaxknock.multi import (
+    expand_groups,
+    group_knockoff_select,
+    group_statistics,
+    multi_knockoff_select,
+    multi_knockoff_statistics,
+    multi_knockoff_threshold,
+)
 from jaxknock.naive_bayes import (
     ClassSums,
     NaiveBayesModel,
@@ -79,6 +87,7 @@ from jaxknock.svector import (
     sdp_init,
     sdp_step,
 )
+from jaxknock.svector.group import BlockDiagonal
 
 __version__ = "0.1.0"
 
@@ -178,4 +187,12 @@ __all__ = [
     "predict_lifted",
     "lifted_to_mlp",
     "train_mlp",
+    # multiple and group knockoffs
+    "multi_knockoff_statistics",
+    "multi_knockoff_threshold",
+    "multi_knockoff_select",
+    "group_statistics",
+    "group_knockoff_select",
+    "expand_groups",
+    "BlockDiagonal",
 ]

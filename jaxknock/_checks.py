@@ -389,3 +389,15 @@ def check_model_response(y, *, loss: str, fit_intercept: bool):
             )
         if len(labels) < 2:
             raise ValueError(f"y holds a single class ({sorted(labels)[0]!r}); need both classes")
+
+
+# --- multiple knockoffs ---
+
+
+def check_num_knockoffs(m, name: str = "num_knockoffs") -> int:
+    """The number ``m >= 1`` of simultaneous knockoffs, as a Python int (a static setting)."""
+    if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, np.integer)):
+        raise TypeError(f"{name} must be an int >= 1 (the number of knockoff copies), got {m!r}")
+    if m < 1:
+        raise ValueError(f"{name} must be >= 1 (the number of knockoff copies), got {m}")
+    return int(m)
