@@ -87,7 +87,7 @@ from jaxknock.svector import (
     sdp_init,
     sdp_step,
 )
-from jaxknock.svector.group import BlockDiagonal
+from jaxknock.svector.group import BlockDiagonal, group_s_matrix
 
 __version__ = "0.1.0"
 
@@ -194,5 +194,6 @@ __all__ = [
     "group_statistics",
     "group_knockoff_select",
     "expand_groups",
+    "group_s_matrix",
     "BlockDiagonal",
 ]
