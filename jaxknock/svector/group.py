@@ -489,7 +489,7 @@ def group_s_matrix(
         >>> Sigma = 0.5 * jnp.eye(4) + 0.5
         >>> sol = group_s_matrix(Sigma, [0, 0, 1, 1], method="equicorrelated")
         >>> sol.value.blocks.shape, round(float(sol.stats["gamma"]), 4)
-        ((2, 2, 2), 1.0)
+        ((2, 2, 2), 0.6667)
         >>> bool(jnp.linalg.eigvalsh(2 * Sigma - sol.value.dense())[0] >= -1e-12)
         True
     """
