@@ -245,6 +245,16 @@ def _unwhiten(Sb, L, mask):
     return jnp.where(m2, S, 0.0)
 
 
+def _feasible_scale(Cf, c):
+    """A ``gamma`` in ``(0, 1]`` with ``c C - gamma I > 0``: halve from 1 until Cholesky succeeds (no eigensolve)."""
+    eye = jnp.eye(Cf.shape[0], dtype=Cf.dtype)
+
+    def bad(gamma):
+        return ~jnp.all(jnp.isfinite(jnp.linalg.cholesky(c * Cf - gamma * eye))) & (gamma > 1e-12)
+
+    return 0.5 * lax.while_loop(bad, lambda g: 0.5 * g, jnp.asarray(1.0, Cf.dtype))
+
+
 def _group_equicorrelated(norm: _Normalised, c):
     lmin = smallest_eigenvalue(_flat(norm.C))
     gamma = jnp.clip(c * lmin, 0.0, 1.0)
@@ -294,8 +304,7 @@ def _group_sdp(norm: _Normalised, c, tol, max_steps):
             2 * jnp.sum(jnp.log(jnp.diagonal(L))) + jnp.sum(jnp.log(gamma) + jnp.log1p(-gamma))
         )
 
-    lmin = smallest_eigenvalue(Cf)
-    gamma0 = jnp.full((G,), 0.5 * jnp.clip(c * lmin, 1e-8, 1.0), Cf.dtype)
+    gamma0 = jnp.full((G,), _feasible_scale(Cf, c), Cf.dtype)
     mu0 = jnp.asarray(0.1, Cf.dtype)
     M0 = inverse(chol(gamma0))
     init = GroupSDPState(gamma0, mu0, certificate(gamma0, M0, mu0), jnp.asarray(0.0, Cf.dtype))
@@ -340,6 +349,7 @@ def _group_sdp(norm: _Normalised, c, tol, max_steps):
 
 class GroupMaxentState(NamedTuple):
     S: jax.Array  # (G, b, b) whitened blocks S~_g
+    Zb: jax.Array  # (G, b, b) diagonal blocks of (c C - S~)^-1
     gap: jax.Array  # () certified gap
     objective: jax.Array  # () logdet(c C - S~) + sum_g logdet S~_g
 
@@ -352,7 +362,9 @@ def _group_maxent(norm: _Normalised, c, tol, max_steps):
     block update, applied in parallel), an ascent direction since
     ``<grad, D> = sum_g sum_i (lambda_i + 1/lambda_i - 2) / 2 >= 0`` for the
     eigenvalues ``lambda_i`` of ``S_g^{1/2} Z_gg S_g^{1/2}``; backtracking
-    keeps ``c C - S`` and every ``S_g`` positive definite.
+    keeps ``c C - S`` and every ``S_g`` positive definite. One Cholesky and one
+    triangular inverse of the ``(G b) x (G b)`` matrix per step when the full
+    step is accepted (the usual case).
     """
     G, b = norm.mask.shape
     Cf = _flat(norm.C)
@@ -363,43 +375,49 @@ def _group_maxent(norm: _Normalised, c, tol, max_steps):
     def dense_blocks(S):
         return jnp.einsum("gij,gh->gihj", S, jnp.eye(G, dtype=S.dtype)).reshape(n, n)
 
-    def factor(S):
-        return jnp.linalg.cholesky(c * Cf - dense_blocks(S)), jnp.linalg.cholesky(S)
-
-    def objective(LA, LS):
-        return 2 * jnp.sum(jnp.log(jnp.diagonal(LA))) + 2 * jnp.sum(jnp.log(jnp.diagonal(LS, axis1=1, axis2=2)))
+    def evaluate(S):
+        LA = jnp.linalg.cholesky(c * Cf - dense_blocks(S))
+        LS = jnp.linalg.cholesky(S)
+        good = jnp.all(jnp.isfinite(LA)) & jnp.all(jnp.isfinite(LS))
+        LA = jnp.where(good, LA, eye_n)
+        LS = jnp.where(good, LS, eye_b)
+        f = 2 * jnp.sum(jnp.log(jnp.diagonal(LA))) + 2 * jnp.sum(jnp.log(jnp.diagonal(LS, axis1=1, axis2=2)))
+        return good, LA, f
 
     def z_blocks(LA):
-        return _blocks_of(jax.scipy.linalg.cho_solve((LA, True), eye_n), G, b)
+        # Z = L^-T L^-1, so Z_gg = sum_k (L^-1)_{k,g}^T (L^-1)_{k,g}
+        Linv = jax.scipy.linalg.solve_triangular(LA, eye_n, lower=True).reshape(n, G, b)
+        return jnp.einsum("kgi,kgj->gij", Linv, Linv, precision=HIGHEST)
 
     def gap_of(S, Zb):
         SZ = jnp.einsum("gij,gjk->gik", S, Zb, precision=HIGHEST)
         _, logdet = jnp.linalg.slogdet(SZ)
         return jnp.sum(jnp.trace(SZ, axis1=1, axis2=2) - b - logdet)
 
-    lmin = smallest_eigenvalue(Cf)
-    S0 = 0.5 * jnp.clip(c * lmin, 1e-8, 1.0) * eye_b
-    LA0, LS0 = factor(S0)
-    init = GroupMaxentState(S0, gap_of(S0, z_blocks(LA0)), objective(LA0, LS0))
+    S0 = _feasible_scale(Cf, c) * eye_b
+    _, LA0, f0 = evaluate(S0)
+    Z0 = z_blocks(LA0)
+    init = GroupMaxentState(S0, Z0, gap_of(S0, Z0), f0)
 
     def step(state):
         S = state.S
-        LA, LS = factor(S)
-        Zb = z_blocks(LA)
-        target = 0.5 * (jnp.linalg.inv(Zb) + S)
+        target = 0.5 * (jnp.linalg.inv(state.Zb) + S)
         D = 0.5 * ((target - S) + jnp.swapaxes(target - S, 1, 2))
-        f0 = objective(LA, LS)
 
-        def trial(alpha):
-            LA2, LS2 = factor(S + alpha * D)
-            good = jnp.all(jnp.isfinite(LA2)) & jnp.all(jnp.isfinite(LS2))
-            f = objective(jnp.where(good, LA2, 1.0), jnp.where(good, LS2, 1.0))
-            return good & (f >= f0)
+        def attempt(alpha):
+            good, LA, f = evaluate(S + alpha * D)
+            return alpha, good & (f >= state.objective), LA, f
 
-        alpha = lax.while_loop(lambda a: (~trial(a)) & (a > 1e-10), lambda a: 0.5 * a, jnp.asarray(1.0, S.dtype))
-        S_new = jnp.where(alpha > 1e-10, S + alpha * D, S)
-        LA2, LS2 = factor(S_new)
-        return GroupMaxentState(S_new, gap_of(S_new, z_blocks(LA2)), objective(LA2, LS2))
+        def cond(carry):
+            alpha, ok, _, _ = carry
+            return (~ok) & (alpha > 1e-10)
+
+        alpha, ok, LA, f = lax.while_loop(
+            cond, lambda carry: attempt(0.5 * carry[0]), attempt(jnp.asarray(1.0, S.dtype))
+        )
+        S_new = jnp.where(ok, S + alpha * D, S)
+        Zb = jnp.where(ok, z_blocks(LA), state.Zb)
+        return GroupMaxentState(S_new, Zb, gap_of(S_new, Zb), jnp.where(ok, f, state.objective))
 
     def terminate(state):
         return state.gap <= tol * jnp.maximum(1.0, jnp.abs(state.objective)), jnp.int32(RESULTS.successful)
