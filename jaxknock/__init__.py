@@ -52,6 +52,14 @@ from jaxknock.lifted import (
     train_mlp,
     tune_lifted,
 )
+from jaxknock.multi import (
+    expand_groups,
+    group_knockoff_select,
+    group_statistics,
+    multi_knockoff_select,
+    multi_knockoff_statistics,
+    multi_knockoff_threshold,
+)
 from jaxknock.naive_bayes import (
     ClassSums,
     NaiveBayesModel,
@@ -86,6 +94,7 @@ from jaxknock.svector import (
     sdp_init,
     sdp_step,
 )
+from jaxknock.svector.group import BlockDiagonal, group_s_matrix
 
 __version__ = "0.1.0"
 
@@ -198,4 +207,13 @@ __all__ = [
     "hsic",
     "greedy_kta_selection",
     "randsel",
+    # multiple and group knockoffs
+    "multi_knockoff_statistics",
+    "multi_knockoff_threshold",
+    "multi_knockoff_select",
+    "group_statistics",
+    "group_knockoff_select",
+    "expand_groups",
+    "group_s_matrix",
+    "BlockDiagonal",
 ]

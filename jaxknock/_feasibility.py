@@ -43,8 +43,16 @@ def feasibility_tol(diag_sigma: np.ndarray, dtype) -> float:
     return float(np.sqrt(np.finfo(np.dtype(dtype)).eps) * max(np.max(np.abs(diag_sigma)), 1e-300))
 
 
-def infeasible_message(gamma: float, lam_min: float | None) -> str:
+def infeasible_message(gamma: float, lam_min: float | None, ratio: float = 2.0) -> str:
     lam = f" (smallest eigenvalue {lam_min:.3g})" if lam_min is not None else ""
+    if ratio != 2.0:  # m simultaneous knockoffs: ratio = (m + 1) / m
+        m = round(1.0 / (ratio - 1.0))
+        return (
+            f"s is infeasible for Sigma with num_knockoffs = {m}: ({m}+1)/{m} Sigma - S is not positive "
+            f"semidefinite{lam}, so the joint law of X and its {m} knockoffs is not a covariance. "
+            f"The largest feasible scaling is gamma = {gamma:.6g}: solve for S with num_knockoffs={m} "
+            "or scale it by gamma"
+        )
     return (
         "s is infeasible for Sigma: 2 Sigma - diag(s) is not positive semidefinite"
         f"{lam}, so the knockoff covariance 2S - S Sigma^-1 S is not a covariance. "
@@ -54,8 +62,12 @@ def infeasible_message(gamma: float, lam_min: float | None) -> str:
     )
 
 
-def check_feasible_dense(Sigma, s, name: str = "Sigma"):
-    """Raise unless Sigma > 0 and 2 Sigma - diag(s) >= -tol I (numpy, concrete only)."""
+def check_feasible_dense(Sigma, s, name: str = "Sigma", *, ratio: float = 2.0):
+    """Raise unless Sigma > 0 and ratio Sigma - S >= -tol I (numpy, concrete only).
+
+    ``S = diag(s)`` for a vector ``s``, or ``s`` itself for a ``(p, p)`` matrix
+    (group knockoffs); ``ratio = (m + 1) / m`` for ``m`` simultaneous knockoffs.
+    """
     if not (is_concrete(Sigma) and is_concrete(s)):
         return
     A = np.asarray(Sigma, dtype=np.float64)
@@ -66,18 +78,19 @@ def check_feasible_dense(Sigma, s, name: str = "Sigma"):
         check_positive_definite(A, name)  # raises with the smallest eigenvalue
         raise ValueError(f"{name} is numerically singular (its Cholesky factorisation failed)") from err
     tol = feasibility_tol(np.diagonal(A), Sigma.dtype)
-    B = 2.0 * A - np.diag(sv)
+    Smat = np.diag(sv) if sv.ndim == 1 else 0.5 * (sv + sv.T)
+    B = ratio * A - Smat
     B[np.diag_indices_from(B)] += tol
     try:
         np.linalg.cholesky(B)
         return
     except np.linalg.LinAlgError:
         pass
-    lam_min = float(np.linalg.eigvalsh(2.0 * A - np.diag(sv))[0])
-    # gamma* = 2 / lambda_max(S^1/2 Sigma^-1 S^1/2)
-    W = np.linalg.solve(L, np.diag(np.sqrt(sv)))
-    gamma = 2.0 / float(np.linalg.eigvalsh(W.T @ W)[-1])
-    raise ValueError(infeasible_message(gamma, lam_min))
+    lam_min = float(np.linalg.eigvalsh(ratio * A - Smat)[0])
+    # gamma* = ratio / lambda_max(L^-1 S L^-T)
+    W = np.linalg.solve(L, np.linalg.solve(L, Smat).T)
+    gamma = ratio / float(np.linalg.eigvalsh(0.5 * (W + W.T))[-1])
+    raise ValueError(infeasible_message(gamma, lam_min, ratio))
 
 
 @jax.jit
@@ -150,22 +163,22 @@ def diag_plus_lowrank_is_pd(e, V) -> bool:
         return bool(_diag_plus_lowrank_is_pd_blocked(e, V))
 
 
-def check_feasible_factor(d, U, s):
-    """Raise unless 2 (D + U U^T) - diag(s) >= -tol I, in O(p k^2) (concrete only)."""
+def check_feasible_factor(d, U, s, *, ratio: float = 2.0):
+    """Raise unless ratio (D + U U^T) - diag(s) >= -tol I, in O(p k^2) (concrete only)."""
     if not all(is_concrete(a) for a in (d, U, s)):
         return
     tol = feasibility_tol(np.asarray(d + jnp.sum(U**2, axis=1)), d.dtype)
-    V = jnp.sqrt(2.0) * U
-    if bool(diag_plus_lowrank_is_pd(2.0 * d - s + tol, V)):
+    V = jnp.sqrt(ratio) * U
+    if bool(diag_plus_lowrank_is_pd(ratio * d - s + tol, V)):
         return
     lo, hi = 0.0, 1.0  # feasible at 0 (D > 0), infeasible at 1
     for _ in range(40):
         mid = 0.5 * (lo + hi)
-        if bool(diag_plus_lowrank_is_pd(2.0 * d - mid * s + tol, V)):
+        if bool(diag_plus_lowrank_is_pd(ratio * d - mid * s + tol, V)):
             lo = mid
         else:
             hi = mid
-    raise ValueError(infeasible_message(lo, None))
+    raise ValueError(infeasible_message(lo, None, ratio))
 
 
 # --- traced feasibility flags (the samplers poison their output with NaN when these are false) ---

@@ -26,12 +26,14 @@ import numpy as np
 
 from jaxknock import _checks, _memory, _mesh
 from jaxknock import filter as _filter
+from jaxknock import multi as _multi
 from jaxknock import sampling as _sampling
 from jaxknock import statistics as _stats
 from jaxknock._solution import Solution
 from jaxknock.covariance import FactorFit, FactorModel, factor_model_from_data, ledoit_wolf, to_correlation
 from jaxknock.distributed import shard_batch
 from jaxknock.svector import asdp, equicorrelated, maxent, mvr, sdp, sdp_factor
+from jaxknock.svector.group import group_index, group_s_matrix
 
 __all__ = ["Selection", "knockoff_filter", "explain_empty_selection", "S_METHODS", "STATISTICS", "AGGREGATES"]
 
@@ -54,6 +56,12 @@ class Selection(NamedTuple):
         timings: seconds per stage (``covariance``, ``s_vector``,
             ``sampling``, ``statistics``, ``selection``).
         settings: the settings used.
+        selected_groups: with ``groups=``, the sorted labels of the selected
+            groups (``selected``/``mask`` then list every feature of them, and
+            ``W``/``thresholds`` are group-level, ``(R, G)``); else ``None``.
+            With ``num_knockoffs = m > 1``, ``W`` holds ``tau`` signed by
+            ``kappa`` (``+tau`` where the original wins, ``-tau`` otherwise) and
+            ``thresholds`` the multi-knockoff+ thresholds.
     """
 
     selected: np.ndarray
@@ -64,6 +72,7 @@ class Selection(NamedTuple):
     statistic_solution: Solution | None
     timings: dict
     settings: dict
+    selected_groups: np.ndarray | None = None  # group labels selected (``groups=`` given), else None
 
     @property
     def explanation(self) -> str | None:
@@ -286,6 +295,8 @@ def knockoff_filter(
     chunk_size: int | None = None,
     Sigma=None,
     mu=None,
+    groups=None,
+    num_knockoffs: int = 1,
 ) -> Selection:
     r"""Model-X knockoff selection with FDR control at level ``fdr``.
 
@@ -356,6 +367,16 @@ def knockoff_filter(
             factor model is solved by :func:`~jaxknock.sdp_factor` with
             ``s_method="sdp_factor"``, densified otherwise.
         mu: the known mean of the rows of ``X`` (``(p,)``; only with ``Sigma``).
+        groups: ``(p,)`` integer group labels: group knockoffs (block-diagonal
+            ``S`` from :func:`jaxknock.group_s_matrix` with ``s_method``
+            ``"equicorrelated"``, ``"sdp"`` or ``"maxent"``; ``"asdp"`` uses
+            the group SDP), group statistics ``W_g = sum_{j in g} W_j`` and the
+            group knockoff+ filter at group-level FDR ``fdr`` (see
+            :mod:`jaxknock.multi`). Not with ``"sdp_factor"``.
+        num_knockoffs: ``m`` simultaneous knockoffs (Gimenez & Zou 2019): ``S``
+            solved for ``(m+1)/m Sigma - S >= 0``, statistics with
+            ``num_knockoffs=m`` and the multi-knockoff+ filter. ``m > 1`` with
+            ``num_replicates > 1`` needs ``aggregate="frequency"``.
 
     Returns:
         :class:`Selection`.
@@ -369,6 +390,26 @@ def knockoff_filter(
         >>> sel.W.shape, sel.mask.shape
         ((4, 10), (10,))
     """
+    if groups is not None or num_knockoffs != 1:
+        if Sigma is not None:
+            raise ValueError("Sigma= (a known law) is not supported yet with groups= or num_knockoffs > 1")
+        return _grouped_or_multi_filter(
+            key,
+            X,
+            y,
+            groups=groups,
+            num_knockoffs=num_knockoffs,
+            fdr=fdr,
+            s_method=s_method,
+            statistic=statistic,
+            num_replicates=num_replicates,
+            aggregate=aggregate,
+            plus=plus,
+            lam=lam,
+            sdp_tol=sdp_tol,
+            lasso_tol=lasso_tol,
+            cv_patience=cv_patience,
+        )
     X, y, binary, rank = _validate(
         X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=Sigma is not None
     )
@@ -517,3 +558,100 @@ def _select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate, s
     mask = np.asarray(mask)
     timings["selection"] = time.perf_counter() - t0
     return Selection(np.flatnonzero(mask), mask, W, thresholds, s_sol, stat_sol, timings, settings)
+
+
+# ----------------------------------------------------------------------------
+# Group knockoffs and multiple knockoffs (knockoff_filter(groups=..., num_knockoffs=m))
+# ----------------------------------------------------------------------------
+
+GROUP_S_METHODS = {"equicorrelated": "equicorrelated", "sdp": "sdp", "asdp": "sdp", "maxent": "maxent"}
+
+
+def _grouped_or_multi_filter(
+    key,
+    X,
+    y,
+    *,
+    groups,
+    num_knockoffs,
+    fdr,
+    s_method,
+    statistic,
+    num_replicates,
+    aggregate,
+    plus,
+    lam,
+    sdp_tol,
+    lasso_tol,
+    cv_patience,
+):
+    """:func:`knockoff_filter` with ``groups`` and/or ``num_knockoffs > 1`` (see its docstring)."""
+    m = _checks.check_num_knockoffs(num_knockoffs)
+    if s_method not in GROUP_S_METHODS:
+        raise ValueError(
+            f"s_method must be one of {tuple(GROUP_S_METHODS)} with groups or num_knockoffs > 1, got {s_method!r}"
+        )
+    if statistic == "centroid":
+        raise ValueError("statistic='centroid' is not supported with groups or num_knockoffs > 1")
+    X, y, binary, _ = _validate(X, y, fdr, "sdp", statistic, aggregate, num_replicates, None)
+    n, p = X.shape
+    g = group_index(np.arange(p) if groups is None else groups, p)
+    R = int(num_replicates)
+    if m > 1 and R > 1 and aggregate != "frequency":
+        raise ValueError("num_knockoffs > 1 with num_replicates > 1 needs aggregate='frequency'")
+    _, k_samp = jax.random.split(key)
+    timings = {}
+    Xs = (X - jnp.mean(X, axis=0)) / jnp.std(X, axis=0)
+    (S_lw, _), timings["covariance"] = _clock(ledoit_wolf, Xs)
+    Sigma = to_correlation(S_lw)
+    s_sol, timings["s_vector"] = _clock(
+        group_s_matrix, Sigma, g, method=GROUP_S_METHODS[s_method], num_knockoffs=m, tol=sdp_tol
+    )
+    S = s_sol.value if groups is not None else s_sol.value.diagonal()
+    Xt, timings["sampling"] = _clock(_sampling.sample_replicates, k_samp, Xs, Sigma, S, R, num_knockoffs=m)
+    Xk = jnp.concatenate([jnp.broadcast_to(Xs, (R, n, p)), Xt.reshape(R, n, m * p)], axis=-1)
+    loss = "logistic" if binary else "squared"
+    t0 = time.perf_counter()
+    stat_sol = None
+    if statistic == "lcd":
+        stat_sol = _stats.lcd(
+            Xk, y, lam=lam, loss=loss, tol=lasso_tol, patience=cv_patience if lam is None else None, num_knockoffs=m
+        )
+        scores = stat_sol.value
+    elif statistic == "lsm":
+        stat_sol = _stats.lsm(Xk, y, loss=loss, tol=lasso_tol, num_knockoffs=m)
+        scores = stat_sol.value
+    else:
+        scores = _stats.marginal_correlation(Xk, y, num_knockoffs=m)
+    if groups is not None:
+        scores = _multi.group_statistics(scores, g)
+    scores = jax.block_until_ready(scores)
+    timings["statistics"] = time.perf_counter() - t0
+    settings = dict(
+        fdr=fdr,
+        s_method=s_method,
+        statistic=statistic,
+        num_replicates=R,
+        aggregate=aggregate,
+        plus=plus,
+        loss=loss,
+        num_knockoffs=m,
+        groups=None if groups is None else g,
+    )
+    if m == 1:
+        sel = _select(scores, stat_sol, s_sol, timings, fdr, plus, R, aggregate, settings)
+        W, thresholds, unit_mask = sel.W, sel.thresholds, sel.mask
+    else:
+        t0 = time.perf_counter()
+        kappa, tau = _multi.multi_knockoff_statistics(scores)
+        thresholds = _multi.multi_knockoff_threshold(kappa, tau, fdr, num_knockoffs=m, plus=plus)
+        masks = (kappa == 0) & (tau >= thresholds[..., None])
+        W = jnp.where(kappa == 0, tau, -tau)
+        unit_mask = np.asarray(masks[0] if R == 1 else jnp.mean(masks, axis=0) >= 0.5)
+        timings["selection"] = time.perf_counter() - t0
+    if groups is None:
+        return Selection(np.flatnonzero(unit_mask), unit_mask, W, thresholds, s_sol, stat_sol, timings, settings)
+    mask = np.asarray(unit_mask)[np.asarray(g.group_of)]
+    return Selection(
+        np.flatnonzero(mask), mask, W, thresholds, s_sol, stat_sol, timings, settings, g.labels[np.asarray(unit_mask)]
+    )

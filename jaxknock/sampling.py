@@ -58,6 +58,7 @@ from jaxknock._checks import (
     check_key,
     check_ndim,
     check_nonnegative,
+    check_num_knockoffs,
     check_square,
     check_symmetric,
     is_concrete,
@@ -66,6 +67,7 @@ from jaxknock._checks import (
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import FactorModel
 from jaxknock.distributed import shard_batch
+from jaxknock.svector.group import BlockDiagonal
 
 __all__ = [
     "sample_knockoffs",
@@ -86,10 +88,16 @@ def _mm(a, b):
 # --------------------------------------------------------------------------
 
 
-def _as_s(s, p: int):
+def _as_s(s, p: int, *, matrix_ok: bool = False):
     if isinstance(s, Solution):  # output of the S-vector solvers
         s = s.value
+    if isinstance(s, BlockDiagonal):  # group knockoffs
+        s = s.dense()
     s = as_float_array(s, "s")
+    if matrix_ok and s.ndim == 2:
+        if s.shape != (p, p):
+            raise ValueError(f"S has shape {tuple(s.shape)} but X has p = {p} columns (expected ({p}, {p}))")
+        return s
     check_ndim(s, 1, "s", f"a 1-D vector of length p = {p}")
     if s.shape[0] != p:
         raise ValueError(f"s has length {s.shape[0]} but X has p = {p} columns")
@@ -190,14 +198,81 @@ def _dense_draw(key, plan: _DensePlan):
     return plan.mean + _mm(g, plan.L.T)
 
 
-def _validate_dense(X, Sigma, s, mu):
+def _psd_factor_checked(Omega, tol):
+    """``(A, ok)``: :func:`_psd_factor` and whether ``lambda_min(Omega) >= -tol``."""
+    p = Omega.shape[-1]
+    eps = jnp.finfo(Omega.dtype).eps
+    Omega = 0.5 * (Omega + Omega.T)
+    tau = p * eps * jnp.max(jnp.abs(jnp.diagonal(Omega)))
+    L = jnp.linalg.cholesky(Omega + tau * jnp.eye(p, dtype=Omega.dtype))
+
+    def eig_factor():
+        lam, Q = jnp.linalg.eigh(Omega)
+        return Q * jnp.sqrt(jnp.clip(lam, 0.0)), lam[0] >= -tol
+
+    return lax.cond(jnp.all(jnp.isfinite(L)), lambda: (L, jnp.asarray(True)), eig_factor)
+
+
+class _MultiDensePlan(NamedTuple):
+    """Dense sampler for a matrix ``S`` and/or ``m > 1`` copies (see :func:`sample_knockoffs`)."""
+
+    mean: jax.Array  # (n, p)
+    L: jax.Array  # (p, p), L L^T = Omega_m = (m+1)/m S - S Sigma^-1 S
+    Ls: jax.Array  # (p,) sqrt(s) or (p, p) factor of S (the independent parts, m > 1)
+    ok: jax.Array  # () bool: Omega_m >= 0 (feasibility)
+    copies: jax.Array  # (m,) placeholder: its shape carries m
+
+
+def _multi_dense_plan(X, Sigma, s, mu, m: int) -> _MultiDensePlan:
+    p = X.shape[1]
+    if mu is None:
+        mu = _column_means(X)
+    S = jnp.diag(s) if s.ndim == 1 else 0.5 * (s + s.T)
+    Lc = jnp.linalg.cholesky(0.5 * (Sigma + Sigma.T))
+    SinvS = jax.scipy.linalg.cho_solve((Lc, True), S)  # Sigma^-1 S
+    Omega = (m + 1.0) / m * S - _mm(S, SinvS)
+    mean = X - _mm(X - mu, SinvS)
+    eps = jnp.finfo(X.dtype).eps
+    tol = jnp.sqrt(eps) * (jnp.max(jnp.abs(jnp.diagonal(S))) + jnp.max(jnp.abs(jnp.diagonal(Omega))))
+    L, ok = _psd_factor_checked(Omega, tol)
+    if m == 1:
+        Ls = jnp.zeros((p,), X.dtype)  # unused
+    elif s.ndim == 1:
+        Ls = jnp.sqrt(jnp.clip(s, 0.0))
+    else:
+        Ls = _psd_factor(S)
+    return _MultiDensePlan(mean, L, Ls, ok, jnp.zeros((m,), X.dtype))
+
+
+def _independent_parts(key, Ls, n, m, dtype):
+    """``e_k - mean_k e_k`` for ``e_k ~ N(0, S)`` i.i.d., shape ``(n, m, p)``."""
+    p = Ls.shape[0]
+    e = jax.random.normal(key, (n, m, p), dtype)
+    e = e * Ls if Ls.ndim == 1 else _mm(e, Ls.T)
+    return e - jnp.mean(e, axis=1, keepdims=True)
+
+
+def _multi_dense_draw(key, plan: _MultiDensePlan):
+    n, p = plan.mean.shape
+    m = plan.copies.shape[0]
+    dtype = plan.mean.dtype
+    if m == 1:
+        out = plan.mean + _mm(jax.random.normal(key, (n, p), dtype), plan.L.T)
+    else:
+        k_common, k_own = jax.random.split(key)
+        common = plan.mean + _mm(jax.random.normal(k_common, (n, p), dtype), plan.L.T)
+        out = common[:, None, :] + _independent_parts(k_own, plan.Ls, n, m, dtype)
+    return jnp.where(plan.ok, out, jnp.nan)
+
+
+def _validate_dense(X, Sigma, s, mu, m: int = 1):
     X = _as_X(X)
     n, p = X.shape
     Sigma = as_float_array(Sigma, "Sigma")
     check_square(Sigma, "Sigma")
     if Sigma.shape[0] != p:
         raise ValueError(f"Sigma has shape {tuple(Sigma.shape)} but X has p = {p} columns")
-    s = _as_s(s, p)
+    s = _as_s(s, p, matrix_ok=True)
     mu = _as_mu(mu, p)
     X, Sigma, s, mu = _common_dtype(X, Sigma, s, mu)
     _check_finite_large(X, "X")
@@ -206,12 +281,26 @@ def _validate_dense(X, Sigma, s, mu):
     if mu is not None:
         check_finite(mu, "mu")
     check_symmetric(Sigma, "Sigma")
-    check_nonnegative(s, "s")
-    _feasibility.check_feasible_dense(Sigma, s)
+    if s.ndim == 2:
+        _check_psd_S(s)
+    else:
+        check_nonnegative(s, "s")
+    _feasibility.check_feasible_dense(Sigma, s, ratio=(m + 1.0) / m)
     return X, Sigma, s, mu
 
 
-def sample_knockoffs(key, X, Sigma, s, *, mu=None):
+def _check_psd_S(S):
+    """A dense / block-diagonal ``S`` must be symmetric positive semidefinite (concrete only)."""
+    check_symmetric(S, "S")
+    if is_concrete(S):
+        a = np.asarray(S, np.float64)
+        lam = float(np.linalg.eigvalsh(0.5 * (a + a.T))[0])
+        tol = np.sqrt(np.finfo(np.dtype(S.dtype)).eps) * max(float(np.max(np.abs(np.diagonal(a)))), 1e-300)
+        if lam < -tol:
+            raise ValueError(f"S must be positive semidefinite (every block S_g >= 0), smallest eigenvalue {lam:.3g}")
+
+
+def sample_knockoffs(key, X, Sigma, s, *, mu=None, num_knockoffs=1):
     r"""Gaussian model-X knockoffs for a dense covariance (one replicate).
 
     Each row is drawn independently from
@@ -229,8 +318,33 @@ def sample_knockoffs(key, X, Sigma, s, *, mu=None):
     Same distribution as fanok's ``GaussianKnockoffs`` and knockpy's Gaussian
     sampler.
 
-    Cost: ``O(n p^2 + p^3)`` time, ``O(p^2 + n p)`` memory. For a factor model
-    use :func:`sample_knockoffs_factor` (linear in ``p``).
+    **Block-diagonal / dense S** (group knockoffs): ``s`` may be a ``(p, p)``
+    symmetric PSD matrix or a :class:`jaxknock.svector.group.BlockDiagonal`
+    (the value of :func:`jaxknock.group_s_matrix`); the formulas above hold
+    with that ``S`` (``Omega`` is factorised as above).
+
+    **Multiple knockoffs** (``num_knockoffs = m > 1``, Gimenez & Zou 2019):
+    ``m`` copies whose joint law with ``X`` has every ``X~k`` with covariance
+    ``Sigma`` and cross-covariance ``Sigma - S`` with ``X`` and with every other
+    copy. Given ``X`` the stacked copies have mean ``mean`` (each) and
+    covariance ``1 1^T (x) (S - S Sigma^-1 S) + I_m (x) S``. It is drawn from
+    one ``p x p`` factorisation (the trick of He et al. 2021 / Knockoffs.jl):
+
+    .. math::
+                ilde x_k = 	ext{mean} + L g_0 + (e_k - ar e),\quad
+        LL^	op = \Omega_m = 	frac{m+1}{m}S - S\Sigma^{-1}S,\quad
+        e_k \sim \mathcal N(0, S)\ 	ext{i.i.d.},
+
+    since ``e_k - e_bar`` has covariance ``(1 - 1/m) S`` and cross-covariance
+    ``-S/m``. ``Omega_m >= 0`` is exactly the feasibility condition
+    ``(m+1)/m Sigma - S >= 0``: checked on concrete inputs (``ValueError``); under
+    ``jit`` an infeasible ``S`` (``lambda_min(Omega_m) < -sqrt(eps) max diag``)
+    returns all-NaN knockoffs. ``m = 1`` is the ordinary sampler, bit for bit.
+
+    Cost: ``O(n p^2 + p^3)`` time, ``O(p^2 + n p)`` memory (plus ``O(m n p)``
+    for ``m`` copies, and one more ``p x p`` factorisation for a dense ``S``
+    with ``m > 1``). For a factor model use :func:`sample_knockoffs_factor`
+    (linear in ``p``).
 
     Args:
         key: a ``jax.random`` key (one replicate; ``jax.vmap`` over
@@ -241,9 +355,13 @@ def sample_knockoffs(key, X, Sigma, s, *, mu=None):
             ``jaxknock.sdp``); a ``Solution`` is accepted (its ``value``).
         mu: mean of the rows, ``(p,)`` or scalar; ``None`` uses the column
             means of ``X`` (as fanok and knockpy do). Pass ``mu=0`` for centred data.
+        num_knockoffs: number ``m >= 1`` of simultaneous knockoff copies.
 
     Returns:
-        ``(n, p)`` knockoff matrix ``X~`` in the dtype of the inputs.
+        ``(n, p)`` knockoff matrix ``X~`` in the dtype of the inputs; for
+        ``m > 1`` an ``(n, m, p)`` array (copy ``k`` is ``[:, k, :]``), so
+        ``Xk.reshape(n, m * p)`` is the knockoff part of the design
+        ``[X, X~1, ..., X~m]``.
 
     Raises:
         ValueError: shape mismatch, NaN/Inf in the inputs, ``Sigma`` not
@@ -259,10 +377,14 @@ def sample_knockoffs(key, X, Sigma, s, *, mu=None):
         >>> Xk = jaxknock.sample_knockoffs(jax.random.key(0), X, Sigma, s)
         >>> Xk.shape
         (100, 3)
+        >>> s2 = jnp.full(3, 1.5 * jnp.linalg.eigvalsh(Sigma)[0])  # (m+1)/m Sigma - S >= 0, m = 2
+        >>> jaxknock.sample_knockoffs(jax.random.key(0), X, Sigma, s2, num_knockoffs=2).shape
+        (100, 2, 3)
     """
     check_key(key)
-    X, Sigma, s, mu = _validate_dense(X, Sigma, s, mu)
-    return _draw_one(key, _plan(X, (Sigma, s), mu, "dense"))
+    m = check_num_knockoffs(num_knockoffs)
+    X, Sigma, s, mu = _validate_dense(X, Sigma, s, mu, m)
+    return _draw_one(key, _plan(X, (Sigma, s), mu, "dense", m))
 
 
 # --------------------------------------------------------------------------
@@ -297,7 +419,7 @@ class _FactorPlan(NamedTuple):
     F: jax.Array  # (nb, k, m)
 
 
-def _lowrank_conditional_cov(d, U, s):
+def _lowrank_conditional_cov(d, U, s, scale=2.0):
     """``Omega = 2S - S Sigma^-1 S = diag(c) + Z Z^T`` (section 4.3, eq. 4.1).
 
     With ``Sigma^-1 = D^-1 - D^-1 U N N^T U^T D^-1`` (Woodbury, ``N N^T =
@@ -311,7 +433,7 @@ def _lowrank_conditional_cov(d, U, s):
     Lc = jnp.linalg.cholesky(0.5 * (cap + cap.T))
     # (D^-1 U N)^T = Lc^-1 V^T
     VN = jax.scipy.linalg.solve_triangular(Lc, V.T, lower=True).T
-    c = 2.0 * s - s * s / d
+    c = scale * s - s * s / d  # scale = (m + 1) / m for m knockoffs (Omega_m, see sample_knockoffs)
     Z = s[:, None] * VN
     return c, Z, VN
 
@@ -372,14 +494,14 @@ def _pad_last_block(a, m, fill):
     return jnp.concatenate([a[:cut], filler, a[cut:]])
 
 
-def _factor_plan(X, d, U, s, mu, force_recursion: bool = False) -> _FactorPlan:
+def _factor_plan(X, d, U, s, mu, force_recursion: bool = False, scale: float = 2.0) -> _FactorPlan:
     n, p = X.shape
     k = U.shape[1]
     m = _block_size(p, k)
     nb = -(-p // m)
     if mu is None:
         mu = _column_means(X)
-    c, Z, VN = _lowrank_conditional_cov(d, U, s)
+    c, Z, VN = _lowrank_conditional_cov(d, U, s, scale)
     cb = _pad_last_block(c, m, 1.0).reshape(nb, m)
     Zb = _pad_last_block(Z, m, 0.0).reshape(nb, m, k)
 
@@ -451,7 +573,22 @@ def _factor_draw(key, plan: _FactorPlan):
     return out
 
 
-def _validate_factor(X, model, s, mu):
+class _MultiFactorPlan(NamedTuple):
+    """``m > 1`` copies under a factor model: the common part from a factor plan of ``Omega_m``."""
+
+    base: _FactorPlan  # plan of N(mean, Omega_m), Omega_m = (m+1)/m S - S Sigma^-1 S = diag(c') + Z Z^T
+    sqrt_s: jax.Array  # (p,)
+    copies: jax.Array  # (m,) placeholder: its shape carries m
+
+
+def _multi_factor_draw(key, plan: _MultiFactorPlan):
+    k_common, k_own = jax.random.split(key)
+    common = _factor_draw(k_common, plan.base)
+    n = common.shape[0]
+    return common[:, None, :] + _independent_parts(k_own, plan.sqrt_s, n, plan.copies.shape[0], common.dtype)
+
+
+def _validate_factor(X, model, s, mu, m: int = 1):
     X = _as_X(X)
     n, p = X.shape
     if isinstance(model, FactorModel):
@@ -486,11 +623,11 @@ def _validate_factor(X, model, s, mu):
         j = int(np.argmin(dv))
         raise ValueError(f"model.d must be positive (Sigma = diag(d) + U U^T with d > 0), got d[{j}] = {dv[j]:.3g}")
     check_nonnegative(s, "s")
-    _feasibility.check_feasible_factor(d, U, s)
+    _feasibility.check_feasible_factor(d, U, s, ratio=(m + 1.0) / m)
     return X, d, U, s, mu
 
 
-def sample_knockoffs_factor(key, X, model, s, *, mu=None):
+def sample_knockoffs_factor(key, X, model, s, *, mu=None, num_knockoffs=1):
     r"""Gaussian knockoffs in linear time under a factor model (one replicate).
 
     For ``Sigma = D + U U^T`` (``model = FactorModel(d, U)``, ``U`` of shape
@@ -527,6 +664,16 @@ def sample_knockoffs_factor(key, X, model, s, *, mu=None):
     ``p x p`` array is formed. Same distribution as :func:`sample_knockoffs`
     with ``Sigma = model.dense()`` and as fanok's ``LowRankGaussianKnockoffs``.
 
+    Multiple knockoffs (``num_knockoffs = m > 1``): as in :func:`sample_knockoffs`,
+    a common part ``N(mean, Omega_m)`` with ``Omega_m = (m+1)/m S - S Sigma^-1 S
+    = diag(c') + Z Z^T``, ``c' = (m+1)/m s - s^2/d`` (the same factor structure,
+    so the same linear-time draw), plus centred independent parts
+    ``e_k - e_bar``, ``e_k ~ N(0, diag(s))``; ``O(m n p)`` more. Returns
+    ``(n, m, p)``. Feasibility ``(m+1)/m Sigma - diag(s) >= 0`` is checked on
+    concrete inputs in ``O(p k^2)``; under ``jit`` it is not re-checked (an
+    infeasible ``s`` gives a covariance with clipped negative directions). Only
+    a diagonal ``S`` (a vector ``s``): group knockoffs need the dense sampler.
+
     Args:
         key: a ``jax.random`` key (one replicate; vmappable over split keys).
         X: ``(n, p)`` observations.
@@ -556,8 +703,9 @@ def sample_knockoffs_factor(key, X, model, s, *, mu=None):
         (50, 1000)
     """
     check_key(key)
-    X, d, U, s, mu = _validate_factor(X, model, s, mu)
-    return _draw_one(key, _plan(X, (d, U, s), mu, "factor"))
+    m = check_num_knockoffs(num_knockoffs)
+    X, d, U, s, mu = _validate_factor(X, model, s, mu, m)
+    return _draw_one(key, _plan(X, (d, U, s), mu, "factor", m))
 
 
 # --------------------------------------------------------------------------
@@ -565,11 +713,11 @@ def sample_knockoffs_factor(key, X, model, s, *, mu=None):
 # --------------------------------------------------------------------------
 
 
-def _sampler_spec(X, Sigma, s, mu):
+def _sampler_spec(X, Sigma, s, mu, m: int = 1):
     if isinstance(Sigma, FactorModel):
-        X, d, U, s, mu = _validate_factor(X, Sigma, s, mu)
+        X, d, U, s, mu = _validate_factor(X, Sigma, s, mu, m)
         return "factor", X, (d, U, s), mu, U.shape[1]
-    X, Sig, s, mu = _validate_dense(X, Sigma, s, mu)
+    X, Sig, s, mu = _validate_dense(X, Sigma, s, mu, m)
     return "dense", X, (Sig, s), mu, None
 
 
@@ -581,16 +729,21 @@ def _sampler_bytes(n: int, p: int, k: int | None, itemsize: int) -> tuple[int, i
 # The key-independent plan (factorisation of Omega, conditional mean) and the draw
 # are separate jits: the plan is compiled and computed once and shared by the
 # single-replicate samplers, the vmapped chunks and the streaming iterator.
-@partial(jax.jit, static_argnames=("kind",))
-def _plan(X, params, mu, kind):
-    if kind == "factor":
-        return _factor_plan(X, *params, mu)
-    if kind == "factor_recursive":  # benchmarks/tests: the indefinite-C path on any data
-        return _factor_plan(X, *params, mu, force_recursion=True)
-    return _dense_plan(X, *params, mu)
+@partial(jax.jit, static_argnames=("kind", "m"))
+def _plan(X, params, mu, kind, m=1):
+    if kind in ("factor", "factor_recursive"):
+        force = kind == "factor_recursive"  # benchmarks/tests: the indefinite-C path on any data
+        if m == 1:
+            return _factor_plan(X, *params, mu, force_recursion=force)
+        base = _factor_plan(X, *params, mu, force_recursion=force, scale=(m + 1.0) / m)
+        s = params[2]
+        return _MultiFactorPlan(base, jnp.sqrt(jnp.clip(s, 0.0)), jnp.zeros((m,), X.dtype))
+    if m == 1 and params[1].ndim == 1:
+        return _dense_plan(X, *params, mu)
+    return _multi_dense_plan(X, *params, mu, m)
 
 
-def replicate_plan(X, Sigma, s, *, mu=None, force_recursion: bool = False):
+def replicate_plan(X, Sigma, s, *, mu=None, force_recursion: bool = False, num_knockoffs=1):
     """The key-independent part of a knockoff draw, validated and computed once.
 
     The plan/draw seam of the samplers (for the fused sampling + statistics
@@ -606,6 +759,7 @@ def replicate_plan(X, Sigma, s, *, mu=None, force_recursion: bool = False):
         force_recursion: factor model only; use the blocked ``L Delta L^T``
             recursion even when ``C >= 0`` (the path indefinite ``C`` needs;
             same distribution).
+        num_knockoffs: ``m`` simultaneous copies (draws of shape ``(n, m, p)`` for ``m > 1``).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -616,21 +770,36 @@ def replicate_plan(X, Sigma, s, *, mu=None, force_recursion: bool = False):
         ...                   sample_knockoffs(jax.random.key(0), X, Sigma, jnp.full(3, 0.9)), atol=1e-5))
         True
     """
-    kind, X, params, mu, _ = _sampler_spec(X, Sigma, s, mu)
+    m = check_num_knockoffs(num_knockoffs)
+    kind, X, params, mu, _ = _sampler_spec(X, Sigma, s, mu, m)
     if force_recursion:
         if kind != "factor":
             raise ValueError("force_recursion applies to a FactorModel only")
         kind = "factor_recursive"
-    return _plan(X, params, mu, kind)
+    return _plan(X, params, mu, kind, m)
 
 
 def draw_replicate(key, plan):
     """One knockoff replicate from a :func:`replicate_plan` (pure; ``vmap`` it over split keys)."""
-    return _factor_draw(key, plan) if isinstance(plan, _FactorPlan) else _dense_draw(key, plan)
+    if isinstance(plan, _FactorPlan):
+        return _factor_draw(key, plan)
+    if isinstance(plan, _MultiFactorPlan):
+        return _multi_factor_draw(key, plan)
+    if isinstance(plan, _MultiDensePlan):
+        return _multi_dense_draw(key, plan)
+    return _dense_draw(key, plan)
 
 
 def plan_bytes(plan) -> tuple[int, int]:
     """``(shared, per_replicate)`` bytes of drawing from ``plan`` (:func:`jaxknock._memory.knockoff_bytes`)."""
+    if isinstance(plan, (_MultiFactorPlan, _MultiDensePlan)):  # m copies: m times the per-replicate part
+        m = plan.copies.shape[0]
+        if isinstance(plan, _MultiFactorPlan):
+            shared, per = plan_bytes(plan.base)
+        else:
+            n, p = plan.mean.shape
+            shared, per = _memory.knockoff_bytes(n, p, None, plan.mean.dtype.itemsize)
+        return shared, (m + 1) * per
     if isinstance(plan, _FactorPlan):
         n, p = plan.X.shape
         return _memory.knockoff_bytes(n, p, plan.Zb.shape[-1], plan.X.dtype.itemsize, block_size=plan.A.shape[1])
@@ -662,7 +831,18 @@ def _stream(keys, plan, R, chunk) -> Iterator[jax.Array]:
 
 
 def sample_replicates(
-    key, X, Sigma, s, num_replicates, *, mu=None, chunk_size=None, stream=False, devices=None, mesh=None
+    key,
+    X,
+    Sigma,
+    s,
+    num_replicates,
+    *,
+    mu=None,
+    chunk_size=None,
+    stream=False,
+    devices=None,
+    mesh=None,
+    num_knockoffs=1,
 ):
     r"""``R`` independent knockoff replicates, batched with ``vmap`` in chunks.
 
@@ -703,9 +883,13 @@ def sample_replicates(
             of devices; ``chunk_size`` is then per device and step, and the
             memory plan (:func:`jaxknock.distributed.plan_chunk`) uses one
             device's free memory and its ``1/D`` share of the result.
+        num_knockoffs: ``m`` simultaneous knockoffs per replicate (see
+            :func:`sample_knockoffs`); ``s`` may also be a ``(p, p)`` or
+            block-diagonal ``S`` for a dense ``Sigma``.
 
     Returns:
-        ``(R, n, p)`` array, or (``stream=True``) an iterator of chunks.
+        ``(R, n, p)`` array (``(R, n, m, p)`` for ``m > 1``), or
+        (``stream=True``) an iterator of chunks.
 
     Example:
         >>> import jax, jax.numpy as jnp, jaxknock
@@ -729,41 +913,42 @@ def sample_replicates(
             raise TypeError(f"chunk_size must be an int or None, got {type(chunk_size).__name__}")
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    kind, X, params, mu, k = _sampler_spec(X, Sigma, s, mu)
+    m = check_num_knockoffs(num_knockoffs)
+    kind, X, params, mu, k = _sampler_spec(X, Sigma, s, mu, m)
     n, p = X.shape
     if _mesh.wants_sharding(devices, mesh):
         return _sharded_replicates(
-            key, X, params, mu, kind, k, R, chunk_size, stream, _mesh.resolve_mesh(devices, mesh, None)
+            key, X, params, mu, kind, k, R, chunk_size, stream, _mesh.resolve_mesh(devices, mesh, None), m
         )
     if chunk_size is None:
         shared, per_rep = _sampler_bytes(n, p, k, X.dtype.itemsize)
         chunk = _memory.replicate_chunk(
             R,
             n,
-            p,
+            p * m,
             X.dtype.itemsize,
             shared,
-            per_rep,
+            per_rep * (1 if m == 1 else m + 1),
             stream=stream,
             memory_bytes=_memory.device_memory_bytes(jax.devices()[0]),
         )
     else:
         chunk = int(min(chunk_size, R))
     keys = jax.random.split(key, R)
-    plan = _plan(X, params, mu, kind)
+    plan = _plan(X, params, mu, kind, m)
     if stream:
         return _stream(keys, plan, R, chunk)
-    out = jnp.zeros((R, n, p), X.dtype)
+    out = jnp.zeros((R, n, p) if m == 1 else (R, n, m, p), X.dtype)
     for start in _chunk_starts(R, chunk):
         out = _write_chunk(out, _draw_chunk(keys[start : start + chunk], plan), start)
     return out
 
 
-def _sharded_replicates(key, X, params, mu, kind, k, R, chunk_size, stream, mesh):
+def _sharded_replicates(key, X, params, mu, kind, k, R, chunk_size, stream, mesh, m=1):
     """:func:`sample_replicates` over the devices of a 1-D mesh (see its docstring)."""
     n, p = X.shape
     D = int(mesh.shape[mesh.axis_names[0]])
-    b = X.dtype.itemsize
+    b = X.dtype.itemsize * m  # m copies: m times the result and (roughly) the work
     shared, per_rep = _sampler_bytes(n, p, k, b)
     if stream:
         per_rep += n * p * b  # the chunk held by the consumer
@@ -782,7 +967,7 @@ def _sharded_replicates(key, X, params, mu, kind, k, R, chunk_size, stream, mesh
     else:
         chunk = int(min(chunk_size, -(-R // D)))
     keys = jax.random.split(key, R)  # before sharding: independent of D
-    plan = _plan(X, params, mu, kind)
+    plan = _plan(X, params, mu, kind, m)
     if stream:
         step = D * chunk
         return (

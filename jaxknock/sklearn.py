@@ -173,6 +173,11 @@ class KnockoffSelector(SelectorMixin, BaseEstimator):
         rank: factor-model rank for ``"sdp_factor"``.
         lam: fixed lasso penalty for ``"lcd"`` (default: cross-validated).
         asdp_block_size: block size for ``"asdp"``.
+        groups: ``(n_features,)`` integer group labels: group knockoffs at
+            group-level FDR (``support_`` keeps every feature of the selected
+            groups; ``statistics_`` is then per group, ``selection_.selected_groups``
+            the selected labels). See :func:`jaxknock.knockoff_filter`.
+        num_knockoffs: simultaneous knockoff copies ``m`` (multi-knockoff filter).
 
     Attributes:
         statistics_: ``(n_features,)`` W statistics (mean over replicates).
@@ -202,6 +207,8 @@ class KnockoffSelector(SelectorMixin, BaseEstimator):
         rank=None,
         lam=None,
         asdp_block_size=100,
+        groups=None,
+        num_knockoffs=1,
     ):
         self.fdr = fdr
         self.method = method
@@ -212,6 +219,8 @@ class KnockoffSelector(SelectorMixin, BaseEstimator):
         self.rank = rank
         self.lam = lam
         self.asdp_block_size = asdp_block_size
+        self.groups = groups
+        self.num_knockoffs = num_knockoffs
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -233,6 +242,10 @@ class KnockoffSelector(SelectorMixin, BaseEstimator):
             raise ValueError(f"aggregate must be one of {AGGREGATES}, got {self.aggregate!r}")
         if not isinstance(self.num_replicates, numbers.Integral) or self.num_replicates < 1:
             raise ValueError(f"num_replicates must be a positive integer, got {self.num_replicates!r}")
+        if isinstance(self.num_knockoffs, bool) or not isinstance(self.num_knockoffs, numbers.Integral):
+            raise TypeError(f"num_knockoffs must be a positive integer, got {self.num_knockoffs!r}")
+        if self.num_knockoffs < 1:
+            raise ValueError(f"num_knockoffs must be a positive integer, got {self.num_knockoffs!r}")
         return method
 
     def fit(self, X, y):
@@ -265,6 +278,8 @@ class KnockoffSelector(SelectorMixin, BaseEstimator):
                 aggregate=self.aggregate,
                 lam=self.lam,
                 asdp_block_size=self.asdp_block_size,
+                **({} if self.groups is None else {"groups": np.asarray(self.groups)}),
+                **({} if self.num_knockoffs == 1 else {"num_knockoffs": int(self.num_knockoffs)}),
             )
             sel = Selection(*_to_numpy(tuple(sel)))
         self.selection_ = sel

@@ -18,6 +18,13 @@ statistics have shape ``(..., p)``. The lasso-based statistics (:func:`lcd`,
 :func:`lsm`) run every design of a batch in one jitted call and return a
 :class:`~jaxknock.Solution` whose ``value`` is ``W`` and whose ``result``
 holds one code per design (non-convergence is never silent).
+
+Multiple knockoffs (Gimenez & Zou 2019): with ``num_knockoffs=m > 1`` the
+design is ``[X, X~1, ..., X~m]`` of width ``(m + 1) p`` (copy ``k`` in columns
+``k p .. (k+1) p - 1``) and :func:`lcd`, :func:`lsm` and
+:func:`marginal_correlation` return the per-copy scores ``Z`` of shape
+``(..., m + 1, p)`` (row 0: the originals) instead of ``W``; combine them with
+:func:`jaxknock.multi.multi_knockoff_statistics`.
 """
 
 from __future__ import annotations
@@ -89,12 +96,18 @@ def antisymmetric_combine(Z, *, method: str = "difference"):
 # ----------------------------------------------------------------------------
 
 
-def _prepare(Xk, y, *, loss="squared", fit_intercept=True, binary=False):
-    """Checks before tracing; returns (Xk as (R, n, 2p), y, batch_shape)."""
+def _prepare(Xk, y, *, loss="squared", fit_intercept=True, binary=False, num_knockoffs=1):
+    """Checks before tracing; returns (Xk as (R, n, (m+1)p), y, batch_shape)."""
+    m = _checks.check_num_knockoffs(num_knockoffs)
     Xk = _checks.as_float_array(Xk, "Xk")
     if Xk.ndim < 2:
         raise ValueError(f"Xk must be a design [X, X~] of shape (n, 2p) or a batch (..., n, 2p), got shape {Xk.shape}")
-    if Xk.shape[-1] % 2 or Xk.shape[-1] == 0:
+    if m > 1 and (Xk.shape[-1] % (m + 1) or Xk.shape[-1] == 0):
+        raise ValueError(
+            f"Xk must hold (m+1) p columns for num_knockoffs = {m} (p originals then {m} blocks of p "
+            f"knockoffs), got {Xk.shape[-1]}"
+        )
+    if m == 1 and (Xk.shape[-1] % 2 or Xk.shape[-1] == 0):
         raise ValueError(f"Xk must hold 2p columns (p originals then their p knockoffs), got {Xk.shape[-1]}")
     if Xk.shape[-2] < 2:
         raise ValueError(f"Xk needs at least 2 rows (samples), got shape {tuple(Xk.shape)}")
@@ -158,6 +171,7 @@ def lcd(
     patience: int | None = None,
     engine: str = "auto",
     throw: bool = False,
+    num_knockoffs: int = 1,
 ) -> Solution:
     r"""Lasso coefficient difference :math:`W_j = |\hat\beta_j| - |\hat\beta_{j+p}|`.
 
@@ -197,6 +211,9 @@ def lcd(
             working-set capacity on the host), else ``"classic"``.
             Both target the same lambda and support as a tight solve.
         throw: raise ``RuntimeError`` if any solve failed.
+        num_knockoffs: ``m``; for ``m > 1`` ``Xk`` is ``[X, X~1..X~m]``
+            (width ``(m+1) p``) and ``value`` holds the scores
+            ``Z = |beta|`` reshaped to ``(..., m + 1, p)`` (module docstring).
 
     Returns:
         :class:`~jaxknock.Solution` with ``value`` the statistics
@@ -211,10 +228,11 @@ def lcd(
         >>> lcd(Xk, y, lam=0.05).value.shape
         (3, 5)
     """
-    Xk3, y, batch_shape = _prepare(Xk, y, loss=loss, fit_intercept=fit_intercept)
+    Xk3, y, batch_shape = _prepare(Xk, y, loss=loss, fit_intercept=fit_intercept, num_knockoffs=num_knockoffs)
     settings = make_settings(
         Xk3.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol, max_steps=max_steps
     )
+    copies = int(num_knockoffs) + 1
     n, m = Xk3.shape[1:]
     if lam is not None:
         lam = jnp.asarray(lam, Xk3.dtype)
@@ -225,7 +243,7 @@ def lcd(
                 f"lam must be a scalar or broadcast to the batch shape {batch_shape}, got shape {lam.shape}"
             ) from None
         _checks.check_lam(lam)
-        sol = _lcd_fixed_jit(Xk3, y, lam, settings)
+        sol = _lcd_fixed_jit(Xk3, y, lam, settings, copies=copies)
     elif _use_working_set(engine, Xk3, fit_intercept):
         fold_ids, K = resolve_folds(n, folds)
         check_folds_nonempty(fold_ids, K, y, loss)
@@ -241,7 +259,7 @@ def lcd(
             patience=10 if patience is None else patience,
         )
         stats = {"coef": ws.value, "lam": ws.stats["lam"], "num_steps": ws.stats["num_steps"]}
-        sol = Solution(value=_coef_to_w(ws.value), result=ws.result, stats=stats)
+        sol = Solution(value=_coef_to_w(ws.value, copies), result=ws.result, stats=stats)
     else:
         fold_ids, K = resolve_folds(n, folds)
         check_folds_nonempty(fold_ids, K, y, loss)
@@ -261,6 +279,7 @@ def lcd(
             num_lambdas=num_lambdas,
             eps=float(eps),
             patience=patience,
+            copies=copies,
         )
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
 
@@ -274,30 +293,32 @@ def _use_working_set(engine, Xk3, fit_intercept) -> bool:
     return engine == "working_set"
 
 
-def _coef_to_w(coef):
+def _coef_to_w(coef, copies=2):
+    if copies > 2:  # multiple knockoffs: per-copy scores (m + 1, p)
+        return jnp.abs(coef).reshape(coef.shape[:-1] + (copies, -1))
     return antisymmetric_combine(jnp.abs(coef), method="difference")
 
 
-@jax.jit
-def _lcd_fixed_jit(Xk3, y, lams, settings):
+@functools.partial(jax.jit, static_argnames=("copies",))
+def _lcd_fixed_jit(Xk3, y, lams, settings, copies=2):
     def one(args):
         X, lam = args
         sol = fit(X, y, lam, jnp.zeros(X.shape[1], X.dtype), settings)
         stats = {"coef": sol.value, "lam": lam, "num_steps": sol.stats["num_steps"]}
-        return Solution(value=_coef_to_w(sol.value), result=sol.result, stats=stats)
+        return Solution(value=_coef_to_w(sol.value, copies), result=sol.result, stats=stats)
 
     return _over_designs(one, (Xk3, lams), settings.solver)
 
 
-@functools.partial(jax.jit, static_argnames=("K", "num_lambdas", "eps", "patience"))
-def _lcd_cv_jit(Xk3, y, fold_ids, lambdas, settings, *, K, num_lambdas, eps, patience=None):
+@functools.partial(jax.jit, static_argnames=("K", "num_lambdas", "eps", "patience", "copies"))
+def _lcd_cv_jit(Xk3, y, fold_ids, lambdas, settings, *, K, num_lambdas, eps, patience=None, copies=2):
     def one(X):
         grid = lambdas
         if grid is None:
             grid = default_grid(X, y, settings, num=num_lambdas, eps=eps)
         sol = cv_solve(X, y, fold_ids, grid, settings, K=K, patience=patience)
         stats = {"coef": sol.value, "lam": sol.stats["lam"], "num_steps": sol.stats["num_steps"]}
-        return Solution(value=_coef_to_w(sol.value), result=sol.result, stats=stats)
+        return Solution(value=_coef_to_w(sol.value, copies), result=sol.result, stats=stats)
 
     return _over_designs(one, Xk3, settings.solver)
 
@@ -316,6 +337,7 @@ def lsm(
     solver: str = "auto",
     screen: bool = True,
     throw: bool = False,
+    num_knockoffs: int = 1,
 ) -> Solution:
     r"""Lasso signed max: :math:`W_j = \max(Z_j, Z_{j+p})\,\mathrm{sign}(Z_j - Z_{j+p})`.
 
@@ -331,6 +353,8 @@ def lsm(
         lambdas: decreasing ``(L,)`` grid; default ``num_lambdas`` values from
             ``lambda_max`` to ``eps * lambda_max`` per design.
         loss, fit_intercept, tol, max_steps, solver, screen, throw: see :func:`lcd`.
+        num_knockoffs: ``m``; for ``m > 1`` ``value`` holds the entry
+            penalties ``Z`` reshaped to ``(..., m + 1, p)``.
 
     Returns:
         :class:`~jaxknock.Solution` with ``value`` ``W`` ``(..., p)``,
@@ -345,7 +369,7 @@ def lsm(
         >>> int(jnp.argmax(W))
         0
     """
-    Xk3, y, batch_shape = _prepare(Xk, y, loss=loss, fit_intercept=fit_intercept)
+    Xk3, y, batch_shape = _prepare(Xk, y, loss=loss, fit_intercept=fit_intercept, num_knockoffs=num_knockoffs)
     settings = make_settings(
         Xk3.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol, max_steps=max_steps
     )
@@ -356,12 +380,12 @@ def lsm(
             raise ValueError("lambdas must be in decreasing order for the signed-max statistic")
     else:
         check_grid_settings(num_lambdas, eps)
-    sol = _lsm_jit(Xk3, y, lambdas, settings, num_lambdas=num_lambdas, eps=float(eps))
+    sol = _lsm_jit(Xk3, y, lambdas, settings, num_lambdas=num_lambdas, eps=float(eps), copies=int(num_knockoffs) + 1)
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
 
 
-@functools.partial(jax.jit, static_argnames=("num_lambdas", "eps"))
-def _lsm_jit(Xk3, y, lambdas, settings, *, num_lambdas, eps):
+@functools.partial(jax.jit, static_argnames=("num_lambdas", "eps", "copies"))
+def _lsm_jit(Xk3, y, lambdas, settings, *, num_lambdas, eps, copies=2):
     def one(X):
         grid = lambdas
         if grid is None:
@@ -369,7 +393,10 @@ def _lsm_jit(Xk3, y, lambdas, settings, *, num_lambdas, eps):
         path = path_solve(X, y, grid, settings)
         coefs, codes, stats = path.value, path.result, path.stats
         entry = jnp.max(jnp.where(coefs != 0, grid[:, None], 0.0), axis=0)
-        W = antisymmetric_combine(entry, method="signed_max")
+        if copies > 2:
+            W = entry.reshape(copies, -1)
+        else:
+            W = antisymmetric_combine(entry, method="signed_max")
         return Solution(
             value=W,
             result=jnp.max(codes),
@@ -384,7 +411,7 @@ def _lsm_jit(Xk3, y, lambdas, settings, *, num_lambdas, eps):
 # ----------------------------------------------------------------------------
 
 
-def marginal_correlation(Xk, y, *, method: str = "difference"):
+def marginal_correlation(Xk, y, *, method: str = "difference", num_knockoffs: int = 1):
     r"""Marginal correlation statistic :math:`W_j = a(|r_j|, |r_{j+p}|)`.
 
     :math:`r_k` is the Pearson correlation of column ``k`` with ``y``;
@@ -395,6 +422,8 @@ def marginal_correlation(Xk, y, *, method: str = "difference"):
         Xk: ``(n, 2p)`` design or ``(..., n, 2p)`` batch.
         y: ``(n,)`` response (not constant).
         method: ``"difference"`` (default) or ``"signed_max"``.
+        num_knockoffs: ``m``; for ``m > 1`` the scores ``|r|`` of
+            ``[X, X~1..X~m]`` as ``(..., m + 1, p)`` (``method`` unused).
 
     Returns:
         ``(..., p)`` statistics.
@@ -404,18 +433,20 @@ def marginal_correlation(Xk, y, *, method: str = "difference"):
         >>> marginal_correlation(Xk, jnp.array([1.0, 2.0, 3.0])).round(4).tolist()
         [1.0]
     """
-    Xk3, y, batch_shape = _prepare(Xk, y)
-    W = _marginal_jit(Xk3, y, method=method)
+    Xk3, y, batch_shape = _prepare(Xk, y, num_knockoffs=num_knockoffs)
+    W = _marginal_jit(Xk3, y, method=method, copies=int(num_knockoffs) + 1)
     return W.reshape(batch_shape + W.shape[1:])
 
 
-@functools.partial(jax.jit, static_argnames=("method",))
-def _marginal_jit(Xk3, y, *, method):
+@functools.partial(jax.jit, static_argnames=("method", "copies"))
+def _marginal_jit(Xk3, y, *, method, copies=2):
     Xc = Xk3 - jnp.mean(Xk3, axis=-2, keepdims=True)
     yc = y - jnp.mean(y)
     cov = jnp.einsum("rnm,n->rm", Xc, yc, precision=_HI)
     norms = jnp.linalg.norm(Xc, axis=-2) * jnp.linalg.norm(yc)
     corr = jnp.where(norms > 0, cov / jnp.where(norms > 0, norms, 1.0), 0.0)
+    if copies > 2:
+        return jnp.abs(corr).reshape(corr.shape[0], copies, -1)
     return antisymmetric_combine(jnp.abs(corr), method=method)
 
 

@@ -68,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--statistic", choices=STATISTICS, default="lcd", help="feature statistic W (default lcd)")
     sel.add_argument("--lam", type=float, default=None, help="fixed lasso penalty for lcd (default: cross-validated)")
     sel.add_argument("--seed", type=int, default=0)
+    sel.add_argument(
+        "--groups",
+        default=None,
+        metavar="FILE",
+        help="group knockoffs: one integer group id per feature (text, whitespace-separated, or .npy); "
+        "selects groups at group-level FDR",
+    )
+    sel.add_argument("--knockoffs", type=int, default=1, metavar="M", help="simultaneous knockoff copies m (default 1)")
     sel.add_argument("--out", default=None, metavar="RESULT.json", help="write a JSON report")
     sel.add_argument("--quiet", action="store_true", help="only the selection, no progress bar")
     sel.set_defaults(func=run_select)

@@ -71,6 +71,26 @@ def _check_select_args(args, method) -> None:
         raise CLIError(f"--rank must be a positive integer, got {args.rank}")
     if args.lam is not None and args.lam <= 0:
         raise CLIError(f"--lam must be positive, got {args.lam}")
+    if getattr(args, "knockoffs", 1) < 1:
+        raise CLIError(f"--knockoffs must be a positive integer (the number of knockoff copies), got {args.knockoffs}")
+    if (getattr(args, "groups", None) is not None or getattr(args, "knockoffs", 1) > 1) and method == "sdp_factor":
+        raise CLIError("--groups / --knockoffs > 1 need a dense method (--method sdp, asdp or equi)")
+
+
+def _load_groups(path, p):
+    """``--groups FILE``: one integer group id per feature, text (whitespace separated) or ``.npy``."""
+    import numpy as np
+
+    try:
+        g = np.load(path) if str(path).endswith(".npy") else np.loadtxt(path, ndmin=1)
+    except ValueError as err:
+        raise CLIError(f"--groups {path}: not a list of integer group ids ({err})") from None
+    g = np.asarray(g).reshape(-1)
+    if g.shape[0] != p:
+        raise CLIError(f"--groups {path} has {g.shape[0]} group ids but the table has {p} features")
+    if g.dtype.kind == "f" and not np.all(g == np.round(g)):
+        raise CLIError(f"--groups {path} must hold integer group ids, found {g[g != np.round(g)][0]!r}")
+    return g.astype(np.int64) if g.dtype.kind == "f" else g
 
 
 def _load_design(args, method):
@@ -109,11 +129,22 @@ def _run_filter(args, method, X, y):
                 num_replicates=args.replicates,
                 aggregate=args.aggregate,
                 lam=args.lam,
+                **_group_options(args, X.shape[1]),
             )
         except ValueError as err:
             raise CLIError(str(err)) from None
         bar.update(desc="done")
     return sel
+
+
+def _group_options(args, p) -> dict:
+    """``groups`` / ``num_knockoffs`` for knockoff_filter, only when asked for (the plain path otherwise)."""
+    opts = {}
+    if getattr(args, "groups", None) is not None:
+        opts["groups"] = _load_groups(args.groups, p)
+    if getattr(args, "knockoffs", 1) != 1:
+        opts["num_knockoffs"] = int(args.knockoffs)
+    return opts
 
 
 def _summarise(sel, features):
@@ -124,6 +155,8 @@ def _summarise(sel, features):
 
     W = np.asarray(sel.W)
     T = np.asarray(sel.thresholds)
+    if sel.selected_groups is not None:  # group-level W: each feature reports its group's statistic
+        W = W[:, np.asarray(sel.settings["groups"].group_of)]
     freq = (W >= T[:, None]).mean(axis=0)
     W_mean = W.mean(axis=0)
     order = sorted(sel.selected.tolist(), key=lambda i: -W_mean[i])
@@ -133,7 +166,7 @@ def _summarise(sel, features):
     s_sol = sel.s_solution
     s_info = {
         "result": RESULTS(int(s_sol.result)).name,
-        "sum_s": float(np.sum(np.asarray(s_sol.value))),
+        "sum_s": float(np.sum(np.asarray(s_sol.value.diagonal() if hasattr(s_sol.value, "blocks") else s_sol.value))),
         "num_steps": int(np.asarray(s_sol.stats.get("num_steps", 0))),
     }
     if s_sol.stats.get("gap") is not None:
@@ -182,6 +215,8 @@ def _select_report(args, method, sel, design, summary, times) -> dict:
             "seed": args.seed,
             "loss": sel.settings.get("loss"),
             "knockoff_plus": bool(sel.settings.get("plus", True)),
+            "groups": getattr(args, "groups", None),
+            "num_knockoffs": int(getattr(args, "knockoffs", 1)),
         },
         "versions": versions(),
         "device": device(),
@@ -191,6 +226,7 @@ def _select_report(args, method, sel, design, summary, times) -> dict:
         "W_mean": {features[i]: float(W_mean[i]) for i in range(p)},
         "thresholds": [float(t) for t in T],
         "explanation": sel.explanation,
+        "selected_groups": None if sel.selected_groups is None else [int(v) for v in sel.selected_groups],
     }
 
 

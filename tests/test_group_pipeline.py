@@ -1,0 +1,109 @@
+"""knockoff_filter / CLI / KnockoffSelector with groups= and num_knockoffs= (small, closed-form statistics)."""
+
+import jax
+import numpy as np
+import pytest
+
+import jaxknock
+from jaxknock.cli import main
+from jaxknock.sklearn import KnockoffSelector
+
+N, P = 240, 24
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    Z = rng.standard_normal((N, P // 2))
+    X = np.repeat(Z, 2, axis=1) + 0.7 * rng.standard_normal((N, P))  # pairs of correlated features
+    beta = np.zeros(P)
+    beta[[0, 4, 9, 14, 18, 22]] = 1.0
+    y = X @ beta + rng.standard_normal(N)
+    groups = np.repeat(np.arange(P // 2) * 10, 2)  # labels 0, 10, 20, ...
+    return X, y, groups
+
+
+def test_knockoff_filter_groups(data):
+    X, y, groups = data
+    sel = jaxknock.knockoff_filter(
+        jax.random.key(0), X, y, fdr=0.3, s_method="equicorrelated", statistic="correlation", groups=groups
+    )
+    assert sel.W.shape == (1, P // 2)
+    assert set(sel.selected_groups.tolist()) <= set(groups.tolist())
+    # the feature mask is the union of the selected groups
+    expected = np.isin(groups, sel.selected_groups)
+    np.testing.assert_array_equal(sel.mask, expected)
+    assert len(sel.selected_groups) >= 3  # strong signals: most signal groups found
+    S = np.asarray(sel.s_solution.value.dense())
+    assert np.all(S[groups[:, None] != groups[None, :]] == 0)
+
+
+def test_knockoff_filter_multi(data):
+    X, y, _ = data
+    sel = jaxknock.knockoff_filter(
+        jax.random.key(0), X, y, fdr=0.3, s_method="equicorrelated", statistic="correlation", num_knockoffs=3
+    )
+    assert sel.selected_groups is None and sel.W.shape == (1, P)
+    assert sel.settings["num_knockoffs"] == 3
+    assert np.isin([0, 4, 9, 14, 18, 22], sel.selected).sum() >= 3
+    with pytest.raises(ValueError, match="num_knockoffs must be >= 1"):
+        jaxknock.knockoff_filter(jax.random.key(0), X, y, num_knockoffs=0)
+    with pytest.raises(ValueError, match="groups has length 23"):
+        jaxknock.knockoff_filter(jax.random.key(0), X, y, groups=np.arange(P - 1))
+    with pytest.raises(TypeError, match="integer group ids"):
+        jaxknock.knockoff_filter(jax.random.key(0), X, y, groups=np.arange(P) + 0.5)
+    with pytest.raises(ValueError, match="s_method must be one of"):
+        jaxknock.knockoff_filter(jax.random.key(0), X, y, groups=np.arange(P), s_method="sdp_factor")
+
+
+def test_cli_groups_and_knockoffs(data, tmp_path, capsys):
+    X, y, groups = data
+    path = tmp_path / "d.csv"
+    names = [f"x{j}" for j in range(P)] + ["y"]
+    np.savetxt(path, np.column_stack([X, y]), delimiter=",", header=",".join(names), comments="")
+    gfile = tmp_path / "groups.txt"
+    np.savetxt(gfile, groups, fmt="%d")
+    out = tmp_path / "r.json"
+    rc = main(
+        [
+            "select",
+            str(path),
+            "--target",
+            "y",
+            "--method",
+            "equi",
+            "--statistic",
+            "correlation",
+            "--fdr",
+            "0.3",
+            "--groups",
+            str(gfile),
+            "--knockoffs",
+            "2",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
+    assert rc == 0, capsys.readouterr().err
+    import json
+
+    report = json.loads(out.read_text())
+    assert report["settings"]["num_knockoffs"] == 2
+    assert report["selected_groups"] is not None
+    np.save(tmp_path / "bad.npy", np.arange(P - 1))
+    rc = main(["select", str(path), "--target", "y", "--groups", str(tmp_path / "bad.npy"), "--quiet"])
+    assert rc == 2 and "23 group ids but the table has 24 features" in capsys.readouterr().err
+    rc = main(["select", str(path), "--target", "y", "--knockoffs", "0", "--quiet"])
+    assert rc == 2 and "--knockoffs must be a positive integer" in capsys.readouterr().err
+
+
+def test_sklearn_groups(data):
+    X, y, groups = data
+    est = KnockoffSelector(
+        fdr=0.3, method="equicorrelated", statistic="correlation", random_state=0, groups=groups, num_knockoffs=2
+    ).fit(X, y)
+    assert est.statistics_.shape == (P // 2,)
+    np.testing.assert_array_equal(est.support_, np.isin(groups, est.selection_.selected_groups))
+    with pytest.raises(ValueError, match="num_knockoffs"):
+        KnockoffSelector(num_knockoffs=0).fit(X, y)
