@@ -238,6 +238,8 @@ def maybe_jit(fn, jit):
 SVECTOR_ROWS = {
     "equicorrelated": lambda S, jit: maybe_jit(jaxknock.equicorrelated, jit)(S if not jit else jnp.asarray(S)),
     "sdp": lambda S, jit: maybe_jit(jaxknock.sdp, jit)(S if not jit else jnp.asarray(S)),
+    "mvr": lambda S, jit: maybe_jit(jaxknock.mvr, jit)(S if not jit else jnp.asarray(S)),
+    "maxent": lambda S, jit: maybe_jit(jaxknock.maxent, jit)(S if not jit else jnp.asarray(S)),
     "asdp": lambda S, jit: jaxknock.asdp(S, block_size=2),
     "sdp_batch": lambda S, jit: jaxknock.sdp_batch(np.asarray(S)[None], method="equicorrelated", devices=1),
 }
@@ -1138,6 +1140,22 @@ NOT_FUZZED = {
     "predict_lifted": "takes trained parameters",
     "lifted_to_mlp": "takes trained parameters",
     "train_mlp": "needs an optax optimizer and parameters; compile cost",
+    "mvr_factor": "factor model input (same validate_model as sdp_factor); tests/test_mvr_maxent.py",
+    "maxent_factor": "factor model input (same validate_model as sdp_factor); tests/test_mvr_maxent.py",
+    "mrc_objective_and_gap": "evaluates a given s (tests/test_mvr_maxent.py)",
+    "stability_selection": "compile cost of a lasso path per case; input errors in tests/test_stability.py",
+    "kernel_target_alignment": "tests/test_kernels.py (numpy references, bad input)",
+    "hsic": "tests/test_kernels.py (naive estimator, bad input)",
+    "greedy_kta_selection": "tests/test_kernels.py",
+    "randsel": "compile cost per case; tests/test_kernels.py",
+    "multi_knockoff_statistics": "tests/test_multi_knockoffs.py (brute-force references, bad input)",
+    "multi_knockoff_threshold": "tests/test_multi_knockoffs.py",
+    "multi_knockoff_select": "tests/test_multi_knockoffs.py",
+    "group_statistics": "tests/test_group_knockoffs.py",
+    "group_knockoff_select": "tests/test_group_knockoffs.py",
+    "expand_groups": "tests/test_group_knockoffs.py",
+    "group_s_matrix": "tests/test_group_knockoffs.py (cvxpy references, feasibility, bad groups)",
+    "BlockDiagonal": "a container",
 }
 
 FUZZED_AS = {"LiftedSpec": "LiftedSpec"}
