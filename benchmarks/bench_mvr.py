@@ -66,7 +66,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--p", type=int, default=1000)
     ap.add_argument("--no-anchor", action="store_true")
+    ap.add_argument("--small", action="store_true", help="smoke run: p = 60, no anchor")
     args = ap.parse_args()
+    if args.small:
+        args.p, args.no_anchor = 60, True
     p = args.p
     problems = {
         "thesis": dense_from_factor(*thesis_factor(p, math.ceil(0.05 * p), seed=p)),
