@@ -46,7 +46,7 @@ def test_knockoff_filter_multi(data):
     assert sel.selected_groups is None and sel.W.shape == (1, P)
     assert sel.settings["num_knockoffs"] == 3
     assert np.isin([0, 4, 9, 14, 18, 22], sel.selected).sum() >= 3
-    with pytest.raises(ValueError, match="num_knockoffs must be >= 1"):
+    with pytest.raises(ValueError, match="num_knockoffs must be an integer >= 1"):
         jaxknock.knockoff_filter(jax.random.key(0), X, y, num_knockoffs=0)
     with pytest.raises(ValueError, match="groups has length 23"):
         jaxknock.knockoff_filter(jax.random.key(0), X, y, groups=np.arange(P - 1))
