@@ -202,7 +202,15 @@ def _pipeline_report(args, X, y, beta):
     configs = [("equicorrelated", 1), ("sdp_factor", 1), ("sdp_factor", args.replicates)]
     for method, R in configs:
         sel = knockoff_filter(
-            key, X, y, fdr=args.fdr, s_method=method, rank=args.rank, num_replicates=R, aggregate="ebh", lam=lam
+            key,
+            X,
+            y,
+            fdr=args.fdr,
+            s_method=method,
+            rank=args.rank if method == "sdp_factor" else None,
+            num_replicates=R,
+            aggregate="ebh",
+            lam=lam,
         )
         power, fdp = power_fdp(sel.selected, beta)
         if sel.explanation is not None:
