@@ -153,23 +153,27 @@ def test_select_subprocess_no_traceback(tmp_path):
     assert "constant" in proc.stderr
 
 
-def test_persistent_compile_cache_and_opt_out(tmp_path, reg_csv):
-    """The CLI fills a per-user compilation cache (JAXKNOCK_CACHE_DIR here); --no-compile-cache leaves it empty."""
+def test_persistent_compile_cache_and_opt_out(tmp_path, reg_csv, monkeypatch):
+    """The CLI fills a per-user compilation cache (JAXKNOCK_CACHE_DIR here); the opt-outs turn it off."""
+    from jaxknock.cli.common import compile_cache_dir, enable_compile_cache
+
     base = {k: v for k, v in os.environ.items() if k != "JAXKNOCK_NO_COMPILE_CACHE"}
+    on = tmp_path / "on"
     cmd = [sys.executable, "-m", "jaxknock", "select", str(reg_csv), "--target", "y", "--quiet", "--method", "equi"]
-    on, off = tmp_path / "on", tmp_path / "off"
     proc = subprocess.run(cmd, env=dict(base, JAXKNOCK_CACHE_DIR=str(on)), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert on.is_dir() and any(on.iterdir())
-    proc = subprocess.run(
-        [*cmd[:3], "--no-compile-cache", *cmd[3:]],
-        env=dict(base, JAXKNOCK_CACHE_DIR=str(off)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert not off.exists() or not any(off.iterdir())
+    # opt-outs (in process: no compilation involved)
+    monkeypatch.setenv("JAXKNOCK_CACHE_DIR", str(tmp_path / "off"))
+    monkeypatch.delenv("JAXKNOCK_NO_COMPILE_CACHE", raising=False)
+    assert compile_cache_dir() == str(tmp_path / "off")
+    assert enable_compile_cache(False) is None  # --no-compile-cache
+    monkeypatch.setenv("JAXKNOCK_NO_COMPILE_CACHE", "1")
+    assert compile_cache_dir() is None and enable_compile_cache(True) is None
+    assert not (tmp_path / "off").exists()
+    from jaxknock.cli import build_parser
+
+    assert build_parser().parse_args(["--no-compile-cache", "demo"]).no_compile_cache
 
 
 @pytest.fixture
