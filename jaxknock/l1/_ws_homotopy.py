@@ -66,7 +66,6 @@ class Member(NamedTuple):
     sbeta: jax.Array  # (A,) active coefficients
     Ginv: jax.Array  # (A, A) inverse of G_AA on the used slots, zero elsewhere
     lam: jax.Array  # () current penalty
-    sat: jax.Array  # () bool: some feature was skipped as linearly dependent on the active ones
 
 
 class HomState(NamedTuple):
@@ -97,7 +96,6 @@ def init_state(d, Wc: int, A: int) -> HomState:
         sbeta=jnp.zeros((M, A), dt),
         Ginv=jnp.zeros((M, A, A), dt),
         lam=lmax,
-        sat=jnp.zeros((M,), bool),
     )
     return HomState(*base, slot_over=jnp.bool_(False), cur=mem, anchor=mem)
 
@@ -172,7 +170,7 @@ def _kink(mem: Member, Cf, idx, Gr, g, act, skip, valid, lam_t, banned, done):
     # a feature in the span of the active ones (duplicates, or |A| = rank) cannot join:
     # it is skipped for the rest of this grid step (its gradient follows the active ones')
     skip = skip.at[jnp.where(enter & sat, j, Wc)].set(True, mode="drop")
-    mem = Member(slot_c, used, sg, sbeta, Ginv, lam_new, mem.sat | (enter & sat))
+    mem = Member(slot_c, used, sg, sbeta, Ginv, lam_new)
     return mem, Gr, g, act, skip, banned, done | grid | (enter & full), enter & full
 
 
