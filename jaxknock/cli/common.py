@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 __all__ = ["CLIError", "enable_x64", "timed"]
 
@@ -34,9 +36,6 @@ def compile_cache_dir() -> str | None:
     ``~/.cache/jaxknock/jax``). Opt out with ``--no-compile-cache`` or
     ``JAXKNOCK_NO_COMPILE_CACHE=1``.
     """
-    import os
-    from pathlib import Path
-
     if os.environ.get("JAXKNOCK_NO_COMPILE_CACHE", "").strip() not in ("", "0"):
         return None
     base = os.environ.get("JAXKNOCK_CACHE_DIR")
@@ -57,8 +56,6 @@ def enable_compile_cache(enabled: bool = True) -> str | None:
     if path is None:
         return None
     try:
-        import os
-
         os.makedirs(path, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", path)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
