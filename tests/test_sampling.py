@@ -8,8 +8,6 @@ few 10^4 entries the chance of a false failure is below 1e-3 per test), while
 the same statistic must exceed Z_MAX when s is perturbed.
 """
 
-import doctest
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -426,16 +424,6 @@ def test_value_errors(ar1, indef):
     Xnan[0, 0] = np.inf
     with pytest.raises(ValueError, match="X contains 1 non-finite"):
         sample_knockoffs_factor(key, Xnan, FactorModel(d, U), s_f)
-
-
-@pytest.mark.slow
-def test_docstring_examples(monkeypatch):
-    import jaxknock
-
-    for name in sampling.__all__:  # until the lead re-exports them
-        monkeypatch.setattr(jaxknock, name, getattr(sampling, name), raising=False)
-    result = doctest.testmod(sampling, optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0 and result.attempted > 0
 
 
 # ------------------------------------------- issue 19: traced bad s is NaN-poisoned
