@@ -119,7 +119,7 @@ def check_variances(Sigma, name: str = "Sigma"):
     Raises naming ``name`` when concrete; returns the traced flag (one per
     matrix) for :func:`poison` under ``jit``.
     """
-    d = jnp.diagonal(Sigma, axis1=-2, axis2=-1)
+    d = _diagonal(Sigma)
     if is_concrete(d):
         dv = np.asarray(d)
         bad = ~(np.isfinite(dv) & (dv > 0))
@@ -129,7 +129,13 @@ def check_variances(Sigma, name: str = "Sigma"):
                 f"{name} must have positive, finite variances on its diagonal; {int(bad.sum())} entr(ies) are not "
                 f"(first: diagonal index {idx}, value {dv[idx]!r}); drop constant variables first"
             )
+        return np.ones(dv.shape[:-1], bool)
     return jnp.all(jnp.isfinite(d) & (d > 0), axis=-1)
+
+
+@jax.jit
+def _diagonal(Sigma):
+    return jnp.diagonal(Sigma, axis1=-2, axis2=-1)
 
 
 def check_finite(x, name: str):

@@ -203,6 +203,7 @@ def _lw_shrinkage(X):
     return S, mu, shrink
 
 
+@partial(jax.jit, static_argnums=1)
 def _ledoit_wolf(X, assume_centered):
     if not assume_centered:
         X = X - jnp.mean(X, axis=0)
@@ -229,6 +230,11 @@ def to_correlation(Sigma) -> jax.Array:
     Sigma = _checks.as_float_array(Sigma, "Sigma")
     _checks.check_square(Sigma, "Sigma", batch=True)
     ok = _checks.check_variances(Sigma, "Sigma")
+    return _to_correlation(Sigma, ok)
+
+
+@jax.jit
+def _to_correlation(Sigma, ok):
     d = jnp.sqrt(jnp.diagonal(Sigma, axis1=-2, axis2=-1))
     C = Sigma / (d[..., :, None] * d[..., None, :])
     # exact ones on the diagonal (avoid 1 +- 1 ulp)
