@@ -105,7 +105,7 @@ def accept(st: HomState) -> HomState:
     return st._replace(anchor=st.cur)
 
 
-def _kink(mem: Member, Cf, idx, Gr, g, act, skip, valid, lam_t, banned, done):
+def _kink(mem: Member, v, Cf, idx, Gr, g, act, skip, valid, lam_t, banned, done):
     """One kink of one member: move to the next event, then add / drop one feature.
 
     Both an addition (bordering) and a removal (Schur downdate) are one
@@ -113,13 +113,15 @@ def _kink(mem: Member, Cf, idx, Gr, g, act, skip, valid, lam_t, banned, done):
     removal ``x = Ginv e_i``, ``alpha = -1 / Ginv_ii`` (which zeroes row and
     column ``i``); addition at a free slot ``k`` with ``u = Ginv b`` and
     Schur complement ``sigma = G_jj - b^T u``: ``x = u - e_k``,
-    ``alpha = 1 / sigma``. A member that is ``done`` does not move.
+    ``alpha = 1 / sigma``. The direction ``v = Ginv s`` follows in ``O(A)``:
+    ``Ginv e_k = 0`` on a free slot and ``Ginv_new e_i = 0`` on a dropped one,
+    so ``v_new = v + alpha x (x^T s)`` with the signs after an addition and
+    before a removal (zero on the dropped slot). A member that is ``done`` does not move.
     """
     dt = g.dtype
     inf = jnp.asarray(jnp.inf, dt)
     A = mem.used.shape[0]
     lam = mem.lam
-    v = jnp.where(mem.used, jnp.dot(mem.Ginv, mem.sgn, precision=_HI), 0)
     w = jnp.dot(v, Gr, precision=_HI)
     tg = jnp.maximum(lam - lam_t, 0)
     up = 1 - w
@@ -161,6 +163,7 @@ def _kink(mem: Member, Cf, idx, Gr, g, act, skip, valid, lam_t, banned, done):
     used = mem.used.at[drop].set(False, mode="drop").at[add].set(True, mode="drop")
     sg = mem.sgn.at[drop].set(0, mode="drop").at[add].set(jnp.sign(g[j]), mode="drop")
     sbeta = sbeta.at[drop].set(0, mode="drop")
+    v = jnp.where(used, v + alpha * jnp.dot(x, jnp.where(leave, mem.sgn, sg)) * x, 0)
     slot_c = mem.slot_c.at[add].set(j.astype(jnp.int32), mode="drop")
     Gr = Gr.at[add, :].set(col, mode="drop")
     Wc = act.shape[0]
@@ -171,7 +174,7 @@ def _kink(mem: Member, Cf, idx, Gr, g, act, skip, valid, lam_t, banned, done):
     # it is skipped for the rest of this grid step (its gradient follows the active ones')
     skip = skip.at[jnp.where(enter & sat, j, Wc)].set(True, mode="drop")
     mem = Member(slot_c, used, sg, sbeta, Ginv, lam_new)
-    return mem, Gr, g, act, skip, banned, done | grid | (enter & full), enter & full
+    return mem, v, Gr, g, act, skip, banned, done | grid | (enter & full), enter & full
 
 
 def _refine(mem: Member, Gr, qc):
@@ -200,21 +203,24 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs):
     act = jax.vmap(lambda sc, u: jnp.zeros((Wc,), bool).at[sc].max(u))(mem.slot_c, mem.used)
     M = act.shape[0]
 
-    kink = jax.vmap(_kink, in_axes=(0, 0, None, 0, 0, 0, 0, None, None, 0, 0))
+    kink = jax.vmap(_kink, in_axes=(0, 0, 0, None, 0, 0, 0, 0, None, None, 0, 0))
 
     def cond(c):
         done, k, over = c[-3:]
         return ~jnp.all(done) & (k < max_epochs) & ~over
 
     def body(c):
-        mem, Gr, g, act, skip, banned, done, k, over = c
-        mem, Gr, g, act, skip, banned, done, full = kink(mem, st.C, st.idx, Gr, g, act, skip, valid, lam, banned, done)
-        return mem, Gr, g, act, skip, banned, done, k + 1, over | jnp.any(full)
+        mem, v, Gr, g, act, skip, banned, done, k, over = c
+        mem, v, Gr, g, act, skip, banned, done, full = kink(
+            mem, v, st.C, st.idx, Gr, g, act, skip, valid, lam, banned, done
+        )
+        return mem, v, Gr, g, act, skip, banned, done, k + 1, over | jnp.any(full)
 
     skip0 = jnp.zeros_like(act)
     ban0 = jnp.full((M,), -1, jnp.int32)
-    c0 = (mem, Gr, g, act, skip0, ban0, jnp.zeros((M,), bool), jnp.int32(0), jnp.bool_(False))
-    mem, Gr, g, act, _, _, done, k, over = lax.while_loop(cond, body, c0)
+    v0 = jnp.where(mem.used, jnp.einsum("fab,fb->fa", mem.Ginv, mem.sgn, precision=_HI), 0)
+    c0 = (mem, v0, Gr, g, act, skip0, ban0, jnp.zeros((M,), bool), jnp.int32(0), jnp.bool_(False))
+    mem, _, Gr, g, act, _, _, done, k, over = lax.while_loop(cond, body, c0)
     mem = jax.vmap(_refine)(mem, Gr, qc)
     beta = jax.vmap(lambda sc, u, b: jnp.zeros((Wc,), b.dtype).at[sc].add(jnp.where(u, b, 0)))(
         mem.slot_c, mem.used, mem.sbeta
