@@ -369,7 +369,7 @@ def knockoff_filter(
         mu: the known mean of the rows of ``X`` (``(p,)``; only with ``Sigma``).
         groups: ``(p,)`` integer group labels: group knockoffs (block-diagonal
             ``S`` from :func:`jaxknock.group_s_matrix` with ``s_method``
-            ``"equicorrelated"``, ``"sdp"`` or ``"maxent"``; ``"asdp"`` uses
+            ``"equicorrelated"``, ``"sdp"``, ``"maxent"`` or ``"mvr"``; ``"asdp"`` uses
             the group SDP), group statistics ``W_g = sum_{j in g} W_j`` and the
             group knockoff+ filter at group-level FDR ``fdr`` (see
             :mod:`jaxknock.multi`). Not with ``"sdp_factor"``.
@@ -566,7 +566,7 @@ def _select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate, s
 # Group knockoffs and multiple knockoffs (knockoff_filter(groups=..., num_knockoffs=m))
 # ----------------------------------------------------------------------------
 
-GROUP_S_METHODS = {"equicorrelated": "equicorrelated", "sdp": "sdp", "asdp": "sdp", "maxent": "maxent"}
+GROUP_S_METHODS = {"equicorrelated": "equicorrelated", "sdp": "sdp", "asdp": "sdp", "maxent": "maxent", "mvr": "mvr"}
 _MULTI_S_SOLVERS = {"equicorrelated": equicorrelated, "sdp": sdp, "asdp": asdp, "mvr": mvr, "maxent": maxent}
 
 
