@@ -487,7 +487,7 @@ def main(argv=None):
 # issue 18: power of the S constructions on correlated designs (--mrc-power)
 # --------------------------------------------------------------------------
 
-MRC_DESIGNS = ("block-0.5", "block-0.7", "ar1-0.8")
+MRC_DESIGNS = ("block-0.5", "block-0.7", "ar1-0.7", "ar1-0.8")
 MRC_METHODS = ("equicorrelated", "sdp", "mvr", "maxent")
 
 KNOCKPY_MRC = """
@@ -549,11 +549,16 @@ def mrc_power(argv=None):
     ap.add_argument("--designs", nargs="*", default=list(MRC_DESIGNS))
     ap.add_argument("--methods", nargs="*", default=list(MRC_METHODS))
     ap.add_argument("--no-knockpy", action="store_true")
+    ap.add_argument("--knockpy-datasets", type=int, default=None, help="data sets for knockpy (default: --datasets)")
+    ap.add_argument("--json", default=None, help="write per-data-set results here")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    nkp = args.datasets if args.knockpy_datasets is None else min(args.knockpy_datasets, args.datasets)
     print(
         f"n={args.n} p={args.p} signals={args.nnz} amplitude={args.amplitude} q={args.fdr} "
-        f"data sets={args.datasets}; LCD statistic with CV lasso (both libraries' default); load {uptime()}"
+        f"data sets={args.datasets} (knockpy: first {nkp}); LCD statistic with CV lasso (both libraries' default); "
+        f"load {uptime()}",
+        flush=True,
     )
     print(f"{'design':10s} {'method':22s} {'power':>14s} {'FDR':>14s} {'s/data set':>10s}")
     out = {}
@@ -573,27 +578,35 @@ def mrc_power(argv=None):
                 fdps.append(fdp)
                 pows.append(pw)
             rows[f"jaxknock {method}"] = (pows, fdps, secs)
+            _mrc_row(design, f"jaxknock {method}", rows[f"jaxknock {method}"])
         if not args.no_knockpy:
             sel, secs = [], []
-            for b0 in range(0, args.datasets, args.batch):
-                res = run_anchor(
-                    "knockpy",
-                    KNOCKPY_MRC,
-                    {"X": X[b0 : b0 + args.batch], "Y": Y[b0 : b0 + args.batch], "fdr": np.asarray(args.fdr)},
-                )
+            for b0 in range(0, nkp, args.batch):
+                b1 = min(b0 + args.batch, nkp)
+                res = run_anchor("knockpy", KNOCKPY_MRC, {"X": X[b0:b1], "Y": Y[b0:b1], "fdr": np.asarray(args.fdr)})
                 if res is None:
                     break
                 sel += res["sel"]
                 secs += res["secs"]
-            if len(sel) == args.datasets:
+            if len(sel) == nkp:
                 fp = [fdp_power(np.asarray(s, bool), T[i]) for i, s in enumerate(sel)]
                 rows["knockpy default (MVR)"] = ([f[1] for f in fp], [f[0] for f in fp], secs)
-        for name, (pows, fdps, secs) in rows.items():
-            pm, ps = mean_se(pows)
-            fm, fs = mean_se(fdps)
-            print(f"{design:10s} {name:22s} {pm:6.3f} +- {ps:5.3f} {fm:6.3f} +- {fs:5.3f} {np.mean(secs):10.2f}")
+                _mrc_row(design, "knockpy default (MVR)", rows["knockpy default (MVR)"])
         out[design] = {k: {"power": v[0], "fdp": v[1], "secs": v[2]} for k, v in rows.items()}
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f)
     return out
+
+
+def _mrc_row(design, name, row):
+    pows, fdps, secs = row
+    pm, ps = mean_se(pows)
+    fm, fs = mean_se(fdps)
+    print(
+        f"{design:10s} {name:22s} {pm:6.3f} +- {ps:5.3f} {fm:6.3f} +- {fs:5.3f} {np.mean(secs):10.2f}  (n={len(pows)})",
+        flush=True,
+    )
 
 
 # --------------------------------------------------------------------------

@@ -369,12 +369,14 @@ def knockoff_filter(
         mu: the known mean of the rows of ``X`` (``(p,)``; only with ``Sigma``).
         groups: ``(p,)`` integer group labels: group knockoffs (block-diagonal
             ``S`` from :func:`jaxknock.group_s_matrix` with ``s_method``
-            ``"equicorrelated"``, ``"sdp"`` or ``"maxent"``; ``"asdp"`` uses
+            ``"equicorrelated"``, ``"sdp"``, ``"maxent"`` or ``"mvr"``; ``"asdp"`` uses
             the group SDP), group statistics ``W_g = sum_{j in g} W_j`` and the
             group knockoff+ filter at group-level FDR ``fdr`` (see
             :mod:`jaxknock.multi`). Not with ``"sdp_factor"``.
         num_knockoffs: ``m`` simultaneous knockoffs (Gimenez & Zou 2019): ``S``
-            solved for ``(m+1)/m Sigma - S >= 0``, statistics with
+            solved for ``(m+1)/m Sigma - S >= 0`` (without ``groups``: the
+            ``s_method`` solver called with ``num_knockoffs=m``; every method
+            but ``"sdp_factor"``), statistics with
             ``num_knockoffs=m`` and the multi-knockoff+ filter. ``m > 1`` with
             ``num_replicates > 1`` needs ``aggregate="frequency"``.
 
@@ -564,7 +566,8 @@ def _select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate, s
 # Group knockoffs and multiple knockoffs (knockoff_filter(groups=..., num_knockoffs=m))
 # ----------------------------------------------------------------------------
 
-GROUP_S_METHODS = {"equicorrelated": "equicorrelated", "sdp": "sdp", "asdp": "sdp", "maxent": "maxent"}
+GROUP_S_METHODS = {"equicorrelated": "equicorrelated", "sdp": "sdp", "asdp": "sdp", "maxent": "maxent", "mvr": "mvr"}
+_MULTI_S_SOLVERS = {"equicorrelated": equicorrelated, "sdp": sdp, "asdp": asdp, "mvr": mvr, "maxent": maxent}
 
 
 def _grouped_or_multi_filter(
@@ -587,10 +590,10 @@ def _grouped_or_multi_filter(
 ):
     """:func:`knockoff_filter` with ``groups`` and/or ``num_knockoffs > 1`` (see its docstring)."""
     m = _checks.check_num_knockoffs(num_knockoffs)
-    if s_method not in GROUP_S_METHODS:
-        raise ValueError(
-            f"s_method must be one of {tuple(GROUP_S_METHODS)} with groups or num_knockoffs > 1, got {s_method!r}"
-        )
+    allowed = GROUP_S_METHODS if groups is not None else _MULTI_S_SOLVERS
+    if s_method not in allowed:
+        what = "groups" if groups is not None else "num_knockoffs > 1"
+        raise ValueError(f"s_method must be one of {tuple(allowed)} with {what}, got {s_method!r}")
     if statistic == "centroid":
         raise ValueError("statistic='centroid' is not supported with groups or num_knockoffs > 1")
     X, y, binary, _ = _validate(X, y, fdr, "sdp", statistic, aggregate, num_replicates, None)
@@ -604,10 +607,16 @@ def _grouped_or_multi_filter(
     Xs = (X - jnp.mean(X, axis=0)) / jnp.std(X, axis=0)
     (S_lw, _), timings["covariance"] = _clock(ledoit_wolf, Xs)
     Sigma = to_correlation(S_lw)
-    s_sol, timings["s_vector"] = _clock(
-        group_s_matrix, Sigma, g, method=GROUP_S_METHODS[s_method], num_knockoffs=m, tol=sdp_tol
-    )
-    S = s_sol.value if groups is not None else s_sol.value.diagonal()
+    if groups is None:
+        # m knockoffs of single features: the per-feature S solvers with num_knockoffs=m
+        solver, kw = _MULTI_S_SOLVERS[s_method], {} if s_method == "equicorrelated" else {"tol": sdp_tol}
+        s_sol, timings["s_vector"] = _clock(solver, Sigma, num_knockoffs=m, **kw)
+        S = s_sol.value
+    else:
+        s_sol, timings["s_vector"] = _clock(
+            group_s_matrix, Sigma, g, method=GROUP_S_METHODS[s_method], num_knockoffs=m, tol=sdp_tol
+        )
+        S = s_sol.value
     Xt, timings["sampling"] = _clock(_sampling.sample_replicates, k_samp, Xs, Sigma, S, R, num_knockoffs=m)
     Xk = jnp.concatenate([jnp.broadcast_to(Xs, (R, n, p)), Xt.reshape(R, n, m * p)], axis=-1)
     loss = "logistic" if binary else "squared"

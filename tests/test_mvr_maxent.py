@@ -207,7 +207,7 @@ def test_cli_and_selector_accept_mvr_maxent():
 def test_factor_equals_dense():
     m = 2  # the general case (m = 1 is the dense tests' default); one compile per solver keeps it fast
     rng = np.random.default_rng(1)
-    p, k = 60, 3
+    p, k = P, 3  # p = P: the dense solves reuse the programs compiled for C20 (same shape and block)
     d = rng.uniform(0.3, 1.0, p) * rng.uniform(0.5, 2.0)
     U = rng.standard_normal((p, k)) / np.sqrt(k)
     S = np.diag(d) + U @ U.T

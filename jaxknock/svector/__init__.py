@@ -31,6 +31,9 @@ Modules (one concept each):
   Lagrange-dual gap (:func:`mrc_objective_and_gap`);
   :mod:`~jaxknock.svector.mrc_factor` - :func:`mvr_factor` /
   :func:`maxent_factor` for ``Sigma = D + U U^T`` in ``O(p k^2)`` per sweep.
+* :mod:`~jaxknock.svector.group` - ``group_s_matrix`` (block-diagonal ``S``:
+  equicorrelated, SDP, maximum entropy; MVR in
+  :mod:`~jaxknock.svector.group_mvr`).
 * :mod:`~jaxknock.svector.approximate` - :func:`asdp`, block-diagonal
   approximation + :func:`scale_to_feasible`.
 

@@ -144,6 +144,7 @@ def asdp(
     tol: float = 1e-5,
     max_steps: int = 500,
     exact_min_eig: bool = False,
+    num_knockoffs: int = 1,
     throw: bool = False,
 ) -> Solution:
     r"""Approximate SDP (Candes et al. 2018; Rebjock thesis ch. 4).
@@ -166,6 +167,12 @@ def asdp(
     ``max_steps`` bounds the Newton steps per block (``max_sweeps`` is a
     deprecated alias).
 
+    ``num_knockoffs = m`` (Gimenez & Zou 2019) replaces ``2`` by
+    ``c = (m+1)/m`` throughout: the block SDPs are :func:`~jaxknock.sdp` with
+    ``num_knockoffs=m`` (``diag(s) <= c C_bb``, ``s <= 1``) and step 3 finds the
+    largest ``gamma`` with ``diag(gamma s) <= c C``; ``min_eig`` then bounds
+    ``lambda_min(c C - diag s)``. ``m`` is traced.
+
     Returns:
         :class:`~jaxknock.Solution` with ``value = s`` and ``stats``:
         ``gamma``, ``objective``, ``min_eig`` (a certified lower bound on
@@ -185,8 +192,9 @@ def asdp(
     if not (isinstance(block_size, (int, np.integer)) and 1 <= block_size):
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     _common.check_settings(tol, max_steps, 0.8, None)
+    m = _checks.check_num_knockoffs(num_knockoffs)
     bs = int(min(block_size, p))
-    sol = _asdp_jit(Sigma, tol, max_steps, bs=bs, min_eig="exact" if exact_min_eig else "bound")
+    sol = _asdp_jit(Sigma, tol, max_steps, (m + 1.0) / m, bs=bs, min_eig="exact" if exact_min_eig else "bound")
     return raise_if_failed(sol, throw)
 
 
@@ -195,7 +203,7 @@ _ASDP_BISECTIONS = 60
 
 
 @functools.partial(jax.jit, static_argnames=("bs", "min_eig"))
-def _asdp_jit(Sigma, tol, max_steps, *, bs, min_eig):
+def _asdp_jit(Sigma, tol, max_steps, c, *, bs, min_eig):
     p = Sigma.shape[0]
     nb = math.ceil(p / bs)
     C = to_correlation(Sigma)
@@ -204,15 +212,15 @@ def _asdp_jit(Sigma, tol, max_steps, *, bs, min_eig):
     idx = jnp.arange(nb)[:, None] * bs + jnp.arange(bs)[None, :]
     blocks = Cp[idx[:, :, None], idx[:, None, :]]
     solve = functools.partial(solve_dense, b=coordinate.default_block(bs), method="newton", min_eig="none")
-    bsol = jax.vmap(solve, in_axes=(0, None, None, None, None))(blocks, tol, max_steps, 0.5, 0.8)
+    bsol = jax.vmap(solve, in_axes=(0, None, None, None, None, None))(blocks, tol, max_steps, 0.5, 0.8, c)
     s_blk = bsol.value.reshape(-1)[:p]
     gamma, feasible = _bisect_gamma(
-        lambda g: _common.is_pd(2.0 * C, g * s_blk), s_blk, jnp.diagonal(C), jnp.int32(_ASDP_BISECTIONS)
+        lambda g: _common.is_pd(c * C, g * s_blk), s_blk, jnp.diagonal(C), jnp.int32(_ASDP_BISECTIONS)
     )
     # the scaling step's code on the full matrix (bad input, unverified gamma s), as scale_to_feasible
     scale_code = _scale_code(_checks.traced_sigma_code(C), s_blk, feasible)
     s_corr = gamma * s_blk
-    A = 2.0 * C - jnp.diag(s_corr)
+    A = c * C - jnp.diag(s_corr)
     min_eig_value = certificate.smallest_eigenvalue(A) if min_eig == "exact" else certificate.min_eig_bound(A)[1]
     codes = jnp.atleast_1d(bsol.result)
     # the worst block decides: nonfinite, then infeasible, then the largest other code

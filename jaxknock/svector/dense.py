@@ -35,6 +35,7 @@ def sdp(
     block_size: int | None = None,
     method: str = "newton",
     exact_min_eig: bool = False,
+    num_knockoffs: int = 1,
     throw: bool = False,
 ) -> Solution:
     r"""Gaussian knockoff SDP: barrier path following, Newton (default) or FANOK Algorithm 4.
@@ -109,7 +110,19 @@ def sdp(
         exact_min_eig: report the exact ``lambda_min(2C - diag s)`` in
             ``stats["min_eig"]`` (one tridiagonal reduction, ``~4/3 p^3``
             flops) instead of the certified lower bound.
+        num_knockoffs: ``m >= 1`` simultaneous knockoffs (Gimenez & Zou 2019):
+            the constraint becomes ``diag(s) <= c C`` with ``c = (m+1)/m``
+            (see "Multiple knockoffs" below); ``m = 1`` is the problem above.
         throw: raise ``RuntimeError`` if not converged.
+
+    Multiple knockoffs: ``max 1^T s`` s.t. ``diag(s) <= c C``, ``0 <= s <= 1``
+    is solved exactly by running the machinery above on the scaled matrix
+    ``C' = (c/2) C`` (so ``2C' - diag(s) = c C - diag(s)``) with the box cap
+    kept at ``min(1, 2 diag C') = 1``: the same barrier problem, Newton system
+    and certificate (the dual ``min c tr(Lambda C) + 1^T eta`` evaluated at
+    ``Lambda = lam A^{-1}`` is again ``lam (p + sum_j s_j (A^{-1})_jj)`` with
+    ``A = c C - diag(s)``). ``stats["min_eig"]`` then bounds
+    ``lambda_min(c C - diag s)``. ``m`` is traced (a new value does not recompile).
 
     Ill-conditioned input: every positive definite ``Sigma`` (condition
     numbers up to ~1e12 and beyond, every ``p >= 1``) gives a feasible ``s``
@@ -147,6 +160,7 @@ def sdp(
         True
     """
     _common.check_settings(tol, max_steps, decay, lam0)
+    m = _checks.check_num_knockoffs(num_knockoffs)
     Sigma = _checks.validate_sigma(Sigma)
     p = Sigma.shape[-1]
     b = block_size or coordinate.default_block(p)
@@ -157,30 +171,34 @@ def sdp(
     if method not in _SDP_METHODS:
         raise ValueError(f"method must be one of {_SDP_METHODS}, got {method!r}")
     min_eig = "exact" if exact_min_eig else "bound"
-    sol = _sdp_jit(Sigma, tol, max_steps, lam0, decay, b=b, method=method, min_eig=min_eig)
+    sol = _sdp_jit(Sigma, tol, max_steps, lam0, decay, (m + 1.0) / m, b=b, method=method, min_eig=min_eig)
     return raise_if_failed(sol, throw)
 
 
 @functools.partial(jax.jit, static_argnames=("b", "method", "min_eig"))
-def _sdp_jit(Sigma, tol, max_steps, lam0, decay, *, b, method, min_eig):
+def _sdp_jit(Sigma, tol, max_steps, lam0, decay, c, *, b, method, min_eig):
     """:func:`solve_dense` under one ``jit`` (``vmap`` over a batch); numeric settings are traced."""
     solve = functools.partial(solve_dense, b=b, method=method, min_eig=min_eig)
     if Sigma.ndim == 3:
-        return jax.vmap(solve, in_axes=(0, None, None, None, None))(Sigma, tol, max_steps, lam0, decay)
-    return solve(Sigma, tol, max_steps, lam0, decay)
+        return jax.vmap(solve, in_axes=(0, None, None, None, None, None))(Sigma, tol, max_steps, lam0, decay, c)
+    return solve(Sigma, tol, max_steps, lam0, decay, c)
 
 
-def solve_dense(Sigma, tol, max_steps, lam0, decay, *, b, method="newton", min_eig="bound") -> Solution:
+def solve_dense(Sigma, tol, max_steps, lam0, decay, c=2.0, *, b, method="newton", min_eig="bound") -> Solution:
     """The unvalidated core of :func:`sdp` for one ``(p, p)`` matrix (traceable; shared with :func:`~jaxknock.asdp`).
 
-    ``tol``, ``max_steps``, ``lam0`` and ``decay`` may be traced; ``b``,
+    ``c = (m+1)/m`` is the constraint's factor (``diag(s) <= c C``; 2 for one
+    knockoff), solved as the ``c = 2`` problem on ``(c/2) C`` with the cap kept at 1.
+    ``tol``, ``max_steps``, ``lam0``, ``decay`` and ``c`` may be traced; ``b``,
     ``method`` and ``min_eig`` (``"bound"``: :func:`certificate.min_eig_bound`,
     ``"exact"``: :func:`certificate.smallest_eigenvalue`, ``"none"``: NaN) are
     structural. ``infeasible`` is reported exactly when the Cholesky
     factorisation of ``2C - diag(s)`` fails.
     """
     p = Sigma.shape[-1]
-    Cfull = to_correlation(Sigma)
+    # m knockoffs: the c = 2 machinery on (c/2) C is the problem diag(s) <= c C exactly;
+    # the cap min(1, 2 diag C') = min(1, c) = 1 stays the box s <= 1
+    Cfull = (0.5 * c) * to_correlation(Sigma)
     cap = jnp.minimum(1.0, 2.0 * jnp.diagonal(Cfull))
     sweeps = newton_steps = jnp.int32(0)
     if method == "coordinate":

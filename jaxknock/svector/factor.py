@@ -156,6 +156,7 @@ def sdp_factor(
     max_steps: int = 500,
     lam0: float | None = None,
     decay: float = 0.6,
+    num_knockoffs: int = 1,
     throw: bool = False,
 ) -> Solution:
     r"""Knockoff SDP for a factor model ``Sigma = D + U U^T`` (FANOK Algorithm 5).
@@ -210,6 +211,17 @@ def sdp_factor(
             deprecated alias of ``max_steps``).
         lam0: initial barrier parameter (default: automatic, see above).
         decay: factor applied to ``lam`` after each centred sweep.
+        num_knockoffs: ``m >= 1`` simultaneous knockoffs: ``diag(s) <= c C``
+            with ``c = (m+1)/m`` and ``0 <= s <= 1`` (``m`` is traced).
+
+    Multiple knockoffs (exact reduction): after the rescaling to unit diagonal
+    the model is scaled once more, ``d' = (c/2) d``, ``U' = sqrt(c/2) U``, so
+    that ``2 Sigma' - diag(s) = c C - diag(s)``; the ascent, its cap
+    ``min(1, 2 diag Sigma') = min(1, c) = 1`` and its certificate (the dual
+    ``c tr(Lambda C) + 1^T eta`` at ``Lambda = lam A^{-1}`` is
+    ``lam (p + sum_j s_j (A^{-1})_jj)`` for any ``c``) are then those of the
+    ``m``-knockoff SDP, unchanged. (Scaling the model *before* the rescaling
+    to unit diagonal would be undone by it, so the scale sits right after it.)
 
     Returns:
         :class:`~jaxknock.Solution` with ``value = s`` and ``stats``
@@ -224,19 +236,22 @@ def sdp_factor(
         True
     """
     _common.check_settings(tol, max_steps, decay, lam0)
+    m = _checks.check_num_knockoffs(num_knockoffs)
     model = _common.validate_model(model)
-    # numeric settings are traced (a new tol / lam0 / decay does not recompile)
+    # numeric settings are traced (a new tol / lam0 / decay / m does not recompile)
     lam0 = jnp.nan if lam0 is None else lam0
     fn = _sdp_factor_jit
     if model.U.ndim == 3:
-        fn = jax.vmap(_sdp_factor_jit, in_axes=(0, 0, None, None, None, None))
-    sol = fn(model.d, model.U, tol, max_steps, lam0, decay)
+        fn = jax.vmap(_sdp_factor_jit, in_axes=(0, 0, None, None, None, None, None))
+    sol = fn(model.d, model.U, tol, max_steps, lam0, decay, (m + 1.0) / m)
     return raise_if_failed(sol, throw)
 
 
 @jax.jit
-def _sdp_factor_jit(d, U, tol, max_steps, lam0, decay):
+def _sdp_factor_jit(d, U, tol, max_steps, lam0, decay, c=2.0):
     dc, Uc, diag = _unit_diagonal(d, U)
+    # m knockoffs: 2 Sigma' - diag(s) = c C - diag(s) (see sdp_factor); the identity for c = 2
+    dc, Uc = (0.5 * c) * dc, jnp.sqrt(0.5 * c) * Uc
     it = iterative_solve(
         factor_init(dc, Uc, lam0),
         lambda st: factor_step(st, dc, Uc, tol, decay),

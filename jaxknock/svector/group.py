@@ -12,7 +12,7 @@ and Gaussian knockoffs need
   common size ``b`` and stacked ``(G, b, b)``, with the group index;
   :meth:`BlockDiagonal.dense` builds the ``p x p`` matrix.
 * :func:`group_index` - the group structure of a label vector (host side).
-* :func:`group_s_matrix` - equicorrelated, SDP and maximum-entropy / MVR group
+* :func:`group_s_matrix` - equicorrelated, SDP, maximum-entropy and MVR group
   ``S`` (see its docstring for the definitions and algorithms).
 
 Batching: every per-group computation (block Cholesky factors, inverses,
@@ -35,11 +35,12 @@ from jax import lax
 from jaxknock import _checks
 from jaxknock._iterate import iterative_solve
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
+from jaxknock.svector import group_mvr
 from jaxknock.svector.certificate import smallest_eigenvalue
 
 __all__ = ["BlockDiagonal", "Groups", "group_index", "group_s_matrix", "GROUP_METHODS"]
 
-GROUP_METHODS = ("equicorrelated", "sdp", "maxent")
+GROUP_METHODS = ("equicorrelated", "sdp", "maxent", "mvr")
 
 HIGHEST = lax.Precision.HIGHEST
 
@@ -430,6 +431,9 @@ def _group_maxent(norm: _Normalised, c, tol, max_steps):
 @functools.partial(jax.jit, static_argnames=("method", "m"))
 def _group_solve(Sigma, members, tol, max_steps, *, method, m):
     c = (m + 1.0) / m
+    if method == "mvr":
+        blocks, it, stats = group_mvr.solve_group_mvr(Sigma, members, c, float(m), tol, max_steps)
+        return blocks, it.result, {"num_steps": it.num_steps, "max_steps": max_steps, **stats}
     norm = _normalise(Sigma, members)
     if method == "equicorrelated":
         blocks, code, stats = _group_equicorrelated(norm, c)
@@ -483,14 +487,20 @@ def group_s_matrix(
       zero exactly at the optimum (``S_g = (Z_gg)^{-1}``). Singleton groups:
       the scalar maximum-entropy ``s``.
 
-    MVR for groups is not implemented (``method="mvr"`` raises).
+    * ``"mvr"`` (minimum variance-based reconstructability, knockpy's group
+      MVR): minimise ``tr(G^{-1}) = tr((c C - S)^{-1}) / m + m sum_g tr(S_g^{-1})``
+      over block-diagonal ``S`` on the correlation scale ``C`` (``S`` mapped
+      back by ``diag(Sigma)^{1/2}``), by parallel damped steps towards the
+      stationary blocks ``S_g = m ((A^{-2})_gg)^{-1/2}`` with a certified
+      Lagrange-dual gap; see :mod:`jaxknock.svector.group_mvr`. Singleton
+      groups: :func:`~jaxknock.mvr`.
 
     Args:
         Sigma: ``(p, p)`` covariance (symmetric positive definite), float64
             for ``"sdp"`` / ``"maxent"``.
         groups: ``(p,)`` integer group labels (any integers; see
             :func:`group_index`) or a :class:`Groups`.
-        method: ``"equicorrelated"``, ``"sdp"`` or ``"maxent"``.
+        method: ``"equicorrelated"``, ``"sdp"``, ``"maxent"`` or ``"mvr"``.
         num_knockoffs: ``m >= 1``.
         tol: relative certified-gap tolerance (``gap <= tol max(1, |objective|)``).
         max_steps: iteration limit.
@@ -511,9 +521,7 @@ def group_s_matrix(
         >>> bool(jnp.linalg.eigvalsh(2 * Sigma - sol.value.dense())[0] >= -1e-5)
         True
     """
-    _checks.check_choice(method, GROUP_METHODS + ("mvr",), "method")
-    if method == "mvr":
-        raise NotImplementedError("method='mvr' is not implemented for group knockoffs; use 'maxent' or 'sdp'")
+    _checks.check_choice(method, GROUP_METHODS, "method")
     m = _checks.check_num_knockoffs(num_knockoffs)
     Sigma = _checks.validate_sigma(Sigma, batch_ok=False, need_x64=method != "equicorrelated")
     g = group_index(groups, Sigma.shape[-1])
