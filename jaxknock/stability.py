@@ -261,18 +261,44 @@ def _group_layout(idx, complementary_pairs):
 
 @functools.partial(jax.jit, static_argnames=("chunk", "loss", "W", "slots", "max_steps"))
 def _engine_counts(gidx, X, y, lambdas, blocks, excl, tol, *, chunk, loss, W, slots, max_steps):
-    """As :func:`_counts`, on the working-set engine; also the capacity overflow flags."""
+    """As :func:`_counts`, on the working-set engine; also the capacity overflow flags.
 
-    def one(ix):
+    A ``fori_loop`` over chunks of ``chunk`` designs (each chunk ``vmap``-ed, none
+    when ``chunk == 1``, the CPU default), the counts accumulated in the carry: on
+    the CPU this measured 2x faster than ``lax.map(batch_size=1)``, whose ``vmap``
+    of size 1 turns the engine's while loops into selects over the whole carry.
+    """
+    G = gidx.shape[0]
+    nb = -(-G // chunk)
+    pad = jnp.concatenate([gidx, jnp.broadcast_to(gidx[-1:], (nb * chunk - G, gidx.shape[1]))])
+    gb = pad.reshape(nb, chunk, -1)
+    real = (jnp.arange(nb * chunk) < G).reshape(nb, chunk)
+    M = excl.shape[0]
+
+    def one(ix, w):
         coefs, ok, over, sover = working_set.member_paths(
             X[ix], y[ix], lambdas, blocks, excl, tol, loss=loss, W=W, slots=slots, max_steps=max_steps
         )
-        sel = (coefs != 0).astype(jnp.int32)  # (L, M, p)
+        sel = (coefs != 0).astype(jnp.int32) * w  # (L, M, p)
         union = jnp.sum(lax.cummax(sel, axis=0), axis=(1, 2))
-        return sel.sum(1), union, jnp.where(ok, 0, excl.shape[0]).astype(jnp.int32), over, sover
+        return sel.sum(1), union, jnp.where(ok, 0, M * w).astype(jnp.int32), over & (w > 0), sover & (w > 0)
 
-    sel, union, failed, over, sover = lax.map(one, gidx, batch_size=chunk)
-    return sel.sum(0), union.sum(0), failed.sum(0), jnp.any(over), jnp.any(sover)
+    def body(b, acc):
+        # chunk 1: no vmap (a vmapped while loop selects its whole carry, the Gram cache, every step)
+        run = jax.vmap(one) if chunk > 1 else (lambda ix, w: jax.tree.map(lambda a: a[None], one(ix[0], w[0])))
+        sel, union, failed, over, sover = run(gb[b], real[b].astype(jnp.int32))
+        return (
+            acc[0] + sel.sum(0, dtype=jnp.int32),
+            acc[1] + union.sum(0, dtype=jnp.int32),
+            acc[2] + failed.sum(0, dtype=jnp.int32),
+            acc[3] | jnp.any(over),
+            acc[4] | jnp.any(sover),
+        )
+
+    L, p = lambdas.shape[0], X.shape[1]
+    zero = jnp.zeros((L,), jnp.int32)
+    acc0 = (jnp.zeros((L, p), jnp.int32), zero, zero, jnp.bool_(False), jnp.bool_(False))
+    return lax.fori_loop(0, nb, body, acc0)
 
 
 def _run_engine(idx, X, y, lambdas, *, complementary_pairs, loss, tol, max_steps, chunk):

@@ -594,14 +594,17 @@ def l1_path(
     )
 
 
-def member_paths(X, y, lambdas, rows, excl, tol, *, method="auto", loss="squared", W=512, slots=256, max_steps=10_000):
+def member_paths(
+    X, y, lambdas, rows, excl, tol, *, method="auto", loss="squared", W=512, slots=256, max_steps=10_000, chunk=None
+):
     """Every member's coefficient path on one design: the whole grid, no early exit (traceable).
 
     Members as in :func:`l1_cv`: member ``f`` fits the rows of every block of
     ``rows`` ``(K, r)`` (padded with ``n``) except block ``excl[f]`` (``-1``:
     all blocks). Used by :func:`jaxknock.stability_selection` (a complementary
     pair of subsamples is one design with two blocks and ``excl = [1, 0]``).
-    ``W`` / ``slots`` are the working-set / active-slot capacities; when the
+    ``chunk`` features join the Gram-column cache at a time (default as
+    :func:`l1_cv`). ``W`` / ``slots`` are the working-set / active-slot capacities; when the
     returned ``overflow`` (``slot_overflow``) flag is set, rerun with a larger
     ``W`` (``slots``), as :func:`l1_cv` does.
 
@@ -618,7 +621,7 @@ def member_paths(X, y, lambdas, rows, excl, tol, *, method="auto", loss="squared
     """
     n, m = X.shape
     engine = _engine_for(loss, method, n, m)
-    chunk = 32 if m >= 256 else 8
+    chunk = min(chunk or (32 if m >= 256 else 8), m)
     W = min(W, m)
     st, _, out, _, _ = _path_core(
         X, y, lambdas, lambdas[0], rows, excl, engine=engine, loss=loss, W=W, chunk=chunk,
