@@ -36,11 +36,19 @@ of false selections obeys
   paper (a numerical optimisation) is not implemented.
 
 All ``B x L`` fits are one compiled program: the subsamples are drawn on the
-device from the key (:func:`stability_subsamples`), and the warm-started path of
-:mod:`jaxknock.l1.path` runs on each (``lax.map`` over chunks of subsamples, each
-chunk ``vmap``-ed; on the CPU one subsample per chunk is fastest, see
-``benchmarks/bench_stability.py``), or sharded over devices with ``devices=`` /
-``mesh=`` (:func:`jaxknock.distributed.shard_batch`).
+device from the key (:func:`stability_subsamples`), and (``solver="auto"``, the
+default, with an intercept) every subsample's path is solved by the
+working-set engine of :mod:`jaxknock.l1.working_set`
+(:func:`~jaxknock.l1.working_set.member_paths`): a complementary pair is *one*
+design of its ``2 m`` rows with two blocks, the two halves its two members,
+sharing the Gram-column cache and the path loop. For the squared loss that is
+the exact homotopy (LARS-lasso) engine: the supports are exact (KKT-certified
+at every grid penalty, not subject to a solver tolerance); the logistic loss
+uses the engine's proximal-Newton working sets. The pairs run in a ``lax.map``
+(chunks ``vmap``-ed). Without an intercept, with ``devices=`` / ``mesh=``
+(:func:`jaxknock.distributed.shard_batch`) or with ``solver="fista"`` (etc.),
+the warm-started path of :mod:`jaxknock.l1.path` runs on each subsample
+instead. Timings: ``benchmarks/bench_stability.py``.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ import numpy as np
 from jax import lax
 
 from jaxknock import _checks, _memory, _mesh
+from jaxknock.l1 import working_set
 from jaxknock.l1.path import path_solve
 from jaxknock.l1.problem import check_lambdas, lambda_grid, prepare_data
 from jaxknock.l1.settings import L1Settings, make_settings
@@ -62,6 +71,9 @@ from jaxknock.l1.settings import L1Settings, make_settings
 __all__ = ["StabilityResult", "stability_bound", "stability_selection", "stability_subsamples"]
 
 ASSUMPTIONS = ("unimodal", "none")
+ENGINE_SOLVERS = ("auto", "working_set")
+# working-set / active-slot capacities that sufficed last time, per problem shape (see _engine_counts)
+_CAPACITY: dict = {}
 # threshold used when expected_false is given without a threshold and no threshold meets it on the whole grid
 _FALLBACK_THRESHOLD = 0.9
 
@@ -233,9 +245,99 @@ def _default_chunk(B, m, p, L, itemsize, devices):
     return _memory.plan_chunk(B, per_item, shared_bytes=itemsize * 2 * m * p, what="subsample", knob="chunk_size")
 
 
+def _group_layout(idx, complementary_pairs):
+    """The subsamples as members of few-row designs for :func:`jaxknock.l1.working_set.member_paths`.
+
+    A complementary pair is one design of ``2 m`` rows (its two halves) with two
+    blocks, member ``0`` fitting block ``0`` and member ``1`` block ``1``; a plain
+    subsample is a design of its ``m`` rows with one member. Returns
+    ``(group_rows (G, rows), blocks (K, m), excl (M,))``; members are in subsample order.
+    """
+    B, m = idx.shape
+    if complementary_pairs:
+        return idx.reshape(B // 2, 2 * m), np.arange(2 * m, dtype=np.int32).reshape(2, m), np.array([1, 0], np.int32)
+    return idx, np.arange(m, dtype=np.int32)[None], np.array([-1], np.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("chunk", "loss", "W", "slots", "max_steps"))
+def _engine_counts(gidx, X, y, lambdas, blocks, excl, tol, *, chunk, loss, W, slots, max_steps):
+    """As :func:`_counts`, on the working-set engine; also the capacity overflow flags.
+
+    A ``fori_loop`` over chunks of ``chunk`` designs (each chunk ``vmap``-ed, none
+    when ``chunk == 1``, the CPU default), the counts accumulated in the carry: on
+    the CPU this measured 2x faster than ``lax.map(batch_size=1)``, whose ``vmap``
+    of size 1 turns the engine's while loops into selects over the whole carry.
+    """
+    G = gidx.shape[0]
+    nb = -(-G // chunk)
+    pad = jnp.concatenate([gidx, jnp.broadcast_to(gidx[-1:], (nb * chunk - G, gidx.shape[1]))])
+    gb = pad.reshape(nb, chunk, -1)
+    real = (jnp.arange(nb * chunk) < G).reshape(nb, chunk)
+    M = excl.shape[0]
+
+    def one(ix, w):
+        coefs, ok, over, sover = working_set.member_paths(
+            X[ix], y[ix], lambdas, blocks, excl, tol, loss=loss, W=W, slots=slots, max_steps=max_steps
+        )
+        sel = (coefs != 0).astype(jnp.int32) * w  # (L, M, p)
+        union = jnp.sum(lax.cummax(sel, axis=0), axis=(1, 2))
+        return sel.sum(1), union, jnp.where(ok, 0, M * w).astype(jnp.int32), over & (w > 0), sover & (w > 0)
+
+    def body(b, acc):
+        # chunk 1: no vmap (a vmapped while loop selects its whole carry, the Gram cache, every step)
+        run = jax.vmap(one) if chunk > 1 else (lambda ix, w: jax.tree.map(lambda a: a[None], one(ix[0], w[0])))
+        sel, union, failed, over, sover = run(gb[b], real[b].astype(jnp.int32))
+        return (
+            acc[0] + sel.sum(0, dtype=jnp.int32),
+            acc[1] + union.sum(0, dtype=jnp.int32),
+            acc[2] + failed.sum(0, dtype=jnp.int32),
+            acc[3] | jnp.any(over),
+            acc[4] | jnp.any(sover),
+        )
+
+    L, p = lambdas.shape[0], X.shape[1]
+    zero = jnp.zeros((L,), jnp.int32)
+    acc0 = (jnp.zeros((L, p), jnp.int32), zero, zero, jnp.bool_(False), jnp.bool_(False))
+    return lax.fori_loop(0, nb, body, acc0)
+
+
+def _run_engine(idx, X, y, lambdas, *, complementary_pairs, loss, tol, max_steps, chunk):
+    """The selection counts on the working-set engine, growing its capacities until nothing overflows."""
+    gidx, blocks, excl = _group_layout(idx, complementary_pairs)
+    p = X.shape[1]
+    key = (gidx.shape, X.shape, str(X.dtype), loss)
+    W, A = _CAPACITY.get(key, (min(p, 512), 256))
+    while True:
+        counts, union, failed, over, sover = _engine_counts(
+            gidx, X, y, lambdas, jnp.asarray(blocks), jnp.asarray(excl), jnp.asarray(tol, X.dtype),
+            chunk=chunk, loss=loss, W=W, slots=A, max_steps=max_steps,
+        )  # fmt: skip
+        if bool(sover) and A < W:
+            A = min(2 * A, W + 32)
+        elif bool(over) and W < p:
+            W = min(3 * W // 2, p)  # the cache (members x p x W) is most of the memory traffic: grow gently
+        else:
+            break
+    _CAPACITY[key] = (W, A)
+    return counts, union, failed
+
+
 # --------------------------------------------------------------------------
 # Public entry point
 # --------------------------------------------------------------------------
+
+
+def _use_engine(solver, fit_intercept, sharded) -> bool:
+    """``solver="auto"``: the working-set engine wherever it applies (intercept fitted, one device)."""
+    if solver == "working_set":
+        if not fit_intercept:
+            raise ValueError(
+                "solver='working_set' always fits an intercept; use solver='fista' with fit_intercept=False"
+            )
+        if sharded:
+            raise ValueError("solver='working_set' runs on one device; use solver='fista' with devices= / mesh=")
+        return True
+    return solver == "auto" and fit_intercept and not sharded
 
 
 def _check_settings(fraction, complementary_pairs, num_subsamples, threshold, expected_false, assumption):
@@ -278,7 +380,7 @@ def stability_selection(
     fit_intercept: bool = True,
     tol: float = 1e-4,
     max_steps: int | None = None,
-    solver: str = "fista",
+    solver: str = "auto",
     chunk_size: int | None = None,
     devices=None,
     mesh=None,
@@ -313,9 +415,12 @@ def stability_selection(
         threshold: :math:`\pi_{thr}` in (0.5, 1].
         expected_false: target E[V] (see above).
         assumption: ``"unimodal"`` (default with pairs) or ``"none"`` (default without).
-        loss, fit_intercept, tol, max_steps, solver: as in :func:`~jaxknock.lasso_path`
-            (``tol=1e-4``: selection needs the support, not a tight fit; ``solver="fista"``:
-            on subsample paths, n = 250, p = 1000, it measured 3-4x faster than ``"cd"`` on the CPU).
+        loss, fit_intercept, tol, max_steps: as in :func:`~jaxknock.lasso_path`
+            (``tol=1e-4``: selection needs the support, not a tight fit).
+        solver: ``"auto"`` (the working-set engine where it applies, see the module
+            docstring; else ``"fista"``), ``"working_set"`` (the engine, or an error
+            where it does not apply), or a :func:`~jaxknock.lasso_path` solver
+            (``"fista"``, ``"cd"``, ...) run on each subsample.
         chunk_size: subsamples per ``vmap`` batch (default: 1 on the CPU, from memory otherwise).
         devices, mesh: shard the subsamples over devices (:func:`jaxknock.distributed.shard_batch`).
 
@@ -346,16 +451,27 @@ def stability_selection(
     check_lambdas(lambdas)
     if lambdas.size > 1 and bool(jnp.any(jnp.diff(lambdas) > 0)):
         raise ValueError("lambdas must be decreasing (the path is warm-started from the largest)")
-    settings = make_settings(
-        X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, tol=tol, max_steps=max_steps
-    )
+    sharded = _mesh.wants_sharding(devices, mesh)
+    use_engine = _use_engine(solver, fit_intercept, sharded)
+    if not use_engine:
+        settings = make_settings(
+            X.dtype, loss=loss, fit_intercept=fit_intercept, solver="fista" if solver == "auto" else solver,
+            tol=tol, max_steps=max_steps,
+        )  # fmt: skip
     if chunk_size is not None and (
         isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1
     ):
         raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
     B, L = int(num_subsamples), int(lambdas.shape[0])
     idx = stability_subsamples(key, n, B, fraction=fraction, complementary_pairs=complementary_pairs)
-    if _mesh.wants_sharding(devices, mesh):
+    if use_engine:
+        chunk = chunk_size or _default_chunk(B, m, p, L, X.dtype.itemsize, devices)
+        G = B // 2 if complementary_pairs else B
+        counts, union, failed = _run_engine(
+            idx, X, y, lambdas, complementary_pairs=complementary_pairs, loss=loss, tol=tol,
+            max_steps=10_000 if max_steps is None else int(max_steps), chunk=int(min(chunk, G)),
+        )  # fmt: skip
+    elif sharded:
         mesh_ = _mesh.resolve_mesh(devices, mesh, None)
         counts, union, failed = _sharded_counts(idx, X, y, lambdas, settings, mesh_, chunk_size)
     else:

@@ -170,3 +170,68 @@ def test_cli_stability(tmp_path, capsys):
     assert main(["stability", str(path), "--target", "y", "--threshold", "0.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--threshold" in err[0]
+
+
+# ---- the working-set (homotopy) engine: solver="auto" ------------------------------------------
+
+
+def _explicit_supports(X, y, idx, lambdas, loss="squared"):
+    """Per-subsample supports ``(B, L, P)`` from the engine's own lasso path on the explicit rows."""
+    from jaxknock.l1.working_set import l1_path
+
+    return np.stack(
+        [np.asarray(l1_path(X[ix], y[ix], lambdas, loss=loss, tol=1e-8).stats["coef_path"]) != 0 for ix in idx]
+    )
+
+
+@pytest.mark.parametrize("pairs", [True, False])
+def test_engine_equals_explicit_loop_and_sklearn(pairs):
+    from sklearn.linear_model import lasso_path
+
+    X, y = _data(2)
+    key = jax.random.key(4)
+    lambdas = np.asarray(jaxknock.lambda_grid(X, y, num=L, eps=0.05))
+    kw = dict(num_subsamples=B, complementary_pairs=pairs, assumption="none", threshold=0.6)
+    res = _stability_selection(key, X, y, lambdas=lambdas, solver="auto", **kw)
+    idx = np.asarray(stability_subsamples(key, N, B, complementary_pairs=pairs))
+    sup = _explicit_supports(X, y, idx, lambdas)
+    np.testing.assert_allclose(np.asarray(res.probabilities), sup.mean(0).T, atol=1e-12)
+    np.testing.assert_allclose(res.q_path, np.maximum.accumulate(sup, axis=1).sum(2).mean(0))
+    assert int(res.num_failed.sum()) == 0
+    # an independent reference: scikit-learn's lasso_path, solved tightly, on the same subsamples
+    sk = []
+    for ix in idx:
+        Xs, ys = X[ix] - X[ix].mean(0), y[ix] - y[ix].mean()
+        sk.append(lasso_path(Xs, ys, alphas=lambdas, tol=1e-12, max_iter=100_000)[1].T != 0)
+    np.testing.assert_array_equal(sup, np.stack(sk))
+    # the FISTA fallback agrees within its tolerance (a few borderline entries at most)
+    fista = stability_selection(key, X, y, lambdas=lambdas, **kw)
+    assert np.abs(np.asarray(fista.probabilities) - np.asarray(res.probabilities)).max() <= 2 / B
+
+
+def test_engine_logistic_matches_explicit_loop():
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((N, P))
+    y = (X[:, 0] - X[:, 1] + 0.5 * rng.standard_normal(N) > 0).astype(float)
+    key = jax.random.key(1)
+    lambdas = np.asarray(jaxknock.lambda_grid(X, y, num=L, eps=0.1, loss="logistic"))
+    res = _stability_selection(key, X, y, loss="logistic", lambdas=lambdas, num_subsamples=B, solver="working_set")
+    idx = np.asarray(stability_subsamples(key, N, B))
+    sup = _explicit_supports(X, y, idx, lambdas, loss="logistic")
+    # coordinate descent to a KKT tolerance: borderline coefficients may differ in one or two subsamples
+    assert np.abs(np.asarray(res.probabilities) - sup.mean(0).T).max() <= 2 / B
+    assert res.selected[:2].all()
+
+
+def test_engine_choice_and_errors():
+    from jaxknock import stability
+
+    X, y = _data(0)
+    with pytest.raises(ValueError, match="fit_intercept=False"):
+        _stability_selection(jax.random.key(0), X, y, solver="working_set", fit_intercept=False)
+    with pytest.raises(ValueError, match="one device"):
+        _stability_selection(jax.random.key(0), X, y, solver="working_set", devices=2)
+    # solver="auto": the engine where it applies; FISTA without an intercept or when sharded
+    assert stability._use_engine("auto", True, False)
+    assert not stability._use_engine("auto", False, False) and not stability._use_engine("auto", True, True)
+    assert not stability._use_engine("fista", True, False)

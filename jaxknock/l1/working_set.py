@@ -90,7 +90,7 @@ from jaxknock.l1 import _ws_covariance as _cov
 from jaxknock.l1 import _ws_homotopy as _hom
 from jaxknock.l1 import _ws_naive as _naive
 
-__all__ = ["l1_cv", "l1_path", "fold_rows"]
+__all__ = ["l1_cv", "l1_path", "fold_rows", "member_paths"]
 
 _DEV_MAX = 0.999
 _DEV_REL = 1e-5
@@ -141,10 +141,13 @@ def _engine_for(loss: str, method: str, n: int, m: int) -> str:
     return method
 
 
+# fmt: off
 def _path_core(
-    X, y, lambdas, lam0, rows, excl, *, engine, loss, W, chunk, tol, max_steps, patience, early_stop, slots=0
+    X, y, lambdas, lam0, rows, excl, *, engine, loss, W, chunk, tol, max_steps, patience, early_stop, slots=0,
+    keep_members=False,
 ):
-    """One design, all members, the whole path (traceable)."""
+    # fmt: on
+    """One design, all members, the whole path (traceable); ``keep_members``: every member's path too."""
     mod = {"cov": _cov, "homotopy": _hom, "naive": _naive}[engine]
     if engine == "homotopy":
         d = mod.cov_data(X, y, rows, excl)
@@ -180,6 +183,8 @@ def _path_core(
         kkt=jnp.zeros((L,), dt),
         nnz=jnp.zeros((L,), jnp.int32),
     )
+    if keep_members:
+        out0.update(members=jnp.zeros((L, M, Wc), dt), ok=jnp.zeros((L,), bool))
 
     def body(c):
         st, k, stop, out, best, steps, ok_all = c
@@ -211,7 +216,11 @@ def _path_core(
         )
         if engine == "homotopy":
             st = mod.accept(st)
-        train, test, b0 = mod.fit_stats(d, st, **extra)
+        if keep_members:  # member_paths: no CV / deviance statistics (saves two passes over the cache)
+            train, test, b0 = jnp.zeros((M,), dt), jnp.full((M,), jnp.inf, dt), jnp.zeros((M,), dt)
+        else:
+            train, test, b0 = mod.fit_stats(d, st, **extra)
+        out_prev = out
         nnz = jnp.sum((st.beta[K] != 0) & (jnp.arange(Wc) < st.size)).astype(jnp.int32)
         out = dict(
             test=out["test"].at[k].set(test),
@@ -221,12 +230,17 @@ def _path_core(
             kkt=out["kkt"].at[k].set(kkt_violation(st, lam)),
             nnz=out["nnz"].at[k].set(nnz),
         )
+        if keep_members:
+            finite_k = jnp.all(jnp.isfinite(st.beta))
+            out.update(
+                members=out_prev["members"].at[k].set(st.beta), ok=out_prev["ok"].at[k].set(conv & clean & finite_k)
+            )
         # early exits
         best_k, best_m, best_se = best
         if K > 0:
             errs = test[:K]
             cvm = errs.mean()
-            se = errs.std(ddof=1) / np.sqrt(K)
+            se = errs.std(ddof=1) / float(np.sqrt(K))  # a weak Python float: float32 stays float32 under x64
             better = cvm < best_m
             best = (jnp.where(better, k, best_k), jnp.where(better, cvm, best_m), jnp.where(better, se, best_se))
             stop_cv = (k - best[0] >= patience) & (cvm > best[1] + best[2])
@@ -319,7 +333,7 @@ def _cv_one(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps
     if K > 0:
         err = jnp.where(solved[:, None], out["test"][:, :K], jnp.inf)
         cvm = err.mean(1)
-        se = jnp.where(solved, err.std(1, ddof=1) / np.sqrt(K), jnp.inf)
+        se = jnp.where(solved, err.std(1, ddof=1) / float(np.sqrt(K)), jnp.inf)
         i_min = jnp.argmin(cvm)
         i_1se = jnp.argmax(cvm <= cvm[i_min] + se[i_min])
         i = i_min if rule == "min" else i_1se
@@ -590,3 +604,45 @@ def l1_path(
         max_features=max_features,
         throw=throw,
     )
+
+
+def member_paths(
+    X, y, lambdas, rows, excl, tol, *, method="auto", loss="squared", W=512, slots=256, max_steps=10_000, chunk=None
+):
+    """Every member's coefficient path on one design: the whole grid, no early exit (traceable).
+
+    Members as in :func:`l1_cv`: member ``f`` fits the rows of every block of
+    ``rows`` ``(K, r)`` (padded with ``n``) except block ``excl[f]`` (``-1``:
+    all blocks). Used by :func:`jaxknock.stability_selection` (a complementary
+    pair of subsamples is one design with two blocks and ``excl = [1, 0]``).
+    ``chunk`` features join the Gram-column cache at a time (default as
+    :func:`l1_cv`). ``W`` / ``slots`` are the working-set / active-slot capacities; when the
+    returned ``overflow`` (``slot_overflow``) flag is set, rerun with a larger
+    ``W`` (``slots``), as :func:`l1_cv` does.
+
+    Returns:
+        ``(coefs, ok, overflow, slot_overflow)``: ``(L, M, m)`` coefficients,
+        ``(L,)`` bool (every member converged and KKT-checked at that lambda).
+
+    Example:
+        >>> X = jax.random.normal(jax.random.key(0), (40, 10)); y = X[:, 1]
+        >>> rows = jnp.arange(40, dtype=jnp.int32).reshape(2, 20)
+        >>> coefs, ok, over, _ = member_paths(X, y, jnp.array([0.5, 0.1]), rows, jnp.array([1, 0]), 1e-5)
+        >>> coefs.shape, bool(ok.all()), bool(over)
+        ((2, 2, 10), True, False)
+    """
+    n, m = X.shape
+    engine = _engine_for(loss, method, n, m)
+    chunk = min(chunk or (32 if m >= 256 else 8), m)
+    W = min(W, m)
+    st, _, out, _, _ = _path_core(
+        X, y, lambdas, lambdas[0], rows, excl, engine=engine, loss=loss, W=W, chunk=chunk,
+        tol=jnp.asarray(tol, X.dtype), max_steps=max_steps, patience=1, early_stop=False,
+        slots=min(slots, W + chunk) if engine == "homotopy" else 0, keep_members=True,
+    )  # fmt: skip
+    valid = jnp.arange(W + chunk) < st.size
+    L, M = out["members"].shape[:2]
+    coefs = jnp.zeros((L, M, m), X.dtype).at[:, :, st.idx].add(jnp.where(valid, out["members"], 0))
+    slot_over = getattr(st, "slot_over", jnp.bool_(False))
+    ok = out["ok"] & (out["kkt"] <= jnp.maximum(tol, 1e-6)) if engine == "homotopy" else out["ok"]
+    return coefs, ok & ~st.overflow, st.overflow, slot_over
