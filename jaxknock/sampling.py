@@ -38,6 +38,15 @@ knockoffs that are entirely NaN, never finite plausible ones. A feasible ``s``
 pays nothing extra (the feasibility Cholesky runs only on the branch where
 the factorisation of ``Omega`` has already failed; fixed-X always runs it,
 next to its eigendecomposition).
+
+Precision: the samplers follow ``X``'s dtype (``Sigma``, ``s`` and ``mu`` are
+cast to it; float64 is used only in the S solve, see ``jaxknock/_precision.py``),
+so a float32 design gives float32 knockoffs. Every matrix product states
+``precision=HIGHEST``: the GPU default (TF32, about ``1e-3`` relative error)
+would put a deterministic ``1e-3`` error, correlated with ``X``, into the
+conditional mean ``X - (X - mu) Sigma^-1 S`` and a ``1e-3`` relative error into
+the covariance of the noise, i.e. break the exchangeability of ``[X, X~]``
+three orders of magnitude above float32 rounding.
 """
 
 from __future__ import annotations
@@ -51,17 +60,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _feasibility, _memory, _mesh
+from jaxknock import _feasibility, _memory, _mesh, _sampling_checks
 from jaxknock._checks import (
     as_float_array,
-    check_finite,
     check_key,
     check_ndim,
-    check_nonnegative,
     check_num_knockoffs,
     check_square,
-    check_symmetric,
-    is_concrete,
     traced_sigma_code,
 )
 from jaxknock._solution import RESULTS, Solution
@@ -109,16 +114,6 @@ def _column_means(X):
     return _mm(jnp.ones(X.shape[0], X.dtype), X) / X.shape[0]
 
 
-_columns_finite = jax.jit(lambda x: jnp.all(jnp.isfinite(_column_means(x))))
-
-
-def _check_finite_large(x, name: str):
-    """``check_finite`` for big arrays: NaN/Inf propagate to the column sums (a
-    fast GEMV); the host scan only runs to word the error."""
-    if is_concrete(x) and not bool(_columns_finite(x)):
-        check_finite(x, name)
-
-
 def _as_X(X):
     X = as_float_array(X, "X")
     check_ndim(X, 2, "X", "a 2-D (n, p) array")
@@ -139,9 +134,10 @@ def _as_mu(mu, p: int):
     return mu
 
 
-def _common_dtype(*arrays):
-    dtype = jnp.result_type(*[a.dtype for a in arrays if a is not None])
-    return [None if a is None else a.astype(dtype) for a in arrays]
+def _common_dtype(X, *arrays):
+    """Everything in ``X``'s dtype: sampling follows the design's precision (a float64 ``s``
+    from the float64 S solve does not promote a float32 design; see jaxknock/_precision.py)."""
+    return [X] + [None if a is None else a.astype(X.dtype) for a in arrays]
 
 
 # --------------------------------------------------------------------------
@@ -187,7 +183,9 @@ def _dense_plan(X, Sigma, s, mu) -> _DensePlan:
     Omega = 2.0 * jnp.diag(s) - s[:, None] * SinvS
     mean = X - _mm(X - mu, SinvS)
     # traced input checks, O(p^2): a non-symmetric / NaN Sigma or a NaN s poisons the draw
-    valid = (traced_sigma_code(Sigma) == RESULTS.successful) & jnp.all(jnp.isfinite(s))
+    valid = (
+        traced_sigma_code(Sigma, rtol=_sampling_checks.symmetry_rtol(Sigma.dtype)) == RESULTS.successful
+    ) & jnp.all(jnp.isfinite(s))
     L = _psd_factor(Omega, lambda: _feasibility.feasible_dense_traced(Sigma, s))
     return _DensePlan(mean, jnp.where(valid, L, jnp.nan))
 
@@ -275,29 +273,8 @@ def _validate_dense(X, Sigma, s, mu, m: int = 1):
     s = _as_s(s, p, matrix_ok=True)
     mu = _as_mu(mu, p)
     X, Sigma, s, mu = _common_dtype(X, Sigma, s, mu)
-    _check_finite_large(X, "X")
-    check_finite(Sigma, "Sigma")
-    check_finite(s, "s")
-    if mu is not None:
-        check_finite(mu, "mu")
-    check_symmetric(Sigma, "Sigma")
-    if s.ndim == 2:
-        _check_psd_S(s)
-    else:
-        check_nonnegative(s, "s")
-    _feasibility.check_feasible_dense(Sigma, s, ratio=(m + 1.0) / m)
+    _sampling_checks.check_dense_values(X, Sigma, s, mu, ratio=(m + 1.0) / m)
     return X, Sigma, s, mu
-
-
-def _check_psd_S(S):
-    """A dense / block-diagonal ``S`` must be symmetric positive semidefinite (concrete only)."""
-    check_symmetric(S, "S")
-    if is_concrete(S):
-        a = np.asarray(S, np.float64)
-        lam = float(np.linalg.eigvalsh(0.5 * (a + a.T))[0])
-        tol = np.sqrt(np.finfo(np.dtype(S.dtype)).eps) * max(float(np.max(np.abs(np.diagonal(a)))), 1e-300)
-        if lam < -tol:
-            raise ValueError(f"S must be positive semidefinite (every block S_g >= 0), smallest eigenvalue {lam:.3g}")
 
 
 def sample_knockoffs(key, X, Sigma, s, *, mu=None, num_knockoffs=1):
@@ -358,7 +335,7 @@ def sample_knockoffs(key, X, Sigma, s, *, mu=None, num_knockoffs=1):
         num_knockoffs: number ``m >= 1`` of simultaneous knockoff copies.
 
     Returns:
-        ``(n, p)`` knockoff matrix ``X~`` in the dtype of the inputs; for
+        ``(n, p)`` knockoff matrix ``X~`` in the dtype of ``X``; for
         ``m > 1`` an ``(n, m, p)`` array (copy ``k`` is ``[:, k, :]``), so
         ``Xk.reshape(n, m * p)`` is the knockoff part of the design
         ``[X, X~1, ..., X~m]``.
@@ -512,7 +489,7 @@ def _factor_plan(X, d, U, s, mu, force_recursion: bool = False, scale: float = 2
     def recursion():
         # C indefinite: s > 2d somewhere, or s < 0, or NaN. Only here can s be
         # infeasible (C >= 0 means 0 <= s <= 2d), so only here is feasibility tested.
-        feasible = _feasibility.feasible_factor_traced(d, U, s)
+        feasible = _feasibility.feasible_factor_traced(d, U, s, ratio=scale)
         return lax.scan(body, jnp.eye(k, dtype=U.dtype), (cb, Zb))[1], feasible
 
     def no_recursion():
@@ -528,49 +505,79 @@ def _factor_plan(X, d, U, s, mu, force_recursion: bool = False, scale: float = 2
     return _FactorPlan(X, mu, s_over_d, Zb, P0, nonneg, sqrt_c, A, F)
 
 
-def _factor_draw(key, plan: _FactorPlan):
-    """Blocked Algorithms 7-8: one pass over column blocks, O(n p (m + 2k)).
+# elements of the chunk temporaries of one factor draw (normals, noise, the (n, k) states per block)
+_FACTOR_CHUNK_ELEMENTS = 1 << 23
 
-    For block J (columns ``[Jm, (J+1)m)``), with ``g_J`` fresh normals (n x m)
-    drawn from ``fold_in(key, J)``:
+
+def _chunk_blocks(n: int, nb: int, m: int, k: int) -> int:
+    """Blocks per chunk of the factor draw: its temporaries ``2 n c (m + k)`` stay below a fixed budget."""
+    return int(max(1, min(nb, _FACTOR_CHUNK_ELEMENTS // max(1, 2 * n * (m + k)))))
+
+
+def _factor_draw(key, plan: _FactorPlan):
+    """Blocked Algorithms 7-8 as matrix products, chunked over column blocks only for memory.
+
+    For block J (columns ``[Jm, (J+1)m)`` of the padded layout), with ``g_J``
+    fresh normals (n x m) drawn from ``fold_in(key, J)``:
 
         X~_J = X_J - (s/d)_J (X_J - mu_J) + g_J A_J^T + W_J Z_J^T
-        W_{J+1} = W_J + g_J F_J^T
+        W_J  = W_0 + sum_{I < J} g_I F_I^T
 
-    ``W`` (n x k) starts at ``(X - mu) D^-1 U N``, which folds the low-rank part
-    of the conditional mean into the same product as the noise: with
+    so the recursion of Algorithm 8 is an exclusive prefix sum of the products
+    ``g_I F_I^T``: one batched product per chunk of blocks, no sequential step
+    (and no ``cond``) per block. ``W_0 = (X - mu) D^-1 U N`` folds the low-rank
+    part of the conditional mean into the same product as the noise: with
     ``Z = S D^-1 U N``, ``(X - mu) Sigma^-1 S = (X - mu) D^-1 S - W_0 Z^T``.
+    When ``C >= 0`` the noise is ``g C^1/2 + h Z^T`` (``W_J = W_0 + h`` for all
+    ``J``, ``h`` an extra ``(n, k)`` normal matrix from ``fold_in(key, nb)``).
+    The chunks (``_chunk_blocks``, static) run in a ``lax.scan`` carrying the
+    ``(n, k)`` state; with one chunk the draw is a handful of batched GEMMs.
+    The normals are the same as the block-by-block recursion's, so the draw is
+    that recursion's value to rounding.
     """
     X, mu, sd = plan.X, plan.mu, plan.s_over_d
     n, p = X.shape
     nb, m = plan.A.shape[0], plan.A.shape[1]
     k = plan.Zb.shape[-1]
     dtype = X.dtype
+    cb = _chunk_blocks(n, nb, m, k)
+    nc = -(-nb // cb)
+    extra = nc * cb - nb  # zero blocks completing the last chunk; their output is dropped
 
-    def general(J, g, W):
-        return _mm(g, plan.A[J].T) + _mm(W, plan.Zb[J].T), W + _mm(g, plan.F[J].T)
+    def chunked(a):
+        a = jnp.concatenate([a, jnp.zeros((extra,) + a.shape[1:], a.dtype)]) if extra else a
+        return a.reshape((nc, cb) + a.shape[1:])
 
-    def nonneg(J, g, W):  # W = P0 + h is constant: y = g C^1/2 + h Z^T
-        return g * plan.sqrt_c[J] + _mm(W, plan.Zb[J].T), W
+    blocks = chunked(jnp.arange(nb, dtype=jnp.uint32))
+    normals = jax.vmap(lambda J: jax.random.normal(jax.random.fold_in(key, J), (n, m), dtype))
+    ein = partial(jnp.einsum, precision=HIGHEST)
 
-    def body(J, carry):
-        W, out = carry
-        start = jnp.minimum(J * m, p - m)  # the last window ends at column p
-        Xj = lax.dynamic_slice_in_dim(X, start, m, axis=1)
-        muj = lax.dynamic_slice_in_dim(mu, start, m)
-        sdj = lax.dynamic_slice_in_dim(sd, start, m)
-        g = jax.random.normal(jax.random.fold_in(key, J), (n, m), dtype)
-        noise, W = lax.cond(plan.nonneg, nonneg, general, J, g, W)
-        Yj = Xj - sdj * (Xj - muj) + noise
-        if p % m:  # keep the columns the clamped last window shares with the previous block
-            fresh = jnp.arange(m) >= J * m - start
-            Yj = jnp.where(fresh, Yj, lax.dynamic_slice_in_dim(out, start, m, axis=1))
-        return W, lax.dynamic_update_slice_in_dim(out, Yj, start, axis=1)
+    def general(W0):
+        def body(W, xs):
+            J, A, F, Z = xs
+            g = normals(J)  # (cb, n, m)
+            T = ein("jnm,jkm->jnk", g, F)
+            Ws = W + jnp.cumsum(T, axis=0) - T  # exclusive prefix sum: the state before each block
+            noise = ein("jnm,jam->jna", g, A) + ein("jnk,jak->jna", Ws, Z)
+            return W + jnp.sum(T, axis=0), noise
 
-    h = jax.random.normal(jax.random.fold_in(key, nb), (n, k), dtype)
-    W0 = plan.P0 + jnp.where(plan.nonneg, h, 0.0)
-    _, out = lax.fori_loop(0, nb, body, (W0, jnp.zeros((n, p), dtype)))
-    return out
+        return lax.scan(body, W0, (blocks, chunked(plan.A), chunked(plan.F), chunked(plan.Zb)))[1]
+
+    def nonneg(W0):
+        W0 = W0 + jax.random.normal(jax.random.fold_in(key, nb), (n, k), dtype)
+
+        def body(W, xs):
+            J, sc, Z = xs
+            return W, normals(J) * sc[:, None, :] + ein("nk,jak->jna", W, Z)
+
+        return lax.scan(body, W0, (blocks, chunked(plan.sqrt_c), chunked(plan.Zb)))[1]
+
+    noise = lax.cond(plan.nonneg, nonneg, general, plan.P0)  # (nc, cb, n, m), one branch per draw
+    noise = jnp.moveaxis(noise.reshape(nc * cb, n, m)[:nb], 1, 0).reshape(n, nb * m)
+    cut, pad = p - p % m, -p % m
+    if pad:  # drop the dummies that complete the last block (they sit before the tail)
+        noise = jnp.concatenate([noise[:, :cut], noise[:, cut + pad :]], axis=1)
+    return X - sd * (X - mu) + noise
 
 
 class _MultiFactorPlan(NamedTuple):
@@ -614,16 +621,7 @@ def _validate_factor(X, model, s, mu, m: int = 1):
     s = _as_s(s, p)
     mu = _as_mu(mu, p)
     X, d, U, s, mu = _common_dtype(X, d, U, s, mu)
-    _check_finite_large(X, "X")
-    for a, name in ((d, "model.d"), (U, "model.U"), (s, "s"), (mu, "mu")):
-        if a is not None:
-            check_finite(a, name)
-    if is_concrete(d) and np.any(np.asarray(d) <= 0):
-        dv = np.asarray(d)
-        j = int(np.argmin(dv))
-        raise ValueError(f"model.d must be positive (Sigma = diag(d) + U U^T with d > 0), got d[{j}] = {dv[j]:.3g}")
-    check_nonnegative(s, "s")
-    _feasibility.check_feasible_factor(d, U, s, ratio=(m + 1.0) / m)
+    _sampling_checks.check_factor_values(X, d, U, s, mu, ratio=(m + 1.0) / m)
     return X, d, U, s, mu
 
 
@@ -723,7 +721,11 @@ def _sampler_spec(X, Sigma, s, mu, m: int = 1):
 
 def _sampler_bytes(n: int, p: int, k: int | None, itemsize: int) -> tuple[int, int]:
     """(shared, per-replicate) bytes of the sampler for these shapes (see :func:`sample_replicates`)."""
-    return _memory.knockoff_bytes(n, p, k, itemsize, block_size=None if k is None else _block_size(p, k))
+    if k is None:
+        return _memory.knockoff_bytes(n, p, None, itemsize)
+    m = _block_size(p, k)
+    chunk = 2 * n * _chunk_blocks(n, -(-p // m), m, k) * (m + k)
+    return _memory.knockoff_bytes(n, p, k, itemsize, block_size=m, chunk_elements=chunk)
 
 
 # The key-independent plan (factorisation of Omega, conditional mean) and the draw
@@ -802,7 +804,7 @@ def plan_bytes(plan) -> tuple[int, int]:
         return shared, (m + 1) * per
     if isinstance(plan, _FactorPlan):
         n, p = plan.X.shape
-        return _memory.knockoff_bytes(n, p, plan.Zb.shape[-1], plan.X.dtype.itemsize, block_size=plan.A.shape[1])
+        return _sampler_bytes(n, p, plan.Zb.shape[-1], plan.X.dtype.itemsize)
     n, p = plan.mean.shape
     return _memory.knockoff_bytes(n, p, None, plan.mean.dtype.itemsize)
 
@@ -1057,22 +1059,6 @@ def fixed_x_knockoffs(X, s):
         )
     s = _as_s(s, p)
     X, s = _common_dtype(X, s)
-    _check_finite_large(X, "X")
-    check_finite(s, "s")
-    check_nonnegative(s, "s")
-    norms = jnp.linalg.norm(X, axis=0)
-    if is_concrete(norms) and np.any(np.asarray(norms) == 0):
-        j = int(np.argmin(np.asarray(norms)))
-        raise ValueError(f"X has an all-zero column (column {j}); drop it first")
-    Xn = X / norms
-    if is_concrete(Xn):
-        G = np.asarray(Xn, np.float64)
-        G = G.T @ G
-        if np.linalg.eigvalsh(G)[0] <= 64 * p * np.finfo(np.dtype(X.dtype)).eps:
-            raise ValueError(
-                "X has (nearly) linearly dependent columns: the normalised Gram matrix "
-                f"has smallest eigenvalue {np.linalg.eigvalsh(G)[0]:.3g}; fixed-X "
-                "knockoffs need full column rank"
-            )
-        _feasibility.check_feasible_dense(G.astype(np.dtype(X.dtype)), s, name="X^T X (normalised)")
+    _sampling_checks.check_fixed_x_values(X, s)
+    Xn = X / jnp.linalg.norm(X, axis=0)
     return Xn, _fixed_x(Xn, s)

@@ -117,8 +117,8 @@ def _prepare(Xk, y, *, loss="squared", fit_intercept=True, binary=False, num_kno
         raise ValueError(
             f"y has {y.shape[0]} entries but Xk has {Xk.shape[-2]} rows; they must describe the same samples"
         )
-    _checks.check_finite(Xk, "Xk")
-    _checks.check_finite(y, "y")
+    _checks.check_finite_on_device(Xk, "Xk")  # never copies the (R, n, 2p) batch to the host
+    _checks.check_finite_on_device(y, "y")
     y = y.astype(Xk.dtype)
     if binary:
         _checks.check_model_response(y, loss="logistic", fit_intercept=True)

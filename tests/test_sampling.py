@@ -301,7 +301,7 @@ def test_sample_replicates_memory(monkeypatch, small_problem):
     n, p = X.shape
     b = 8
     shared, per_rep = _memory.knockoff_bytes(n, p, 3, b, block_size=64)
-    assert per_rep == (n * p + 4 * n * (64 + 3)) * b  # the documented formula
+    assert per_rep == (3 * n * p + 4 * n * (64 + 3)) * b  # the documented formula (two chunks of blocks)
     assert sampling.plan_bytes(sampling.replicate_plan(X, model, s)) == (shared, per_rep)
 
     def chunk(R, stream, memory):
