@@ -185,3 +185,52 @@ def test_replicate_stage_of_the_filter_makes_no_implicit_transfers(problem, chun
         W2, _, _ = call()
         jax.block_until_ready(W2)
     np.testing.assert_array_equal(np.asarray(W), np.asarray(W2))
+
+
+# ------------------------------------------------- factor draw: batched products
+
+
+def test_factor_draw_is_the_same_in_any_number_of_chunks(problem, monkeypatch):
+    """Chunking (for memory) never changes the numbers; the prefix-sum draw equals the one-chunk draw."""
+    from jaxknock import sampling
+
+    rng = np.random.default_rng(3)
+    p, k = 150, 3  # three blocks of 64, the last one partial (dummies before the tail)
+    d = rng.uniform(0.5, 1.0, p) * 0.03  # small d: C indefinite, the recursive path
+    U = rng.normal(size=(p, k)) / np.sqrt(k)
+    model = FactorModel(jnp.asarray(d), jnp.asarray(U))
+    X = jnp.asarray(rng.normal(size=(N, p)))
+    Sigma = np.diag(d) + U @ U.T
+    L = np.linalg.cholesky(Sigma)
+    B = np.linalg.solve(L, np.diag(np.sqrt(np.diag(Sigma))))
+    s = jnp.asarray(0.999 * 2.0 / np.linalg.eigvalsh(B.T @ B)[-1] * np.diag(Sigma))  # near the boundary
+    for force, sv in ((False, s), (True, s), (False, jnp.asarray(1.5 * d))):  # the last one: C >= 0
+        plan = sampling.replicate_plan(X, model, sv, force_recursion=force)
+        draw = lambda key, plan: sampling.draw_replicate(key, plan)
+        one = jax.jit(draw)(jax.random.key(7), plan)
+        monkeypatch.setattr(sampling, "_FACTOR_CHUNK_ELEMENTS", 2 * N * (64 + k))  # one block per chunk
+        chunked = jax.jit(draw)(jax.random.key(7), plan)  # a new function: traced with the new chunking
+        monkeypatch.undo()
+        assert bool(jnp.all(jnp.isfinite(one)))
+        np.testing.assert_allclose(np.asarray(chunked), np.asarray(one), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("value, feasible", [(0.7, True), (0.0, True), (0.9, False), (-0.1, False)])
+def test_multi_knockoff_factor_sampler_poisons_infeasible_s_under_jit(value, feasible):
+    """Issue 19: with m = 2 copies, (3/2) Sigma - diag(s) >= 0 is needed (s <= 0.75 here)."""
+    p = 5
+    Sigma = 0.5 * jnp.eye(p) + 0.5
+    model = FactorModel(jnp.full(p, 0.5), jnp.full((p, 1), np.sqrt(0.5)))  # the same Sigma
+    X = jax.random.normal(jax.random.key(1), (40, p))
+    s = jnp.full(p, value)
+    key = jax.random.key(0)
+    outs = [
+        jax.jit(lambda X, s: sample_knockoffs_factor(key, X, model, s, num_knockoffs=2))(X, s),
+        jax.jit(lambda X, s: sample_knockoffs(key, X, Sigma, s, num_knockoffs=2))(X, s),
+    ]
+    for out in outs:
+        assert out.shape == (40, 2, p)
+        if feasible:
+            assert bool(jnp.all(jnp.isfinite(out)))
+        else:
+            assert bool(jnp.all(jnp.isnan(out)))
