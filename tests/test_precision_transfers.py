@@ -192,7 +192,7 @@ def test_replicate_stage_of_the_filter_makes_no_implicit_transfers(problem, chun
 
 def test_factor_draw_is_the_same_in_any_number_of_chunks(problem, monkeypatch):
     """Chunking (for memory) never changes the numbers; the prefix-sum draw equals the one-chunk draw."""
-    from jaxknock import sampling
+    from jaxknock import _sampling_factor, sampling
 
     rng = np.random.default_rng(3)
     p, k = 150, 3  # three blocks of 64, the last one partial (dummies before the tail)
@@ -208,7 +208,7 @@ def test_factor_draw_is_the_same_in_any_number_of_chunks(problem, monkeypatch):
         plan = sampling.replicate_plan(X, model, sv, force_recursion=force)
         draw = lambda key, plan: sampling.draw_replicate(key, plan)
         one = jax.jit(draw)(jax.random.key(7), plan)
-        monkeypatch.setattr(sampling, "_FACTOR_CHUNK_ELEMENTS", 2 * N * (64 + k))  # one block per chunk
+        monkeypatch.setattr(_sampling_factor, "FACTOR_CHUNK_ELEMENTS", 2 * N * (64 + k))  # one block per chunk
         chunked = jax.jit(draw)(jax.random.key(7), plan)  # a new function: traced with the new chunking
         monkeypatch.undo()
         assert bool(jnp.all(jnp.isfinite(one)))
