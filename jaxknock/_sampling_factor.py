@@ -21,6 +21,7 @@ from jaxknock import _feasibility, _sampling_common
 __all__ = ["FACTOR_CHUNK_ELEMENTS", "FactorPlan", "block_size", "chunk_blocks", "factor_draw", "factor_plan"]
 
 HIGHEST = _sampling_common.HIGHEST
+mm = _sampling_common.mm
 
 
 def block_size(p: int, k: int) -> int:
@@ -212,7 +213,7 @@ def factor_draw(key, plan: FactorPlan):
             g = normals(J)  # (cb, n, m)
             T = ein("jnm,jkm->jnk", g, F)
             Ws = W + jnp.cumsum(T, axis=0) - T  # exclusive prefix sum: the state before each block
-            noise = ein("jnm,jam->jna", g, A) + ein("jnk,jak->jna", Ws, Z)
+            noise = ein("jnm,jam->nja", g, A) + ein("jnk,jak->nja", Ws, Z)  # written in the output layout
             return W + jnp.sum(T, axis=0), noise
 
         return lax.scan(body, W0, (blocks, chunked(plan.A), chunked(plan.F), chunked(plan.Zb)))[1]
@@ -222,12 +223,13 @@ def factor_draw(key, plan: FactorPlan):
 
         def body(W, xs):
             J, sc, Z = xs
-            return W, normals(J) * sc[:, None, :] + ein("nk,jak->jna", W, Z)
+            low_rank = mm(W, Z.reshape(-1, k).T).reshape(n, cb, m)  # one GEMM, already in the output layout
+            return W, jnp.moveaxis(normals(J), 0, 1) * sc + low_rank
 
         return lax.scan(body, W0, (blocks, chunked(plan.sqrt_c), chunked(plan.Zb)))[1]
 
-    noise = lax.cond(plan.nonneg, nonneg, general, plan.P0)  # (nc, cb, n, m), one branch per draw
-    noise = jnp.moveaxis(noise.reshape(nc * cb, n, m)[:nb], 1, 0).reshape(n, nb * m)
+    noise = lax.cond(plan.nonneg, nonneg, general, plan.P0)  # (nc, n, cb, m), one branch per draw
+    noise = (noise[0] if nc == 1 else jnp.moveaxis(noise, 0, 1)).reshape(n, nc * cb * m)[:, : nb * m]
     cut, pad = p - p % m, -p % m
     if pad:  # drop the dummies that complete the last block (they sit before the tail)
         noise = jnp.concatenate([noise[:, :cut], noise[:, cut + pad :]], axis=1)
