@@ -514,7 +514,7 @@ def check_replicates(W, name: str = "W"):
 def check_lam(lam, name: str = "lam"):
     """Penalties must be positive and finite (concrete values only; no-op on tracers)."""
     if is_concrete(lam):
-        a = np.asarray(lam)
+        a = np.asarray(jax.device_get(lam))  # explicit: one value per design
         if not np.all(np.isfinite(a)) or np.any(a <= 0):
             raise ValueError(f"{name} must be positive and finite, got {a if a.ndim else float(a)}")
 
@@ -527,7 +527,7 @@ def check_model_response(y, *, loss: str, fit_intercept: bool):
     """
     if not is_concrete(y):
         return
-    yv = np.asarray(y)
+    yv = np.asarray(jax.device_get(y))  # explicit: the (n,) response, once per public call
     if loss == "squared":
         if fit_intercept and yv.size and np.ptp(yv) == 0:
             raise ValueError(
@@ -577,3 +577,23 @@ def check_npz_archive(path) -> None:
         raise ValueError(
             f"{path} is not a valid .npz file: it is a zip archive holding {members[:5]} rather than .npy arrays"
         )
+
+
+# --- device-side finiteness (hot paths: no implicit device-to-host copy) ---
+
+
+@jax.jit
+def _all_finite(x):
+    return jnp.all(jnp.isfinite(x))
+
+
+def check_finite_on_device(x, name: str):
+    """:func:`check_finite` without copying ``x`` to the host.
+
+    One device reduction and one explicit scalar transfer; the host scan runs
+    (explicitly allowed) only to word the error. Use it for large arrays in hot
+    paths, e.g. a ``(R, n, 2p)`` batch of designs. No-op on tracers.
+    """
+    if is_concrete(x) and not bool(jax.device_get(_all_finite(x))):
+        with jax.transfer_guard("allow"):
+            check_finite(x, name)

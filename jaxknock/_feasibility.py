@@ -20,6 +20,7 @@ __all__ = [
     "check_feasible_dense",
     "check_feasible_factor",
     "diag_plus_lowrank_is_pd",
+    "diag_plus_lowrank_is_pd_device",
     "feasible_dense_traced",
     "feasible_factor_traced",
     "feasibility_tol",
@@ -209,12 +210,18 @@ def feasible_dense_traced(Sigma, s) -> jax.Array:
     return jnp.all(jnp.isfinite(L)) & jnp.all(s >= 0)
 
 
-def feasible_factor_traced(d, U, s) -> jax.Array:
-    """Traced flag for ``Sigma = diag(d) + U U^T``: ``d > 0``, ``s >= 0`` and ``2 Sigma - diag(s) >= -tol I``.
+def feasible_factor_traced(d, U, s, ratio: float = 2.0) -> jax.Array:
+    """Traced flag for ``Sigma = diag(d) + U U^T``: ``d > 0``, ``s >= 0`` and ``ratio Sigma - diag(s) >= -tol I``.
 
-    The blocked ``O(p k^2 + p m^2)`` Cholesky of :func:`diag_plus_lowrank_is_pd`, on the device.
+    The blocked ``O(p k^2 + p m^2)`` Cholesky of :func:`diag_plus_lowrank_is_pd`, on the device
+    (``ratio = (m + 1) / m`` for ``m`` simultaneous knockoffs).
     """
     p = d.shape[0]
     tol = _traced_tol(jnp.max(d + jnp.sum(U**2, axis=1)), d.dtype, p)
-    pd = _diag_plus_lowrank_is_pd_blocked(2.0 * d - s + tol, jnp.sqrt(2.0) * U)
+    pd = _diag_plus_lowrank_is_pd_blocked(ratio * d - s + tol, jnp.sqrt(ratio) * U)
     return pd & jnp.all(s >= 0) & jnp.all(d > 0)
+
+
+def diag_plus_lowrank_is_pd_device(e, V) -> jax.Array:
+    """Traced flag: ``diag(e) + V V^T`` positive definite (blocked Cholesky, ``O(p k^2 + p m^2)``, on the device)."""
+    return _diag_plus_lowrank_is_pd_blocked(e, V)

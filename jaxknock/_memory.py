@@ -131,14 +131,17 @@ def plan_chunk(
 # --------------------------------------------------------------------------
 
 
-def knockoff_bytes(n: int, p: int, k: int | None, itemsize: int, *, block_size: int | None = None) -> tuple[int, int]:
+def knockoff_bytes(
+    n: int, p: int, k: int | None, itemsize: int, *, block_size: int | None = None, chunk_elements: int | None = None
+) -> tuple[int, int]:
     """``(shared, per_replicate)`` bytes of the knockoff samplers (``jaxknock.sample_replicates``).
 
     Dense (``k=None``): the conditional mean and the factor of ``Omega`` are
     shared, ``(n p + p^2) b``; a replicate in flight holds its normals, their
     product and the output, ``3 n p b``. Factor model of rank ``k`` with block
     size ``m = block_size``: shared ``(n k + p (m + 2k)) b``, per replicate
-    ``(n p + 4 n (m + k)) b``.
+    ``(3 n p + c) b``: the output, the noise and its re-layout, plus the
+    draw's chunk temporaries, ``c = chunk_elements`` (default ``4 n (m + k)``).
 
     Example:
         >>> knockoff_bytes(100, 10, None, 8)
@@ -150,7 +153,8 @@ def knockoff_bytes(n: int, p: int, k: int | None, itemsize: int, *, block_size: 
     if block_size is None:
         raise ValueError("the factor-model estimate needs the sampler's block_size")
     m = int(block_size)
-    return (n * k + p * (m + 2 * k)) * b, (n * p + 4 * n * (m + k)) * b
+    chunk = 4 * n * (m + k) if chunk_elements is None else int(chunk_elements)
+    return (n * k + p * (m + 2 * k)) * b, (3 * n * p + chunk) * b
 
 
 def statistic_bytes(n: int, p: int, itemsize: int, *, lasso: bool) -> int:

@@ -38,6 +38,15 @@ knockoffs that are entirely NaN, never finite plausible ones. A feasible ``s``
 pays nothing extra (the feasibility Cholesky runs only on the branch where
 the factorisation of ``Omega`` has already failed; fixed-X always runs it,
 next to its eigendecomposition).
+
+Precision: the samplers follow ``X``'s dtype (``Sigma``, ``s`` and ``mu`` are
+cast to it; float64 is used only in the S solve, see ``jaxknock/_precision.py``),
+so a float32 design gives float32 knockoffs. Every matrix product states
+``precision=HIGHEST``: the GPU default (TF32, about ``1e-3`` relative error)
+would put a deterministic ``1e-3`` error, correlated with ``X``, into the
+conditional mean ``X - (X - mu) Sigma^-1 S`` and a ``1e-3`` relative error into
+the covariance of the noise, i.e. break the exchangeability of ``[X, X~]``
+three orders of magnitude above float32 rounding.
 """
 
 from __future__ import annotations
@@ -51,17 +60,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _feasibility, _memory, _mesh
+from jaxknock import _feasibility, _memory, _mesh, _sampling_checks, _sampling_common, _sampling_factor, _sampling_multi
 from jaxknock._checks import (
     as_float_array,
-    check_finite,
     check_key,
     check_ndim,
-    check_nonnegative,
     check_num_knockoffs,
     check_square,
-    check_symmetric,
-    is_concrete,
     traced_sigma_code,
 )
 from jaxknock._solution import RESULTS, Solution
@@ -75,13 +80,6 @@ __all__ = [
     "sample_replicates",
     "fixed_x_knockoffs",
 ]
-
-HIGHEST = lax.Precision.HIGHEST
-
-
-def _mm(a, b):
-    return jnp.matmul(a, b, precision=HIGHEST)
-
 
 # --------------------------------------------------------------------------
 # Input checks
@@ -104,21 +102,6 @@ def _as_s(s, p: int, *, matrix_ok: bool = False):
     return s
 
 
-def _column_means(X):
-    # a GEMV: XLA's CPU reduction over the leading axis is much slower (benchmarks/measured/NOTES.md, core)
-    return _mm(jnp.ones(X.shape[0], X.dtype), X) / X.shape[0]
-
-
-_columns_finite = jax.jit(lambda x: jnp.all(jnp.isfinite(_column_means(x))))
-
-
-def _check_finite_large(x, name: str):
-    """``check_finite`` for big arrays: NaN/Inf propagate to the column sums (a
-    fast GEMV); the host scan only runs to word the error."""
-    if is_concrete(x) and not bool(_columns_finite(x)):
-        check_finite(x, name)
-
-
 def _as_X(X):
     X = as_float_array(X, "X")
     check_ndim(X, 2, "X", "a 2-D (n, p) array")
@@ -139,39 +122,15 @@ def _as_mu(mu, p: int):
     return mu
 
 
-def _common_dtype(*arrays):
-    dtype = jnp.result_type(*[a.dtype for a in arrays if a is not None])
-    return [None if a is None else a.astype(dtype) for a in arrays]
+def _common_dtype(X, *arrays):
+    """Everything in ``X``'s dtype: sampling follows the design's precision (a float64 ``s``
+    from the float64 S solve does not promote a float32 design; see jaxknock/_precision.py)."""
+    return [X] + [None if a is None else a.astype(X.dtype) for a in arrays]
 
 
 # --------------------------------------------------------------------------
 # Dense sampler
 # --------------------------------------------------------------------------
-
-
-def _psd_factor(Omega, feasible=None):
-    """A with ``A A^T = Omega`` for a matrix that is PSD up to rounding; never NaN for feasible ``s``.
-
-    Tries the Cholesky factor of ``Omega + tau I`` with ``tau = p eps max(diag)``
-    (a variance change far below sampling error). If that fails (Omega singular or
-    slightly indefinite beyond the jitter), falls back to the eigendecomposition
-    with negative eigenvalues clipped to 0, i.e. the factor of the nearest PSD
-    matrix in Frobenius norm. Clipping is right only for rounding: on that
-    branch ``feasible()`` (a traced flag, evaluated only there) decides, and an
-    infeasible ``s`` gets an all-NaN factor, so every knockoff it produces is NaN.
-    """
-    p = Omega.shape[-1]
-    eps = jnp.finfo(Omega.dtype).eps
-    Omega = 0.5 * (Omega + Omega.T)
-    tau = p * eps * jnp.max(jnp.abs(jnp.diagonal(Omega)))
-    L = jnp.linalg.cholesky(Omega + tau * jnp.eye(p, dtype=Omega.dtype))
-
-    def eig_factor():
-        lam, Q = jnp.linalg.eigh(Omega)
-        A = Q * jnp.sqrt(jnp.clip(lam, 0.0))
-        return A if feasible is None else jnp.where(feasible(), A, jnp.nan)
-
-    return lax.cond(jnp.all(jnp.isfinite(L)), lambda: L, eig_factor)
 
 
 class _DensePlan(NamedTuple):
@@ -181,88 +140,23 @@ class _DensePlan(NamedTuple):
 
 def _dense_plan(X, Sigma, s, mu) -> _DensePlan:
     if mu is None:
-        mu = _column_means(X)
+        mu = _sampling_common.column_means(X)
     Lc = jnp.linalg.cholesky(0.5 * (Sigma + Sigma.T))
     SinvS = jax.scipy.linalg.cho_solve((Lc, True), jnp.diag(s))  # Sigma^-1 S
     Omega = 2.0 * jnp.diag(s) - s[:, None] * SinvS
-    mean = X - _mm(X - mu, SinvS)
+    mean = X - _sampling_common.mm(X - mu, SinvS)
     # traced input checks, O(p^2): a non-symmetric / NaN Sigma or a NaN s poisons the draw
-    valid = (traced_sigma_code(Sigma) == RESULTS.successful) & jnp.all(jnp.isfinite(s))
-    L = _psd_factor(Omega, lambda: _feasibility.feasible_dense_traced(Sigma, s))
+    valid = (
+        traced_sigma_code(Sigma, rtol=_sampling_checks.symmetry_rtol(Sigma.dtype)) == RESULTS.successful
+    ) & jnp.all(jnp.isfinite(s))
+    L = _sampling_common.psd_factor(Omega, lambda: _feasibility.feasible_dense_traced(Sigma, s))
     return _DensePlan(mean, jnp.where(valid, L, jnp.nan))
 
 
 def _dense_draw(key, plan: _DensePlan):
     n, p = plan.mean.shape
     g = jax.random.normal(key, (n, p), plan.mean.dtype)
-    return plan.mean + _mm(g, plan.L.T)
-
-
-def _psd_factor_checked(Omega, tol):
-    """``(A, ok)``: :func:`_psd_factor` and whether ``lambda_min(Omega) >= -tol``."""
-    p = Omega.shape[-1]
-    eps = jnp.finfo(Omega.dtype).eps
-    Omega = 0.5 * (Omega + Omega.T)
-    tau = p * eps * jnp.max(jnp.abs(jnp.diagonal(Omega)))
-    L = jnp.linalg.cholesky(Omega + tau * jnp.eye(p, dtype=Omega.dtype))
-
-    def eig_factor():
-        lam, Q = jnp.linalg.eigh(Omega)
-        return Q * jnp.sqrt(jnp.clip(lam, 0.0)), lam[0] >= -tol
-
-    return lax.cond(jnp.all(jnp.isfinite(L)), lambda: (L, jnp.asarray(True)), eig_factor)
-
-
-class _MultiDensePlan(NamedTuple):
-    """Dense sampler for a matrix ``S`` and/or ``m > 1`` copies (see :func:`sample_knockoffs`)."""
-
-    mean: jax.Array  # (n, p)
-    L: jax.Array  # (p, p), L L^T = Omega_m = (m+1)/m S - S Sigma^-1 S
-    Ls: jax.Array  # (p,) sqrt(s) or (p, p) factor of S (the independent parts, m > 1)
-    ok: jax.Array  # () bool: Omega_m >= 0 (feasibility)
-    copies: jax.Array  # (m,) placeholder: its shape carries m
-
-
-def _multi_dense_plan(X, Sigma, s, mu, m: int) -> _MultiDensePlan:
-    p = X.shape[1]
-    if mu is None:
-        mu = _column_means(X)
-    S = jnp.diag(s) if s.ndim == 1 else 0.5 * (s + s.T)
-    Lc = jnp.linalg.cholesky(0.5 * (Sigma + Sigma.T))
-    SinvS = jax.scipy.linalg.cho_solve((Lc, True), S)  # Sigma^-1 S
-    Omega = (m + 1.0) / m * S - _mm(S, SinvS)
-    mean = X - _mm(X - mu, SinvS)
-    eps = jnp.finfo(X.dtype).eps
-    tol = jnp.sqrt(eps) * (jnp.max(jnp.abs(jnp.diagonal(S))) + jnp.max(jnp.abs(jnp.diagonal(Omega))))
-    L, ok = _psd_factor_checked(Omega, tol)
-    if m == 1:
-        Ls = jnp.zeros((p,), X.dtype)  # unused
-    elif s.ndim == 1:
-        Ls = jnp.sqrt(jnp.clip(s, 0.0))
-    else:
-        Ls = _psd_factor(S)
-    return _MultiDensePlan(mean, L, Ls, ok, jnp.zeros((m,), X.dtype))
-
-
-def _independent_parts(key, Ls, n, m, dtype):
-    """``e_k - mean_k e_k`` for ``e_k ~ N(0, S)`` i.i.d., shape ``(n, m, p)``."""
-    p = Ls.shape[0]
-    e = jax.random.normal(key, (n, m, p), dtype)
-    e = e * Ls if Ls.ndim == 1 else _mm(e, Ls.T)
-    return e - jnp.mean(e, axis=1, keepdims=True)
-
-
-def _multi_dense_draw(key, plan: _MultiDensePlan):
-    n, p = plan.mean.shape
-    m = plan.copies.shape[0]
-    dtype = plan.mean.dtype
-    if m == 1:
-        out = plan.mean + _mm(jax.random.normal(key, (n, p), dtype), plan.L.T)
-    else:
-        k_common, k_own = jax.random.split(key)
-        common = plan.mean + _mm(jax.random.normal(k_common, (n, p), dtype), plan.L.T)
-        out = common[:, None, :] + _independent_parts(k_own, plan.Ls, n, m, dtype)
-    return jnp.where(plan.ok, out, jnp.nan)
+    return plan.mean + _sampling_common.mm(g, plan.L.T)
 
 
 def _validate_dense(X, Sigma, s, mu, m: int = 1):
@@ -275,29 +169,8 @@ def _validate_dense(X, Sigma, s, mu, m: int = 1):
     s = _as_s(s, p, matrix_ok=True)
     mu = _as_mu(mu, p)
     X, Sigma, s, mu = _common_dtype(X, Sigma, s, mu)
-    _check_finite_large(X, "X")
-    check_finite(Sigma, "Sigma")
-    check_finite(s, "s")
-    if mu is not None:
-        check_finite(mu, "mu")
-    check_symmetric(Sigma, "Sigma")
-    if s.ndim == 2:
-        _check_psd_S(s)
-    else:
-        check_nonnegative(s, "s")
-    _feasibility.check_feasible_dense(Sigma, s, ratio=(m + 1.0) / m)
+    _sampling_checks.check_dense_values(X, Sigma, s, mu, ratio=(m + 1.0) / m)
     return X, Sigma, s, mu
-
-
-def _check_psd_S(S):
-    """A dense / block-diagonal ``S`` must be symmetric positive semidefinite (concrete only)."""
-    check_symmetric(S, "S")
-    if is_concrete(S):
-        a = np.asarray(S, np.float64)
-        lam = float(np.linalg.eigvalsh(0.5 * (a + a.T))[0])
-        tol = np.sqrt(np.finfo(np.dtype(S.dtype)).eps) * max(float(np.max(np.abs(np.diagonal(a)))), 1e-300)
-        if lam < -tol:
-            raise ValueError(f"S must be positive semidefinite (every block S_g >= 0), smallest eigenvalue {lam:.3g}")
 
 
 def sample_knockoffs(key, X, Sigma, s, *, mu=None, num_knockoffs=1):
@@ -358,7 +231,7 @@ def sample_knockoffs(key, X, Sigma, s, *, mu=None, num_knockoffs=1):
         num_knockoffs: number ``m >= 1`` of simultaneous knockoff copies.
 
     Returns:
-        ``(n, p)`` knockoff matrix ``X~`` in the dtype of the inputs; for
+        ``(n, p)`` knockoff matrix ``X~`` in the dtype of ``X``; for
         ``m > 1`` an ``(n, m, p)`` array (copy ``k`` is ``[:, k, :]``), so
         ``Xk.reshape(n, m * p)`` is the knockoff part of the design
         ``[X, X~1, ..., X~m]``.
@@ -392,202 +265,6 @@ def sample_knockoffs(key, X, Sigma, s, *, mu=None, num_knockoffs=1):
 # --------------------------------------------------------------------------
 
 
-def _block_size(p: int, k: int) -> int:
-    """Block size m of the blocked L Delta L^T recursion (flops n p (m + 3k))."""
-    return max(1, min(p, 64))
-
-
-class _FactorPlan(NamedTuple):
-    """Everything the draw needs; O(p (k + m)) memory, no p x p array.
-
-    The noise is ``y = A g`` with ``A`` block lower triangular: diagonal blocks
-    ``A_J`` (``A_J A_J^T`` = the block's Schur complement) and below-diagonal
-    blocks ``Z_I F_J`` (rank k), so ``A`` is never stored. When ``m`` does not
-    divide ``p`` the last block is the window of the last ``m`` columns, its first
-    ``m - r`` coordinates being independent dummies (``c = 1``, ``Z = 0``) that the
-    draw masks out.
-    """
-
-    X: jax.Array  # (n, p)
-    mu: jax.Array  # (p,)
-    s_over_d: jax.Array  # (p,)
-    Zb: jax.Array  # (nb, m, k) rows of Z per block (dummies: 0); Omega = diag(c) + Z Z^T
-    P0: jax.Array  # (n, k) initial state (X - mu) D^-1 U N: the mean's low-rank term
-    nonneg: jax.Array  # () bool, c >= 0: Omega = [C^1/2, Z][C^1/2, Z]^T, no recursion needed
-    sqrt_c: jax.Array  # (nb, m) sqrt(max(c, 0)) per block
-    A: jax.Array  # (nb, m, m) diagonal-block factors (zeros when nonneg)
-    F: jax.Array  # (nb, k, m)
-
-
-def _lowrank_conditional_cov(d, U, s, scale=2.0):
-    """``Omega = 2S - S Sigma^-1 S = diag(c) + Z Z^T`` (section 4.3, eq. 4.1).
-
-    With ``Sigma^-1 = D^-1 - D^-1 U N N^T U^T D^-1`` (Woodbury, ``N N^T =
-    (I + U^T D^-1 U)^-1``): ``c = 2s - s^2 / d`` (possibly negative) and
-    ``Z = S D^-1 U N``. Here ``N = Lc^-T`` with ``Lc Lc^T = I + U^T D^-1 U``.
-    Returns ``(c, Z, DinvU_N)`` where ``DinvU_N = D^-1 U N``.
-    """
-    k = U.shape[1]
-    V = U / d[:, None]
-    cap = jnp.eye(k, dtype=U.dtype) + _mm(U.T, V)
-    Lc = jnp.linalg.cholesky(0.5 * (cap + cap.T))
-    # (D^-1 U N)^T = Lc^-1 V^T
-    VN = jax.scipy.linalg.solve_triangular(Lc, V.T, lower=True).T
-    c = scale * s - s * s / d  # scale = (m + 1) / m for m knockoffs (Omega_m, see sample_knockoffs)
-    Z = s[:, None] * VN
-    return c, Z, VN
-
-
-def _factor_block(M, c, Zj):
-    """One block of the blocked Algorithm 6.
-
-    ``M`` (k x k) carries the trailing Schur complement: the covariance of the
-    rows not yet factorised, given the earlier ones, is ``diag(c) + Z M Z^T``.
-    The block's own Schur complement ``S_J = diag(c_J) + Z_J M Z_J^T`` (PSD even
-    when ``c`` is not) is factorised as ``A_J A_J^T``, then
-    ``F_J = M Z_J^T A_J^{-T}`` and ``M <- M - F_J F_J^T``.
-
-    ``A_J`` is the Cholesky factor when every pivot exceeds the rounding level
-    ``tol = 8 m eps (max|c_J| + max diag S_J)``. Otherwise (a singular block,
-    e.g. at the boundary of feasibility) it is ``Q sqrt(lam)`` from the
-    eigendecomposition with eigenvalues ``<= tol`` set to zero and the
-    pseudo-inverse in ``F_J``: the blocked analogue of Algorithm 6's
-    ``Delta_jj = 0 -> b_j = 0`` (for PSD ``Omega``, a null direction of ``S_J``
-    has no covariance with later rows).
-    """
-    m = Zj.shape[0]
-    eps = jnp.finfo(M.dtype).eps
-    ZM = _mm(Zj, M)  # (m, k)
-    S = jnp.diag(c) + _mm(ZM, Zj.T)
-    S = 0.5 * (S + S.T)
-    tol = 8 * m * eps * (jnp.max(jnp.abs(c)) + jnp.max(jnp.abs(jnp.diagonal(S))))
-    L = jnp.linalg.cholesky(S)
-    ok = jnp.all(jnp.isfinite(L)) & (jnp.min(jnp.diagonal(L)) ** 2 > tol)
-
-    def cholesky_branch():
-        # XLA's CPU triangular solve is slow for many right-hand sides: invert L
-        # (m x m, well conditioned here since every pivot exceeds tol) and multiply.
-        Linv = jax.scipy.linalg.solve_triangular(L, jnp.eye(m, dtype=L.dtype), lower=True)
-        return L, _mm(Linv, ZM).T  # F = M Z^T L^-T
-
-    def eigen_branch():
-        lam, Q = jnp.linalg.eigh(S)
-        keep = lam > tol
-        lam_k = jnp.where(keep, lam, 1.0)
-        A = Q * jnp.where(keep, jnp.sqrt(lam_k), 0.0)
-        F = _mm(ZM.T, Q) * jnp.where(keep, 1.0 / jnp.sqrt(lam_k), 0.0)
-        return A, F
-
-    A, F = lax.cond(ok, cholesky_branch, eigen_branch)
-    M = M - _mm(F, F.T)
-    return 0.5 * (M + M.T), A, F
-
-
-def _pad_last_block(a, m, fill):
-    """Insert ``m - r`` rows of ``fill`` before the last partial block of ``a``."""
-    p = a.shape[0]
-    pad = -p % m
-    if not pad:
-        return a
-    filler = jnp.full((pad,) + a.shape[1:], fill, a.dtype)
-    cut = p - p % m
-    return jnp.concatenate([a[:cut], filler, a[cut:]])
-
-
-def _factor_plan(X, d, U, s, mu, force_recursion: bool = False, scale: float = 2.0) -> _FactorPlan:
-    n, p = X.shape
-    k = U.shape[1]
-    m = _block_size(p, k)
-    nb = -(-p // m)
-    if mu is None:
-        mu = _column_means(X)
-    c, Z, VN = _lowrank_conditional_cov(d, U, s, scale)
-    cb = _pad_last_block(c, m, 1.0).reshape(nb, m)
-    Zb = _pad_last_block(Z, m, 0.0).reshape(nb, m, k)
-
-    def body(M, cz):
-        M, A, F = _factor_block(M, *cz)
-        return M, (A, F)
-
-    def recursion():
-        # C indefinite: s > 2d somewhere, or s < 0, or NaN. Only here can s be
-        # infeasible (C >= 0 means 0 <= s <= 2d), so only here is feasibility tested.
-        feasible = _feasibility.feasible_factor_traced(d, U, s)
-        return lax.scan(body, jnp.eye(k, dtype=U.dtype), (cb, Zb))[1], feasible
-
-    def no_recursion():
-        return (jnp.zeros((nb, m, m), U.dtype), jnp.zeros((nb, k, m), U.dtype)), jnp.all(d > 0)
-
-    nonneg = jnp.all(c >= 0) & (not force_recursion)
-    (A, F), feasible = lax.cond(nonneg, no_recursion, recursion)
-    # (X - mu) D^-1 U N without an (n, p) temporary
-    P0 = _mm(X, VN) - _mm(mu, VN)
-    sqrt_c = jnp.sqrt(jnp.clip(cb, 0.0))
-    # an infeasible s (or d <= 0) poisons every knockoff: s / d enters each column's mean
-    s_over_d = jnp.where(feasible, s / d, jnp.nan)
-    return _FactorPlan(X, mu, s_over_d, Zb, P0, nonneg, sqrt_c, A, F)
-
-
-def _factor_draw(key, plan: _FactorPlan):
-    """Blocked Algorithms 7-8: one pass over column blocks, O(n p (m + 2k)).
-
-    For block J (columns ``[Jm, (J+1)m)``), with ``g_J`` fresh normals (n x m)
-    drawn from ``fold_in(key, J)``:
-
-        X~_J = X_J - (s/d)_J (X_J - mu_J) + g_J A_J^T + W_J Z_J^T
-        W_{J+1} = W_J + g_J F_J^T
-
-    ``W`` (n x k) starts at ``(X - mu) D^-1 U N``, which folds the low-rank part
-    of the conditional mean into the same product as the noise: with
-    ``Z = S D^-1 U N``, ``(X - mu) Sigma^-1 S = (X - mu) D^-1 S - W_0 Z^T``.
-    """
-    X, mu, sd = plan.X, plan.mu, plan.s_over_d
-    n, p = X.shape
-    nb, m = plan.A.shape[0], plan.A.shape[1]
-    k = plan.Zb.shape[-1]
-    dtype = X.dtype
-
-    def general(J, g, W):
-        return _mm(g, plan.A[J].T) + _mm(W, plan.Zb[J].T), W + _mm(g, plan.F[J].T)
-
-    def nonneg(J, g, W):  # W = P0 + h is constant: y = g C^1/2 + h Z^T
-        return g * plan.sqrt_c[J] + _mm(W, plan.Zb[J].T), W
-
-    def body(J, carry):
-        W, out = carry
-        start = jnp.minimum(J * m, p - m)  # the last window ends at column p
-        Xj = lax.dynamic_slice_in_dim(X, start, m, axis=1)
-        muj = lax.dynamic_slice_in_dim(mu, start, m)
-        sdj = lax.dynamic_slice_in_dim(sd, start, m)
-        g = jax.random.normal(jax.random.fold_in(key, J), (n, m), dtype)
-        noise, W = lax.cond(plan.nonneg, nonneg, general, J, g, W)
-        Yj = Xj - sdj * (Xj - muj) + noise
-        if p % m:  # keep the columns the clamped last window shares with the previous block
-            fresh = jnp.arange(m) >= J * m - start
-            Yj = jnp.where(fresh, Yj, lax.dynamic_slice_in_dim(out, start, m, axis=1))
-        return W, lax.dynamic_update_slice_in_dim(out, Yj, start, axis=1)
-
-    h = jax.random.normal(jax.random.fold_in(key, nb), (n, k), dtype)
-    W0 = plan.P0 + jnp.where(plan.nonneg, h, 0.0)
-    _, out = lax.fori_loop(0, nb, body, (W0, jnp.zeros((n, p), dtype)))
-    return out
-
-
-class _MultiFactorPlan(NamedTuple):
-    """``m > 1`` copies under a factor model: the common part from a factor plan of ``Omega_m``."""
-
-    base: _FactorPlan  # plan of N(mean, Omega_m), Omega_m = (m+1)/m S - S Sigma^-1 S = diag(c') + Z Z^T
-    sqrt_s: jax.Array  # (p,)
-    copies: jax.Array  # (m,) placeholder: its shape carries m
-
-
-def _multi_factor_draw(key, plan: _MultiFactorPlan):
-    k_common, k_own = jax.random.split(key)
-    common = _factor_draw(k_common, plan.base)
-    n = common.shape[0]
-    return common[:, None, :] + _independent_parts(k_own, plan.sqrt_s, n, plan.copies.shape[0], common.dtype)
-
-
 def _validate_factor(X, model, s, mu, m: int = 1):
     X = _as_X(X)
     n, p = X.shape
@@ -614,16 +291,7 @@ def _validate_factor(X, model, s, mu, m: int = 1):
     s = _as_s(s, p)
     mu = _as_mu(mu, p)
     X, d, U, s, mu = _common_dtype(X, d, U, s, mu)
-    _check_finite_large(X, "X")
-    for a, name in ((d, "model.d"), (U, "model.U"), (s, "s"), (mu, "mu")):
-        if a is not None:
-            check_finite(a, name)
-    if is_concrete(d) and np.any(np.asarray(d) <= 0):
-        dv = np.asarray(d)
-        j = int(np.argmin(dv))
-        raise ValueError(f"model.d must be positive (Sigma = diag(d) + U U^T with d > 0), got d[{j}] = {dv[j]:.3g}")
-    check_nonnegative(s, "s")
-    _feasibility.check_feasible_factor(d, U, s, ratio=(m + 1.0) / m)
+    _sampling_checks.check_factor_values(X, d, U, s, mu, ratio=(m + 1.0) / m)
     return X, d, U, s, mu
 
 
@@ -723,7 +391,11 @@ def _sampler_spec(X, Sigma, s, mu, m: int = 1):
 
 def _sampler_bytes(n: int, p: int, k: int | None, itemsize: int) -> tuple[int, int]:
     """(shared, per-replicate) bytes of the sampler for these shapes (see :func:`sample_replicates`)."""
-    return _memory.knockoff_bytes(n, p, k, itemsize, block_size=None if k is None else _block_size(p, k))
+    if k is None:
+        return _memory.knockoff_bytes(n, p, None, itemsize)
+    m = _sampling_factor.block_size(p, k)
+    chunk = 2 * n * _sampling_factor.chunk_blocks(n, -(-p // m), m, k) * (m + k)
+    return _memory.knockoff_bytes(n, p, k, itemsize, block_size=m, chunk_elements=chunk)
 
 
 # The key-independent plan (factorisation of Omega, conditional mean) and the draw
@@ -734,13 +406,13 @@ def _plan(X, params, mu, kind, m=1):
     if kind in ("factor", "factor_recursive"):
         force = kind == "factor_recursive"  # benchmarks/tests: the indefinite-C path on any data
         if m == 1:
-            return _factor_plan(X, *params, mu, force_recursion=force)
-        base = _factor_plan(X, *params, mu, force_recursion=force, scale=(m + 1.0) / m)
+            return _sampling_factor.factor_plan(X, *params, mu, force_recursion=force)
+        base = _sampling_factor.factor_plan(X, *params, mu, force_recursion=force, scale=(m + 1.0) / m)
         s = params[2]
-        return _MultiFactorPlan(base, jnp.sqrt(jnp.clip(s, 0.0)), jnp.zeros((m,), X.dtype))
+        return _sampling_multi.MultiFactorPlan(base, jnp.sqrt(jnp.clip(s, 0.0)), jnp.zeros((m,), X.dtype))
     if m == 1 and params[1].ndim == 1:
         return _dense_plan(X, *params, mu)
-    return _multi_dense_plan(X, *params, mu, m)
+    return _sampling_multi.multi_dense_plan(X, *params, mu, m)
 
 
 def replicate_plan(X, Sigma, s, *, mu=None, force_recursion: bool = False, num_knockoffs=1):
@@ -781,28 +453,28 @@ def replicate_plan(X, Sigma, s, *, mu=None, force_recursion: bool = False, num_k
 
 def draw_replicate(key, plan):
     """One knockoff replicate from a :func:`replicate_plan` (pure; ``vmap`` it over split keys)."""
-    if isinstance(plan, _FactorPlan):
-        return _factor_draw(key, plan)
-    if isinstance(plan, _MultiFactorPlan):
-        return _multi_factor_draw(key, plan)
-    if isinstance(plan, _MultiDensePlan):
-        return _multi_dense_draw(key, plan)
+    if isinstance(plan, _sampling_factor.FactorPlan):
+        return _sampling_factor.factor_draw(key, plan)
+    if isinstance(plan, _sampling_multi.MultiFactorPlan):
+        return _sampling_multi.multi_factor_draw(key, plan)
+    if isinstance(plan, _sampling_multi.MultiDensePlan):
+        return _sampling_multi.multi_dense_draw(key, plan)
     return _dense_draw(key, plan)
 
 
 def plan_bytes(plan) -> tuple[int, int]:
     """``(shared, per_replicate)`` bytes of drawing from ``plan`` (:func:`jaxknock._memory.knockoff_bytes`)."""
-    if isinstance(plan, (_MultiFactorPlan, _MultiDensePlan)):  # m copies: m times the per-replicate part
+    if isinstance(plan, (_sampling_multi.MultiFactorPlan, _sampling_multi.MultiDensePlan)):  # m copies: m times
         m = plan.copies.shape[0]
-        if isinstance(plan, _MultiFactorPlan):
+        if isinstance(plan, _sampling_multi.MultiFactorPlan):
             shared, per = plan_bytes(plan.base)
         else:
             n, p = plan.mean.shape
             shared, per = _memory.knockoff_bytes(n, p, None, plan.mean.dtype.itemsize)
         return shared, (m + 1) * per
-    if isinstance(plan, _FactorPlan):
+    if isinstance(plan, _sampling_factor.FactorPlan):
         n, p = plan.X.shape
-        return _memory.knockoff_bytes(n, p, plan.Zb.shape[-1], plan.X.dtype.itemsize, block_size=plan.A.shape[1])
+        return _sampler_bytes(n, p, plan.Zb.shape[-1], plan.X.dtype.itemsize)
     n, p = plan.mean.shape
     return _memory.knockoff_bytes(n, p, None, plan.mean.dtype.itemsize)
 
@@ -994,7 +666,7 @@ def _sharded_replicates(key, X, params, mu, kind, k, R, chunk_size, stream, mesh
 @jax.jit
 def _fixed_x(Xn, s):
     n, p = Xn.shape
-    G = _mm(Xn.T, Xn)
+    G = _sampling_common.mm(Xn.T, Xn)
     G = 0.5 * (G + G.T)
     Lg = jnp.linalg.cholesky(G)
     GinvS = jax.scipy.linalg.cho_solve((Lg, True), jnp.diag(s))
@@ -1006,7 +678,7 @@ def _fixed_x(Xn, s):
     # identity reflectors, so Q[:, p:2p] = H_1...H_p e_{p+j} spans part of col(X)^perp.
     Qx, _ = jnp.linalg.qr(jnp.concatenate([Xn, jnp.zeros_like(Xn)], axis=1))
     Ut = Qx[:, p:]
-    Xk = Xn - _mm(Xn, GinvS) + _mm(Ut, C)
+    Xk = Xn - _sampling_common.mm(Xn, GinvS) + _sampling_common.mm(Ut, C)
     # the clipping above is right only for rounding: an infeasible or negative s
     # (traced, so not seen by the eager check) poisons the knockoffs with NaN
     return jnp.where(_feasibility.feasible_dense_traced(G, s), Xk, jnp.nan)
@@ -1057,22 +729,6 @@ def fixed_x_knockoffs(X, s):
         )
     s = _as_s(s, p)
     X, s = _common_dtype(X, s)
-    _check_finite_large(X, "X")
-    check_finite(s, "s")
-    check_nonnegative(s, "s")
-    norms = jnp.linalg.norm(X, axis=0)
-    if is_concrete(norms) and np.any(np.asarray(norms) == 0):
-        j = int(np.argmin(np.asarray(norms)))
-        raise ValueError(f"X has an all-zero column (column {j}); drop it first")
-    Xn = X / norms
-    if is_concrete(Xn):
-        G = np.asarray(Xn, np.float64)
-        G = G.T @ G
-        if np.linalg.eigvalsh(G)[0] <= 64 * p * np.finfo(np.dtype(X.dtype)).eps:
-            raise ValueError(
-                "X has (nearly) linearly dependent columns: the normalised Gram matrix "
-                f"has smallest eigenvalue {np.linalg.eigvalsh(G)[0]:.3g}; fixed-X "
-                "knockoffs need full column rank"
-            )
-        _feasibility.check_feasible_dense(G.astype(np.dtype(X.dtype)), s, name="X^T X (normalised)")
+    _sampling_checks.check_fixed_x_values(X, s)
+    Xn = X / jnp.linalg.norm(X, axis=0)
     return Xn, _fixed_x(Xn, s)

@@ -117,8 +117,8 @@ def _prepare(Xk, y, *, loss="squared", fit_intercept=True, binary=False, num_kno
         raise ValueError(
             f"y has {y.shape[0]} entries but Xk has {Xk.shape[-2]} rows; they must describe the same samples"
         )
-    _checks.check_finite(Xk, "Xk")
-    _checks.check_finite(y, "y")
+    _checks.check_finite_on_device(Xk, "Xk")  # never copies the (R, n, 2p) batch to the host
+    _checks.check_finite_on_device(y, "y")
     y = y.astype(Xk.dtype)
     if binary:
         _checks.check_model_response(y, loss="logistic", fit_intercept=True)
@@ -207,7 +207,8 @@ def lcd(
             the refit in one batched path). ``"classic"``: the
             fixed-step engine :func:`jaxknock.lasso_cv`. ``"auto"``
             (default): ``"working_set"`` for cross-validation with an
-            intercept outside a ``jit`` trace (the engine grows its
+            intercept on a float64 design outside a ``jit`` trace (float32
+            designs use ``"classic"``, which follows their dtype) (the engine grows its
             working-set capacity on the host), else ``"classic"``.
             Both target the same lambda and support as a tight solve.
         throw: raise ``RuntimeError`` if any solve failed.
@@ -287,7 +288,8 @@ def lcd(
 def _use_working_set(engine, Xk3, fit_intercept) -> bool:
     _checks.check_choice(engine, ("auto", "working_set", "classic"), "engine")
     if engine == "auto":
-        return fit_intercept and not isinstance(Xk3, jax.core.Tracer)
+        # the working-set engine's path loop is float64-only for now: a float32 design stays float32 (classic)
+        return fit_intercept and not isinstance(Xk3, jax.core.Tracer) and Xk3.dtype == jnp.float64
     if engine == "working_set" and not fit_intercept:
         raise ValueError("engine='working_set' always fits an intercept; use engine='classic' with fit_intercept=False")
     return engine == "working_set"

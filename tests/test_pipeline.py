@@ -112,7 +112,7 @@ def test_labels_that_are_not_a_response_are_rejected_naming_y(key, y_kind, messa
 
 def test_float32_design_and_bad_fdr_type(key):
     X, y, _ = make_data(seed=3)
-    # the SDP needs float64: a float32 design is upcast for it (used to fail with a message about "Sigma")
+    # the SDP needs float64: only its covariance is upcast; the design stays float32 (tests/test_precision_transfers.py)
     a = knockoff_filter(key, np.asarray(X, np.float32), y, fdr=0.2, s_method="sdp", statistic="correlation")
     assert a.W.shape == (1, X.shape[1])
     assert int(a.s_solution.result) == 0

@@ -15,7 +15,7 @@ import pytest
 from helpers import ar1_correlation, count_compiles, equicorrelated_s, random_factor_model
 
 import jaxknock.sampling as sampling
-from jaxknock import _memory
+from jaxknock import _memory, _sampling_common
 from jaxknock.covariance import FactorModel
 from jaxknock.sampling import (
     fixed_x_knockoffs,
@@ -167,11 +167,11 @@ def test_psd_factor_is_robust():
     Q, _ = np.linalg.qr(rng.normal(size=(8, 8)))
     lam = np.array([-1e-13, 0.0, 1e-16, 0.5, 1, 1, 2, 3])  # PSD only up to rounding
     Om = (Q * lam) @ Q.T
-    A = np.asarray(sampling._psd_factor(jnp.asarray(Om)))
+    A = np.asarray(_sampling_common.psd_factor(jnp.asarray(Om)))
     assert np.all(np.isfinite(A))
     np.testing.assert_allclose(A @ A.T, Om, atol=1e-12)
     Om_bad = (Q * np.array([-1e-3, 0, 0, 0.5, 1, 1, 2, 3])) @ Q.T  # clearly indefinite
-    A = np.asarray(sampling._psd_factor(jnp.asarray(Om_bad)))
+    A = np.asarray(_sampling_common.psd_factor(jnp.asarray(Om_bad)))
     assert np.all(np.isfinite(A))
     np.testing.assert_allclose(A @ A.T, (Q * np.clip(np.diag(Q.T @ Om_bad @ Q), 0, None)) @ Q.T, atol=1e-12)
 
@@ -299,7 +299,7 @@ def test_sample_replicates_memory(monkeypatch, small_problem):
     n, p = X.shape
     b = 8
     shared, per_rep = _memory.knockoff_bytes(n, p, 3, b, block_size=64)
-    assert per_rep == (n * p + 4 * n * (64 + 3)) * b  # the documented formula
+    assert per_rep == (3 * n * p + 4 * n * (64 + 3)) * b  # the documented formula (two chunks of blocks)
     assert sampling.plan_bytes(sampling.replicate_plan(X, model, s)) == (shared, per_rep)
 
     def chunk(R, stream, memory):

@@ -1,0 +1,60 @@
+"""Shared pieces of the knockoff samplers: HIGHEST-precision products, column means, PSD factors."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+__all__ = ["HIGHEST", "column_means", "mm", "psd_factor", "psd_factor_checked"]
+
+HIGHEST = lax.Precision.HIGHEST
+
+
+def mm(a, b):
+    """``a @ b`` at ``precision=HIGHEST`` (see the precision note of :mod:`jaxknock.sampling`)."""
+    return jnp.matmul(a, b, precision=HIGHEST)
+
+
+def column_means(X):
+    # a GEMV: XLA's CPU reduction over the leading axis is much slower (benchmarks/measured/NOTES.md, core)
+    return mm(jnp.ones(X.shape[0], X.dtype), X) / X.shape[0]
+
+
+def psd_factor(Omega, feasible=None):
+    """A with ``A A^T = Omega`` for a matrix that is PSD up to rounding; never NaN for feasible ``s``.
+
+    Tries the Cholesky factor of ``Omega + tau I`` with ``tau = p eps max(diag)``
+    (a variance change far below sampling error). If that fails (Omega singular or
+    slightly indefinite beyond the jitter), falls back to the eigendecomposition
+    with negative eigenvalues clipped to 0, i.e. the factor of the nearest PSD
+    matrix in Frobenius norm. Clipping is right only for rounding: on that
+    branch ``feasible()`` (a traced flag, evaluated only there) decides, and an
+    infeasible ``s`` gets an all-NaN factor, so every knockoff it produces is NaN.
+    """
+    p = Omega.shape[-1]
+    eps = jnp.finfo(Omega.dtype).eps
+    Omega = 0.5 * (Omega + Omega.T)
+    tau = p * eps * jnp.max(jnp.abs(jnp.diagonal(Omega)))
+    L = jnp.linalg.cholesky(Omega + tau * jnp.eye(p, dtype=Omega.dtype))
+
+    def eig_factor():
+        lam, Q = jnp.linalg.eigh(Omega)
+        A = Q * jnp.sqrt(jnp.clip(lam, 0.0))
+        return A if feasible is None else jnp.where(feasible(), A, jnp.nan)
+
+    return lax.cond(jnp.all(jnp.isfinite(L)), lambda: L, eig_factor)
+
+
+def psd_factor_checked(Omega, tol):
+    """``(A, ok)``: :func:`psd_factor` and whether ``lambda_min(Omega) >= -tol``."""
+    p = Omega.shape[-1]
+    eps = jnp.finfo(Omega.dtype).eps
+    Omega = 0.5 * (Omega + Omega.T)
+    tau = p * eps * jnp.max(jnp.abs(jnp.diagonal(Omega)))
+    L = jnp.linalg.cholesky(Omega + tau * jnp.eye(p, dtype=Omega.dtype))
+
+    def eig_factor():
+        lam, Q = jnp.linalg.eigh(Omega)
+        return Q * jnp.sqrt(jnp.clip(lam, 0.0)), lam[0] >= -tol
+
+    return lax.cond(jnp.all(jnp.isfinite(L)), lambda: (L, jnp.asarray(True)), eig_factor)
