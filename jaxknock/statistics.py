@@ -288,8 +288,7 @@ def lcd(
 def _use_working_set(engine, Xk3, fit_intercept) -> bool:
     _checks.check_choice(engine, ("auto", "working_set", "classic"), "engine")
     if engine == "auto":
-        # the working-set engine's path loop is float64-only for now: a float32 design stays float32 (classic)
-        return fit_intercept and not isinstance(Xk3, jax.core.Tracer) and Xk3.dtype == jnp.float64
+        return fit_intercept and not isinstance(Xk3, jax.core.Tracer)
     if engine == "working_set" and not fit_intercept:
         raise ValueError("engine='working_set' always fits an intercept; use engine='classic' with fit_intercept=False")
     return engine == "working_set"
