@@ -166,3 +166,18 @@ def test_homotopy_wide_folds_match_lassocv():
     assert float(sol.stats["lam"]) == pytest.approx(sk.alpha_)
     np.testing.assert_allclose(np.asarray(sol.value), sk.coef_, atol=1e-6)
     assert float(sol.stats["kkt"]) < 1e-8
+
+
+def test_homotopy_float32_same_choice_as_float64():
+    """A float32 design stays float32, is certified at its own rounding level, and picks float64's lambda."""
+    X, y = _data(150, 60, seed=3)
+    s64 = l1_cv(X, y, method="homotopy", num_lambdas=40)
+    s32 = l1_cv(X.astype(np.float32), y.astype(np.float32), method="homotopy", num_lambdas=40)
+    assert s32.value.dtype == np.float32
+    assert int(s32.result) == RESULTS.successful and int(s64.result) == RESULTS.successful
+    assert abs(int(s32.stats["lam_index"]) - int(s64.stats["lam_index"])) <= 1
+    b32, b64 = np.asarray(s32.value, float), np.asarray(s64.value)
+    assert _kkt(X, y, b32, float(s32.stats["intercept"]), float(s32.stats["lam"])) < 1e-3
+    if int(s32.stats["lam_index"]) == int(s64.stats["lam_index"]):
+        big = np.abs(b64) > 1e-3 * np.abs(b64).max()
+        assert np.array_equal(b32[big] != 0, b64[big] != 0)
