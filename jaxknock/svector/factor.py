@@ -177,7 +177,7 @@ def sdp_factor(
     primal-dual Newton path following, the box handled by log barriers and
     multipliers as in :func:`~jaxknock.sdp`. The Newton system
     ``(lam A^{-1} o A^{-1} + diag(z0/s + z1/(1-s))) ds = grad`` is solved by
-    Jacobi-preconditioned conjugate gradients (relative residual 1e-2); by
+    Jacobi-preconditioned conjugate gradients (relative residual 1e-6); by
     Woodbury ``A^{-1} = diag(1/e) - W Q W^T`` (``e = 2d - s``, ``W`` ``p x k``),
     so one product with ``A^{-1} o A^{-1}`` is ``4 p k^2`` flops of matrix
     products. ``lam`` starts at ``lam0`` (default ``0.5 / p``) and is multiplied
@@ -187,7 +187,8 @@ def sdp_factor(
     ``p``: every trip is a handful of ``O(p k^2)`` matrix products, which is what
     a GPU wants. The run ends ``stagnated`` when the certificate stops improving.
 
-    ``method="coordinate"`` (FANOK Algorithm 5): the same barrier problem and coordinate update as :func:`~jaxknock.sdp`, but
+    ``method="coordinate"`` (FANOK Algorithm 5): the same barrier problem and
+    coordinate update as :func:`~jaxknock.sdp`, but
     ``A = 2 Sigma - diag(s) = Dt + 2 U U^T`` with ``Dt = 2D - diag(s)``, so
     (Lemma 5 + Woodbury) every coordinate needs only
     ``a_j = u_j^T M^{-1} u_j`` with the ``k x k`` capacitance
