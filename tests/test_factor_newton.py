@@ -58,7 +58,7 @@ _MODELS30 = [
 
 @pytest.mark.parametrize("model", [m for _, m in _MODELS30], ids=[n for n, _ in _MODELS30])
 def test_newton_matches_dense_sdp_and_clarabel_with_a_valid_certificate(model):
-    sol = sdp_factor(model, tol=1e-6)
+    sol = sdp_factor(model, tol=1e-6, method="newton")
     assert int(sol.result) in HONEST, RESULTS(int(sol.result)).name
     C, dg = correlation(model)
     s = np.asarray(sol.value) / dg
@@ -84,7 +84,7 @@ def test_newton_matches_dense_sdp_and_clarabel_with_a_valid_certificate(model):
 
 def test_newton_agrees_with_coordinate_method():
     model = random_model(30, 3, 5, scale=2.0)
-    a, b = sdp_factor(model, tol=1e-6), sdp_factor(model, tol=1e-6, method="coordinate")
+    a, b = sdp_factor(model, tol=1e-6, method="newton"), sdp_factor(model, tol=1e-6, method="coordinate")
     assert int(a.result) == int(b.result) == RESULTS.successful
     assert abs(float(a.stats["objective"]) - float(b.stats["objective"])) <= float(a.stats["gap"] + b.stats["gap"])
     assert int(a.stats["num_loop_trips"]) < int(b.stats["num_loop_trips"])
@@ -107,12 +107,12 @@ def test_hadamard_matvec_equals_dense():
 def test_vmap_batch_equals_loop_and_no_recompile_on_new_tol():
     models = [random_model(30, 3, i) for i in (7, 8, 9)]
     batch = FactorModel(jnp.stack([m.d for m in models]), jnp.stack([m.U for m in models]))
-    sol = sdp_factor(batch, tol=1e-5)
+    sol = sdp_factor(batch, tol=1e-5, method="newton")
     assert sol.result.shape == (3,) and sol.stats["num_loop_trips"].shape == (3,)
     for i, m in enumerate(models):
-        one = sdp_factor(m, tol=1e-5)
+        one = sdp_factor(m, tol=1e-5, method="newton")
         np.testing.assert_allclose(sol.value[i], one.value, atol=1e-9)
-    via_vmap = jax.vmap(lambda d, U: sdp_factor(FactorModel(d, U), tol=1e-5).value)(batch.d, batch.U)
+    via_vmap = jax.vmap(lambda d, U: sdp_factor(FactorModel(d, U), tol=1e-5, method="newton").value)(batch.d, batch.U)
     np.testing.assert_allclose(via_vmap, sol.value, atol=1e-9)
 
     compiles = []
@@ -123,8 +123,10 @@ def test_vmap_batch_equals_loop_and_no_recompile_on_new_tol():
 
     jax.monitoring.register_event_duration_secs_listener(listener)
     try:
-        jax.block_until_ready(sdp_factor(models[0], tol=3e-4, decay=0.2, lam0=0.01, max_steps=77).value)
-        jax.block_until_ready(sdp_factor(models[0], tol=2e-6).value)
+        jax.block_until_ready(
+            sdp_factor(models[0], tol=3e-4, decay=0.2, lam0=0.01, max_steps=77, method="newton").value
+        )
+        jax.block_until_ready(sdp_factor(models[0], tol=2e-6, method="newton").value)
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
     assert compiles == []
@@ -133,7 +135,7 @@ def test_vmap_batch_equals_loop_and_no_recompile_on_new_tol():
 def test_loop_trips_do_not_grow_with_p():
     trips = {}
     for p in (50, 500):
-        sol = sdp_factor(random_model(p, 3, 10), tol=1e-5)
+        sol = sdp_factor(random_model(p, 3, 10), tol=1e-5, method="newton")
         assert int(sol.result) == RESULTS.successful
         trips[p] = int(sol.stats["num_loop_trips"])
         assert trips[p] >= int(sol.stats["num_steps"]) > 0

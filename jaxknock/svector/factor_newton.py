@@ -57,7 +57,8 @@ class FactorNewtonState(NamedTuple):
     ``step`` Newton steps taken; ``dual`` the best certified dual bound so far;
     ``stall`` the stall score; ``cg_iters`` conjugate-gradient iterations and
     ``trips`` sequential loop trips (Newton steps + CG iterations + step
-    shortenings) so far.
+    shortenings) so far; ``M`` the ``k x k`` capacitance ``I + 2 U^T diag(1/e) U``
+    at ``s`` (kept from the feasibility test that accepted ``s``).
     """
 
     s: jax.Array
@@ -69,18 +70,24 @@ class FactorNewtonState(NamedTuple):
     stall: jax.Array
     cg_iters: jax.Array
     trips: jax.Array
+    M: jax.Array
 
 
 def _mm(a, b):
     return jnp.matmul(a, b, precision=HIGHEST)
 
 
-def woodbury(d, U, s):
-    """``(e, W, WQ, h)``: ``A^{-1} = diag(1/e) - W Q W^T`` pieces and ``h = diag(A^{-1})``."""
+def capacitance(d, U, s):
+    """``M = I + 2 U^T diag(1/e) U`` with ``e = 2d - s`` (``k x k``, ``2 p k^2`` flops)."""
+    return jnp.eye(U.shape[1], dtype=U.dtype) + 2.0 * _mm(U.T, U / (2.0 * d - s)[:, None])
+
+
+def woodbury(d, U, s, M=None):
+    """``(e, W, WQ, r, h)``: ``A^{-1} = diag(1/e) - W Q W^T`` with ``W = diag(1/e) U``,
+    ``Q = 2 M^{-1}``, ``WQ = W Q``, ``r_j = (WQ)_j W_j^T`` and ``h = diag(A^{-1}) = 1/e - r``."""
     e = 2.0 * d - s
     W = U / e[:, None]
-    k = U.shape[1]
-    M = jnp.eye(k, dtype=U.dtype) + 2.0 * _mm(U.T, W)
+    M = capacitance(d, U, s) if M is None else M
     Q = 2.0 * jnp.linalg.inv(0.5 * (M + M.T))
     WQ = _mm(W, Q)
     r = jnp.sum(WQ * W, axis=1)
@@ -130,9 +137,12 @@ def _max_step(x, dx):
 
 
 def _acceptable(d, U, s):
+    """``(ok, M)``: ``A(s)`` positive definite (exact inertia test) and no ``e_j`` within
+    rounding of 0; ``M`` the capacitance at ``s``."""
     e = 2.0 * d - s
+    M = capacitance(d, U, s)
     far = jnp.all(jnp.abs(e) > _E_FLOOR * (2.0 * d + jnp.abs(s)))
-    return far & _common.factor_is_pd(d, U, s)
+    return far & _common.factor_is_pd_from_capacitance(e, M), M
 
 
 def path_init(d, U, lam0, cap) -> FactorNewtonState:
@@ -146,14 +156,15 @@ def path_init(d, U, lam0, cap) -> FactorNewtonState:
     s = jnp.minimum(jnp.minimum(1e-3 * lam0, 1e-3 * cap), 0.5 / (p * h))
     inf = jnp.asarray(jnp.inf, U.dtype)
     zero = jnp.int32(0)
-    return FactorNewtonState(s, lam0 / s, lam0 / (cap - s), jnp.asarray(lam0, U.dtype), zero, inf, zero, zero, zero)
+    lam0 = jnp.asarray(lam0, U.dtype)
+    return FactorNewtonState(s, lam0 / s, lam0 / (cap - s), lam0, zero, inf, zero, zero, zero, capacitance(d, U, s))
 
 
 def path_step(st: FactorNewtonState, d, U, cap, tol, mu, cg_max, center=0.3, patience=PATIENCE):
     """One primal-dual Newton step (CG-solved), the certificate, ``lam`` and stall updates."""
     inf = jnp.asarray(jnp.inf, st.s.dtype)
     s, z0, z1, lam = st.s, st.z0, st.z1, st.lam
-    e, W, WQ, r, h = woodbury(d, U, s)
+    e, W, WQ, r, h = woodbury(d, U, s, st.M)
     dual, _ = gap_from_inverse_diag(s, h, lam)
     dual = jnp.where(jnp.isfinite(dual), dual, inf)
     g = 1.0 - lam * h + lam / s - lam / (cap - s)
@@ -167,13 +178,14 @@ def path_step(st: FactorNewtonState, d, U, cap, tol, mu, cg_max, center=0.3, pat
     tp = jnp.minimum(_max_step(s, ds), _max_step(cap - s, -ds))
 
     def shrink(c):
-        t, k, _ = c
-        return t * 0.7, k + 1, _acceptable(d, U, s + 0.7 * t * ds)
+        t, k, _, _ = c
+        return t * 0.7, k + 1, *_acceptable(d, U, s + 0.7 * t * ds)
 
-    tp, n_shrink, ok_pd = lax.while_loop(
-        lambda c: (c[1] < 40) & ~c[2], shrink, (tp, jnp.int32(0), _acceptable(d, U, s + tp * ds))
+    tp, n_shrink, ok_pd, M_new = lax.while_loop(
+        lambda c: (c[1] < 40) & ~c[2], shrink, (tp, jnp.int32(0), *_acceptable(d, U, s + tp * ds))
     )
     tp = jnp.where(ok_pd, tp, 0.0)
+    M_new = jnp.where(ok_pd, M_new, st.M)
     td = jnp.minimum(_max_step(z0, dz0), _max_step(z1, dz1))
     s_new = s + tp * ds
     best = jnp.minimum(st.dual, dual)
@@ -193,6 +205,7 @@ def path_step(st: FactorNewtonState, d, U, cap, tol, mu, cg_max, center=0.3, pat
         stall,
         st.cg_iters + cg_it,
         st.trips + 1 + cg_it + n_shrink,
+        M_new,
     )
     ok = jnp.all(jnp.isfinite(new.s)) & jnp.all(jnp.isfinite(ds))
     return jax.tree_util.tree_map(
@@ -217,7 +230,7 @@ def _snap_to_cap(d, U, s, z0, z1, cap):
     onto ``cap`` when ``A`` stays positive definite: an interior method only gets ``~lam`` close."""
     active = (z1 > 0.5) & (z1 > 10.0 * z0)
     x = jnp.where(active, cap, s)
-    return jnp.where(_acceptable(d, U, x) & (jnp.sum(x) >= jnp.sum(s)), x, s)
+    return jnp.where(_acceptable(d, U, x)[0] & (jnp.sum(x) >= jnp.sum(s)), x, s)
 
 
 def solve_path(d, U, lam0, cap, tol, mu, max_steps, cg_max=CG_MAX_ITERS) -> Iteration:
