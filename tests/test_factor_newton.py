@@ -148,3 +148,21 @@ def test_loop_trips_do_not_grow_with_p():
 def test_bad_method_is_rejected():
     with pytest.raises(ValueError, match="method"):
         sdp_factor(random_model(10, 2, 0), method="jacobi")
+
+
+def test_hard_factor_models_and_bad_input_under_jit():
+    """The smallest, most degenerate models (p = 2, d down to 1e-9, equal rows): certified and feasible."""
+    from helpers import hard_factor_models
+
+    for name, d, U in hard_factor_models():
+        if U.shape[0] != 2:
+            continue  # p = 2: the most degenerate cases, one compilation (p = 3, 10 in bench/notes)
+        sol = sdp_factor(FactorModel(jnp.asarray(d), jnp.asarray(U)), method="newton")
+        assert int(sol.result) == RESULTS.successful and bool(sol.stats["feasible"]), name
+        assert float(sol.stats["gap"]) >= 0
+        S = np.diag(d) + U @ U.T
+        ev = np.linalg.eigvalsh(2 * S - np.diag(np.asarray(sol.value)))
+        assert ev[0] >= -1e-13 * ev[-1], name
+    f = jax.jit(lambda d, U: sdp_factor(FactorModel(d, U), method="newton").result)
+    assert int(f(jnp.array([0.5, -0.1]), jnp.ones((2, 1)))) == RESULTS.infeasible
+    assert int(f(jnp.array([0.5, jnp.nan]), jnp.ones((2, 1)))) == RESULTS.nonfinite
