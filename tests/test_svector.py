@@ -377,7 +377,7 @@ def test_sdp_step_is_the_step_sdp_coordinate_drives():
 def test_sdp_factor_step_is_the_step_sdp_factor_drives():
     rng = np.random.default_rng(0)
     model = FactorModel(jnp.asarray(rng.uniform(0.1, 1.0, 40)), jnp.asarray(0.5 * rng.standard_normal((40, 3))))
-    sol = sdp_factor(model, tol=1e-5)
+    sol = sdp_factor(model, tol=1e-5, method="coordinate")
     st = _drive(
         sdp_factor_init(model),
         lambda s: sdp_factor_step(s, model, tol=1e-5),

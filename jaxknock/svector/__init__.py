@@ -22,9 +22,15 @@ Modules (one concept each):
   * :mod:`~jaxknock.svector.coordinate` - barrier coordinate ascent (FANOK,
     thesis Algorithm 4), ``O(p^3)`` per sweep, blocked so the work is matrix
     products (:func:`sdp_init` / :func:`sdp_step`).
-* :mod:`~jaxknock.svector.factor` - :func:`sdp_factor`, the same ascent for
-  ``Sigma = D + U U^T`` (thesis Algorithm 5), ``O(p k^2)`` per sweep and
-  ``O(p k)`` memory (:func:`sdp_factor_init` / :func:`sdp_factor_step`).
+* :mod:`~jaxknock.svector.factor` - :func:`sdp_factor` for
+  ``Sigma = D + U U^T`` with ``O(p k)`` memory, by
+  * :mod:`~jaxknock.svector.factor_newton` - barrier Newton path following
+    whose Newton systems (Hessian ``lam A^{-1} o A^{-1}``, diagonal plus low
+    rank by Woodbury) are solved by preconditioned CG with ``O(p k^2)``
+    matrix products; its sequential depth does not grow with ``p``
+    (``method="newton"``, for GPUs), or
+  * the coordinate ascent of thesis Algorithm 5, ``O(p k^2)`` per sweep
+    (default, faster on CPU; :func:`sdp_factor_init` / :func:`sdp_factor_step`).
 * :mod:`~jaxknock.svector.mrc` - :func:`mvr` and :func:`maxent`
   (minimum-reconstructability objectives of Spector & Janson 2022, any
   number ``m`` of knockoffs), blocked coordinate descent with a certified

@@ -145,6 +145,11 @@ def factor_is_pd(d, U, s) -> jax.Array:
     """
     dt = 2.0 * d - s
     M = jnp.eye(U.shape[1], dtype=U.dtype) + 2.0 * jnp.matmul(U.T, U / dt[:, None], precision=HIGHEST)
+    return factor_is_pd_from_capacitance(dt, M)
+
+
+def factor_is_pd_from_capacitance(dt, M) -> jax.Array:
+    """:func:`factor_is_pd` given ``dt = 2d - s`` and the capacitance ``M = I + 2 U^T Dt^{-1} U``."""
     ev = jnp.linalg.eigvalsh((M + M.T) / 2)
     neg = jnp.sum(dt < 0) - jnp.sum(ev < 0)
     return (neg == 0) & jnp.all(dt != 0) & jnp.all(ev != 0) & jnp.all(jnp.isfinite(ev))
