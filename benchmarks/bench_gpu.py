@@ -17,7 +17,8 @@ Rows (full sizes; ``--medium`` / ``--small`` scale them down):
 * ``filter``: :func:`jaxknock.knockoff_filter` with ``num_replicates`` R = 100, n = p = 1000
   (the whole replicate pipeline: Ledoit-Wolf, SDP, R knockoffs, R CV-lasso statistics, e-BH);
 * ``lcd``: :func:`jaxknock.lcd` cross-validated lasso statistics on a batch of R = 10
-  designs ``(R, n, 2p)``, n = 2000, 2p = 2000.
+  designs ``(R, n, 2p)``, n = 2000, 2p = 2000, with ``solver="cd"`` and ``"fista"``
+  side by side (the measurement behind ``solver="auto"``, ``jaxknock/_backend.py``).
 
 Every timing is bracketed by ``block_until_ready`` on every output leaf. Per row:
 ``first`` is the first call (tracing + compilation + run), ``warm`` the best of
@@ -40,8 +41,8 @@ Work models (rough, stated so that they can be checked): Newton SDP step
 ``2 p^3``, Hessian Cholesky ``p^3/3``) times ``num_steps``; factor SDP
 ``7 p k^2`` per step; factor sampling ``2 n p k`` flops and ``2 n p`` elements
 moved per replicate, dense sampling ``2 n p^2`` flops; CV lasso ``4 n (2p)``
-flops per coordinate-descent epoch (``num_steps`` counts epochs) -- a lower
-bound, no Gram matrix counted. Rows print ``-`` where no model applies.
+flops per coordinate-descent epoch or FISTA iteration (``num_steps``) -- a
+lower bound, no Gram matrix counted. Rows print ``-`` where no model applies.
 
 Each row is guarded: an exception (including out-of-memory) prints ``FAILED``
 with the message and the script goes on with the next row.
@@ -370,15 +371,18 @@ def rows_for(sizes, dtype):
         Xt = jax.random.normal(jax.random.key(4), (R, n, p), dt)
         return jnp.concatenate([jnp.broadcast_to(X, (R, n, p)), Xt], axis=-1), y
 
-    rows.append(
-        (
-            f"lcd cv R={R} n={n} 2p={2 * p}",
-            "lcd",
-            lcd_setup,
-            lambda Xk, y: jaxknock.lcd(Xk, y),
-            lambda sol, a, n=n, p=p: solution_info(sol, 4.0 * n * 2 * p),
+    # both lasso solvers side by side: this is the measurement behind solver="auto"
+    # (jaxknock/_backend.py::lasso_solver) on whatever backend runs the script
+    for solver in ("cd", "fista"):
+        rows.append(
+            (
+                f"lcd cv {solver} R={R} n={n} 2p={2 * p}",
+                "lcd",
+                lcd_setup,
+                lambda Xk, y, solver=solver: jaxknock.lcd(Xk, y, solver=solver),
+                lambda sol, a, n=n, p=p: solution_info(sol, 4.0 * n * 2 * p),
+            )
         )
-    )
     return rows
 
 
