@@ -17,8 +17,9 @@ Rows (full sizes; ``--medium`` / ``--small`` scale them down):
 * ``filter``: :func:`jaxknock.knockoff_filter` with ``num_replicates`` R = 100, n = p = 1000
   (the whole replicate pipeline: Ledoit-Wolf, SDP, R knockoffs, R CV-lasso statistics, e-BH);
 * ``lcd``: :func:`jaxknock.lcd` cross-validated lasso statistics on a batch of R = 10
-  designs ``(R, n, 2p)``, n = 2000, 2p = 2000, with ``solver="cd"`` and ``"fista"``
-  side by side (the measurement behind ``solver="auto"``, ``jaxknock/_backend.py``).
+  designs ``(R, n, 2p)``, n = 2000, 2p = 2000: the default working-set engine, then
+  the classic engine with ``solver="cd"`` and ``"fista"`` side by side (the
+  measurement behind ``solver="auto"``, ``jaxknock/_backend.py``).
 
 Every timing is bracketed by ``block_until_ready`` on every output leaf. Per row:
 ``first`` is the first call (tracing + compilation + run), ``warm`` the best of
@@ -371,15 +372,17 @@ def rows_for(sizes, dtype):
         Xt = jax.random.normal(jax.random.key(4), (R, n, p), dt)
         return jnp.concatenate([jnp.broadcast_to(X, (R, n, p)), Xt], axis=-1), y
 
-    # both lasso solvers side by side: this is the measurement behind solver="auto"
-    # (jaxknock/_backend.py::lasso_solver) on whatever backend runs the script
-    for solver in ("cd", "fista"):
+    # the default engine (working set, which has its own inner solver), then the
+    # classic engine with both lasso solvers side by side: the measurement behind
+    # solver="auto" (jaxknock/_backend.py::lasso_solver) on the backend running this
+    for engine, solver in (("auto", "auto"), ("classic", "cd"), ("classic", "fista")):
+        label = "working-set" if engine == "auto" else f"classic {solver}"
         rows.append(
             (
-                f"lcd cv {solver} R={R} n={n} 2p={2 * p}",
+                f"lcd cv {label} R={R} n={n} 2p={2 * p}",
                 "lcd",
                 lcd_setup,
-                lambda Xk, y, solver=solver: jaxknock.lcd(Xk, y, solver=solver),
+                lambda Xk, y, engine=engine, solver=solver: jaxknock.lcd(Xk, y, engine=engine, solver=solver),
                 lambda sol, a, n=n, p=p: solution_info(sol, 4.0 * n * 2 * p),
             )
         )

@@ -72,12 +72,15 @@ def check_every(loop: str, plat: str | None = None) -> int:
 def lasso_solver(plat: str | None = None) -> str:
     """What ``solver="auto"`` of the lasso engine means on ``plat``.
 
-    CPU: ``"cd"`` (cyclic coordinate descent). Measured with
-    ``benchmarks/bench_gpu.py --medium`` (``lcd`` rows, CV lasso statistics,
-    R = 2 designs, n = 500, 2p = 500, float64, loaded 2-core VM): CD 0.97 s
-    against FISTA 3.2 s warm. Accelerators: ``"fista"`` (two matrix-vector
-    products per iteration, matrix-matrix under ``vmap``, no sequential
-    coordinate loop) -- not measured on a GPU yet.
+    CPU: ``"cd"`` (cyclic coordinate descent), the measured CPU choice of
+    ``benchmarks/measured/NOTES.md`` (l1). Accelerators: ``"fista"`` (two
+    matrix-vector products per iteration, matrix-matrix under ``vmap``, no
+    sequential coordinate loop) -- not measured on a GPU yet (no GPU in this
+    session). ``benchmarks/bench_gpu.py`` times both on the classic CV engine
+    (``lcd`` rows) so that a GPU run settles it; the CPU numbers of issue 20
+    are in NOTES.md (bench_gpu). Only the classic engine and fixed-lambda
+    fits use this choice: ``lcd``'s default working-set engine has its own
+    inner solver and ignores ``solver``.
 
     Example:
         >>> lasso_solver("cpu"), lasso_solver("gpu")
