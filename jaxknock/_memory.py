@@ -17,6 +17,7 @@ import jax
 from jax.sharding import Mesh
 
 __all__ = [
+    "ACCELERATOR_FALLBACK_BYTES",
     "device_memory_bytes",
     "host_available_bytes",
     "knockoff_bytes",
@@ -28,6 +29,10 @@ __all__ = [
 # --------------------------------------------------------------------------
 # Memory planning
 # --------------------------------------------------------------------------
+
+#: Memory credited to an accelerator whose ``memory_stats()`` lacks ``bytes_limit``
+#: (smaller than any current data-centre GPU, so chunks planned from it fit).
+ACCELERATOR_FALLBACK_BYTES = 4 * 2**30
 
 
 def host_available_bytes() -> int:
@@ -51,7 +56,12 @@ def device_memory_bytes(devices=None) -> int:
     Accelerators report ``memory_stats()["bytes_limit"] - bytes_in_use``. CPU
     devices (one real or several simulated ones) share the host's
     ``MemAvailable``, which is divided among the CPU devices of this process
-    that are in ``devices``.
+    that are in ``devices``. An accelerator whose ``memory_stats()`` has no
+    ``bytes_limit`` (or that keeps no statistics) is credited with
+    :data:`ACCELERATOR_FALLBACK_BYTES` (4 GiB) less what it reports in use,
+    never with host RAM: its own memory is what bounds a chunk, and planning
+    too small a chunk costs speed where too large a one fails with
+    out-of-memory (pass ``chunk_size=`` to override the plan).
     """
     if devices is None:
         devs = jax.local_devices()
@@ -71,8 +81,11 @@ def device_memory_bytes(devices=None) -> int:
             stats = None
         if stats and "bytes_limit" in stats:
             free.append(int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)))
-        else:
+        elif d.platform == "cpu":
             free.append(host_available_bytes() // max(n_cpu, 1))
+        else:  # an accelerator without a limit: a conservative guess, not host RAM
+            in_use = int(stats.get("bytes_in_use", 0)) if stats else 0
+            free.append(max(ACCELERATOR_FALLBACK_BYTES - in_use, 0))
     return int(min(free))
 
 

@@ -62,7 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _checks, _memory, _mesh
+from jaxknock import _backend, _checks, _memory, _mesh
 from jaxknock.l1 import working_set
 from jaxknock.l1.path import path_solve
 from jaxknock.l1.problem import check_lambdas, lambda_grid, prepare_data
@@ -238,8 +238,11 @@ def _sharded_counts(idx, X, y, lambdas, settings, mesh, chunk):
 
 
 def _default_chunk(B, m, p, L, itemsize, devices):
-    """Subsamples per ``vmap`` batch: 1 on the CPU (sequential paths are fastest), else from memory."""
-    if jax.default_backend() == "cpu":
+    """Subsamples per ``vmap`` batch: 1 on the CPU (sequential paths are fastest), else from memory.
+
+    The per-backend choice and its measurement: :func:`jaxknock._backend.loop_over_batch`.
+    """
+    if _backend.loop_over_batch("stability_subsamples"):
         return 1
     per_item = itemsize * (4 * m * p + 2 * L * p) + L * p * 4
     return _memory.plan_chunk(B, per_item, shared_bytes=itemsize * 2 * m * p, what="subsample", knob="chunk_size")

@@ -4,7 +4,7 @@ Every iteration is two matrix-vector products, which ``vmap`` turns into
 matrix-matrix products; ``solver="auto"`` picks it on accelerators (machine
 notes: ``benchmarks/measured/NOTES.md``, section l1). The
 outer convergence loop (:func:`jaxknock.l1.solvers.solve`) checks the duality
-gap every ``FISTA_CHECK_EVERY`` iterations.
+gap every ``check_every("fista")`` iterations (:mod:`jaxknock._backend`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,15 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxknock import _backend
 from jaxknock.l1.problem import HI, LOSS_CURVATURE, Problem, loss_grad, predict, rmatvec, soft_threshold
 
 __all__: list[str] = []
 
-FISTA_CHECK_EVERY = 10
+
+def rounds_stride() -> int:
+    """FISTA iterations per round (between two gap checks), chosen per backend."""
+    return _backend.check_every("fista")
 
 
 class Momentum(NamedTuple):
@@ -78,11 +82,12 @@ def fista_iteration(prob: Problem, lam, state, *, loss, fit_intercept):
 
 
 def fista_round(prob: Problem, lam, state, *, loss, fit_intercept):
-    """``FISTA_CHECK_EVERY`` iterations between two gap checks."""
+    """:func:`rounds_stride` iterations between two gap checks."""
+    m = rounds_stride()
     state = lax.fori_loop(
         0,
-        FISTA_CHECK_EVERY,
+        m,
         lambda _, s: fista_iteration(prob, lam, s, loss=loss, fit_intercept=fit_intercept),
         state,
     )
-    return state._replace(num_steps=state.num_steps + FISTA_CHECK_EVERY)
+    return state._replace(num_steps=state.num_steps + m)

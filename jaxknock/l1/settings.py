@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxknock import _backend
+
 __all__ = [
     "L1Settings",
     "LOSSES",
@@ -84,11 +86,11 @@ def check_loss(loss: str) -> str:
 
 
 def resolve_solver(solver: str) -> str:
-    """``"auto"`` is ``"cd"`` on the CPU backend and ``"fista"`` otherwise."""
+    """``"auto"`` is :func:`jaxknock._backend.lasso_solver`: ``"cd"`` on CPU, ``"fista"`` otherwise."""
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
     if solver == "auto":
-        return "cd" if jax.default_backend() == "cpu" else "fista"
+        return _backend.lasso_solver()
     return solver
 
 

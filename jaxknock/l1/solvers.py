@@ -6,7 +6,7 @@ Solvers (``solver=``, see :class:`~jaxknock.l1.settings.L1Settings`):
   is one epoch over the coordinates.
 * ``"fista"`` -- accelerated proximal gradient with adaptive restart
   (:mod:`jaxknock.l1.fista`), two matrix-vector products per iteration
-  (matrix-matrix under ``vmap``): one *step* is ``FISTA_CHECK_EVERY = 10`` iterations.
+  (matrix-matrix under ``vmap``): one *step* is ``fista.rounds_stride()`` iterations (10; :mod:`jaxknock._backend`).
 * ``"auto"`` -- ``"cd"`` on the CPU backend, ``"fista"`` otherwise (why:
   ``benchmarks/measured/NOTES.md``, section l1).
 
@@ -93,7 +93,7 @@ def init_state(prob: Problem, coef, offset, settings: L1Settings) -> LassoState:
 
 
 def iterate(prob: Problem, lam, state: LassoState, settings: L1Settings) -> LassoState:
-    """One epoch (cd) or ``FISTA_CHECK_EVERY`` iterations (fista), no gap check."""
+    """One epoch (cd) or ``fista.rounds_stride()`` iterations (fista), no gap check."""
     if settings.solver == "cd":
         return cd.cd_epoch(prob, lam, state, loss=settings.loss)
     return fista.fista_round(prob, lam, state, loss=settings.loss, fit_intercept=settings.fit_intercept)
@@ -101,7 +101,7 @@ def iterate(prob: Problem, lam, state: LassoState, settings: L1Settings) -> Lass
 
 def steps_per_round(settings: L1Settings) -> int:
     """``num_steps`` taken by one :func:`iterate` (the loop's budget is in rounds)."""
-    return fista.FISTA_CHECK_EVERY if settings.solver == "fista" else 1
+    return fista.rounds_stride() if settings.solver == "fista" else 1
 
 
 def certify(prob: Problem, lam, state: LassoState, settings: L1Settings) -> LassoState:

@@ -72,7 +72,10 @@ adds the proximal term ``gamma_l ||Theta_l - Theta_l^0||^2`` (weights and bias)
 to the W-steps (eq. 3.13, 3.19, 3.20).
 
 Networks train in the dtype of ``X``: float32 is fine for MNIST-sized problems
-(Gram matrices use ``Precision.HIGHEST``); tests use float64.
+(every matrix product of the block solvers runs at ``Precision.HIGHEST``,
+``_common.mm``, so a GPU does not round them through TF32 against inner
+tolerances of 1e-4; the plain MLP of :mod:`~jaxknock.lifted.mlp` keeps the
+default precision); tests use float64.
 
 Modules: :mod:`~jaxknock.lifted.spec` (specification, hyper-parameters, state),
 :mod:`~jaxknock.lifted.objective` (losses, penalties, objective),

@@ -28,7 +28,7 @@ import numpy as np
 
 from jaxknock._checks import as_float_array, check_finite, check_ndim, is_concrete
 from jaxknock._solution import RESULTS, Solution
-from jaxknock.lifted._common import HI, Info, colsum, guard, sum_infos
+from jaxknock.lifted._common import HI, Info, colsum, guard, mm, sum_infos
 from jaxknock.lifted.inner import accelerated_mm, cg_mm, nonneg_apg, simplex_xent
 from jaxknock.lifted.objective import fenchel_penalty, fenchel_rows, loss_grad, loss_sum, pre_activation, xlogy_rows
 from jaxknock.lifted.ridge import kernel_factor, kernel_ridge, primal_factor, primal_ridge, ridge_weights, stack_theta
@@ -103,13 +103,13 @@ def w_solve(
     if kernel:
         # Written as a product with W0 itself so that XLA shares it with the
         # forward pass (W = W0 in the first alternation of a batch).
-        sysm = kernel_ridge(X, s, c_w, c_b, W0t, b0, shrink * (X @ W0) + b0, factor)
+        sysm = kernel_ridge(X, s, c_w, c_b, W0t, b0, shrink * mm(X, W0) + b0, factor)
     else:
         sysm = primal_ridge(X, s, c_w, c_b, W0t, b0, gram, factor)
     cdiag_w, cdiag_b = c_w, c_b
     theta_cur = stack_theta(W, b)
     theta0t = stack_theta(W0t, b0)
-    U_cur = X @ W + b
+    U_cur = mm(X, W) + b
 
     def reg_theta(theta):
         d = theta - theta0t
@@ -205,10 +205,10 @@ def _fenchel_regression(X, Y, W, b, rho, tol, max_steps):
         tol=tol,
         max_steps=max_steps,
     )
-    U = X @ layer["w"] + layer["b"]
+    U = mm(X, layer["w"]) + layer["b"]
     obj = fenchel_penalty(Y, U) / N + rho * jnp.sum(layer["w"] ** 2)
     R = (jax.nn.relu(U) - Y) / N
-    gW = X.T @ R + 2 * rho * layer["w"]
+    gW = mm(X.T, R) + 2 * rho * layer["w"]
     gnorm = jnp.sqrt(jnp.sum(gW**2) + jnp.sum(jnp.sum(R, 0) ** 2))
     code = jnp.where(
         jnp.isfinite(obj),
@@ -274,20 +274,20 @@ def x_steps(params, state: LiftedState, X, Y, hyper: LiftedHyper, spec: LiftedSp
                 loss = spec.loss
 
                 def val(Z, W=W, b=b, U0=U0):
-                    return loss_sum(Y, Z @ W + b, loss) + lam * jnp.sum(fenchel_rows(Z, U0))
+                    return loss_sum(Y, mm(Z, W) + b, loss) + lam * jnp.sum(fenchel_rows(Z, U0))
 
                 def grad(Z, W=W, b=b, U0=U0):
-                    return loss_grad(Y, Z @ W + b, loss) @ W.T + lam * (Z - U0)
+                    return mm(loss_grad(Y, mm(Z, W) + b, loss), W.T) + lam * (Z - U0)
 
                 lip = LOSS_CURVATURE[loss] * nw2 + lam
             else:
                 V = hidden[l]
 
                 def val(Z, W=W, b=b, U0=U0, V=V):
-                    return jnp.sum(fenchel_rows(V, Z @ W + b)) + jnp.sum(fenchel_rows(Z, U0))
+                    return jnp.sum(fenchel_rows(V, mm(Z, W) + b)) + jnp.sum(fenchel_rows(Z, U0))
 
                 def grad(Z, W=W, b=b, U0=U0, V=V):
-                    return (jax.nn.relu(Z @ W + b) - V) @ W.T + (Z - U0)
+                    return mm(jax.nn.relu(mm(Z, W) + b) - V, W.T) + (Z - U0)
 
                 lip = nw2 + 1.0
         else:  # lifted: (a/2)||T - ZW - b||^2 + (c/2)||Z - U0||^2
@@ -299,10 +299,10 @@ def x_steps(params, state: LiftedState, X, Y, hyper: LiftedHyper, spec: LiftedSp
                 T, a, c = hidden[l], 1.0, 1.0
 
             def val(Z, W=W, b=b, U0=U0, T=T, a=a, c=c):
-                return 0.5 * a * jnp.sum((Z @ W + b - T) ** 2) + 0.5 * c * jnp.sum((Z - U0) ** 2)
+                return 0.5 * a * jnp.sum((mm(Z, W) + b - T) ** 2) + 0.5 * c * jnp.sum((Z - U0) ** 2)
 
             def grad(Z, W=W, b=b, U0=U0, T=T, a=a, c=c):
-                return a * (Z @ W + b - T) @ W.T + c * (Z - U0)
+                return a * mm(mm(Z, W) + b - T, W.T) + c * (Z - U0)
 
             lip = a * nw2 + c
         Z, info = nonneg_apg(val, grad, Z0, lip, tol=tol, max_steps=ms)

@@ -24,13 +24,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxknock import _backend
 from jaxknock._checks import as_float_array, is_concrete
 from jaxknock._iterate import iterative_solve
 from jaxknock._solution import RESULTS, Solution
-from jaxknock.lifted._common import Info, fista_next, guard, rel_change
+from jaxknock.lifted._common import HI, Info, fista_next, guard, rel_change
 
 __all__ = [
-    "CHECK_EVERY",
     "accelerated",
     "accelerated_mm",
     "cg_mm",
@@ -38,9 +38,6 @@ __all__ = [
     "simplex_xent",
     "solve_simplex_cross_entropy",
 ]
-
-# The X-steps test for convergence and restart every third step.
-CHECK_EVERY = 3
 
 
 def _tol_reached(tol):
@@ -66,7 +63,7 @@ class _Momentum(NamedTuple):
     err: jax.Array
 
 
-def accelerated(step_fn, z0, z1, *, tol, max_steps, check_every: int = CHECK_EVERY):
+def accelerated(step_fn, z0, z1, *, tol, max_steps, check_every: int | None = None):
     """Nesterov-accelerated fixed-point iteration ``z <- step_fn(y)`` with restart.
 
     ``step_fn`` is a (preconditioned, projected) gradient or majorise-minimise
@@ -102,12 +99,14 @@ def accelerated(step_fn, z0, z1, *, tol, max_steps, check_every: int = CHECK_EVE
                 z, zp = z_new, z
             z_new, y, t_next = momentum_step(z, zp, t)
             err = rel_change(z_new, y)
-            restart = jnp.vdot(y - z_new, z_new - z) > 0
+            restart = jnp.vdot(y - z_new, z_new - z, precision=HI) > 0
             t_next = jnp.where(restart, jnp.ones_like(t_next), t_next)
             return _Momentum(z_new, z, t_next, err)
 
         return step
 
+    if check_every is None:  # the per-backend stride (every third step on CPU)
+        check_every = _backend.check_every("lifted_inner")
     m = max(int(check_every), 1)
     run = functools.partial(iterative_solve, terminate=_tol_reached(tol), finite=_err_defined)
     state = _Momentum(z1, z0, jnp.asarray(1.0, dtype), rel_change(z1, z0))
@@ -152,7 +151,7 @@ def accelerated_mm(sysm, target, U_start, *, tol, max_steps):
         z_new = sysm.solve(target(Uy))
         U_new = sysm.U_of(z_new)
         err = rel_change(U_new, Uy)
-        restart = jnp.vdot(Uy - U_new, U_new - Uz) > 0
+        restart = jnp.vdot(Uy - U_new, U_new - Uz, precision=HI) > 0
         t_next = jnp.where(restart, jnp.ones_like(t_next), t_next)
         return _Images(z_new, U_new, Uz, t_next, err)
 

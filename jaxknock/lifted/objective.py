@@ -18,6 +18,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxknock.lifted._common import mm
 from jaxknock.lifted.spec import LiftedHyper, LiftedSpec, LiftedState
 
 __all__ = [
@@ -40,7 +41,7 @@ __all__ = [
 
 def pre_activation(params, l, X_in):
     """``U_l = X_l W_l + 1 b_l^T`` of layer ``l`` for its input ``X_in``."""
-    return X_in @ params[l]["w"] + params[l]["b"]
+    return mm(X_in, params[l]["w"]) + params[l]["b"]
 
 
 def loss_rows(Y, U, loss):

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from jaxknock.lifted._common import HI, colsum
+from jaxknock.lifted._common import HI, colsum, mm
 
 __all__ = [
     "Ridge",
@@ -97,10 +97,10 @@ def primal_ridge(X, s, c_w, c_b, W0t, b0t, gram=None, factor=None) -> Ridge:
     theta0 = stack_theta(W0t, b0t)
 
     def U_of(theta):
-        return X @ theta[:-1] + theta[-1]
+        return mm(X, theta[:-1]) + theta[-1]
 
     def solve(T):
-        rhs = s * jnp.concatenate([X.T @ T, jnp.sum(T, axis=0)[None]], axis=0)
+        rhs = s * jnp.concatenate([mm(X.T, T), jnp.sum(T, axis=0)[None]], axis=0)
         return cho_solve(chol, rhs + 2.0 * cdiag[:, None] * theta0)
 
     def reg_of(theta):
@@ -145,18 +145,18 @@ def kernel_ridge(X, s, c_w, c_b, W0t, b0t, U_base, factor=None) -> Ridge:
 
     def solve(T):
         z = T - U_base
-        return z, Minv @ z
+        return z, mm(Minv, z)
 
     def step(T, z):
         d = T - U_base - z[0]
-        return d, Minv @ d
+        return d, mm(Minv, d)
 
     def reg_of(z):
-        return jnp.vdot(z[1], U_lin(z))  # alpha^T K alpha
+        return jnp.vdot(z[1], U_lin(z), precision=HI)  # alpha^T K alpha
 
     def theta_of(z):
         alpha = z[1]
-        return stack_theta(W0t + (X.T @ alpha) / c_w, b0t + colsum(alpha) / c_b)
+        return stack_theta(W0t + mm(X.T, alpha) / c_w, b0t + colsum(alpha) / c_b)
 
     def reg_line(z, U, D, UD):
         # reg = alpha^T K alpha with K alpha = U(z) - U_base and K alpha_D = U_lin(D):

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock import _memory, _mesh
+from jaxknock import _backend, _memory, _mesh
 from jaxknock._checks import as_float_array
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.lifted._inputs import check_hyper_values, check_params, prepare_xy
@@ -172,8 +172,8 @@ def _initial_carry(key, run: _Run, spec: LiftedSpec, init):
 def _epoch_program(run: _Run, spec: LiftedSpec, carry, hyper, models):
     """The compiled epoch ``(carry, X, Y, hyper, perm, aux) -> (carry, metrics)``, and the
     carry and hyper-parameters placed on the devices of ``models`` (a sharding or ``None``)."""
-    if run.vmapped and run.batch_size is None and jax.default_backend() == "cpu":
-        # XLA:CPU (jaxlib 0.10) can deadlock on the second execution of the
+    if run.vmapped and run.batch_size is None and _backend.loop_over_batch("lifted_models"):
+        # XLA:CPU (jaxlib 0.10.2, re-checked for issue 20) deadlocks on the
         # vmapped non-batched epoch for MNIST-sized layers; there the models are
         # run one after the other through the same compiled single-model epoch
         # (identical results; the batched mode and other backends use vmap).
@@ -491,7 +491,7 @@ def tune_lifted(
     hyper = _stacked_hyper(spec, dtype, lam, rho, gamma)
     H = int(hyper.lam.shape[0])
     # the CPU fallback of the non-batched mode runs the models one by one on one device
-    sequential = batch_size is None and jax.default_backend() == "cpu"
+    sequential = batch_size is None and _backend.loop_over_batch("lifted_models")
     shard = _mesh.wants_sharding(devices, mesh) and not sequential
     mesh = _mesh.resolve_mesh(devices, mesh, None) if shard else None
     D = int(mesh.shape[mesh.axis_names[0]]) if shard else 1

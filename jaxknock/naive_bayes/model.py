@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxknock import _backend
 from jaxknock._checks import is_concrete
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.naive_bayes._inputs import MODELS, check_values, is_sparse, label_tuple
@@ -444,10 +445,10 @@ def sparse_naive_bayes_path(
     if ks_arr.ndim != 1:
         raise ValueError(f"ks must be a 1-D array of sparsity levels, got shape {tuple(ks_arr.shape)}")
     if batch_size is None:
-        # XLA:CPU runs a batched scatter (the radix histograms) slower than a loop
-        # over k; accelerators vmap as many k as fit in ~2**24 elements per array.
-        on_cpu = jax.default_backend() == "cpu"
-        budget = 1 if on_cpu else 2**24 // max(m * sums.num_classes, 1)
+        # one k at a time where a batched scatter (the radix histograms) is slower
+        # than a loop (XLA:CPU, see _backend.loop_over_batch); accelerators vmap as
+        # many k as fit in ~2**24 elements per array.
+        budget = 1 if _backend.loop_over_batch("snb_path") else 2**24 // max(m * sums.num_classes, 1)
         batch_size = int(max(1, min(ks_arr.shape[0], budget)))
     elif not isinstance(batch_size, numbers.Integral) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")

@@ -1,0 +1,121 @@
+"""Backend-dependent choices, all in one place (issue 20: GPU readiness).
+
+Every choice that depends on the XLA backend (``jax.default_backend()``:
+``"cpu"``, ``"gpu"``/``"cuda"``/``"rocm"``, ``"tpu"``) goes through a function of
+this module, with the measurement that decided it. Nothing else in the package
+branches on the platform name.
+
+Status of the measurements: the CPU numbers below were taken on the 2-core
+development VM (shared, so times are inflated; ratios are what decided). **No
+GPU was available when these choices were written**: the accelerator branches
+are hypotheses from the cost model (kernel launches and host synchronisations
+cost ~5-30 us each on a GPU, matrix products are nearly free), to be confirmed
+by ``benchmarks/bench_gpu.py`` on a GPU -- its ``lcd`` rows time both lasso
+solvers side by side for that purpose.
+"""
+
+from __future__ import annotations
+
+import jax
+
+__all__ = ["check_every", "lasso_solver", "loop_over_batch", "platform"]
+
+
+def platform() -> str:
+    """The default backend's platform name, ``"cpu"`` or an accelerator's."""
+    return jax.default_backend()
+
+
+def _is_cpu(plat: str | None) -> bool:
+    return (platform() if plat is None else plat) == "cpu"
+
+
+# Convergence-check strides of inner while-loops: iterations run between two
+# evaluations of the stopping test. On a GPU every test is a device-to-host
+# predicate of the while-loop (one synchronisation), so a longer stride saves
+# latency; on the CPU the test is cheap but every extra unchecked iteration is
+# wasted work after convergence.
+#
+# * "fista" (l1/fista.py, gap check of the lasso engine): 10 on every backend.
+#   The gap check costs about one iteration (a residual, a correlation and a
+#   reduction); 10 bounds the overshoot after convergence to 10 iterations.
+#   Not re-measured for issue 20; on a GPU a longer stride saves one
+#   synchronisation per 10 iterations (no GPU in this session to measure it).
+# * "lifted_inner" (lifted/inner.py, accelerated X-steps): 3. On the CPU,
+#   testing convergence and restart every third step instead of every step cut
+#   an MNIST batch X-step from 0.34 ms to 0.15 ms for 1.06x the steps
+#   (benchmarks/measured/NOTES.md, lifted); a longer stride delays the restart
+#   test. Same value on accelerators until measured there.
+_CHECK_EVERY = {
+    "fista": {"cpu": 10, "accelerator": 10},
+    "lifted_inner": {"cpu": 3, "accelerator": 3},
+}
+
+
+def check_every(loop: str, plat: str | None = None) -> int:
+    """Iterations between two convergence tests of the inner loop ``loop`` on ``plat``.
+
+    ``plat`` defaults to the default backend. Static (a Python ``int``): it
+    shapes the compiled loop.
+
+    Example:
+        >>> check_every("fista", "cpu")
+        10
+    """
+    try:
+        strides = _CHECK_EVERY[loop]
+    except KeyError:
+        raise ValueError(f"no check stride for loop {loop!r}; known: {sorted(_CHECK_EVERY)}") from None
+    return strides["cpu" if _is_cpu(plat) else "accelerator"]
+
+
+def lasso_solver(plat: str | None = None) -> str:
+    """What ``solver="auto"`` of the lasso engine means on ``plat``.
+
+    CPU: ``"cd"`` (cyclic coordinate descent), the measured CPU choice of
+    ``benchmarks/measured/NOTES.md`` (l1). Accelerators: ``"fista"`` (two
+    matrix-vector products per iteration, matrix-matrix under ``vmap``, no
+    sequential coordinate loop) -- not measured on a GPU yet (no GPU in this
+    session). ``benchmarks/bench_gpu.py`` times both on the classic CV engine
+    (``lcd`` rows) so that a GPU run settles it; the CPU numbers of issue 20
+    are in NOTES.md (bench_gpu). Only the classic engine and fixed-lambda
+    fits use this choice: ``lcd``'s default working-set engine has its own
+    inner solver and ignores ``solver``.
+
+    Example:
+        >>> lasso_solver("cpu"), lasso_solver("gpu")
+        ('cd', 'fista')
+    """
+    return "cd" if _is_cpu(plat) else "fista"
+
+
+def loop_over_batch(what: str, plat: str | None = None) -> bool:
+    """Whether the batch of ``what`` runs one item at a time (``lax.map`` / Python loop) rather than ``vmap``.
+
+    * ``"snb_path"`` (``sparse_naive_bayes_path(batch_size=None)``): XLA:CPU
+      runs a batched scatter (the radix-select histograms) slower than a loop
+      over the sparsity levels (``benchmarks/measured/NOTES.md``, naive Bayes),
+      so one level at a time on CPU; accelerators ``vmap`` (not measured).
+    * ``"stability_subsamples"`` (``stability_selection(chunk_size=None)``):
+      one subsample per ``lax.map`` step on CPU -- vmapping subsamples makes
+      the path while-loops run in lock step, slower on CPU (NOTES.md, l1
+      working-set engine); accelerators ``vmap`` chunks planned from memory
+      (not measured).
+    * ``"lifted_models"`` (``tune_lifted`` / ``fit_lifted`` with several models
+      and ``batch_size=None``): on CPU the models run one after the other
+      through the single-model epoch, because XLA:CPU deadlocks on the vmapped
+      non-batched epoch. Re-checked for issue 20 with jax/jaxlib 0.10.2:
+      ``tune_lifted`` of 2 models on a (784, 128, 10) network, n = 1000, with
+      the vmapped epoch forced, hung within its first call (every thread in a
+      futex wait, no CPU time for minutes), so the workaround stays.
+      Accelerators ``vmap`` the models (not run on a GPU yet: no GPU in this
+      session; ``tests/test_lifted.py`` runs the vmapped epoch once on CPU at
+      toy size, where it does not hang).
+
+    Example:
+        >>> loop_over_batch("snb_path", "cpu"), loop_over_batch("snb_path", "gpu")
+        (True, False)
+    """
+    if what not in ("snb_path", "stability_subsamples", "lifted_models"):
+        raise ValueError(f"unknown batch {what!r}")
+    return _is_cpu(plat)
