@@ -242,7 +242,7 @@ def main(argv=None):
             if si == 0 and args.R > 1:
                 Xs, ys = zip(*[make_design(s, n, m // 2, loss=loss)[:2] for s in range(args.R)])
                 rR = run_jaxknock(np.stack(Xs), np.stack(ys), loss, args.repeats)
-                print(fmt(f"jaxknock l1_cv R={args.R} (vmap)", rR, {"R=1": r["time"]}))
+                print(fmt(f"jaxknock l1_cv R={args.R} (batched)", rR, {"R=1": r["time"]}))
             if si == 0 and args.old and loss == "squared":
                 print("  jaxknock.lasso_cv (old): " + time_old(X, y))
 

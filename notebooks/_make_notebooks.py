@@ -150,9 +150,9 @@ default filter is `benchmarks/bench_filter.py --mrc-power`
 (`benchmarks/measured/NOTES.md`).
 """),
     code("""
-n2, p2, nsig2 = (200, 40, 12) if SMALL else (400, 100, 20)
+n2, p2, nsig2 = (300, 60, 12) if SMALL else (400, 100, 20)   # small: the shapes of the first panel (compiled once)
 amps2 = [8.0] if SMALL else [3.0, 4.0, 5.0, 6.0]
-D2, R2 = (2, 4) if SMALL else (5, 10)                       # responses per amplitude, knockoff draws each
+D2, R2 = (1, 4) if SMALL else (5, 10)                       # responses per amplitude, knockoff draws each
 C2 = np.kron(np.eye(p2 // 10), np.full((10, 10), 0.7)); np.fill_diagonal(C2, 1.0)
 C2 = jnp.asarray(C2)
 X2 = jax.random.normal(jax.random.key(10), (n2, p2)) @ jnp.linalg.cholesky(C2).T
