@@ -31,11 +31,7 @@ def psd_factor(Omega, feasible=None):
     branch ``feasible()`` (a traced flag, evaluated only there) decides, and an
     infeasible ``s`` gets an all-NaN factor, so every knockoff it produces is NaN.
     """
-    p = Omega.shape[-1]
-    eps = jnp.finfo(Omega.dtype).eps
-    Omega = 0.5 * (Omega + Omega.T)
-    tau = p * eps * jnp.max(jnp.abs(jnp.diagonal(Omega)))
-    L = jnp.linalg.cholesky(Omega + tau * jnp.eye(p, dtype=Omega.dtype))
+    Omega, L = _ridged_cholesky(Omega)
 
     def eig_factor():
         lam, Q = jnp.linalg.eigh(Omega)
@@ -45,13 +41,18 @@ def psd_factor(Omega, feasible=None):
     return lax.cond(jnp.all(jnp.isfinite(L)), lambda: L, eig_factor)
 
 
-def psd_factor_checked(Omega, tol):
-    """``(A, ok)``: :func:`psd_factor` and whether ``lambda_min(Omega) >= -tol``."""
+def _ridged_cholesky(Omega):
+    """The symmetrised ``Omega`` and its Cholesky factor with a ``p eps max|diag|`` ridge (NaN if indefinite)."""
     p = Omega.shape[-1]
     eps = jnp.finfo(Omega.dtype).eps
     Omega = 0.5 * (Omega + Omega.T)
     tau = p * eps * jnp.max(jnp.abs(jnp.diagonal(Omega)))
-    L = jnp.linalg.cholesky(Omega + tau * jnp.eye(p, dtype=Omega.dtype))
+    return Omega, jnp.linalg.cholesky(Omega + tau * jnp.eye(p, dtype=Omega.dtype))
+
+
+def psd_factor_checked(Omega, tol):
+    """``(A, ok)``: :func:`psd_factor` and whether ``lambda_min(Omega) >= -tol``."""
+    Omega, L = _ridged_cholesky(Omega)
 
     def eig_factor():
         lam, Q = jnp.linalg.eigh(Omega)
