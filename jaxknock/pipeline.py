@@ -445,6 +445,16 @@ def knockoff_filter(
         mesh=mesh,
         chunk_size=chunk_size,
     )
+    settings = dict(
+        fdr=fdr,
+        s_method=s_method,
+        rank=rank,
+        statistic=statistic,
+        num_replicates=int(num_replicates),
+        aggregate=aggregate,
+        plus=plus,
+        loss=loss,
+    )
     timings.update(stage_times)
     if fused:
         return _select(
@@ -456,26 +466,10 @@ def knockoff_filter(
             plus,
             num_replicates,
             aggregate,
-            dict(
-                fdr=fdr,
-                s_method=s_method,
-                rank=rank,
-                statistic=statistic,
-                num_replicates=int(num_replicates),
-                aggregate=aggregate,
-                plus=plus,
-                loss=loss,
-            ),
+            settings,
         )
     settings = dict(
-        fdr=fdr,
-        s_method=s_method,
-        rank=rank,
-        statistic=statistic,
-        num_replicates=int(num_replicates),
-        aggregate=aggregate,
-        plus=plus,
-        loss=loss,
+        settings,
         lasso_tol=lasso_tol,
         cv_patience=cv_patience,
     )
