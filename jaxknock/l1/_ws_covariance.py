@@ -274,20 +274,23 @@ def full_gradient(d: CovData, st: CovState):
 def fit_stats(d: CovData, st: CovState):
     """Per member: training loss ``||y_c - X_c b||^2 / n_f`` and held-out mean squared error.
 
-    Only ``(m x W)`` products with the cached columns (no ``W x W`` gather).
+    ``st.grad`` must be the gradient ``q - C b`` at ``st.beta`` (the KKT check
+    leaves it so), which gives each member's own Gram times ``b`` for free; the
+    only product is the full-data Gram block ``(W x W)`` times every member's ``b``.
     """
     b = st.beta
     full = d.excl.shape[0] - 1  # the last member is the full data
-    Cb = jnp.einsum("fmw,fw->fm", st.C, b, precision=_HI)  # own Gram times b
-    Fb = jnp.einsum("mw,fw->fm", st.C[full], b, precision=_HI)  # full-data Gram times b
-    bGb = (b * jnp.take(Cb, st.idx, axis=1)).sum(1)
+    Cbw = jnp.take(d.q - st.grad, st.idx, axis=1)  # own Gram times b, on the working set
+    Gfull = jnp.take(st.C[full], st.idx, axis=0)  # (W, W) full-data Gram block
+    Fbw = jnp.einsum("vw,fw->fv", Gfull, b, precision=_HI)  # full-data Gram times b
+    bGb = (b * Cbw).sum(1)
     qw = jnp.take(d.q, st.idx, axis=1)
     bq = (b * qw).sum(1)
     train = d.yvar - 2 * bq + bGb
     # held-out: T_test = T_all - T_train with T = n (C + mu mu^T) restricted to the working set
     mu_w = jnp.take(d.mu, st.idx, axis=1)
     mua = mu_w[full]
-    b_all_quad = (b * jnp.take(Fb, st.idx, axis=1)).sum(1) + (b @ mua) ** 2
+    b_all_quad = (b * Fbw).sum(1) + (b @ mua) ** 2
     ntot = d.nf[full]
     tr_quad = bGb + (b * mu_w).sum(1) ** 2
     tquad = ntot * b_all_quad - d.nf * tr_quad
