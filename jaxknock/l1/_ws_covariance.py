@@ -9,23 +9,26 @@ solves, along a decreasing grid of penalties,
     \qquad g(\beta) = q - C\beta,\quad q = X_c^\top y_c / n_f,\ C = X_c^\top X_c / n_f,
 
 with ``X_c, y_c`` centred on the member's rows (the unpenalised intercept).
-Only the columns of ``C`` that belong to a *working set* (shared by all
-members, capacity ``W``) are ever formed, as ``(M, m, W)`` arrays: the rows of
-the design are sorted into the ``K`` fold blocks once, the block products
-``X_b^T X_b[:, new]`` are computed for a chunk of new features, and every
+Only the ``W x W`` block of ``C`` on a *working set* (shared by all members,
+capacity ``W``, indexed by cache position) is ever formed, as a ``(M, W, W)``
+array, next to the design columns of the working set ``X_W``: the rows of the
+design are sorted into the ``K`` fold blocks once, the block products
+``X_{b,W}^T X_b[:, new]`` are computed for a chunk of new features, and every
 member's columns are "all blocks minus its held-out block", so a chunk costs
-``2 n m B`` flops for all ``K + 1`` members together. Along the path:
+``2 n W B`` flops for all ``K + 1`` members together (a chunk of a quarter
+size when few features join). Along the path:
 
 * the sequential strong rule ``|g_j(\beta_{k-1})| >= 2\lambda_k - \lambda_{k-1}``
   (any member) proposes features for the working set;
 * cyclic coordinate descent on the working set (``O(W)`` per coordinate
   through the cached Gram block), glmnet's active-set cycling (sweeps over the
   nonzero coordinates until they settle, then one sweep over the working set);
-* a KKT check on all ``m`` features ``g = q - C_W \beta_W`` (one ``(m x W)``
-  product per member); violators join the working set and the solve resumes.
+* a KKT check on all ``m`` features, ``g = q - X^T(t_f \odot X_W \beta_W)/n_f + \dots``
+  from the design (two products with ``M`` right-hand sides for all members);
+  violators join the working set and the solve resumes.
 
-Held-out errors come from the same sufficient statistics, so nothing of size
-``n`` is touched after the first products.
+Held-out errors come from the same sufficient statistics and the KKT
+gradient, so the CV statistics cost one ``(W x W)`` product per grid point.
 """
 
 from __future__ import annotations
@@ -62,10 +65,11 @@ class CovState(NamedTuple):
     idx: jax.Array  # (Wc,) int32 working-set features (valid for t < size)
     size: jax.Array  # () int32
     inws: jax.Array  # (m,) bool
-    C: jax.Array  # (M, m, Wc) Gram columns of the working set
+    C: jax.Array  # (M, Wc, Wc) Gram block of the working set, in cache positions
     beta: jax.Array  # (M, Wc)
     grad: jax.Array  # (M, m) full gradient q - C beta at the last check
     overflow: jax.Array  # () bool: a feature could not join (capacity W)
+    XW: jax.Array  # (B, r, Wc) design columns of the working set, in the block layout
 
 
 def cov_data(X, y, rows, excl) -> CovData:
@@ -102,31 +106,86 @@ def init_state(d: CovData, Wc: int) -> CovState:
         idx=jnp.zeros((Wc,), jnp.int32),
         size=jnp.int32(0),
         inws=jnp.zeros((m,), bool),
-        C=jnp.zeros((M, m, Wc), dt),
+        C=jnp.zeros((M, Wc, Wc), dt),
         beta=jnp.zeros((M, Wc), dt),
         grad=d.q,
         overflow=jnp.bool_(False),
+        XW=jnp.zeros(d.Xb.shape[:2] + (Wc,), dt),
     )
 
 
-def _add_chunk(d: CovData, st: CovState, score, chunk: int, W: int) -> CovState:
-    """Add the ``chunk`` highest-scoring candidates (score >= 1) to the working set."""
-    val, new = lax.top_k(score, chunk)
-    ok = val >= 1.0
-    room = W - st.size
-    ok = ok & (jnp.arange(chunk) < room)
+def _top_candidates(score, k: int):
+    """Up to ``k`` entries with ``score >= 1`` (the highest first when there are more): ``(values, indices)``.
+
+    With at most ``k`` candidates (the common case along a path) they are taken
+    in index order without a sort; otherwise ``lax.top_k``.
+    """
+    cnt = jnp.sum(score >= 1.0)
+
+    def by_index(s):
+        idx = jnp.nonzero(s >= 1.0, size=k, fill_value=0)[0].astype(jnp.int32)
+        return jnp.where(jnp.arange(k) < cnt, s[idx], -1.0), idx
+
+    return lax.cond(cnt <= k, by_index, lambda s: tuple(lax.top_k(s, k)), score)
+
+
+def _chunk_columns(d: CovData, st: CovState, score, k: int, W: int):
+    """The ``k`` best candidates (``score >= 1``, room permitting), their design columns
+    ``(B, r, k)`` and their Gram columns on the cache positions, themselves included ``(M, Wc, k)``.
+    """
+    val, new = _top_candidates(score, k)
+    ok = (val >= 1.0) & (jnp.arange(k) < W - st.size)
     new = jnp.where(ok, new, 0).astype(jnp.int32)
-    cols = d.Xb[:, :, new]  # (B, r, chunk)
-    P = jnp.einsum("brm,brc->bmc", d.Xb, cols, precision=_HI)
+    cols = jnp.where(ok, d.Xb[:, :, new], 0)  # (B, r, k)
+    zero = jnp.int32(0)
+    # old cache columns (zero beyond size) against the new ones, then the new block itself
+    P = jnp.einsum("brw,brc->bwc", st.XW, cols, precision=_HI)
+    P = lax.dynamic_update_slice(P, jnp.einsum("brc,brd->bcd", cols, cols, precision=_HI), (zero, st.size, zero))
     tot = P.sum(0)
     has = (d.excl >= 0)[:, None, None]
     Ptr = tot[None] - jnp.where(has, P[jnp.maximum(d.excl, 0)], 0)
-    Cnew = Ptr / d.nf[:, None, None] - d.mu[:, :, None] * d.mu[:, new][:, None, :]
-    C = lax.dynamic_update_slice(st.C, Cnew, (jnp.int32(0), jnp.int32(0), st.size))
+    Wc = st.idx.shape[0]
+    pos_ok = jnp.arange(Wc) < st.size + ok.sum()
+    mu_w = lax.dynamic_update_slice(jnp.take(d.mu, st.idx, axis=1), d.mu[:, new], (zero, st.size))
+    mu_w = jnp.where(pos_ok, mu_w, 0)
+    Cnew = Ptr / d.nf[:, None, None] - mu_w[:, :, None] * jnp.where(ok, d.mu[:, new], 0)[:, None, :]
+    return new, ok, Cnew, cols
+
+
+def _add_chunk(d: CovData, st: CovState, score, chunk: int, W: int) -> CovState:
+    """Add the ``chunk`` highest-scoring candidates (score >= 1) to the working set.
+
+    When at most ``chunk // 4`` candidates are pending, only that many Gram
+    columns are formed (the padding columns are zeros beyond ``size``).
+    """
+    small = chunk // 4
+
+    def part(k):
+        def f(score):
+            new, ok, Cnew, cols = _chunk_columns(d, st, score, k, W)
+            pad = chunk - k
+            return (
+                jnp.pad(new, (0, pad)),
+                jnp.pad(ok, (0, pad)),
+                jnp.pad(Cnew, ((0, 0), (0, 0), (0, pad))),
+                jnp.pad(cols, ((0, 0), (0, 0), (0, pad))),
+            )
+
+        return f
+
+    if small >= 1:
+        few = jnp.sum(score >= 1.0) <= small
+        new, ok, Cnew, cols = lax.cond(few, part(small), part(chunk), score)
+    else:
+        new, ok, Cnew, cols = part(chunk)(score)
+    zero = jnp.int32(0)
+    C = lax.dynamic_update_slice(st.C, Cnew, (zero, zero, st.size))  # new columns
+    C = lax.dynamic_update_slice(C, jnp.swapaxes(Cnew, 1, 2), (zero, st.size, zero))  # and rows
+    XW = lax.dynamic_update_slice(st.XW, cols, (zero, zero, st.size))
     idx = lax.dynamic_update_slice(st.idx, new, (st.size,))
     nadd = ok.sum().astype(jnp.int32)
     inws = st.inws.at[new].max(ok)
-    return st._replace(idx=idx, size=st.size + nadd, inws=inws, C=C)
+    return st._replace(idx=idx, size=st.size + nadd, inws=inws, C=C, XW=XW)
 
 
 def add_features(d: CovData, st: CovState, cand, score, chunk: int, W: int) -> CovState:
@@ -187,7 +246,7 @@ def solve_ws(d: CovData, st: CovState, lam, tol, max_epochs, newton_cap: int = 2
     (the working-set gradient ``q_W - G_WW beta_W`` is maintained exactly).
     """
     M, Wc = st.beta.shape
-    G = jnp.take(st.C, st.idx, axis=1)  # (M, Wc, Wc), rows idx
+    G = st.C  # (M, Wc, Wc)
     valid = jnp.arange(Wc) < st.size
     diag = jnp.where(valid[None], jnp.diagonal(G, axis1=1, axis2=2), 1.0)
     diag = jnp.maximum(diag, jnp.finfo(G.dtype).tiny)
@@ -267,8 +326,22 @@ def solve_ws(d: CovData, st: CovState, lam, tol, max_epochs, newton_cap: int = 2
 
 
 def full_gradient(d: CovData, st: CovState):
-    """``g = q - C_W beta_W`` for all features and members."""
-    return d.q - jnp.einsum("fmw,fw->fm", st.C, st.beta, precision=_HI)
+    r"""``g = q - C b`` for all ``m`` features and members, from the design.
+
+    ``C_f b = X^T (t_f \odot X_W b) / n_f - \mu_f (\mu_{f,W}^\top b)`` with
+    ``t_f`` the member's training rows: two products with ``M`` right-hand
+    sides (``n m + n W`` numbers read), so the cache only holds the
+    ``W x W`` block of the working set.
+    """
+    B, r, m = d.Xb.shape
+    M, Wc = st.beta.shape
+    # X_W b of every member on every row, zeroed outside the member's training blocks: (B r, M)
+    eta = jnp.dot(st.XW.reshape(B * r, Wc), st.beta.T, precision=_HI).reshape(B, r, M)
+    train = jnp.arange(B)[:, None] != d.excl[None, :]  # (B, M): block b is in member f's training rows
+    R = (eta * train[:, None, :]).reshape(B * r, M)
+    XtR = lax.dot_general(R, d.Xb.reshape(B * r, m), (((0,), (0,)), ((), ())), precision=_HI)  # (M, m)
+    mub = (jnp.take(d.mu, st.idx, axis=1) * st.beta).sum(1)  # (M,) mu_{f,W} . b_f
+    return d.q - (XtR / d.nf[:, None] - d.mu * mub[:, None])
 
 
 def fit_stats(d: CovData, st: CovState):
@@ -281,7 +354,7 @@ def fit_stats(d: CovData, st: CovState):
     b = st.beta
     full = d.excl.shape[0] - 1  # the last member is the full data
     Cbw = jnp.take(d.q - st.grad, st.idx, axis=1)  # own Gram times b, on the working set
-    Gfull = jnp.take(st.C[full], st.idx, axis=0)  # (W, W) full-data Gram block
+    Gfull = st.C[full]  # (W, W) full-data Gram block
     Fbw = jnp.einsum("vw,fw->fv", Gfull, b, precision=_HI)  # full-data Gram times b
     bGb = (b * Cbw).sum(1)
     qw = jnp.take(d.q, st.idx, axis=1)

@@ -1,8 +1,8 @@
 r"""Homotopy (LARS-lasso) engine of :mod:`jaxknock.l1.working_set`: squared loss, ``n >= ~m/4``.
 
-Same problem, sufficient statistics and Gram-column cache as
+Same problem, sufficient statistics and working-set Gram cache as
 :mod:`jaxknock.l1._ws_covariance` (the cache of working-set columns is shared
-by the ``K`` folds and the refit; one chunk of new columns costs ``2 n m B``
+by the ``K`` folds and the refit; one chunk of new columns costs ``2 n W B``
 flops for all members together). What differs is the solver between two grid
 penalties: instead of coordinate descent, every member follows the *exact*
 piecewise-linear solution path.
@@ -27,7 +27,7 @@ changes, so a grid step that does not change the active set costs one step.
 
 Candidates for entering are the cached features (the sequential strong rule
 fills the cache before each grid step); after the step a KKT check over all
-``m`` features (one ``(m x W)`` product per member) catches any violator
+``m`` features (two products with the design for all members) catches any violator
 outside the cache, which joins the cache, and the grid step is redone from
 the previous grid solution. Before the check, one step of iterative
 refinement (:math:`\beta_A \mathrel{+}= G_{AA}^{-1}(q_A - \lambda s_A - G_{AA}\beta_A)`)
@@ -73,10 +73,11 @@ class HomState(NamedTuple):
     idx: jax.Array  # (Wc,)
     size: jax.Array  # ()
     inws: jax.Array  # (m,)
-    C: jax.Array  # (M, m, Wc)
+    C: jax.Array  # (M, Wc, Wc)
     beta: jax.Array  # (M, Wc) coefficients in cache coordinates
     grad: jax.Array  # (M, m)
     overflow: jax.Array  # ()
+    XW: jax.Array  # (B, r, Wc)
     # homotopy fields
     slot_over: jax.Array  # () bool: a member needed more than A active slots
     cur: Member  # current
@@ -105,7 +106,7 @@ def accept(st: HomState) -> HomState:
     return st._replace(anchor=st.cur)
 
 
-def _kink(mem: Member, v, Cf, idx, Gr, g, act, skip, valid, lam_t, banned, done):
+def _kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done):
     """One kink of one member: move to the next event, then add / drop one feature.
 
     Both an addition (bordering) and a removal (Schur downdate) are one
@@ -142,7 +143,7 @@ def _kink(mem: Member, v, Cf, idx, Gr, g, act, skip, valid, lam_t, banned, done)
     # the addition's Schur complement
     slot = jnp.argmin(mem.used)
     full = jnp.all(mem.used)
-    col = lax.dynamic_index_in_dim(Cf, idx[j], axis=0, keepdims=False)  # Gram row of feature j on the cache
+    col = lax.dynamic_index_in_dim(Cf, j, axis=0, keepdims=False)  # Gram row of cache feature j
     b = jnp.where(mem.used, col[mem.slot_c], 0)
     u = jnp.dot(mem.Ginv, b, precision=_HI)
     sigma = col[j] - b @ u
@@ -179,8 +180,8 @@ def _kink(mem: Member, v, Cf, idx, Gr, g, act, skip, valid, lam_t, banned, done)
 
 def _refine(mem: Member, Gr, qc):
     """One step of iterative refinement of the active coefficients at ``mem.lam``."""
-    Gaa = jnp.take(Gr, mem.slot_c, axis=1)  # (A, A)
-    qa = jnp.take(qc, mem.slot_c)
+    Gaa = jnp.take(Gr, mem.slot_c, axis=1, mode="clip")  # (A, A); slot_c is always in range
+    qa = jnp.take(qc, mem.slot_c, mode="clip")
     r = jnp.where(mem.used, qa - mem.lam * mem.sgn - jnp.dot(Gaa, mem.sbeta, precision=_HI), 0)
     return mem._replace(sbeta=jnp.where(mem.used, mem.sbeta + jnp.dot(mem.Ginv, r, precision=_HI), 0))
 
@@ -196,14 +197,15 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs):
     valid = jnp.arange(Wc) < st.size
     qc = jnp.take(d.q, st.idx, axis=1)
     mem = st.anchor
-    feat = jnp.take(st.idx, mem.slot_c)  # (M, A) feature of every slot
     # Gram rows of the active features on the cache columns (contiguous row gathers)
-    Gr = jax.vmap(lambda C, f, u: jnp.where(u[:, None], jnp.take(C, f, axis=0), 0))(st.C, feat, mem.used)
+    Gr = jax.vmap(lambda C, f, u: jnp.where(u[:, None], jnp.take(C, f, axis=0, mode="clip"), 0))(
+        st.C, mem.slot_c, mem.used
+    )
     g = qc - jnp.einsum("fa,faw->fw", mem.sbeta, Gr, precision=_HI)
     act = jax.vmap(lambda sc, u: jnp.zeros((Wc,), bool).at[sc].max(u))(mem.slot_c, mem.used)
     M = act.shape[0]
 
-    kink = jax.vmap(_kink, in_axes=(0, 0, 0, None, 0, 0, 0, 0, None, None, 0, 0))
+    kink = jax.vmap(_kink, in_axes=(0, 0, 0, 0, 0, 0, 0, None, None, 0, 0))
 
     def cond(c):
         done, k, over = c[-3:]
@@ -211,9 +213,7 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs):
 
     def body(c):
         mem, v, Gr, g, act, skip, banned, done, k, over = c
-        mem, v, Gr, g, act, skip, banned, done, full = kink(
-            mem, v, st.C, st.idx, Gr, g, act, skip, valid, lam, banned, done
-        )
+        mem, v, Gr, g, act, skip, banned, done, full = kink(mem, v, st.C, Gr, g, act, skip, valid, lam, banned, done)
         return mem, v, Gr, g, act, skip, banned, done, k + 1, over | jnp.any(full)
 
     skip0 = jnp.zeros_like(act)
