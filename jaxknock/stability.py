@@ -62,7 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _backend, _checks, _memory, _mesh
+from jaxknock import _backend, _checks, _memory, _mesh, _stability_path
 from jaxknock.l1 import working_set
 from jaxknock.l1.path import path_solve
 from jaxknock.l1.problem import check_lambdas, lambda_grid, prepare_data
@@ -71,7 +71,7 @@ from jaxknock.l1.settings import L1Settings, make_settings
 __all__ = ["StabilityResult", "stability_bound", "stability_selection", "stability_subsamples"]
 
 ASSUMPTIONS = ("unimodal", "none")
-ENGINE_SOLVERS = ("auto", "working_set")
+ENGINE_SOLVERS = ("auto", "working_set", "lockstep")
 # working-set / active-slot capacities that sufficed last time, per problem shape (see _engine_counts)
 _CAPACITY: dict = {}
 # threshold used when expected_false is given without a threshold and no threshold meets it on the whole grid
@@ -330,15 +330,35 @@ def _run_engine(idx, X, y, lambdas, *, complementary_pairs, loss, tol, max_steps
 # --------------------------------------------------------------------------
 
 
+def _run_lockstep(idx, X, y, lambdas, *, max_steps, chunk):
+    """The selection counts of the lockstep homotopy (:mod:`jaxknock._stability_path`)."""
+    B, m = idx.shape
+    p = X.shape[1]
+    slots = _stability_path.phase_slots(p, m)
+    if chunk is None:
+        per_item = X.dtype.itemsize * (2 * slots[-1] ** 2 + 12 * p + 4 * X.shape[0])
+        chunk = _memory.plan_chunk(B, per_item, shared_bytes=X.dtype.itemsize * X.size, what="subsample")
+    counts, union, failed, over, _ = _stability_path.lockstep_counts(
+        X, y, lambdas, idx, chunk=int(min(chunk, B)), slots=slots, max_steps=int(max_steps)
+    )
+    del over  # cannot happen: at most min(p, m) features are active on m centred rows
+    return counts, union, failed
+
+
+def _use_lockstep(solver, loss) -> bool:
+    """The lockstep homotopy: squared loss (``solver="auto"`` or ``"lockstep"``)."""
+    if solver == "lockstep" and loss != "squared":
+        raise ValueError("solver='lockstep' is the lasso homotopy (loss='squared'); use solver='working_set'")
+    return solver == "lockstep" or (solver == "auto" and loss == "squared")
+
+
 def _use_engine(solver, fit_intercept, sharded) -> bool:
     """``solver="auto"``: the working-set engine wherever it applies (intercept fitted, one device)."""
-    if solver == "working_set":
+    if solver in ("working_set", "lockstep"):
         if not fit_intercept:
-            raise ValueError(
-                "solver='working_set' always fits an intercept; use solver='fista' with fit_intercept=False"
-            )
+            raise ValueError(f"solver={solver!r} always fits an intercept; use solver='fista' with fit_intercept=False")
         if sharded:
-            raise ValueError("solver='working_set' runs on one device; use solver='fista' with devices= / mesh=")
+            raise ValueError(f"solver={solver!r} runs on one device; use solver='fista' with devices= / mesh=")
         return True
     return solver == "auto" and fit_intercept and not sharded
 
@@ -467,7 +487,11 @@ def stability_selection(
         raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
     B, L = int(num_subsamples), int(lambdas.shape[0])
     idx = stability_subsamples(key, n, B, fraction=fraction, complementary_pairs=complementary_pairs)
-    if use_engine:
+    if use_engine and _use_lockstep(solver, loss):
+        counts, union, failed = _run_lockstep(
+            idx, X, y, lambdas, max_steps=8 * m + 100 if max_steps is None else int(max_steps), chunk=chunk_size
+        )
+    elif use_engine:
         chunk = chunk_size or _default_chunk(B, m, p, L, X.dtype.itemsize, devices)
         G = B // 2 if complementary_pairs else B
         counts, union, failed = _run_engine(
