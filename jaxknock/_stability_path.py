@@ -61,7 +61,8 @@ def _first_index(lambdas, hi):
     return jnp.sum(lambdas[None] > hi[:, None], axis=1).astype(jnp.int32)
 
 
-def _chunk_counts(X, y, lambdas, mask, *, slots, max_steps):  # slots: increasing capacities, one loop each
+def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
+    """One chunk in lockstep; ``real`` ``(C,)`` false on padding; ``slots``: increasing capacities, one loop each."""
     """Selection counts ``(L, p)``, union sizes ``(L,)``, failures ``(L,)`` of the subsamples ``mask`` ``(C, n)``."""
     dt = X.dtype
     n, p = X.shape
@@ -97,7 +98,7 @@ def _chunk_counts(X, y, lambdas, mask, *, slots, max_steps):  # slots: increasin
         pend_sgn=jnp.sign(c0[rows, j0]),
         drop=jnp.full((C,), A, jnp.int32),
         banned=jnp.full((C,), -1, jnp.int32),
-        done=lam0 <= 0,
+        done=(lam0 <= 0) | ~real,
         counts=jnp.zeros((L, p), jnp.int32),
         first=jnp.full((C, p), L, jnp.int32),
         over=jnp.bool_(False),
@@ -247,17 +248,20 @@ def phase_slots(p: int, m: int) -> tuple:
     return tuple(caps)
 
 
-@functools.partial(jax.jit, static_argnames=("chunk", "slots", "max_steps"))
-def lockstep_counts(X, y, lambdas, idx, *, chunk, slots, max_steps):
+@functools.partial(jax.jit, static_argnames=("chunk", "slots"))
+def lockstep_counts(X, y, lambdas, idx, max_steps, *, chunk, slots):
     """Selection counts of the subsamples ``idx`` ``(B, m)`` (row indices) on the grid ``lambdas``.
 
     Chunks of ``chunk`` subsamples run one after another (each chunk in
-    lockstep, see the module docstring). Returns ``(counts (L, p), union (L,),
-    failed (L,), overflow, kinks)``: per grid penalty the number of subsamples
-    selecting each feature, the summed sizes of the unions of the supports
-    over ``lambdas[:k+1]``, the number of subsamples that did not reach it
-    within ``max_steps`` kinks, whether a subsample needed more than ``slots``
-    active features, and the largest number of lockstep iterations of a chunk.
+    lockstep, see the module docstring; the last one padded with finished
+    dummies). ``slots`` are the active-slot capacities of the phases
+    (:func:`phase_slots`); ``max_steps`` (traced) bounds the kinks per chunk.
+    Returns ``(counts (L, p), union (L,), failed (L,), overflow, kinks)``: per
+    grid penalty the number of subsamples selecting each feature, the summed
+    sizes of the unions of the supports over ``lambdas[:k+1]``, the number of
+    subsamples that did not reach it within ``max_steps`` kinks, whether a
+    subsample needed more than ``slots[-1]`` active features, and the largest
+    number of lockstep iterations of a chunk.
     """
     n, p = X.shape
     B = idx.shape[0]
@@ -266,18 +270,12 @@ def lockstep_counts(X, y, lambdas, idx, *, chunk, slots, max_steps):
     pad = nb * chunk - B
     mask = jnp.zeros((B, n), X.dtype).at[jnp.arange(B)[:, None], idx].set(1)
     mask = jnp.concatenate([mask, jnp.broadcast_to(mask[-1:], (pad, n))]).reshape(nb, chunk, n)
+    real = (jnp.arange(nb * chunk) < B).reshape(nb, chunk)
 
     def body(b, acc):
-        counts, union, failed, over, kinks = _chunk_counts(X, y, lambdas, mask[b], slots=slots, max_steps=max_steps)
+        counts, union, failed, over, kinks = _chunk_counts(X, y, lambdas, mask[b], real[b], max_steps, slots=slots)
         return (acc[0] + counts, acc[1] + union, acc[2] + failed, acc[3] | over, jnp.maximum(acc[4], kinks))
 
     zero = jnp.zeros((L,), jnp.int32)
     acc0 = (jnp.zeros((L, p), jnp.int32), zero, zero, jnp.bool_(False), jnp.int32(0))
-    if pad == 0:
-        return lax.fori_loop(0, nb, body, acc0)
-    acc = lax.fori_loop(0, nb - 1, body, acc0)
-    # the last chunk: its padding repeats the last subsample; run it on its own rows only
-    counts, union, failed, over, kinks = _chunk_counts(
-        X, y, lambdas, mask[nb - 1, : chunk - pad], slots=slots, max_steps=max_steps
-    )
-    return acc[0] + counts, acc[1] + union, acc[2] + failed, acc[3] | over, jnp.maximum(acc[4], kinks)
+    return lax.fori_loop(0, nb, body, acc0)

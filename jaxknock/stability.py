@@ -339,7 +339,7 @@ def _run_lockstep(idx, X, y, lambdas, *, max_steps, chunk):
         per_item = X.dtype.itemsize * (2 * slots[-1] ** 2 + 12 * p + 4 * X.shape[0])
         chunk = _memory.plan_chunk(B, per_item, shared_bytes=X.dtype.itemsize * X.size, what="subsample")
     counts, union, failed, over, _ = _stability_path.lockstep_counts(
-        X, y, lambdas, idx, chunk=int(min(chunk, B)), slots=slots, max_steps=int(max_steps)
+        X, y, lambdas, idx, jnp.int32(max_steps), chunk=int(min(chunk, B)), slots=slots
     )
     del over  # cannot happen: at most min(p, m) features are active on m centred rows
     return counts, union, failed
@@ -461,6 +461,7 @@ def stability_selection(
     if assumption is None:
         assumption = "unimodal" if complementary_pairs else "none"
     _check_settings(fraction, complementary_pairs, num_subsamples, threshold, expected_false, assumption)
+    _use_lockstep(solver, loss)  # solver='lockstep' with the logistic loss: an error before any work
     if assumption == "unimodal" and not complementary_pairs:
         raise ValueError("assumption='unimodal' (Shah & Samworth) needs complementary_pairs=True")
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
