@@ -36,19 +36,22 @@ of false selections obeys
   paper (a numerical optimisation) is not implemented.
 
 All ``B x L`` fits are one compiled program: the subsamples are drawn on the
-device from the key (:func:`stability_subsamples`), and (``solver="auto"``, the
-default, with an intercept) every subsample's path is solved by the
-working-set engine of :mod:`jaxknock.l1.working_set`
-(:func:`~jaxknock.l1.working_set.member_paths`): a complementary pair is *one*
-design of its ``2 m`` rows with two blocks, the two halves its two members,
-sharing the Gram-column cache and the path loop. For the squared loss that is
-the exact homotopy (LARS-lasso) engine: the supports are exact (KKT-certified
-at every grid penalty, not subject to a solver tolerance); the logistic loss
-uses the engine's proximal-Newton working sets. The pairs run in a ``lax.map``
-(chunks ``vmap``-ed). Without an intercept, with ``devices=`` / ``mesh=``
-(:func:`jaxknock.distributed.shard_batch`) or with ``solver="fista"`` (etc.),
-the warm-started path of :mod:`jaxknock.l1.path` runs on each subsample
-instead. Timings: ``benchmarks/bench_stability.py``.
+device from the key (:func:`stability_subsamples`). With the squared loss and
+an intercept (``solver="auto"``, the default) every subsample follows its
+*exact* lasso path (LARS-lasso homotopy) and all subsamples take their kinks
+in lockstep on the shared ``X`` (:mod:`jaxknock._stability_path`): one loop
+iteration is one kink of every subsample of a chunk, made of three matrix
+products with ``X`` for the whole chunk, and the supports at the grid
+penalties are recorded per interval between kinks (the supports are exact,
+not subject to a solver tolerance). The logistic loss (or
+``solver="working_set"``) uses the working-set engine of
+:mod:`jaxknock.l1.working_set` (:func:`~jaxknock.l1.working_set.member_paths`:
+a complementary pair is one design of its ``2 m`` rows, its halves the two
+members; proximal-Newton working sets for the logistic loss). Without an
+intercept, with ``devices=`` / ``mesh=`` (:func:`jaxknock.distributed.shard_batch`)
+or with ``solver="fista"`` (etc.), the warm-started path of
+:mod:`jaxknock.l1.path` runs on each subsample instead. Timings:
+``benchmarks/bench_stability.py``.
 """
 
 from __future__ import annotations
@@ -410,7 +413,7 @@ def stability_selection(
 ) -> StabilityResult:
     r"""Stability selection with the lasso or l1-logistic regression (see the module docstring).
 
-    Fits the warm-started path of :func:`~jaxknock.lasso_path` on
+    Fits the lasso (l1-logistic) path on
     ``num_subsamples`` subsamples of ``floor(n * fraction)`` rows (complementary
     pairs by default: ``num_subsamples / 2`` pairs of disjoint halves) and
     returns the selection probabilities and the stable set with its error bound.
@@ -438,13 +441,18 @@ def stability_selection(
         threshold: :math:`\pi_{thr}` in (0.5, 1].
         expected_false: target E[V] (see above).
         assumption: ``"unimodal"`` (default with pairs) or ``"none"`` (default without).
-        loss, fit_intercept, tol, max_steps: as in :func:`~jaxknock.lasso_path`
+        loss, fit_intercept, tol: as in :func:`~jaxknock.lasso_path`
             (``tol=1e-4``: selection needs the support, not a tight fit).
-        solver: ``"auto"`` (the working-set engine where it applies, see the module
-            docstring; else ``"fista"``), ``"working_set"`` (the engine, or an error
-            where it does not apply), or a :func:`~jaxknock.lasso_path` solver
-            (``"fista"``, ``"cd"``, ...) run on each subsample.
-        chunk_size: subsamples per ``vmap`` batch (default: 1 on the CPU, from memory otherwise).
+        solver: ``"auto"`` (the lockstep homotopy for the squared loss, the
+            working-set engine for the logistic loss, where they apply, see the
+            module docstring; else ``"fista"``), ``"lockstep"`` / ``"working_set"``
+            (that engine, or an error where it does not apply), or a
+            :func:`~jaxknock.lasso_path` solver (``"fista"``, ``"cd"``, ...) run on each subsample.
+        max_steps: iteration limit of the solver; for the lockstep homotopy the
+            kinks per chunk (default ``8 m + 100``; subsamples still running are
+            counted in ``num_failed`` at the penalties they did not reach).
+        chunk_size: subsamples per batch (lockstep: per lockstep chunk, default from
+            memory; else per ``vmap`` batch, default 1 on the CPU, from memory otherwise).
         devices, mesh: shard the subsamples over devices (:func:`jaxknock.distributed.shard_batch`).
 
     Returns:
