@@ -71,8 +71,9 @@ def bench_stability(n, p, B, L, seed=0):
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     print(f"| scikit-learn `lasso_path` loop (tol 1e-4) | - | {t_sk:.2f} s ({c_sk:.1f}) | 1 | 1 | - | - | - |")
     rows = [
-        (np.float64, 1e-4, "auto", "working-set homotopy (exact supports)"),
-        (np.float32, 1e-4, "auto", "working-set homotopy (exact supports)"),
+        (np.float64, 1e-4, "auto", "lockstep homotopy of all subsamples (exact supports)"),
+        (np.float32, 1e-4, "auto", "lockstep homotopy of all subsamples"),
+        (np.float64, 1e-4, "working_set", "working-set homotopy per pair (exact supports)"),
         (np.float64, 1e-4, "fista", "FISTA path per subsample"),
     ]
     for dtype, tol, solver, what in rows:
@@ -92,7 +93,29 @@ def bench_stability(n, p, B, L, seed=0):
             f"| {d.max():.3f} | {d.mean():.2e} | {int(res.num_failed.sum())} |"
         )
     print(f"\nMonte-Carlo scale of a probability: sqrt(0.25 / B) = {np.sqrt(0.25 / B):.3f}")
+    _lockstep_profile(X, y, lambdas, idx)
     print(f"average size of the union of the supports along the grid per subsample q = {res.q:.1f} (n / 2 = {n // 2})")
+
+
+def _lockstep_profile(X, y, lambdas, idx):
+    """Where the lockstep engine's time goes: iterations and the flops of its three products per iteration."""
+    from jaxknock import _stability_path
+
+    n, p = X.shape
+    B, m = idx.shape
+    slots = _stability_path.phase_slots(p, m)
+    args = (jnp.asarray(X), jnp.asarray(y), jnp.asarray(lambdas), jnp.asarray(idx), jnp.int32(8 * m + 100))
+    out = _stability_path.lockstep_counts(*args, chunk=B, slots=slots)
+    kinks = int(out[4])
+    t0, c0 = time.perf_counter(), time.process_time()
+    jax.block_until_ready(_stability_path.lockstep_counts(*args, chunk=B, slots=slots))
+    t, c = time.perf_counter() - t0, time.process_time() - c0
+    gflop = kinks * 3 * 2 * B * n * p / 1e9
+    print(
+        f"\nlockstep profile (float64, one chunk of {B}): {kinks} iterations (= kinks of the slowest subsample; "
+        f"the supports need no grid stops), active-slot phases {slots}; three (B x n) x (n x p) products per "
+        f"iteration = {gflop:.0f} Gflop in {t:.2f} s ({c:.1f} CPU s): {gflop / c:.1f} Gflop per CPU second"
+    )
 
 
 def _xor(rng, n, k):

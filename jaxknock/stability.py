@@ -36,19 +36,22 @@ of false selections obeys
   paper (a numerical optimisation) is not implemented.
 
 All ``B x L`` fits are one compiled program: the subsamples are drawn on the
-device from the key (:func:`stability_subsamples`), and (``solver="auto"``, the
-default, with an intercept) every subsample's path is solved by the
-working-set engine of :mod:`jaxknock.l1.working_set`
-(:func:`~jaxknock.l1.working_set.member_paths`): a complementary pair is *one*
-design of its ``2 m`` rows with two blocks, the two halves its two members,
-sharing the Gram-column cache and the path loop. For the squared loss that is
-the exact homotopy (LARS-lasso) engine: the supports are exact (KKT-certified
-at every grid penalty, not subject to a solver tolerance); the logistic loss
-uses the engine's proximal-Newton working sets. The pairs run in a ``lax.map``
-(chunks ``vmap``-ed). Without an intercept, with ``devices=`` / ``mesh=``
-(:func:`jaxknock.distributed.shard_batch`) or with ``solver="fista"`` (etc.),
-the warm-started path of :mod:`jaxknock.l1.path` runs on each subsample
-instead. Timings: ``benchmarks/bench_stability.py``.
+device from the key (:func:`stability_subsamples`). With the squared loss and
+an intercept (``solver="auto"``, the default) every subsample follows its
+*exact* lasso path (LARS-lasso homotopy) and all subsamples take their kinks
+in lockstep on the shared ``X`` (:mod:`jaxknock._stability_path`): one loop
+iteration is one kink of every subsample of a chunk, made of three matrix
+products with ``X`` for the whole chunk, and the supports at the grid
+penalties are recorded per interval between kinks (the supports are exact,
+not subject to a solver tolerance). The logistic loss (or
+``solver="working_set"``) uses the working-set engine of
+:mod:`jaxknock.l1.working_set` (:func:`~jaxknock.l1.working_set.member_paths`:
+a complementary pair is one design of its ``2 m`` rows, its halves the two
+members; proximal-Newton working sets for the logistic loss). Without an
+intercept, with ``devices=`` / ``mesh=`` (:func:`jaxknock.distributed.shard_batch`)
+or with ``solver="fista"`` (etc.), the warm-started path of
+:mod:`jaxknock.l1.path` runs on each subsample instead. Timings:
+``benchmarks/bench_stability.py``.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _backend, _checks, _memory, _mesh
+from jaxknock import _backend, _checks, _memory, _mesh, _stability_path
 from jaxknock.l1 import working_set
 from jaxknock.l1.path import path_solve
 from jaxknock.l1.problem import check_lambdas, lambda_grid, prepare_data
@@ -71,7 +74,7 @@ from jaxknock.l1.settings import L1Settings, make_settings
 __all__ = ["StabilityResult", "stability_bound", "stability_selection", "stability_subsamples"]
 
 ASSUMPTIONS = ("unimodal", "none")
-ENGINE_SOLVERS = ("auto", "working_set")
+ENGINE_SOLVERS = ("auto", "working_set", "lockstep")
 # working-set / active-slot capacities that sufficed last time, per problem shape (see _engine_counts)
 _CAPACITY: dict = {}
 # threshold used when expected_false is given without a threshold and no threshold meets it on the whole grid
@@ -330,15 +333,35 @@ def _run_engine(idx, X, y, lambdas, *, complementary_pairs, loss, tol, max_steps
 # --------------------------------------------------------------------------
 
 
+def _run_lockstep(idx, X, y, lambdas, *, max_steps, chunk):
+    """The selection counts of the lockstep homotopy (:mod:`jaxknock._stability_path`)."""
+    B, m = idx.shape
+    p = X.shape[1]
+    slots = _stability_path.phase_slots(p, m)
+    if chunk is None:
+        per_item = X.dtype.itemsize * (2 * slots[-1] ** 2 + 12 * p + 4 * X.shape[0])
+        chunk = _memory.plan_chunk(B, per_item, shared_bytes=X.dtype.itemsize * X.size, what="subsample")
+    counts, union, failed, over, _ = _stability_path.lockstep_counts(
+        X, y, lambdas, idx, jnp.int32(max_steps), chunk=int(min(chunk, B)), slots=slots
+    )
+    del over  # cannot happen: at most min(p, m) features are active on m centred rows
+    return counts, union, failed
+
+
+def _use_lockstep(solver, loss) -> bool:
+    """The lockstep homotopy: squared loss (``solver="auto"`` or ``"lockstep"``)."""
+    if solver == "lockstep" and loss != "squared":
+        raise ValueError("solver='lockstep' is the lasso homotopy (loss='squared'); use solver='working_set'")
+    return solver == "lockstep" or (solver == "auto" and loss == "squared")
+
+
 def _use_engine(solver, fit_intercept, sharded) -> bool:
     """``solver="auto"``: the working-set engine wherever it applies (intercept fitted, one device)."""
-    if solver == "working_set":
+    if solver in ("working_set", "lockstep"):
         if not fit_intercept:
-            raise ValueError(
-                "solver='working_set' always fits an intercept; use solver='fista' with fit_intercept=False"
-            )
+            raise ValueError(f"solver={solver!r} always fits an intercept; use solver='fista' with fit_intercept=False")
         if sharded:
-            raise ValueError("solver='working_set' runs on one device; use solver='fista' with devices= / mesh=")
+            raise ValueError(f"solver={solver!r} runs on one device; use solver='fista' with devices= / mesh=")
         return True
     return solver == "auto" and fit_intercept and not sharded
 
@@ -390,7 +413,7 @@ def stability_selection(
 ) -> StabilityResult:
     r"""Stability selection with the lasso or l1-logistic regression (see the module docstring).
 
-    Fits the warm-started path of :func:`~jaxknock.lasso_path` on
+    Fits the lasso (l1-logistic) path on
     ``num_subsamples`` subsamples of ``floor(n * fraction)`` rows (complementary
     pairs by default: ``num_subsamples / 2`` pairs of disjoint halves) and
     returns the selection probabilities and the stable set with its error bound.
@@ -418,13 +441,18 @@ def stability_selection(
         threshold: :math:`\pi_{thr}` in (0.5, 1].
         expected_false: target E[V] (see above).
         assumption: ``"unimodal"`` (default with pairs) or ``"none"`` (default without).
-        loss, fit_intercept, tol, max_steps: as in :func:`~jaxknock.lasso_path`
+        loss, fit_intercept, tol: as in :func:`~jaxknock.lasso_path`
             (``tol=1e-4``: selection needs the support, not a tight fit).
-        solver: ``"auto"`` (the working-set engine where it applies, see the module
-            docstring; else ``"fista"``), ``"working_set"`` (the engine, or an error
-            where it does not apply), or a :func:`~jaxknock.lasso_path` solver
-            (``"fista"``, ``"cd"``, ...) run on each subsample.
-        chunk_size: subsamples per ``vmap`` batch (default: 1 on the CPU, from memory otherwise).
+        solver: ``"auto"`` (the lockstep homotopy for the squared loss, the
+            working-set engine for the logistic loss, where they apply, see the
+            module docstring; else ``"fista"``), ``"lockstep"`` / ``"working_set"``
+            (that engine, or an error where it does not apply), or a
+            :func:`~jaxknock.lasso_path` solver (``"fista"``, ``"cd"``, ...) run on each subsample.
+        max_steps: iteration limit of the solver; for the lockstep homotopy the
+            kinks per chunk (default ``8 m + 100``; subsamples still running are
+            counted in ``num_failed`` at the penalties they did not reach).
+        chunk_size: subsamples per batch (lockstep: per lockstep chunk, default from
+            memory; else per ``vmap`` batch, default 1 on the CPU, from memory otherwise).
         devices, mesh: shard the subsamples over devices (:func:`jaxknock.distributed.shard_batch`).
 
     Returns:
@@ -441,6 +469,7 @@ def stability_selection(
     if assumption is None:
         assumption = "unimodal" if complementary_pairs else "none"
     _check_settings(fraction, complementary_pairs, num_subsamples, threshold, expected_false, assumption)
+    _use_lockstep(solver, loss)  # solver='lockstep' with the logistic loss: an error before any work
     if assumption == "unimodal" and not complementary_pairs:
         raise ValueError("assumption='unimodal' (Shah & Samworth) needs complementary_pairs=True")
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
@@ -467,7 +496,11 @@ def stability_selection(
         raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
     B, L = int(num_subsamples), int(lambdas.shape[0])
     idx = stability_subsamples(key, n, B, fraction=fraction, complementary_pairs=complementary_pairs)
-    if use_engine:
+    if use_engine and _use_lockstep(solver, loss):
+        counts, union, failed = _run_lockstep(
+            idx, X, y, lambdas, max_steps=8 * m + 100 if max_steps is None else int(max_steps), chunk=chunk_size
+        )
+    elif use_engine:
         chunk = chunk_size or _default_chunk(B, m, p, L, X.dtype.itemsize, devices)
         G = B // 2 if complementary_pairs else B
         counts, union, failed = _run_engine(

@@ -235,3 +235,38 @@ def test_engine_choice_and_errors():
     assert stability._use_engine("auto", True, False)
     assert not stability._use_engine("auto", False, False) and not stability._use_engine("auto", True, True)
     assert not stability._use_engine("fista", True, False)
+
+
+# ---- the lockstep homotopy (squared loss, solver="auto" / "lockstep") -------------------------
+
+
+def test_lockstep_wide_chunked_equals_sklearn():
+    """p > m (the path runs to near-saturation), chunks with padding, against scikit-learn solved tightly."""
+    from sklearn.linear_model import lasso_path
+
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((N, 60))
+    y = X[:, :3] @ np.array([2.0, -2.0, 1.5]) + rng.standard_normal(N)
+    key = jax.random.key(5)
+    lambdas = np.asarray(jaxknock.lambda_grid(X, y, num=L, eps=0.01))
+    kw = dict(lambdas=lambdas, num_subsamples=B, threshold=0.6)
+    res = _stability_selection(key, X, y, solver="lockstep", chunk_size=7, **kw)  # 20 = 7 + 7 + 6
+    idx = np.asarray(stability_subsamples(key, N, B))
+    sk = []
+    for ix in idx:
+        Xs, ys = X[ix] - X[ix].mean(0), y[ix] - y[ix].mean()
+        sk.append(lasso_path(Xs, ys, alphas=lambdas, tol=1e-12, max_iter=100_000)[1].T != 0)
+    sk = np.stack(sk)
+    np.testing.assert_allclose(np.asarray(res.probabilities), sk.mean(0).T, atol=1e-12)
+    np.testing.assert_allclose(res.q_path, np.maximum.accumulate(sk, axis=1).sum(2).mean(0))
+    assert int(res.num_failed.sum()) == 0
+    # out of steps: the subsamples are reported failed at the grid penalties they did not reach, never silently
+    short = _stability_selection(key, X, y, solver="lockstep", chunk_size=7, max_steps=5, **kw)
+    assert short.num_failed[-1] == B and short.num_failed[0] == 0
+    assert np.all(np.asarray(short.probabilities)[:, -1] == 0)
+
+
+def test_lockstep_rejects_logistic():
+    X, y = _data(0)
+    with pytest.raises(ValueError, match="lockstep"):
+        _stability_selection(jax.random.key(0), X, (y > 0).astype(float), loss="logistic", solver="lockstep")

@@ -1,0 +1,281 @@
+r"""Lockstep homotopy (LARS-lasso) of many row subsamples of one design: supports on a grid only.
+
+The engine of :func:`jaxknock.stability_selection` for the squared loss with an
+intercept. Every subsample ``b`` (a row mask ``d_b`` of ``m`` rows of the
+*shared* ``X``) follows its exact piecewise-linear lasso path
+
+.. math::
+
+    \beta_A(\lambda) = G_{AA}^{-1}(q_A - \lambda s_A),\qquad
+    c(\lambda) = q - G_{\cdot A}\beta_A(\lambda),\qquad
+    G = X_b^{c\top} X_b^c / m,\ q = X_b^{c\top} y_b^c / m
+
+(centred on the subsample: the intercept is unpenalised), kink by kink, from
+its own :math:`\lambda_{\max}` down past the smallest grid penalty. All
+subsamples of a chunk take their kinks *together*: one loop iteration is one
+kink of every subsample, and the three products with ``X`` it needs are one
+matrix product each for the whole chunk on the shared ``X`` (the subsamples
+are row masks of it):
+
+* the Gram column of the feature that entered at the previous kink,
+  :math:`G_{\cdot j} = X^\top (d_b \odot (x_j - \bar x_{j,b})) / m` (its
+  active entries border the inverse :math:`G_{AA}^{-1}`, a rank-one update;
+  a removal is the rank-one Schur downdate, both ``O(A^2)``);
+* the equiangular direction :math:`u_b = d_b \odot X^c_{A} v`,
+  :math:`v = G_{AA}^{-1} s_A` (``X @ V`` with ``V`` the scattered ``v``);
+* its correlations :math:`w = X^\top u_b / m`, from which the next event
+  follows (an inactive feature reaching :math:`|c_j| = \lambda`, or an active
+  coefficient crossing zero), as in :mod:`jaxknock.l1._ws_homotopy`.
+
+Only supports are needed: the support is constant between two kinks, so
+the selection counts at the grid penalties are recorded per *interval*: a
+feature that entered at :math:`\lambda_{in}` and leaves at
+:math:`\lambda_{out}` is counted at every grid penalty in
+:math:`(\lambda_{out}, \lambda_{in}]`; no grid penalty costs an iteration,
+and no coefficient is formed at a grid point. The supports are those of the
+exact lasso solutions (ties between kinks have probability zero); a
+subsample still running after ``max_steps`` kinks is counted as failed at the
+grid penalties it has not reached. A feature in the span of the active ones
+(Schur complement below ``1e-10`` of its variance) is skipped for the rest of
+the path, as in the working-set engine.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+_HI = lax.Precision.HIGHEST
+
+
+def _interval_rows(lambdas, lo, hi):
+    """``(..., L)`` indicator of the grid penalties in ``(lo, hi]``."""
+    return (lambdas > lo[..., None]) & (lambdas <= hi[..., None])
+
+
+def _first_index(lambdas, hi):
+    """Index of the first (largest) grid penalty ``<= hi``."""
+    return jnp.sum(lambdas[None] > hi[:, None], axis=1).astype(jnp.int32)
+
+
+def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
+    """One chunk in lockstep; ``real`` ``(C,)`` false on padding; ``slots``: increasing capacities, one loop each."""
+    """Selection counts ``(L, p)``, union sizes ``(L,)``, failures ``(L,)`` of the subsamples ``mask`` ``(C, n)``."""
+    dt = X.dtype
+    n, p = X.shape
+    C = mask.shape[0]
+    A = slots[0]
+    L = lambdas.shape[0]
+    m = jnp.sum(mask[0])
+    inv_m = 1 / m
+    inf = jnp.asarray(jnp.inf, dt)
+    rows = jnp.arange(C)
+
+    mu = jnp.dot(mask, X, precision=_HI) * inv_m  # (C, p) subsample means
+    ybar = jnp.dot(mask, y, precision=_HI) * inv_m
+    yc = mask * (y[None] - ybar[:, None])
+    c0 = jnp.dot(yc, X, precision=_HI) * inv_m  # (C, p) correlations at beta = 0
+    lam0 = jnp.max(jnp.abs(c0), axis=1)
+    j0 = jnp.argmax(jnp.abs(c0), axis=1).astype(jnp.int32)
+
+    state = dict(
+        c=c0,
+        lam=lam0,
+        feat=jnp.zeros((C, A), jnp.int32),
+        used=jnp.zeros((C, A), bool),
+        sgn=jnp.zeros((C, A), dt),
+        beta=jnp.zeros((C, A), dt),
+        Ginv=jnp.zeros((C, A, A), dt),
+        v=jnp.zeros((C, A), dt),
+        lam_in=jnp.zeros((C, A), dt),
+        act=jnp.zeros((C, p), bool),
+        skip=jnp.zeros((C, p), bool),
+        # the event to apply at the start of the next iteration: enter ``pend`` (>= 0) or drop slot ``drop`` (< A)
+        pend=j0,
+        pend_sgn=jnp.sign(c0[rows, j0]),
+        drop=jnp.full((C,), A, jnp.int32),
+        banned=jnp.full((C,), -1, jnp.int32),
+        done=(lam0 <= 0) | ~real,
+        counts=jnp.zeros((L, p), jnp.int32),
+        first=jnp.full((C, p), L, jnp.int32),
+        over=jnp.bool_(False),
+        k=jnp.int32(0),
+    )
+
+    def apply_event(s):
+        """Enter ``pend`` at a free slot (bordering) or drop slot ``drop`` (Schur downdate): ``Ginv += a x x^T``."""
+        A = s["used"].shape[1]
+        ar = jnp.arange(A)
+        pend = s["pend"]
+        has = (pend >= 0) & ~s["done"]
+        jj = jnp.maximum(pend, 0)
+        xj = jnp.take(X, jj, axis=1).T  # (C, n)
+        xjc = mask * (xj - mu[rows, jj][:, None])
+        gj = jnp.dot(xjc, X, precision=_HI) * inv_m  # (C, p) Gram column of the entering feature
+        b = jnp.where(s["used"], jnp.take_along_axis(gj, s["feat"], axis=1), 0)
+        u = jnp.einsum("cab,cb->ca", s["Ginv"], b, precision=_HI)
+        gjj = gj[rows, jj]
+        sigma = gjj - jnp.sum(b * u, axis=1)
+        sat = sigma <= 1e-10 * jnp.maximum(gjj, jnp.finfo(dt).tiny)
+        slot = jnp.argmin(s["used"], axis=1).astype(jnp.int32)
+        full = jnp.all(s["used"], axis=1)
+        enter = has & ~sat & ~full
+        e = (ar[None] == slot[:, None]).astype(dt)
+        i = s["drop"]
+        leave = (i < A) & ~s["done"]
+        ic = jnp.minimum(i, A - 1)
+        gi = s["Ginv"][rows, :, ic]  # (C, A)
+        gii = gi[rows, ic]
+        x = jnp.where(leave[:, None], gi, jnp.where(enter[:, None], u - e, 0))
+        alpha = jnp.where(leave, -1 / jnp.where(gii != 0, gii, 1), jnp.where(enter, 1 / jnp.where(sat, 1, sigma), 0))
+        Ginv = s["Ginv"] + alpha[:, None, None] * x[:, :, None] * x[:, None, :]
+        dmask = leave[:, None] & (ar[None] == ic[:, None])  # the dropped slot's row and column
+        Ginv = jnp.where(dmask[:, :, None] | dmask[:, None, :], 0, Ginv)
+        add = enter[:, None] & (ar[None] == slot[:, None])
+        used = (s["used"] & ~dmask) | add
+        sgn = jnp.where(add, s["pend_sgn"][:, None], jnp.where(dmask, 0, s["sgn"]))
+        s_for_v = jnp.where(leave[:, None], s["sgn"], sgn)
+        v = jnp.where(used, s["v"] + (alpha * jnp.sum(x * s_for_v, axis=1))[:, None] * x, 0)
+        feat = jnp.where(add, jj[:, None], s["feat"])
+        gone = jnp.where(leave, s["feat"][rows, ic], p)
+        act = s["act"].at[rows, gone].set(False, mode="drop").at[rows, jnp.where(enter, jj, p)].set(True, mode="drop")
+        skip = s["skip"].at[rows, jnp.where(has & sat, jj, p)].set(True, mode="drop")
+        return dict(
+            s,
+            Ginv=Ginv, used=used, sgn=sgn, v=v, feat=feat, act=act, skip=skip,
+            beta=jnp.where(used & ~add, s["beta"], 0),
+            lam_in=jnp.where(add, s["lam"][:, None], s["lam_in"]),
+            over=s["over"] | jnp.any(has & ~sat & full),
+        )  # fmt: skip
+
+    def step(s):
+        """Direction, next event, move; a drop is recorded at once (its interval is known)."""
+        A = s["used"].shape[1]
+        vfull = jnp.zeros((C, p), dt).at[rows[:, None], s["feat"]].add(jnp.where(s["used"], s["v"], 0))
+        z = jnp.dot(vfull, X.T, precision=_HI)  # (C, n)
+        u = mask * (z - jnp.sum(vfull * mu, axis=1)[:, None])
+        w = jnp.dot(u, X, precision=_HI) * inv_m  # (C, p)
+        c, lam = s["c"], s["lam"]
+        up, lo = 1 - w, 1 + w
+        t1 = jnp.where(up > 0, jnp.maximum(lam[:, None] - c, 0) / jnp.where(up > 0, up, 1), inf)
+        t2 = jnp.where(lo > 0, jnp.maximum(lam[:, None] + c, 0) / jnp.where(lo > 0, lo, 1), inf)
+        cand = ~s["act"] & ~s["skip"] & (jnp.arange(p)[None] != s["banned"][:, None])
+        tin = jnp.where(cand, jnp.minimum(t1, t2), inf)
+        j = jnp.argmin(tin, axis=1).astype(jnp.int32)
+        tj = tin[rows, j]
+        beta, v = s["beta"], s["v"]
+        shrink = s["used"] & (beta * v < 0)
+        tl = jnp.where(shrink, -beta / jnp.where(shrink, v, 1), inf)
+        i = jnp.argmin(tl, axis=1).astype(jnp.int32)
+        ti = tl[rows, i]
+        t = jnp.minimum(tj, ti)
+        finish = ~s["done"] & ((lam - t <= lambdas[-1]) | ~jnp.isfinite(t))
+        move = ~s["done"] & ~finish
+        leave = move & (ti < tj)
+        enter = move & ~(ti < tj)
+        tm = jnp.where(move, t, 0)
+        c = c - tm[:, None] * w
+        lam_new = lam - tm
+        beta = jnp.where(s["used"], beta + tm[:, None] * v, 0)
+        beta = jnp.where(leave[:, None] & (jnp.arange(A)[None] == i[:, None]), 0, beta)
+        # record the interval (lam_new, lam_in] of a dropped feature
+        fi = s["feat"][rows, i]
+        hi = s["lam_in"][rows, i]
+        ind = _interval_rows(lambdas, lam_new, hi) & leave[:, None]  # (C, L)
+        counts = s["counts"].at[:, jnp.where(leave, fi, p)].add(ind.T.astype(jnp.int32), mode="drop")
+        g0 = _first_index(lambdas, hi)
+        first_new = jnp.where(jnp.any(ind, axis=1), g0, L)
+        first = s["first"].at[rows, jnp.where(leave, fi, p)].min(first_new, mode="drop")
+        return dict(
+            s,
+            c=c, lam=lam_new, beta=beta, counts=counts, first=first,
+            pend=jnp.where(enter, j, -1),
+            pend_sgn=jnp.sign(c[rows, j]),
+            drop=jnp.where(leave, i, A),
+            banned=jnp.where(leave, fi, -1),
+            done=s["done"] | finish,
+            k=s["k"] + 1,
+        )  # fmt: skip
+
+    def grow(s, A_new):
+        """The same state with ``A_new`` slots (the new ones free)."""
+        A_old = s["used"].shape[1]
+        pad = ((0, 0), (0, A_new - A_old))
+        out = {k: jnp.pad(s[k], pad) for k in ("feat", "used", "sgn", "beta", "v", "lam_in")}
+        out["Ginv"] = jnp.pad(s["Ginv"], ((0, 0), (0, A_new - A_old), (0, A_new - A_old)))
+        out["drop"] = jnp.where(s["drop"] >= A_old, A_new, s["drop"])
+        return dict(s, **out)
+
+    for ph, A_ph in enumerate(slots):
+        last = ph == len(slots) - 1
+        if ph:
+            state = grow(state, A_ph)
+
+        def cond(s, A_ph=A_ph, last=last):
+            go = ~jnp.all(s["done"]) & (s["k"] < max_steps)
+            # leave a phase while one more entering (the pending one) still fits
+            return go if last else go & (jnp.max(jnp.sum(s["used"], axis=1)) <= A_ph - 2)
+
+        state = lax.while_loop(cond, lambda s: step(apply_event(s)), state)
+    s = state
+    A = s["used"].shape[1]
+    # the last segment: every active feature is selected from lam_in down to the end of its path
+    lo = jnp.where(s["done"], -inf, s["lam"])  # a subsample out of steps: not counted below its lam
+    ind = _interval_rows(lambdas, jnp.broadcast_to(lo[:, None], (C, A)), s["lam_in"]) & s["used"][..., None]
+    counts = (
+        s["counts"]
+        .at[:, jnp.where(s["used"], s["feat"], p)]
+        .add(jnp.moveaxis(ind.astype(jnp.int32), 2, 0), mode="drop")
+    )
+    g0 = jnp.where(jnp.any(ind, axis=2), _first_index(lambdas, s["lam_in"].reshape(-1)).reshape(C, A), L)
+    first = s["first"].at[rows[:, None], jnp.where(s["used"], s["feat"], p)].min(g0, mode="drop")
+    hist = jnp.zeros((L + 1,), jnp.int32).at[first.reshape(-1)].add(1)
+    union = jnp.cumsum(hist[:L])
+    failed = jnp.sum(~s["done"][:, None] & (lambdas[None] <= s["lam"][:, None]), axis=0).astype(jnp.int32)
+    return counts, union, failed, s["over"], s["k"]
+
+
+def phase_slots(p: int, m: int) -> tuple:
+    """Active-slot capacities of the phases: a kink costs ``O(A^2)`` per subsample, so ``A`` grows with the path.
+
+    At most ``min(p, m)`` features can be active on ``m`` centred rows (rank ``m - 1``).
+    """
+    top = min(p, m)
+    caps = sorted({min(top, max(8, -(-int(top * f) // 8) * 8)) for f in (0.25, 0.5, 0.75, 1.0)})
+    return tuple(caps)
+
+
+@functools.partial(jax.jit, static_argnames=("chunk", "slots"))
+def lockstep_counts(X, y, lambdas, idx, max_steps, *, chunk, slots):
+    """Selection counts of the subsamples ``idx`` ``(B, m)`` (row indices) on the grid ``lambdas``.
+
+    Chunks of ``chunk`` subsamples run one after another (each chunk in
+    lockstep, see the module docstring; the last one padded with finished
+    dummies). ``slots`` are the active-slot capacities of the phases
+    (:func:`phase_slots`); ``max_steps`` (traced) bounds the kinks per chunk.
+    Returns ``(counts (L, p), union (L,), failed (L,), overflow, kinks)``: per
+    grid penalty the number of subsamples selecting each feature, the summed
+    sizes of the unions of the supports over ``lambdas[:k+1]``, the number of
+    subsamples that did not reach it within ``max_steps`` kinks, whether a
+    subsample needed more than ``slots[-1]`` active features, and the largest
+    number of lockstep iterations of a chunk.
+    """
+    n, p = X.shape
+    B = idx.shape[0]
+    L = lambdas.shape[0]
+    nb = -(-B // chunk)
+    pad = nb * chunk - B
+    mask = jnp.zeros((B, n), X.dtype).at[jnp.arange(B)[:, None], idx].set(1)
+    mask = jnp.concatenate([mask, jnp.broadcast_to(mask[-1:], (pad, n))]).reshape(nb, chunk, n)
+    real = (jnp.arange(nb * chunk) < B).reshape(nb, chunk)
+
+    def body(b, acc):
+        counts, union, failed, over, kinks = _chunk_counts(X, y, lambdas, mask[b], real[b], max_steps, slots=slots)
+        return (acc[0] + counts, acc[1] + union, acc[2] + failed, acc[3] | over, jnp.maximum(acc[4], kinks))
+
+    zero = jnp.zeros((L,), jnp.int32)
+    acc0 = (jnp.zeros((L, p), jnp.int32), zero, zero, jnp.bool_(False), jnp.int32(0))
+    return lax.fori_loop(0, nb, body, acc0)
