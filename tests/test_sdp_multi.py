@@ -184,3 +184,62 @@ def test_pipeline_sdp_factor_num_knockoffs():
         jaxknock.knockoff_filter(key, X, y, s_method="sdp_factor", rank=60, num_knockoffs=2)
     with pytest.raises(ValueError, match="rank=2 applies to s_method='sdp_factor' only"):
         jaxknock.knockoff_filter(key, X, y, s_method="mvr", rank=2, num_knockoffs=2)
+
+
+# --- init / step seams with num_knockoffs = m: exactly the steps the m-knockoff solvers drive ---
+
+
+def _drive(state, step, terminate, max_steps=500):
+    for _ in range(max_steps):
+        if bool(terminate(state)[0]):
+            break
+        state = step(state)
+    return state
+
+
+def test_newton_step_num_knockoffs_is_the_step_sdp_drives():
+    from jaxknock.svector import newton
+
+    C = jnp.asarray(C_W)
+    sol = jaxknock.sdp(C, tol=1e-5, num_knockoffs=2)
+    st = _drive(
+        jaxknock.newton_init(C, num_knockoffs=2),
+        lambda s: jaxknock.newton_step(s, C, tol=1e-5, num_knockoffs=2),
+        lambda s: newton.path_terminate(s, 1e-5),
+    )
+    assert int(st.step) == int(sol.stats["newton_steps"])
+    np.testing.assert_allclose(float(st.dual), float(sol.stats["dual"]), rtol=1e-10)
+    # and not the m = 1 problem
+    assert abs(float(st.dual) - float(jaxknock.sdp(C, tol=1e-5).stats["dual"])) > 1e-3
+
+
+def test_sdp_step_num_knockoffs_is_the_step_sdp_coordinate_drives():
+    from jaxknock.svector import coordinate
+
+    C = jnp.asarray(C_CO)
+    sol = jaxknock.sdp(C, tol=1e-5, method="coordinate", num_knockoffs=3)
+    state, b = jaxknock.sdp_init(C, num_knockoffs=3)
+    st = _drive(
+        state,
+        lambda s: jaxknock.sdp_step(s, C, block_size=b, tol=1e-5, num_knockoffs=3),
+        lambda s: coordinate.sweep_terminate(s, C.shape[0], 1e-5),
+    )
+    assert int(st.sweep) == int(sol.stats["sweeps"])
+    np.testing.assert_allclose(np.asarray(st.s[: C.shape[0]]), np.asarray(sol.value), atol=1e-10)
+    with pytest.raises(ValueError, match="num_knockoffs"):
+        jaxknock.sdp_step(state, C, block_size=b, num_knockoffs=0)
+
+
+def test_sdp_factor_step_num_knockoffs_is_the_step_sdp_factor_drives():
+    from jaxknock.svector import factor
+
+    sol = jaxknock.sdp_factor(FACTOR, tol=1e-5, method="coordinate", num_knockoffs=2)
+    st = _drive(
+        jaxknock.sdp_factor_init(FACTOR, num_knockoffs=2),
+        lambda s: jaxknock.sdp_factor_step(s, FACTOR, tol=1e-5, num_knockoffs=2),
+        lambda s: factor.factor_terminate(s, 1e-5),
+    )
+    assert int(st.sweep) == int(sol.stats["num_steps"])
+    np.testing.assert_allclose(np.asarray(st.s) * np.asarray(FACTOR.diagonal()), np.asarray(sol.value), atol=1e-10)
+    with pytest.raises((ValueError, TypeError), match="num_knockoffs"):
+        jaxknock.sdp_factor_init(FACTOR, num_knockoffs=1.5)
