@@ -59,6 +59,9 @@ Usage::
     python benchmarks/bench_filter.py --small                  # smoke test, ~1 minute
     python benchmarks/bench_filter.py --draws 100 --json out.json   # the full experiment
     python benchmarks/bench_filter.py --lam fixed --draws 20 --amplitudes 4 8 12
+    # issue 18: s_method power on correlated designs, paired with knockpy's default (same X, y)
+    python benchmarks/bench_filter.py --mrc-power --datasets 40 --methods mvr \
+        --designs block-0.5 block-0.7 ar1-0.8 --amplitude 0.2 0.25 0.25
 """
 
 from __future__ import annotations
