@@ -59,6 +59,9 @@ Usage::
     python benchmarks/bench_filter.py --small                  # smoke test, ~1 minute
     python benchmarks/bench_filter.py --draws 100 --json out.json   # the full experiment
     python benchmarks/bench_filter.py --lam fixed --draws 20 --amplitudes 4 8 12
+    # issue 18: s_method power on correlated designs, paired with knockpy's default (same X, y)
+    python benchmarks/bench_filter.py --mrc-power --datasets 40 --methods mvr \
+        --designs block-0.5 block-0.7 ar1-0.8 --amplitude 0.2 0.25 0.25
 """
 
 from __future__ import annotations
@@ -536,13 +539,26 @@ def mrc_datasets(design, n, p, nnz, amplitude, num, seed):
 
 
 def mrc_power(argv=None):
-    """Power / FDR of knockoff_filter with s_method in equi / SDP / MVR / ME vs knockpy's default filter."""
+    """Power / FDR of knockoff_filter with s_method in equi / SDP / MVR / ME vs knockpy's default filter.
+
+    Both libraries run on the SAME data sets (same ``X``, ``y``); after the
+    per-method table, one line per jaxknock method gives the mean PAIRED power
+    difference ``jaxknock - knockpy`` over the data sets both ran, with its
+    standard error (paired differences remove the data-set-to-data-set spread
+    that dominates the unpaired standard errors).
+    """
     ap = argparse.ArgumentParser(description="power of the S constructions on correlated designs")
     ap.add_argument("--mrc-power", action="store_true")
     ap.add_argument("--n", type=int, default=600)
     ap.add_argument("--p", type=int, default=200)
     ap.add_argument("--nnz", type=int, default=20)
-    ap.add_argument("--amplitude", type=float, default=0.2)
+    ap.add_argument(
+        "--amplitude",
+        type=float,
+        nargs="*",
+        default=[0.2],
+        help="signal amplitude: one value, or one per design (in --designs order)",
+    )
     ap.add_argument("--fdr", type=float, default=0.1)
     ap.add_argument("--datasets", type=int, default=20)
     ap.add_argument("--batch", type=int, default=5, help="data sets per knockpy subprocess")
@@ -553,17 +569,22 @@ def mrc_power(argv=None):
     ap.add_argument("--json", default=None, help="write per-data-set results here")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    amps = list(args.amplitude)
+    if len(amps) == 1:
+        amps = amps * len(args.designs)
+    if len(amps) != len(args.designs):
+        ap.error(f"--amplitude: give one value or one per design ({len(args.designs)}), got {len(amps)}")
     nkp = args.datasets if args.knockpy_datasets is None else min(args.knockpy_datasets, args.datasets)
     print(
-        f"n={args.n} p={args.p} signals={args.nnz} amplitude={args.amplitude} q={args.fdr} "
-        f"data sets={args.datasets} (knockpy: first {nkp}); LCD statistic with CV lasso (both libraries' default); "
-        f"load {uptime()}",
+        f"n={args.n} p={args.p} signals={args.nnz} amplitudes={dict(zip(args.designs, amps))} q={args.fdr} "
+        f"data sets={args.datasets} (knockpy: first {nkp}, the same X, y); LCD statistic with CV lasso "
+        f"(both libraries' default); load {uptime()}",
         flush=True,
     )
     print(f"{'design':10s} {'method':22s} {'power':>14s} {'FDR':>14s} {'s/data set':>10s}")
     out = {}
-    for design in args.designs:
-        X, Y, T = mrc_datasets(design, args.n, args.p, args.nnz, args.amplitude, args.datasets, args.seed)
+    for design, amp in zip(args.designs, amps):
+        X, Y, T = mrc_datasets(design, args.n, args.p, args.nnz, amp, args.datasets, args.seed)
         rows = {}
         for method in args.methods:
             from jaxknock import knockoff_filter
@@ -579,6 +600,7 @@ def mrc_power(argv=None):
                 pows.append(pw)
             rows[f"jaxknock {method}"] = (pows, fdps, secs)
             _mrc_row(design, f"jaxknock {method}", rows[f"jaxknock {method}"])
+        kp = "knockpy default (MVR)"
         if not args.no_knockpy:
             sel, secs = [], []
             for b0 in range(0, nkp, args.batch):
@@ -588,15 +610,31 @@ def mrc_power(argv=None):
                     break
                 sel += res["sel"]
                 secs += res["secs"]
-            if len(sel) == nkp:
+            if sel:
                 fp = [fdp_power(np.asarray(s, bool), T[i]) for i, s in enumerate(sel)]
-                rows["knockpy default (MVR)"] = ([f[1] for f in fp], [f[0] for f in fp], secs)
-                _mrc_row(design, "knockpy default (MVR)", rows["knockpy default (MVR)"])
+                rows[kp] = ([f[1] for f in fp], [f[0] for f in fp], secs)
+                _mrc_row(design, kp, rows[kp])
+        if kp in rows:
+            for method in args.methods:
+                _mrc_paired(design, method, rows[f"jaxknock {method}"][0], rows[kp][0])
         out[design] = {k: {"power": v[0], "fdp": v[1], "secs": v[2]} for k, v in rows.items()}
+        out[design]["amplitude"] = amp
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(out, f)
     return out
+
+
+def _mrc_paired(design, method, pow_jk, pow_kp):
+    """Mean paired power difference jaxknock - knockpy over the data sets both ran, +- its standard error."""
+    m = min(len(pow_jk), len(pow_kp))
+    d = np.asarray(pow_jk[:m], float) - np.asarray(pow_kp[:m], float)
+    dm, ds = mean_se(d)
+    z = dm / ds if ds > 0 else float("nan")
+    print(
+        f"{design:10s} paired power {method:>14s} - knockpy: {dm:+6.3f} +- {ds:5.3f} (z = {z:+5.2f}, n={m})",
+        flush=True,
+    )
 
 
 def _mrc_row(design, name, row):

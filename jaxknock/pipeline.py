@@ -378,8 +378,9 @@ def knockoff_filter(
             :mod:`jaxknock.multi`). Not with ``"sdp_factor"``.
         num_knockoffs: ``m`` simultaneous knockoffs (Gimenez & Zou 2019): ``S``
             solved for ``(m+1)/m Sigma - S >= 0`` (without ``groups``: the
-            ``s_method`` solver called with ``num_knockoffs=m``; every method
-            but ``"sdp_factor"``), statistics with
+            ``s_method`` solver called with ``num_knockoffs=m``; with
+            ``"sdp_factor"``, :func:`~jaxknock.sdp_factor` on the rank-``rank``
+            factor model, never ``p x p``), statistics with
             ``num_knockoffs=m`` and the multi-knockoff+ filter. ``m > 1`` with
             ``num_replicates > 1`` needs ``aggregate="frequency"``.
 
@@ -406,6 +407,7 @@ def knockoff_filter(
             num_knockoffs=num_knockoffs,
             fdr=fdr,
             s_method=s_method,
+            rank=rank,
             statistic=statistic,
             num_replicates=num_replicates,
             aggregate=aggregate,
@@ -630,27 +632,37 @@ def _grouped_or_multi_filter(
     sdp_tol,
     lasso_tol,
     cv_patience,
+    rank=None,
 ):
     """:func:`knockoff_filter` with ``groups`` and/or ``num_knockoffs > 1`` (see its docstring)."""
     m = _checks.check_num_knockoffs(num_knockoffs)
-    allowed = GROUP_S_METHODS if groups is not None else _MULTI_S_SOLVERS
+    allowed = GROUP_S_METHODS if groups is not None else (*_MULTI_S_SOLVERS, "sdp_factor")
     if s_method not in allowed:
         what = "groups" if groups is not None else "num_knockoffs > 1"
         raise ValueError(f"s_method must be one of {tuple(allowed)} with {what}, got {s_method!r}")
     if statistic == "centroid":
         raise ValueError("statistic='centroid' is not supported with groups or num_knockoffs > 1")
-    X, y, binary, _ = _validate(X, y, fdr, "sdp", statistic, aggregate, num_replicates, None)
+    X, y, binary, rank = _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank)
     n, p = X.shape
     g = group_index(np.arange(p) if groups is None else groups, p)
     R = int(num_replicates)
     if m > 1 and R > 1 and aggregate != "frequency":
         raise ValueError("num_knockoffs > 1 with num_replicates > 1 needs aggregate='frequency'")
-    _, k_samp = jax.random.split(key)
+    k_fac, k_samp = jax.random.split(key)
     timings = {}
     Xs = (X - jnp.mean(X, axis=0)) / jnp.std(X, axis=0)
-    (S_lw, _), timings["covariance"] = _clock(ledoit_wolf, Xs)
-    Sigma = to_correlation(S_lw)
-    if groups is None:
+    if s_method == "sdp_factor":
+        # m knockoffs under a rank-`rank` factor model of the data, never p x p (as with m = 1)
+        (Sigma, _), timings["covariance"] = _clock(factor_model_from_data, k_fac, Xs, rank)
+        s_sol, timings["s_vector"] = _clock(
+            _precision.solve_s_float64, sdp_factor, Sigma, num_knockoffs=m, tol=sdp_tol, dtype=X.dtype
+        )
+    else:
+        (S_lw, _), timings["covariance"] = _clock(ledoit_wolf, Xs)
+        Sigma = to_correlation(S_lw)
+    if s_method == "sdp_factor":
+        pass  # solved above, on the factor model
+    elif groups is None:
         # m knockoffs of single features: the per-feature S solvers with num_knockoffs=m
         solver, kw = _MULTI_S_SOLVERS[s_method], {} if s_method == "equicorrelated" else {"tol": sdp_tol}
         s_sol, timings["s_vector"] = _clock(
@@ -697,6 +709,7 @@ def _grouped_or_multi_filter(
         loss=loss,
         num_knockoffs=m,
         groups=None if groups is None else g,
+        rank=rank,
     )
     if m == 1:
         sel = _select(scores, stat_sol, s_sol, timings, fdr, plus, R, aggregate, settings)

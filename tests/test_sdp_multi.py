@@ -149,3 +149,97 @@ def test_pipeline_routes_num_knockoffs_to_vector_solvers(s_method):
     assert np.linalg.eigvalsh(1.5 * Sigma - np.diag(s))[0] > -1e-9
     solver = {"sdp": jaxknock.sdp, "mvr": jaxknock.mvr}[s_method]
     np.testing.assert_allclose(s, np.asarray(solver(jnp.asarray(Sigma), num_knockoffs=2, tol=1e-4).value), atol=1e-6)
+
+
+def test_pipeline_sdp_factor_num_knockoffs():
+    """``s_method="sdp_factor"`` with ``m > 1``: sdp_factor(num_knockoffs=m) on the data's factor model."""
+    import jax
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((60, P)) @ np.linalg.cholesky(C_F).T
+    y = X[:, :3] @ np.ones(3) + rng.standard_normal(60)
+    key = jax.random.key(0)
+    sel = jaxknock.knockoff_filter(
+        key, X, y, fdr=0.3, s_method="sdp_factor", rank=2, statistic="correlation", num_knockoffs=2
+    )
+    assert sel.W.shape == (1, P) and sel.settings["num_knockoffs"] == 2 and sel.settings["rank"] == 2
+    s = np.asarray(sel.s_solution.value)
+    Xs = (X - X.mean(0)) / X.std(0)
+    model, _ = jaxknock.factor_model_from_data(jax.random.split(key)[0], jnp.asarray(Xs), 2)
+    sols = {m: jaxknock.sdp_factor(model, num_knockoffs=m, tol=1e-4) for m in (1, 2)}
+    ref = {m: np.asarray(sol.value) for m, sol in sols.items()}
+    # the same solve as a direct call (result code included: the coordinate ascent may stop at max_steps)
+    assert int(sel.s_solution.result) == int(sols[2].result)
+    np.testing.assert_allclose(s, ref[2], atol=1e-6)
+    assert np.max(np.abs(ref[1] - ref[2])) > 1e-3  # the solver really saw m = 2
+    G = np.asarray(model.dense())
+    assert np.linalg.eigvalsh(1.5 * G - np.diag(s))[0] > -1e-8
+    # p >= n is fine for the factor path (never a dense estimate); rank is checked
+    Xw = rng.standard_normal((20, 2 * P))
+    sel = jaxknock.knockoff_filter(
+        key, Xw, Xw[:, 0], s_method="sdp_factor", rank=3, statistic="correlation", num_knockoffs=2
+    )
+    assert sel.W.shape == (1, 2 * P)
+    with pytest.raises(ValueError, match="rank must be an integer"):
+        jaxknock.knockoff_filter(key, X, y, s_method="sdp_factor", rank=60, num_knockoffs=2)
+    with pytest.raises(ValueError, match="rank=2 applies to s_method='sdp_factor' only"):
+        jaxknock.knockoff_filter(key, X, y, s_method="mvr", rank=2, num_knockoffs=2)
+
+
+# --- init / step seams with num_knockoffs = m: exactly the steps the m-knockoff solvers drive ---
+
+
+def _drive(state, step, terminate, max_steps=500):
+    for _ in range(max_steps):
+        if bool(terminate(state)[0]):
+            break
+        state = step(state)
+    return state
+
+
+def test_newton_step_num_knockoffs_is_the_step_sdp_drives():
+    from jaxknock.svector import newton
+
+    C = jnp.asarray(C_W)
+    sol = jaxknock.sdp(C, tol=1e-5, num_knockoffs=2)
+    st = _drive(
+        jaxknock.newton_init(C, num_knockoffs=2),
+        lambda s: jaxknock.newton_step(s, C, tol=1e-5, num_knockoffs=2),
+        lambda s: newton.path_terminate(s, 1e-5),
+    )
+    assert int(st.step) == int(sol.stats["newton_steps"])
+    np.testing.assert_allclose(float(st.dual), float(sol.stats["dual"]), rtol=1e-10)
+    # and not the m = 1 problem
+    assert abs(float(st.dual) - float(jaxknock.sdp(C, tol=1e-5).stats["dual"])) > 1e-3
+
+
+def test_sdp_step_num_knockoffs_is_the_step_sdp_coordinate_drives():
+    from jaxknock.svector import coordinate
+
+    C = jnp.asarray(C_CO)
+    sol = jaxknock.sdp(C, tol=1e-5, method="coordinate", num_knockoffs=3)
+    state, b = jaxknock.sdp_init(C, num_knockoffs=3)
+    st = _drive(
+        state,
+        lambda s: jaxknock.sdp_step(s, C, block_size=b, tol=1e-5, num_knockoffs=3),
+        lambda s: coordinate.sweep_terminate(s, C.shape[0], 1e-5),
+    )
+    assert int(st.sweep) == int(sol.stats["sweeps"])
+    np.testing.assert_allclose(np.asarray(st.s[: C.shape[0]]), np.asarray(sol.value), atol=1e-10)
+    with pytest.raises(ValueError, match="num_knockoffs"):
+        jaxknock.sdp_step(state, C, block_size=b, num_knockoffs=0)
+
+
+def test_sdp_factor_step_num_knockoffs_is_the_step_sdp_factor_drives():
+    from jaxknock.svector import factor
+
+    sol = jaxknock.sdp_factor(FACTOR, tol=1e-5, method="coordinate", num_knockoffs=2)
+    st = _drive(
+        jaxknock.sdp_factor_init(FACTOR, num_knockoffs=2),
+        lambda s: jaxknock.sdp_factor_step(s, FACTOR, tol=1e-5, num_knockoffs=2),
+        lambda s: factor.factor_terminate(s, 1e-5),
+    )
+    assert int(st.sweep) == int(sol.stats["num_steps"])
+    np.testing.assert_allclose(np.asarray(st.s) * np.asarray(FACTOR.diagonal()), np.asarray(sol.value), atol=1e-10)
+    with pytest.raises((ValueError, TypeError), match="num_knockoffs"):
+        jaxknock.sdp_factor_init(FACTOR, num_knockoffs=1.5)

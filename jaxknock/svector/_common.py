@@ -153,3 +153,8 @@ def factor_is_pd_from_capacitance(dt, M) -> jax.Array:
     ev = jnp.linalg.eigvalsh((M + M.T) / 2)
     neg = jnp.sum(dt < 0) - jnp.sum(ev < 0)
     return (neg == 0) & jnp.all(dt != 0) & jnp.all(ev != 0) & jnp.all(jnp.isfinite(ev))
+
+
+def multi_scale(m: int) -> float:
+    """``(m+1)/(2m)``: ``m`` knockoffs (``diag(s) <= (m+1)/m C``) are the one-knockoff problem on this multiple of C."""
+    return (m + 1.0) / (2.0 * m)

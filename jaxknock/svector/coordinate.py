@@ -239,12 +239,15 @@ def solve_sweeps(Cfull, lam0, b, tol, decay, max_steps) -> Iteration:
 # --------------------------------------------------------------------------
 
 
-def sdp_init(Sigma, *, lam0=None, block_size=None, s0=None) -> tuple[SDPState, int]:
+def sdp_init(Sigma, *, lam0=None, block_size=None, s0=None, num_knockoffs: int = 1) -> tuple[SDPState, int]:
     """Initial :class:`SDPState` of :func:`~jaxknock.sdp` (``method="coordinate"``).
 
     ``s = s0`` (covariance scale) or 0, ``L = chol(2C - diag s)``, ``lam = lam0``
     (default 0.5). Returns ``(state, block_size)``. Drive it with
-    :func:`sdp_step` (notebooks, debugging).
+    :func:`sdp_step` (notebooks, debugging). ``num_knockoffs = m`` starts the
+    ``m``-knockoff problem ``diag(s) <= (m+1)/m C`` of :func:`~jaxknock.sdp`
+    (the ``m = 1`` machinery on ``(m+1)/(2m) C``); pass the same ``m`` to
+    :func:`sdp_step`.
 
     Example:
         >>> jax.config.update("jax_enable_x64", True)
@@ -256,9 +259,10 @@ def sdp_init(Sigma, *, lam0=None, block_size=None, s0=None) -> tuple[SDPState, i
         3
     """
     Sigma = _checks.validate_sigma(Sigma, batch_ok=False)
+    m = _checks.check_num_knockoffs(num_knockoffs)
     p = Sigma.shape[-1]
     b = block_size or default_block(p)
-    C = pad_correlation(to_correlation(Sigma), b)
+    C = pad_correlation(_common.multi_scale(m) * to_correlation(Sigma), b)
     n = C.shape[-1]
     s = jnp.zeros(n, C.dtype) if s0 is None else jnp.zeros(n, C.dtype).at[:p].set(s0 / jnp.diagonal(Sigma))
     lam = jnp.asarray(0.5 if lam0 is None else lam0, C.dtype)
@@ -266,17 +270,21 @@ def sdp_init(Sigma, *, lam0=None, block_size=None, s0=None) -> tuple[SDPState, i
 
 
 @jax.jit(static_argnums=(2,))
-def _sdp_step(state, Sigma, b, tol, decay):
-    return sweep_step(state, to_correlation(Sigma), b, tol, decay)
+def _sdp_step(state, Sigma, b, tol, decay, scale):
+    return sweep_step(state, scale * to_correlation(Sigma), b, tol, decay)
 
 
-def sdp_step(state: SDPState, Sigma, *, block_size: int, decay: float = 0.8, tol: float = 1e-5) -> SDPState:
+def sdp_step(
+    state: SDPState, Sigma, *, block_size: int, decay: float = 0.8, tol: float = 1e-5, num_knockoffs: int = 1
+) -> SDPState:
     """One step of :func:`~jaxknock.sdp` (``method="coordinate"``): exactly the step its loop drives.
 
     A sweep over all coordinates, the certified gap once ``lam`` is small
     enough for it to be tight, then ``lam <- decay * lam`` if the sweep found
     the iterate near the central path (see :func:`sweep_step`). ``tol`` is the
     relative gap target of the solve. The result code of a state is
-    ``sweep_terminate(state, p, tol)``.
+    ``sweep_terminate(state, p, tol)``. ``num_knockoffs``: as in :func:`sdp_init`
+    (traced: a new ``m`` does not recompile).
     """
-    return _sdp_step(state, jnp.asarray(Sigma), int(block_size), tol, decay)
+    scale = _common.multi_scale(_checks.check_num_knockoffs(num_knockoffs))
+    return _sdp_step(state, jnp.asarray(Sigma), int(block_size), tol, decay, scale)

@@ -348,11 +348,13 @@ def _sdp_factor_jit(d, U, tol, max_steps, lam0, decay, c=2.0, method="coordinate
 # --------------------------------------------------------------------------
 
 
-def sdp_factor_init(model: FactorModel, *, lam0: float | None = None) -> FactorSDPState:
+def sdp_factor_init(model: FactorModel, *, lam0: float | None = None, num_knockoffs: int = 1) -> FactorSDPState:
     """Initial :class:`FactorSDPState` of :func:`sdp_factor` (``s = 0``, on the unit-diagonal model).
 
     Drive it with :func:`sdp_factor_step`; ``state.s * diag(Sigma)`` maps the
-    iterate back to the covariance scale.
+    iterate back to the covariance scale. ``num_knockoffs = m``: the
+    ``m``-knockoff problem of :func:`sdp_factor` (``method="coordinate"``);
+    pass the same ``m`` to :func:`sdp_factor_step`.
 
     Example:
         >>> jax.config.update("jax_enable_x64", True)
@@ -366,21 +368,30 @@ def sdp_factor_init(model: FactorModel, *, lam0: float | None = None) -> FactorS
     model = _common.validate_model(model)
     if model.U.ndim != 2:
         raise ValueError("sdp_factor_init takes one model (d of shape (p,), U of shape (p, k))")
-    dc, Uc, _ = _unit_diagonal(model.d, model.U)
+    scale = _common.multi_scale(_checks.check_num_knockoffs(num_knockoffs))
+    dc, Uc = _scaled_unit_diagonal(model.d, model.U, scale)
     return factor_init(dc, Uc, None if lam0 is None else float(lam0))
 
 
-@jax.jit
-def _sdp_factor_step(state, d, U, tol, decay):
+def _scaled_unit_diagonal(d, U, scale):
+    # m knockoffs: the one-knockoff problem on scale * C, scale = (m+1)/(2m) (as in _sdp_factor_jit)
     dc, Uc, _ = _unit_diagonal(d, U)
+    return scale * dc, jnp.sqrt(scale) * Uc
+
+
+@jax.jit
+def _sdp_factor_step(state, d, U, tol, decay, scale):
+    dc, Uc = _scaled_unit_diagonal(d, U, scale)
     return factor_step(state, dc, Uc, tol, decay)
 
 
 def sdp_factor_step(
-    state: FactorSDPState, model: FactorModel, *, tol: float = 1e-5, decay: float = 0.6
+    state: FactorSDPState, model: FactorModel, *, tol: float = 1e-5, decay: float = 0.6, num_knockoffs: int = 1
 ) -> FactorSDPState:
     """One sweep of :func:`sdp_factor` and its ``lam`` update: exactly the step its loop drives.
 
-    The result code of a state is ``factor_terminate(state, tol)``.
+    The result code of a state is ``factor_terminate(state, tol)``. ``num_knockoffs``:
+    as in :func:`sdp_factor_init` (traced: a new ``m`` does not recompile).
     """
-    return _sdp_factor_step(state, jnp.asarray(model.d), jnp.asarray(model.U), tol, decay)
+    scale = _common.multi_scale(_checks.check_num_knockoffs(num_knockoffs))
+    return _sdp_factor_step(state, jnp.asarray(model.d), jnp.asarray(model.U), tol, decay, scale)

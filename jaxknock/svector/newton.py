@@ -235,17 +235,21 @@ def solve_path(C, s0, lam0, cap, tol, max_steps) -> Iteration:
 # --------------------------------------------------------------------------
 
 
-def _problem(Sigma):
-    C = to_correlation(Sigma)
+def _problem(Sigma, scale=1.0):
+    # m knockoffs: the one-knockoff problem on scale * C, scale = (m+1)/(2m) (as in sdp)
+    C = scale * to_correlation(Sigma)
     return 2.0 * C, jnp.minimum(1.0, 2.0 * jnp.diagonal(C))
 
 
-def newton_init(Sigma, *, lam0: float | None = None, s0=None) -> NewtonState:
+def newton_init(Sigma, *, lam0: float | None = None, s0=None, num_knockoffs: int = 1) -> NewtonState:
     """Initial :class:`NewtonState` of :func:`~jaxknock.sdp` (``method="newton"``).
 
     ``s0`` (covariance scale, default 0) is pushed strictly inside the box;
     the barrier starts at ``lam0 / p`` (``lam0`` default 0.5), as in
     :func:`~jaxknock.sdp`. Drive it with :func:`newton_step`.
+    ``num_knockoffs = m`` starts the ``m``-knockoff problem
+    ``diag(s) <= (m+1)/m C`` of :func:`~jaxknock.sdp`; pass the same ``m`` to
+    :func:`newton_step`.
 
     Example:
         >>> jax.config.update("jax_enable_x64", True)
@@ -257,25 +261,28 @@ def newton_init(Sigma, *, lam0: float | None = None, s0=None) -> NewtonState:
         3
     """
     Sigma = _checks.validate_sigma(Sigma, batch_ok=False)
+    m = _checks.check_num_knockoffs(num_knockoffs)
     p = Sigma.shape[-1]
-    C2, cap = _problem(Sigma)
+    C2, cap = _problem(Sigma, _common.multi_scale(m))
     s = jnp.zeros(p, C2.dtype) if s0 is None else jnp.asarray(s0, C2.dtype) / jnp.diagonal(Sigma)
     lam = jnp.asarray((0.5 if lam0 is None else float(lam0)) / p, C2.dtype)
     return path_init(C2, s, lam, cap)
 
 
 @jax.jit
-def _newton_step(state, Sigma, tol):
-    C2, cap = _problem(Sigma)
+def _newton_step(state, Sigma, tol, scale):
+    C2, cap = _problem(Sigma, scale)
     return path_step(state, C2, cap, tol)
 
 
-def newton_step(state: NewtonState, Sigma, *, tol: float = 1e-5) -> NewtonState:
+def newton_step(state: NewtonState, Sigma, *, tol: float = 1e-5, num_knockoffs: int = 1) -> NewtonState:
     """One Newton step of :func:`~jaxknock.sdp` (``method="newton"``): exactly the step its loop drives.
 
     ``tol`` is the relative gap target of the solve (it stops the decrease of
     ``lam`` once ``lam * 2p`` is far below it). The result code of a state is
     ``path_terminate(state, tol)``; ``state.dual - sum(state.s)`` is its
-    certified gap (correlation scale).
+    certified gap (correlation scale). ``num_knockoffs``: as in
+    :func:`newton_init` (traced: a new ``m`` does not recompile).
     """
-    return _newton_step(state, jnp.asarray(Sigma), tol)
+    scale = _common.multi_scale(_checks.check_num_knockoffs(num_knockoffs))
+    return _newton_step(state, jnp.asarray(Sigma), tol, scale)
