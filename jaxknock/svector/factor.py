@@ -30,7 +30,7 @@ __all__ = ["FactorSDPState", "sdp_factor", "sdp_factor_init", "sdp_factor_step"]
 _FACTOR_BLOCK = 256
 _FACTOR_METHODS = ("newton", "coordinate")
 # lam <- decay * lam after a centred step / sweep, per method
-_DEFAULT_DECAY = {"newton": 0.1, "coordinate": 0.6}
+_DEFAULT_DECAY = {"newton": 0.05, "coordinate": 0.6}
 
 
 class FactorSDPState(NamedTuple):
@@ -298,7 +298,7 @@ def _sdp_factor_jit(d, U, tol, max_steps, lam0, decay, c=2.0, method="coordinate
     p = U.shape[0]
     if method == "newton":
         cap = jnp.minimum(1.0, 2.0 * (dc + jnp.sum(Uc**2, axis=1)))
-        lam_start = jnp.where(jnp.isnan(lam0), 0.5 / p, jnp.asarray(lam0, U.dtype))
+        lam_start = jnp.where(jnp.isnan(lam0), 5.0 / p, jnp.asarray(lam0, U.dtype))
         it = factor_newton.solve_path(dc, Uc, lam_start, cap, tol, decay, max_steps)
         state = it.state
         s = state.s
