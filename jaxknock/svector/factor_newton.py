@@ -137,7 +137,8 @@ def _capacitance_eig(ops: Operands, e):
 def _woodbury_eig(ops: Operands, e, evals, evecs):
     """``(WQ, r, h)`` from the capacitance's eigendecomposition (``Q = 2 M^{-1}``, one ``p x k x k`` product)."""
     Q = 2.0 * _mm(evecs / evals[None, :], evecs.T)
-    UQ = _mm(ops.U, Q)
+    # the barrier keeps XLA from fusing the consumers into the product (a slow loop on CPU)
+    UQ = lax.optimization_barrier(_mm(ops.U, Q))
     r = jnp.sum(UQ * ops.U, axis=1) / (e * e)
     return UQ / e[:, None], r, 1.0 / e - r
 
@@ -162,7 +163,7 @@ def hadamard_matvec_lowp(ops: Operands, e, WQ_lo, r, v):
     """``(A^{-1} o A^{-1}) v`` as the CG uses it: the rank part ``(WQ) K (WQ)^T`` with float32
     products (``WQ_lo`` the float32 ``W Q``), the diagonal part in ``v``'s dtype."""
     K = _mm(ops.Ut_lo * (v / (e * e)).astype(_CG_DTYPE)[None, :], ops.U_lo)
-    low = jnp.sum(_mm(WQ_lo, K) * WQ_lo, axis=1).astype(v.dtype)
+    low = jnp.sum(lax.optimization_barrier(_mm(WQ_lo, K)) * WQ_lo, axis=1).astype(v.dtype)
     return v * (1.0 - 2.0 * e * r) / (e * e) + low
 
 
@@ -241,7 +242,7 @@ def path_step(
     s, z0, z1, lam = st.s, st.z0, st.z1, st.lam
     e = 2.0 * d - s
     WQ, r, h = _woodbury_eig(ops, e, st.evals, st.evecs)
-    dual, _ = gap_from_inverse_diag(s, h, lam)
+    dual, _ = gap_from_inverse_diag(s, h, lam, search=True)
     dual = jnp.where(jnp.isfinite(dual), dual, inf)
     g = 1.0 - lam * h + lam / s - lam / (cap - s)
     zdiag = z0 / s + z1 / (cap - s)
