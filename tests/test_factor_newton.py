@@ -107,10 +107,10 @@ def test_hadamard_matvec_equals_dense():
     e, W, WQ, r, h = factor_newton.woodbury(model.d, model.U, jnp.asarray(s))
     np.testing.assert_allclose(h, np.diag(B), rtol=1e-8)
     np.testing.assert_allclose(factor_newton.hadamard_matvec(e, W, WQ, r, jnp.asarray(v)), (B * B) @ v, rtol=1e-8)
-    # the product the CG runs: its rank-k part in float32 (the direction only steers the path)
+    # the product the CG runs (from the materialised U^T, in the CG dtype)
     ops = factor_newton.operands(model.U)
-    low = factor_newton.hadamard_matvec_lowp(ops, e, WQ.astype(jnp.float32), r, jnp.asarray(v))
-    assert low.dtype == jnp.float64 and ops.U_lo.dtype == jnp.float32
+    low = factor_newton.hadamard_matvec_cg(ops, e, WQ.astype(ops.U_cg.dtype), r, jnp.asarray(v))
+    assert low.dtype == jnp.float64
     assert np.linalg.norm(np.asarray(low) - (B * B) @ v) <= 1e-5 * np.linalg.norm((B * B) @ v)
 
 
