@@ -28,17 +28,19 @@ one capacitance ``U^T diag(1/e) U`` per step-length trial (its ``k x k``
 eigendecomposition gives the exact inertia test of ``A`` and, kept in the state,
 ``Q`` at the next step: no ``k x k`` inverse, no fresh factorisation), and two
 products per CG iteration; the certificate finds its optimal scaling by
-bisection (``gap_from_inverse_diag(search=True)``), not by a length-``p`` sort. Precision: float64 throughout, the CG products
-at ``HIGHEST`` (``_CG_DTYPE``; float32 CG products were measured 1.3x faster at
-``p = 5 * 10^4`` with the same iterates to 10 digits, but a vmapped batch then
-differs from a loop over its members by ~1e-5 in ``s``, within the certified gaps
-but not reproducible, so they are not used). The Newton direction is inexact
-(relative residual ``CG_RTOL = 1e-3``): it only steers the path, feasibility
-and the certificate never depend on it. The step length starts from the fraction of the longest
-box-feasible step accepted at the previous step (times 4; or times 1.5 of the one
-accepted right after the previous decrease of ``lam``, for the step right after
-one): along the path these fractions repeat from one ``lam`` stage to the next,
-so most steps need one or two inertia tests instead of a backtracking ladder from 1.
+bisection (``gap_from_inverse_diag(search=True)``), not by a length-``p`` sort.
+Precision: float64 throughout, the CG products at ``HIGHEST`` (``_CG_DTYPE``:
+float32 CG products were measured 1.3x faster at ``p = 5 * 10^4`` with the same
+iterates to 10 digits, but a vmapped batch then differs from a loop over its
+members by ~1e-5 in ``s``, within the certified gaps but not reproducible, so
+they are not used). The Newton direction is inexact (relative residual
+``CG_RTOL = 1e-3``): it only steers the path, feasibility and the certificate
+never depend on it. The step length starts from the fraction of the longest
+box-feasible step accepted at the previous step (times 4; or times 1.5 of the
+one accepted right after the previous decrease of ``lam``, for the step right
+after one): along the path these fractions repeat from one ``lam`` stage to the
+next, so most steps need one or two inertia tests instead of a backtracking
+ladder from 1.
 """
 
 from __future__ import annotations
