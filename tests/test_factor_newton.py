@@ -12,8 +12,13 @@ import scipy.linalg
 from jaxknock import RESULTS
 from jaxknock.covariance import FactorModel
 from jaxknock.svector import factor_newton, sdp, sdp_factor
+from jaxknock.svector.certificate import gap_from_inverse_diag
 
 HONEST = (RESULTS.successful, RESULTS.stagnated)
+_GAP_SEARCH, _GAP_SORT = (
+    jax.jit(jax.vmap(lambda s, h, lam, search=search: gap_from_inverse_diag(s, h, lam, search=search)[0]))
+    for search in (True, False)
+)
 
 
 def random_model(p, k, seed, dlo=0.1, scale=1.0):
@@ -102,6 +107,28 @@ def test_hadamard_matvec_equals_dense():
     e, W, WQ, r, h = factor_newton.woodbury(model.d, model.U, jnp.asarray(s))
     np.testing.assert_allclose(h, np.diag(B), rtol=1e-8)
     np.testing.assert_allclose(factor_newton.hadamard_matvec(e, W, WQ, r, jnp.asarray(v)), (B * B) @ v, rtol=1e-8)
+    # the product the CG runs (from the materialised U^T, in the CG dtype)
+    ops = factor_newton.operands(model.U)
+    low = factor_newton.hadamard_matvec_cg(ops, e, WQ.astype(ops.U_cg.dtype), r, jnp.asarray(v))
+    assert low.dtype == jnp.float64
+    assert np.linalg.norm(np.asarray(low) - (B * B) @ v) <= 1e-5 * np.linalg.norm((B * B) @ v)
+
+
+def test_certificate_by_bisection_equals_the_sorted_one():
+    """``gap_from_inverse_diag(search=True)`` (no sort) gives the sort-based dual bound, ties included."""
+    rng = np.random.default_rng(11)
+    for p in (2, 7, 300):
+        h = np.exp(rng.normal(0.0, 3.0, (5, p)))
+        h[1] = np.repeat(h[1, : (p + 2) // 3], 3)[:p]  # ties
+        h[2] = 1.0  # all equal
+        s = rng.uniform(0.0, 1.0, (5, p))
+        s[3] = 0.0
+        lam = np.exp(rng.normal(0.0, 2.0, 5))
+        args = jnp.asarray(s), jnp.asarray(h), jnp.asarray(lam)
+        got, ref = _GAP_SEARCH(*args), _GAP_SORT(*args)
+        np.testing.assert_allclose(got, ref, rtol=1e-13)
+        # not all at t = 0 (dual = p): the search itself is exercised
+        assert np.any(np.asarray(ref) < p - 0.1)
 
 
 def test_vmap_batch_equals_loop_and_no_recompile_on_new_tol():
@@ -133,13 +160,16 @@ def test_vmap_batch_equals_loop_and_no_recompile_on_new_tol():
 
 
 def test_loop_trips_do_not_grow_with_p():
-    trips = {}
+    trips, sols = {}, {}
     for p in (50, 500):
-        sol = sdp_factor(random_model(p, 3, 10), tol=1e-5, method="newton")
+        sol = sols[p] = sdp_factor(random_model(p, 3, 10), tol=1e-5, method="newton")
         assert int(sol.result) == RESULTS.successful
         trips[p] = int(sol.stats["num_loop_trips"])
         assert trips[p] >= int(sol.stats["num_steps"]) > 0
     assert trips[500] <= 2 * trips[50], trips
+    # the step length starts from the fraction accepted before: few failed inertia tests
+    steps, cg = int(sols[500].stats["num_steps"]), int(sols[500].state.cg_iters)
+    assert 0 <= trips[500] - steps - cg <= steps // 2, (trips[500], steps, cg)
     # the coordinate method's depth is proportional to p
     coord = sdp_factor(random_model(500, 3, 10), tol=1e-5, method="coordinate")
     assert int(coord.stats["num_loop_trips"]) > 20 * trips[500]

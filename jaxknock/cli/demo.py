@@ -85,7 +85,7 @@ def run_demo(args) -> int:
         ("equicorrelated", lambda: jk.equicorrelated(Sigma_hat)),
         ("asdp (blocks of 50)", lambda: jk.asdp(Sigma_hat, block_size=50)),
         ("sdp (dense, barrier Newton)", lambda: jk.sdp(Sigma_hat)),
-        (f"sdp_factor (k={k}, Alg. 5)", lambda: jk.sdp_factor(model)),
+        (f"sdp_factor (k={k}, Newton-CG)", lambda: jk.sdp_factor(model)),
     ]
     rows, sols = [], {}
     bar = Progress(len(solvers), "S-vector solvers", enabled=progress_enabled(sys.stdout, args.quiet))

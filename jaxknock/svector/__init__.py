@@ -28,9 +28,9 @@ Modules (one concept each):
     whose Newton systems (Hessian ``lam A^{-1} o A^{-1}``, diagonal plus low
     rank by Woodbury) are solved by preconditioned CG with ``O(p k^2)``
     matrix products; its sequential depth does not grow with ``p``
-    (``method="newton"``, for GPUs), or
+    (``method="newton"``, default: also the faster one on CPU), or
   * the coordinate ascent of thesis Algorithm 5, ``O(p k^2)`` per sweep
-    (default, faster on CPU; :func:`sdp_factor_init` / :func:`sdp_factor_step`).
+    (``method="coordinate"``; :func:`sdp_factor_init` / :func:`sdp_factor_step`).
 * :mod:`~jaxknock.svector.mrc` - :func:`mvr` and :func:`maxent`
   (minimum-reconstructability objectives of Spector & Janson 2022, any
   number ``m`` of knockoffs), blocked coordinate descent with a certified

@@ -150,7 +150,11 @@ def factor_is_pd(d, U, s) -> jax.Array:
 
 def factor_is_pd_from_capacitance(dt, M) -> jax.Array:
     """:func:`factor_is_pd` given ``dt = 2d - s`` and the capacitance ``M = I + 2 U^T Dt^{-1} U``."""
-    ev = jnp.linalg.eigvalsh((M + M.T) / 2)
+    return factor_is_pd_from_eigvals(dt, jnp.linalg.eigvalsh((M + M.T) / 2))
+
+
+def factor_is_pd_from_eigvals(dt, ev) -> jax.Array:
+    """:func:`factor_is_pd` given ``dt = 2d - s`` and the eigenvalues ``ev`` of the capacitance ``M``."""
     neg = jnp.sum(dt < 0) - jnp.sum(ev < 0)
     return (neg == 0) & jnp.all(dt != 0) & jnp.all(ev != 0) & jnp.all(jnp.isfinite(ev))
 

@@ -30,7 +30,7 @@ __all__ = ["FactorSDPState", "sdp_factor", "sdp_factor_init", "sdp_factor_step"]
 _FACTOR_BLOCK = 256
 _FACTOR_METHODS = ("newton", "coordinate")
 # lam <- decay * lam after a centred step / sweep, per method
-_DEFAULT_DECAY = {"newton": 0.1, "coordinate": 0.6}
+_DEFAULT_DECAY = {"newton": 0.05, "coordinate": 0.6}
 
 
 class FactorSDPState(NamedTuple):
@@ -161,10 +161,10 @@ def sdp_factor(
     lam0: float | None = None,
     decay: float | None = None,
     num_knockoffs: int = 1,
-    method: str = "coordinate",
+    method: str = "newton",
     throw: bool = False,
 ) -> Solution:
-    r"""Knockoff SDP for a factor model ``Sigma = D + U U^T``: FANOK Algorithm 5 (default) or barrier Newton-CG.
+    r"""Knockoff SDP for a factor model ``Sigma = D + U U^T``: barrier Newton-CG (default) or FANOK Algorithm 5.
 
     Both methods solve, on the unit-diagonal model, the barrier problem
 
@@ -174,21 +174,25 @@ def sdp_factor(
     stop on the same certified duality gap (``diag(A^{-1})`` by Woodbury,
     :func:`~jaxknock.svector.certificate.gap_from_inverse_diag`).
 
-    ``method="newton"`` (:mod:`~jaxknock.svector.factor_newton`):
+    ``method="newton"`` (default, :mod:`~jaxknock.svector.factor_newton`):
     primal-dual Newton path following, the box handled by log barriers and
     multipliers as in :func:`~jaxknock.sdp`. The Newton system
-    ``(lam A^{-1} o A^{-1} + diag(z0/s + z1/(1-s))) ds = grad`` is solved by
-    Jacobi-preconditioned conjugate gradients (relative residual 1e-6); by
+    ``(lam A^{-1} o A^{-1} + diag(z0/s + z1/(1-s))) ds = grad`` is solved
+    inexactly by Jacobi-preconditioned conjugate gradients (relative residual
+    1e-3: the direction only steers the path); by
     Woodbury ``A^{-1} = diag(1/e) - W Q W^T`` (``e = 2d - s``, ``W`` ``p x k``),
     so one product with ``A^{-1} o A^{-1}`` is ``4 p k^2`` flops of matrix
-    products. ``lam`` starts at ``lam0`` (default ``0.5 / p``) and is multiplied
-    by ``decay`` (default 0.1) once the Newton decrement is below 0.3. The
-    sequential depth (``stats["num_loop_trips"]``: Newton steps + CG iterations
-    + step shortenings, about 100-250 on the thesis problems) does not grow with
-    ``p``: every trip is a handful of ``O(p k^2)`` matrix products, which is what
-    a GPU wants. The run ends ``stagnated`` when the certificate stops improving.
+    products. ``lam`` starts at ``lam0`` (default
+    ``5 / p``) and is multiplied by ``decay`` (default 0.05) once the Newton
+    decrement is below 0.3. The sequential depth (``stats["num_loop_trips"]``:
+    Newton steps + CG iterations + step shortenings, about 90-120 on the
+    thesis problems) does not grow with ``p``: every trip is a handful of
+    ``O(p k^2)`` matrix products, which is what a GPU wants; on this 2-core CPU
+    it is also 2.6-4x faster than the coordinate ascent at p = 10^4 and
+    5 * 10^4, k = 50 (``benchmarks/bench_factor.py``). The run ends
+    ``stagnated`` when the certificate stops improving.
 
-    ``method="coordinate"`` (default, FANOK Algorithm 5): the same barrier problem and
+    ``method="coordinate"`` (FANOK Algorithm 5): the same barrier problem and
     coordinate update as :func:`~jaxknock.sdp`, but
     ``A = 2 Sigma - diag(s) = Dt + 2 U U^T`` with ``Dt = 2D - diag(s)``, so
     (Lemma 5 + Woodbury) every coordinate needs only
@@ -237,15 +241,17 @@ def sdp_factor(
             batch axis on ``d`` and ``U`` (solved with ``vmap``).
         tol, max_steps, throw: as in :func:`~jaxknock.sdp` (``max_sweeps`` is a
             deprecated alias of ``max_steps``).
-        lam0: initial barrier parameter (default: automatic, see above).
+        lam0: initial barrier parameter (default: ``5 / p`` for ``"newton"``,
+            automatic for ``"coordinate"``, see above).
         decay: factor applied to ``lam`` after each centred step / sweep
-            (default 0.1 for ``"newton"``, 0.6 for ``"coordinate"``).
+            (default 0.05 for ``"newton"``, 0.6 for ``"coordinate"``).
         num_knockoffs: ``m >= 1`` simultaneous knockoffs: ``diag(s) <= c C``
             with ``c = (m+1)/m`` and ``0 <= s <= 1`` (``m`` is traced).
-        method: ``"coordinate"`` (default) or ``"newton"`` (static). On this
-            2-core CPU the coordinate ascent is faster (p = 50 000, k = 50:
-            ``benchmarks/bench_factor.py``); ``"newton"`` is the one whose
-            sequential depth suits a GPU.
+        method: ``"newton"`` (default) or ``"coordinate"`` (static). The
+            Newton method is the faster one on this 2-core CPU (p = 10^4 and
+            5 * 10^4, k = 50: ``benchmarks/bench_factor.py``) and the one whose
+            sequential depth suits a GPU; ``"coordinate"`` is the one driven
+            by :func:`sdp_factor_init` / :func:`sdp_factor_step`.
 
     Multiple knockoffs (exact reduction): after the rescaling to unit diagonal
     the model is scaled once more, ``d' = (c/2) d``, ``U' = sqrt(c/2) U``, so
@@ -268,12 +274,12 @@ def sdp_factor(
     Example:
         >>> jax.config.update("jax_enable_x64", True)
         >>> model = FactorModel(jnp.full(1000, 0.5), jnp.full((1000, 1), 0.5 ** 0.5))
-        >>> s = sdp_factor(model).value   # equicorrelated rho=0.5 -> s = 1
-        >>> bool(jnp.allclose(s, 1.0, atol=1e-4))
-        True
-        >>> sol = sdp_factor(model, method="newton")
+        >>> sol = sdp_factor(model)   # equicorrelated rho=0.5 -> s = 1
         >>> bool(jnp.allclose(sol.value, 1.0, atol=1e-4)), int(sol.result)
         (True, 0)
+        >>> s = sdp_factor(model, method="coordinate").value
+        >>> bool(jnp.allclose(s, 1.0, atol=1e-4))
+        True
     """
     if method not in _FACTOR_METHODS:
         raise ValueError(f"method must be one of {_FACTOR_METHODS}, got {method!r}")
@@ -291,14 +297,14 @@ def sdp_factor(
 
 
 @functools.partial(jax.jit, static_argnames="method")
-def _sdp_factor_jit(d, U, tol, max_steps, lam0, decay, c=2.0, method="coordinate"):
+def _sdp_factor_jit(d, U, tol, max_steps, lam0, decay, c=2.0, method="newton"):
     dc, Uc, diag = _unit_diagonal(d, U)
     # m knockoffs: 2 Sigma' - diag(s) = c C - diag(s) (see sdp_factor); the identity for c = 2
     dc, Uc = (0.5 * c) * dc, jnp.sqrt(0.5 * c) * Uc
     p = U.shape[0]
     if method == "newton":
         cap = jnp.minimum(1.0, 2.0 * (dc + jnp.sum(Uc**2, axis=1)))
-        lam_start = jnp.where(jnp.isnan(lam0), 0.5 / p, jnp.asarray(lam0, U.dtype))
+        lam_start = jnp.where(jnp.isnan(lam0), 5.0 / p, jnp.asarray(lam0, U.dtype))
         it = factor_newton.solve_path(dc, Uc, lam_start, cap, tol, decay, max_steps)
         state = it.state
         s = state.s
@@ -349,7 +355,7 @@ def _sdp_factor_jit(d, U, tol, max_steps, lam0, decay, c=2.0, method="coordinate
 
 
 def sdp_factor_init(model: FactorModel, *, lam0: float | None = None, num_knockoffs: int = 1) -> FactorSDPState:
-    """Initial :class:`FactorSDPState` of :func:`sdp_factor` (``s = 0``, on the unit-diagonal model).
+    """Initial :class:`FactorSDPState` of ``sdp_factor(method="coordinate")`` (``s = 0``, unit-diagonal model).
 
     Drive it with :func:`sdp_factor_step`; ``state.s * diag(Sigma)`` maps the
     iterate back to the covariance scale. ``num_knockoffs = m``: the
@@ -388,7 +394,7 @@ def _sdp_factor_step(state, d, U, tol, decay, scale):
 def sdp_factor_step(
     state: FactorSDPState, model: FactorModel, *, tol: float = 1e-5, decay: float = 0.6, num_knockoffs: int = 1
 ) -> FactorSDPState:
-    """One sweep of :func:`sdp_factor` and its ``lam`` update: exactly the step its loop drives.
+    """One sweep of ``sdp_factor(method="coordinate")`` and its ``lam`` update: exactly the step its loop drives.
 
     The result code of a state is ``factor_terminate(state, tol)``. ``num_knockoffs``:
     as in :func:`sdp_factor_init` (traced: a new ``m`` does not recompile).
