@@ -146,9 +146,9 @@ def _chunk_columns(d: CovData, st: CovState, score, k: int, W: int):
     Ptr = tot[None] - jnp.where(has, P[jnp.maximum(d.excl, 0)], 0)
     Wc = st.idx.shape[0]
     pos_ok = jnp.arange(Wc) < st.size + ok.sum()
-    mu_w = lax.dynamic_update_slice(jnp.take(d.mu, st.idx, axis=1), d.mu[:, new], (zero, st.size))
-    mu_w = jnp.where(pos_ok, mu_w, 0)
-    Cnew = Ptr / d.nf[:, None, None] - mu_w[:, :, None] * jnp.where(ok, d.mu[:, new], 0)[:, None, :]
+    mu_new = jnp.where(ok, d.mu[:, new], 0)  # (M, k)
+    mu_w = jnp.where(pos_ok, lax.dynamic_update_slice(jnp.take(d.mu, st.idx, axis=1), mu_new, (zero, st.size)), 0)
+    Cnew = Ptr / d.nf[:, None, None] - mu_w[:, :, None] * mu_new[:, None, :]
     return new, ok, Cnew, cols
 
 
