@@ -158,12 +158,6 @@ def woodbury(d, U, s):
     return e, U / e[:, None], WQ, r, h
 
 
-def hadamard_matvec(e, W, WQ, r, v):
-    """``(A^{-1} o A^{-1}) v`` in ``O(p k^2)``, float64 throughout (see the module docstring)."""
-    K = _mm(W.T, v[:, None] * W)
-    return v * (1.0 - 2.0 * e * r) / (e * e) + jnp.sum(_mm(WQ, K) * WQ, axis=1)
-
-
 def hadamard_matvec_cg(ops: Operands, e, WQ_cg, r, v):
     """``(A^{-1} o A^{-1}) v`` as the CG uses it: the rank part ``(WQ) K (WQ)^T`` with products in
     the CG dtype (``WQ_cg`` = ``W Q`` in it), the diagonal part in ``v``'s dtype."""
