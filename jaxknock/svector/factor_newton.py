@@ -52,10 +52,10 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxknock._iterate import Iteration, iterative_solve
-from jaxknock._solution import RESULTS
 from jaxknock.svector import _common
 from jaxknock.svector._common import HIGHEST
 from jaxknock.svector.certificate import gap_from_inverse_diag
+from jaxknock.svector.newton import path_terminate  # the dense path's stopping rule (fields s, dual, stall)
 
 __all__ = ["FactorNewtonState"]
 
@@ -298,18 +298,6 @@ def path_step(
     return jax.tree_util.tree_map(
         lambda a, b: jnp.where(ok, a, b), new, st._replace(stall=jnp.int32(patience), trips=new.trips)
     )
-
-
-def relative_gap(st) -> jax.Array:
-    tot = jnp.maximum(jnp.sum(st.s), 1e-12)
-    return (st.dual - jnp.sum(st.s)) / tot
-
-
-def path_terminate(st: FactorNewtonState, tol, patience=PATIENCE):
-    """``(done, code)``: certified to ``tol`` (``successful``) or stall score at ``patience`` (``stagnated``)."""
-    certified = relative_gap(st) <= tol
-    done = certified | (st.stall >= patience)
-    return done, jnp.where(certified, RESULTS.successful, RESULTS.stagnated).astype(jnp.int32)
 
 
 def _snap_to_cap(d, ops, s, z0, z1, cap):
