@@ -2,6 +2,7 @@
 the convex solvers behind them, in JAX."""
 
 from jaxknock._solution import RESULTS, Solution, SolverError, reraise_solver_errors
+from jaxknock.cache import compilation_cache_dir, enable_compilation_cache
 from jaxknock.covariance import (
     FactorFit,
     FactorModel,
@@ -114,6 +115,9 @@ __all__ = [
     "Solution",
     "SolverError",
     "reraise_solver_errors",
+    # persistent compilation cache
+    "compilation_cache_dir",
+    "enable_compilation_cache",
     # covariance
     "FactorModel",
     "LedoitWolf",

@@ -155,7 +155,8 @@ def test_select_subprocess_no_traceback(tmp_path):
 
 def test_persistent_compile_cache_and_opt_out(tmp_path, reg_csv, monkeypatch):
     """The CLI fills a per-user compilation cache (JAXKNOCK_CACHE_DIR here); the opt-outs turn it off."""
-    from jaxknock.cli.common import compile_cache_dir, enable_compile_cache
+    from jaxknock.cache import compilation_cache_dir as compile_cache_dir
+    from jaxknock.cli.common import enable_compile_cache
 
     base = {k: v for k, v in os.environ.items() if k != "JAXKNOCK_NO_COMPILE_CACHE"}
     on = tmp_path / "on"
@@ -463,3 +464,33 @@ def test_snb_continuous_target_is_one_line_naming_the_target(tmp_path, capsys):
     rows = ["a,b,c,d,score"] + [",".join(map(str, list(x) + [t])) for x, t in zip(X, target)]
     path.write_text("\n".join(rows) + "\n")
     assert_error(["snb", str(path), "--target", "score", "-k", "2"], capsys, "target column 'score'", "continuous")
+
+
+_CACHE_CHILD = """
+import sys, jax
+jax.config.update("jax_enable_x64", True)
+hits = []
+jax.monitoring.register_event_listener(lambda name, **kw: hits.append(name) if name.endswith("cache_hits") else None)
+import numpy as np, jaxknock
+assert jaxknock.enable_compilation_cache(sys.argv[1]) == sys.argv[1]
+rng = np.random.default_rng(0)
+X = rng.standard_normal((40, 12)); y = X[:, 0] + rng.standard_normal(40)
+sol = jaxknock.lasso_cv(X, y, num_lambdas=8, folds=3)
+print(len(hits), float(sol.stats["lam"]))
+"""
+
+
+def test_enable_compilation_cache_second_process_loads_programs(tmp_path):
+    """``jaxknock.enable_compilation_cache``: a second process on the same shapes reads the
+    compiled programs from disk (JAX's cache-hit events) and gets the same answer."""
+    env = {k: v for k, v in os.environ.items() if k != "JAXKNOCK_NO_COMPILE_CACHE"}
+    cmd = [sys.executable, "-c", _CACHE_CHILD, str(tmp_path / "cache")]
+    first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert any((tmp_path / "cache").iterdir())
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr
+    hits1, lam1 = first.stdout.split()
+    hits2, lam2 = second.stdout.split()
+    assert int(hits1) == 0 and int(hits2) >= 1
+    assert lam1 == lam2

@@ -1108,6 +1108,8 @@ NOT_FUZZED = {
     "Solution": "a result container",
     "SolverError": "an exception type",
     "reraise_solver_errors": "a context manager (tests/test_svector.py)",
+    "compilation_cache_dir": "no arrays: a path from the environment (tests/test_cli.py)",
+    "enable_compilation_cache": "no arrays: a JAX setting (tests/test_cli.py)",
     "FactorModel": "a container (fuzzed through sdp_factor and the samplers)",
     "LedoitWolf": "a result container",
     "FactorFit": "a result container",

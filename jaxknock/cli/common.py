@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 __all__ = ["CLIError", "enable_x64", "timed"]
 
@@ -29,37 +27,12 @@ def timed(fn, *args, **kwargs):
     return out, time.perf_counter() - t0
 
 
-def compile_cache_dir() -> str | None:
-    """Per-user directory of JAX's persistent compilation cache for the CLI, or ``None`` if opted out.
-
-    ``$JAXKNOCK_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/jaxknock/jax`` (default
-    ``~/.cache/jaxknock/jax``). Opt out with ``--no-compile-cache`` or
-    ``JAXKNOCK_NO_COMPILE_CACHE=1``.
-    """
-    if os.environ.get("JAXKNOCK_NO_COMPILE_CACHE", "").strip() not in ("", "0"):
-        return None
-    base = os.environ.get("JAXKNOCK_CACHE_DIR")
-    if base:
-        return base
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return str(Path(xdg) / "jaxknock" / "jax")
-
-
 def enable_compile_cache(enabled: bool = True) -> str | None:
-    """Turn on JAX's persistent compilation cache (a second run on the same shapes does not recompile).
+    """Turn on JAX's persistent compilation cache for a CLI run (:func:`jaxknock.enable_compilation_cache`).
 
-    Returns the directory used, or ``None`` when disabled or not writable.
+    Returns the directory used, or ``None`` when disabled (``--no-compile-cache``),
+    opted out (``JAXKNOCK_NO_COMPILE_CACHE=1``) or not writable.
     """
-    import jax
+    from jaxknock.cache import enable_compilation_cache
 
-    path = compile_cache_dir() if enabled else None
-    if path is None:
-        return None
-    try:
-        os.makedirs(path, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", path)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    except (OSError, AttributeError):  # read-only home, or an old jax without the options
-        return None
-    return path
+    return enable_compilation_cache() if enabled else None
