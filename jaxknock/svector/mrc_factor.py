@@ -32,12 +32,13 @@ from jaxknock import _checks
 from jaxknock._iterate import iterative_solve
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.covariance import FactorModel
-from jaxknock.svector import _common, mrc
+from jaxknock.svector import _common, mrc, mrc_factor_newton
 from jaxknock.svector._common import HIGHEST
 
 __all__ = ["mvr_factor", "maxent_factor", "FactorMRCState"]
 
 _BLOCK = 256
+METHODS = ("coordinate", "newton")
 
 
 class FactorMRCState(NamedTuple):
@@ -128,22 +129,30 @@ def _unit_diagonal(d, U):
     return d / diag, U / jnp.sqrt(diag)[:, None], diag
 
 
-@functools.partial(jax.jit, static_argnames=("kind",))
-def _mrc_factor_jit(d, U, tol, max_steps, m, *, kind):
+@functools.partial(jax.jit, static_argnames=("kind", "method"))
+def _mrc_factor_jit(d, U, tol, max_steps, m, *, kind, method):
     dc, Uc, diag = _unit_diagonal(d, U)
     c = (m + 1.0) / m
+    p = U.shape[0]
     # start at s_j = min(1, c d_j / 2): Dt = c D / 2 > 0 and A = Dt + c U U^T is positive definite
     s0 = jnp.minimum(1.0, 0.5 * c * dc)
-    _, _, N0, P0 = _inner(dc, Uc, s0, c)
-    inf = jnp.asarray(jnp.inf, U.dtype)
-    init = FactorMRCState(s0, N0, P0, inf, inf, inf, jnp.int32(0))
-    it = iterative_solve(
-        init,
-        lambda st: _step(kind, st, dc, Uc, c, m),
-        lambda st: mrc.mrc_terminate(st, tol),
-        max_steps=max_steps,
-        finite=lambda st: jnp.all(jnp.isfinite(st.s)),
-    )
+    if method == "newton":
+        it = mrc_factor_newton.solve(kind, dc, Uc, s0, tol, max_steps, m)
+        trips = it.state.trips
+    else:
+        _, _, N0, P0 = _inner(dc, Uc, s0, c)
+        inf = jnp.asarray(jnp.inf, U.dtype)
+        init = FactorMRCState(s0, N0, P0, inf, inf, inf, jnp.int32(0))
+        it = iterative_solve(
+            init,
+            lambda st: _step(kind, st, dc, Uc, c, m),
+            lambda st: mrc.mrc_terminate(st, tol),
+            max_steps=max_steps,
+            finite=lambda st: jnp.all(jnp.isfinite(st.s)),
+        )
+        b = min(_BLOCK, p)
+        # per sweep: one trip per coordinate (padded to whole blocks) and per block
+        trips = it.num_steps * (1 + (-(-p // b)) * (b + 1))
     st = it.state
     feasible = _common.factor_is_pd(dc, Uc, 2.0 * st.s / c)
     finite = jnp.all(jnp.isfinite(st.s)) & jnp.isfinite(st.objective)
@@ -153,6 +162,7 @@ def _mrc_factor_jit(d, U, tol, max_steps, m, *, kind):
     result = _checks.combine_codes(_checks.traced_factor_code(d, U), result)
     stats = {
         "num_steps": it.num_steps,
+        "num_loop_trips": jnp.asarray(trips, jnp.int32),
         "max_steps": max_steps,
         "objective": st.objective,
         "gap": jnp.where(feasible, st.gap, jnp.inf),
@@ -162,11 +172,12 @@ def _mrc_factor_jit(d, U, tol, max_steps, m, *, kind):
     return Solution(st.s * diag, result, stats, st)
 
 
-def _solve(kind, model, num_knockoffs, tol, max_steps, throw):
+def _solve(kind, model, num_knockoffs, tol, max_steps, method, throw):
+    _checks.check_choice(method, METHODS, "method")
     _common.check_settings(tol, max_steps, 0.5, None)
     m = _checks.check_num_knockoffs(num_knockoffs)
     model = _common.validate_model(model)
-    fn = functools.partial(_mrc_factor_jit, kind=kind)
+    fn = functools.partial(_mrc_factor_jit, kind=kind, method=method)
     if model.U.ndim == 3:
         fn = jax.vmap(fn, in_axes=(0, 0, None, None, None))
     sol = fn(model.d, model.U, tol, max_steps, float(m))
@@ -197,7 +208,15 @@ _DOC = r"""
 """
 
 
-def mvr_factor(model: FactorModel, *, num_knockoffs: int = 1, tol: float = 1e-6, max_steps: int = 500, throw=False):
+def mvr_factor(
+    model: FactorModel,
+    *,
+    num_knockoffs: int = 1,
+    tol: float = 1e-6,
+    max_steps: int = 500,
+    method: str = "coordinate",
+    throw=False,
+):
     """:func:`~jaxknock.mvr` for a factor model ``Sigma = D + U U^T``, ``O(p k^2)`` per sweep.
 
     Example:
@@ -207,10 +226,18 @@ def mvr_factor(model: FactorModel, *, num_knockoffs: int = 1, tol: float = 1e-6,
         >>> bool(sol.successful)
         True
     """
-    return _solve("mvr", model, num_knockoffs, tol, max_steps, throw)
+    return _solve("mvr", model, num_knockoffs, tol, max_steps, method, throw)
 
 
-def maxent_factor(model: FactorModel, *, num_knockoffs: int = 1, tol: float = 1e-6, max_steps: int = 500, throw=False):
+def maxent_factor(
+    model: FactorModel,
+    *,
+    num_knockoffs: int = 1,
+    tol: float = 1e-6,
+    max_steps: int = 500,
+    method: str = "coordinate",
+    throw=False,
+):
     """:func:`~jaxknock.maxent` for a factor model ``Sigma = D + U U^T``, ``O(p k^2)`` per sweep.
 
     Example:
@@ -220,7 +247,7 @@ def maxent_factor(model: FactorModel, *, num_knockoffs: int = 1, tol: float = 1e
         >>> bool(sol.successful)
         True
     """
-    return _solve("maxent", model, num_knockoffs, tol, max_steps, throw)
+    return _solve("maxent", model, num_knockoffs, tol, max_steps, method, throw)
 
 
 mvr_factor.__doc__ += _DOC
