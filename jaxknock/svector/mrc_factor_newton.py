@@ -130,7 +130,16 @@ def _derive(kind, ops, s, e, evals, evecs, m) -> Derivatives:
 
 
 def newton_derivatives(kind, d, U, s, m) -> Derivatives:
-    """:class:`Derivatives` at ``s`` for the unit-diagonal model ``(d, U)`` with ``m`` knockoffs (for tests)."""
+    """:class:`Derivatives` at ``s`` for the unit-diagonal model ``(d, U)`` with ``m`` knockoffs.
+
+    Example:
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> d, U, s = jnp.full(4, 0.5), jnp.full((4, 1), 0.5**0.5), jnp.full(4, 0.5)
+        >>> der = newton_derivatives("mvr", d, U, s, 1)
+        >>> B = jnp.linalg.inv(2 * (jnp.diag(d) + U @ U.T) - jnp.diag(s))   # A^{-1}, c = 2
+        >>> bool(jnp.allclose(der.h, jnp.diag(B))), bool(jnp.allclose(der.q, jnp.diag(B @ B)))
+        (True, True)
+    """
     c = (m + 1.0) / m
     ops = factor_newton.operands(jnp.sqrt(0.5 * c) * U)
     e = c * d - s
@@ -151,7 +160,20 @@ def mvr_hessian_matvec(ops, e, der: Derivatives, v):
 
 
 def hessian_matvec(kind, ops, s, e, der: Derivatives, m, v):
-    """``H v`` of the objective ``kind`` at ``s`` (see the module docstring)."""
+    """``H v`` of the objective ``kind`` at ``s`` (see the module docstring), ``O(p k^2)``.
+
+    ``ops`` from :func:`~jaxknock.svector.factor_newton.operands` of ``U' = sqrt(c/2) U``,
+    ``e = c d - s``, ``der`` from :func:`newton_derivatives`.
+
+    Example:
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> d, U, s, v = jnp.full(4, 0.5), jnp.full((4, 1), 0.5**0.5), jnp.full(4, 0.5), jnp.arange(4.0)
+        >>> der = newton_derivatives("maxent", d, U, s, 1)
+        >>> Hv = hessian_matvec("maxent", factor_newton.operands(U), s, 2 * d - s, der, 1, v)
+        >>> B = jnp.linalg.inv(2 * (jnp.diag(d) + U @ U.T) - jnp.diag(s))
+        >>> bool(jnp.allclose(Hv, (B * B) @ v + v / s**2))
+        True
+    """
     if kind == "mvr":
         return (2.0 / m) * mvr_hessian_matvec(ops, e, der, v) + (2.0 * m / s**3) * v
     return factor_newton.hadamard_matvec_cg(ops, e, der.X, der.r, v) + (m / (s * s)) * v
