@@ -62,7 +62,14 @@ from jax import lax
 from jaxknock._iterate import Iteration, iterative_solve
 from jaxknock.svector import _common, _woodbury, factor_newton, mrc
 
-__all__ = ["FactorMRCNewtonState", "gradient_and_preconditioner", "hessian_matvec", "newton_derivatives"]
+__all__ = [
+    "FactorMRCNewtonState",
+    "gradient_and_preconditioner",
+    "hessian_matvec",
+    "newton_derivatives",
+    "newton_init",
+    "newton_step",
+]
 
 CG_MAX_ITERS = 100
 # a coordinate with |c d_j - s_j| below this fraction of c d_j + s_j makes the Woodbury
