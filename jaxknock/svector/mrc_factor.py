@@ -159,7 +159,11 @@ def _mrc_factor_jit(d, U, tol, max_steps, m, *, kind, method):
         # per sweep: one trip per coordinate (padded to whole blocks) and per block
         trips = it.num_steps * (1 + (-(-p // b)) * (b + 1))
     st = it.state
-    feasible = _common.factor_is_pd(dc, Uc, 2.0 * st.s / c)
+    if method == "newton":
+        # the exact inertia test of c C - diag(s) > 0, from the capacitance kept for the final s
+        feasible = _common.factor_is_pd_from_eigvals(c * dc - st.s, st.evals)
+    else:
+        feasible = _common.factor_is_pd(dc, Uc, 2.0 * st.s / c)
     finite = jnp.all(jnp.isfinite(st.s)) & jnp.isfinite(st.objective)
     result = jnp.where(
         ~finite, RESULTS.nonfinite, jnp.where(~feasible | jnp.any(st.s <= 0), RESULTS.infeasible, it.result)

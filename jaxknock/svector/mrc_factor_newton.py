@@ -98,7 +98,8 @@ class FactorMRCNewtonState(NamedTuple):
     """State of the MVR / ME Newton-CG solver (unit-diagonal model).
 
     ``s`` with ``s > 0`` and ``A = c C - diag(s)`` positive definite; ``evals, evecs`` the
-    eigendecomposition of the ``k x k`` capacitance at ``s``; ``der`` the
+    eigendecomposition of the ``k x k`` capacitance at ``s`` and (MVR; 0 for ME) ``P = W^T W``
+    (all three kept from the trial point that was accepted); ``der`` the
     :class:`Derivatives` at ``s``; ``objective`` ``f(s)`` and
     its certified ``gap``; ``prev`` the objective before the last step; ``sweep`` the
     Newton steps taken (named as in :class:`~jaxknock.svector.mrc.MRCState`: the
@@ -110,6 +111,7 @@ class FactorMRCNewtonState(NamedTuple):
     s: jax.Array
     evals: jax.Array
     evecs: jax.Array
+    P: jax.Array
     der: Derivatives
     objective: jax.Array
     gap: jax.Array
@@ -123,11 +125,23 @@ def _logdet(e, evals):
     return jnp.sum(jnp.log(jnp.abs(e))) + jnp.sum(jnp.log(jnp.abs(evals)))
 
 
-def _derive(kind, ops, s, e, evals, evecs, m) -> Derivatives:
+def _capacitance(kind, ops, e):
+    """``(evals, evecs, P)``: the capacitance's eigendecomposition and (MVR) ``P = W^T W``, one
+    ``p x k x k`` product for ME, one ``p x k x 2k`` product for MVR (``P = 0`` for ME)."""
+    k = ops.U.shape[1]
+    if kind == "mvr":
+        G = _woodbury.mm(jnp.concatenate([ops.Ut / e[None, :], ops.Ut / (e * e)[None, :]], axis=0), ops.U)
+        M = jnp.eye(k, dtype=e.dtype) + 2.0 * G[:k]
+        evals, evecs = jnp.linalg.eigh(0.5 * (M + M.T))
+        return evals, evecs, G[k:]
+    evals, evecs = _woodbury.capacitance_eig(ops, e)
+    return evals, evecs, jnp.zeros((k, k), e.dtype)
+
+
+def _derive(kind, ops, s, e, evals, evecs, P, m) -> Derivatives:
     X, r, h = _woodbury.woodbury_eig(ops, e, evals, evecs)
     logdet = _logdet(e, evals)
     if kind == "mvr":
-        P = _woodbury.mm(ops.Ut / (e * e)[None, :], ops.U)
         Y = _woodbury.mm(X, P)
         q = 1.0 / (e * e) - 2.0 * r / e + jnp.sum(X * Y, axis=1)
     else:
@@ -150,7 +164,7 @@ def newton_derivatives(kind, d, U, s, m) -> Derivatives:
     c = (m + 1.0) / m
     ops = factor_newton.operands(jnp.sqrt(0.5 * c) * U)
     e = c * d - s
-    return _derive(kind, ops, s, e, *_woodbury.capacitance_eig(ops, e), m)
+    return _derive(kind, ops, s, e, *_capacitance(kind, ops, e), m)
 
 
 def mvr_hessian_matvec(ops, e, der: Derivatives, v):
@@ -195,33 +209,29 @@ def gradient_and_preconditioner(kind, s, der: Derivatives, m):
 
 
 def _trial(kind, ops, cd, s, m):
-    """``(ok, f, (evals, evecs))`` at a trial ``s``: exact inertia test, ``e`` away from 0, ``f(s)``."""
+    """``(ok, f, (evals, evecs, P))`` at a trial ``s``: exact inertia test, ``e`` away from 0, ``f(s)``."""
     e = cd - s
-    k = ops.U.shape[1]
+    evals, evecs, P = _capacitance(kind, ops, e)
     if kind == "mvr":
-        # one product gives the capacitance and P = W^T W (for tr B = sum 1/e - tr(Q P))
-        G = _woodbury.mm(jnp.concatenate([ops.Ut / e[None, :], ops.Ut / (e * e)[None, :]], axis=0), ops.U)
-        M = jnp.eye(k, dtype=e.dtype) + 2.0 * G[:k]
-        evals, evecs = jnp.linalg.eigh(0.5 * (M + M.T))
-        VPV = jnp.sum(evecs * _woodbury.mm(G[k:], evecs), axis=0)
+        # tr B = sum 1/e - tr(Q P), Q = 2 V diag(1/evals) V^T
+        VPV = jnp.sum(evecs * _woodbury.mm(P, evecs), axis=0)
         trace = jnp.sum(1.0 / e) - 2.0 * jnp.sum(VPV / evals)
         f = trace / m + m * jnp.sum(1.0 / s)
     else:
-        evals, evecs = _woodbury.capacitance_eig(ops, e)
         f = -_logdet(e, evals) - m * jnp.sum(jnp.log(s))
     far = jnp.all(jnp.abs(e) > _E_FLOOR * (cd + jnp.abs(s)))
     ok = far & jnp.all(s > 0) & _common.factor_is_pd_from_eigvals(e, evals) & jnp.isfinite(f)
-    return ok, f, (evals, evecs)
+    return ok, f, (evals, evecs, P)
 
 
 def newton_init(kind, ops, cd, s0, m) -> FactorMRCNewtonState:
     """Initial state at a feasible ``s0`` (``cd = c d``; ``ops`` of ``U' = sqrt(c/2) U``)."""
     e = cd - s0
-    evals, evecs = _woodbury.capacitance_eig(ops, e)
-    der = _derive(kind, ops, s0, e, evals, evecs, m)
+    evals, evecs, P = _capacitance(kind, ops, e)
+    der = _derive(kind, ops, s0, e, evals, evecs, P, m)
     inf = jnp.asarray(jnp.inf, s0.dtype)
     zero = jnp.int32(0)
-    return FactorMRCNewtonState(s0, evals, evecs, der, der.f, der.gap, inf, zero, zero, zero)
+    return FactorMRCNewtonState(s0, evals, evecs, P, der, der.f, der.gap, inf, zero, zero, zero)
 
 
 def newton_step(kind, st: FactorMRCNewtonState, ops, cd, m, cg_max=CG_MAX_ITERS) -> FactorMRCNewtonState:
@@ -253,11 +263,11 @@ def newton_step(kind, st: FactorMRCNewtonState, ops, cd, m, cg_max=CG_MAX_ITERS)
     )
     ok = ok & (slope < 0)
     s_new = jnp.where(ok, s + t * ds, s)
-    evals, evecs = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), eig, (st.evals, st.evecs))
-    new = _derive(kind, ops, s_new, cd - s_new, evals, evecs, m)
+    evals, evecs, P = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), eig, (st.evals, st.evecs, st.P))
+    new = _derive(kind, ops, s_new, cd - s_new, evals, evecs, P, m)
     trips = st.trips + 1 + cg_it + n_shrink
     return FactorMRCNewtonState(
-        s_new, evals, evecs, new, new.f, new.gap, st.objective, st.sweep + 1, st.cg_iters + cg_it, trips
+        s_new, evals, evecs, P, new, new.f, new.gap, st.objective, st.sweep + 1, st.cg_iters + cg_it, trips
     )
 
 
