@@ -36,7 +36,10 @@ Modules (one concept each):
   number ``m`` of knockoffs), blocked coordinate descent with a certified
   Lagrange-dual gap (:func:`mrc_objective_and_gap`);
   :mod:`~jaxknock.svector.mrc_factor` - :func:`mvr_factor` /
-  :func:`maxent_factor` for ``Sigma = D + U U^T`` in ``O(p k^2)`` per sweep.
+  :func:`maxent_factor` for ``Sigma = D + U U^T`` in ``O(p k^2)`` per step:
+  damped Newton-CG (:mod:`~jaxknock.svector.mrc_factor_newton`, default;
+  sequential depth independent of ``p``) or blocked coordinate descent
+  (``method="coordinate"``), same certificate.
 * :mod:`~jaxknock.svector.group` - ``group_s_matrix`` (block-diagonal ``S``:
   equicorrelated, SDP, maximum entropy; MVR in
   :mod:`~jaxknock.svector.group_mvr`).

@@ -52,8 +52,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxknock._iterate import Iteration, iterative_solve
-from jaxknock.svector import _common
-from jaxknock.svector._common import HIGHEST
+from jaxknock.svector import _common, _woodbury
 from jaxknock.svector.certificate import gap_from_inverse_diag
 from jaxknock.svector.newton import path_terminate  # the dense path's stopping rule (fields s, dual, stall)
 
@@ -129,84 +128,29 @@ def operands(U) -> Operands:
     return Operands(U, Ut, U.astype(_CG_DTYPE), Ut.astype(_CG_DTYPE))
 
 
-def _mm(a, b):
-    return jnp.matmul(a, b, precision=HIGHEST)
-
-
-def _capacitance_eig(ops: Operands, e):
-    """Eigendecomposition ``(evals, evecs)`` of ``M = I + 2 U^T diag(1/e) U`` (``2 p k^2`` flops)."""
-    M = jnp.eye(ops.U.shape[1], dtype=ops.U.dtype) + 2.0 * _mm(ops.Ut / e[None, :], ops.U)
-    return jnp.linalg.eigh(0.5 * (M + M.T))
-
-
-def _woodbury_eig(ops: Operands, e, evals, evecs):
-    """``(WQ, r, h)`` from the capacitance's eigendecomposition (``Q = 2 M^{-1}``, one ``p x k x k`` product)."""
-    Q = 2.0 * _mm(evecs / evals[None, :], evecs.T)
-    # the barrier keeps XLA from fusing the consumers into the product (a slow loop on CPU)
-    UQ = lax.optimization_barrier(_mm(ops.U, Q))
-    r = jnp.sum(UQ * ops.U, axis=1) / (e * e)
-    return UQ / e[:, None], r, 1.0 / e - r
-
-
 def woodbury(d, U, s):
     """``(e, W, WQ, r, h)``: ``A^{-1} = diag(1/e) - W Q W^T`` with ``W = diag(1/e) U``,
     ``Q = 2 M^{-1}``, ``WQ = W Q``, ``r_j = (WQ)_j W_j^T`` and ``h = diag(A^{-1}) = 1/e - r``
     (computed as the solver does)."""
     ops = operands(U)
     e = 2.0 * d - s
-    WQ, r, h = _woodbury_eig(ops, e, *_capacitance_eig(ops, e))
+    WQ, r, h = _woodbury.woodbury_eig(ops, e, *_woodbury.capacitance_eig(ops, e))
     return e, U / e[:, None], WQ, r, h
 
 
 def hadamard_matvec_cg(ops: Operands, e, WQ_cg, r, v):
     """``(A^{-1} o A^{-1}) v`` as the CG uses it: the rank part ``(WQ) K (WQ)^T`` with products in
     the CG dtype (``WQ_cg`` = ``W Q`` in it), the diagonal part in ``v``'s dtype."""
-    K = _mm(ops.Ut_cg * (v / (e * e)).astype(_CG_DTYPE)[None, :], ops.U_cg)
-    low = jnp.sum(lax.optimization_barrier(_mm(WQ_cg, K)) * WQ_cg, axis=1).astype(v.dtype)
+    K = _woodbury.mm(ops.Ut_cg * (v / (e * e)).astype(_CG_DTYPE)[None, :], ops.U_cg)
+    low = jnp.sum(lax.optimization_barrier(_woodbury.mm(WQ_cg, K)) * WQ_cg, axis=1).astype(v.dtype)
     return v * (1.0 - 2.0 * e * r) / (e * e) + low
-
-
-def _pcg(matvec, b, pdiag, rtol, max_iters):
-    """Preconditioned CG for ``matvec(x) = b`` (SPD), Jacobi preconditioner ``pdiag``.
-
-    Stops at ``||r||_{P^{-1}} <= rtol ||b||_{P^{-1}}`` or after ``max_iters`` iterations; returns ``(x, iterations)``.
-    """
-    x0 = jnp.zeros_like(b)
-    z0 = b / pdiag
-    rz0 = jnp.dot(b, z0)
-
-    def cond(c):
-        _, _, _, _, rz, i = c
-        # residual in the preconditioned norm ``r^T P^{-1} r`` (scale-free: the
-        # diagonal of the barrier Hessian spans many decades near the optimum)
-        return (i < max_iters) & (rz > rtol**2 * rz0)
-
-    def body(c):
-        x, r, z, pdir, rz, i = c
-        Ap = matvec(pdir)
-        alpha = rz / jnp.dot(pdir, Ap)
-        x = x + alpha * pdir
-        r = r - alpha * Ap
-        z = r / pdiag
-        rz_new = jnp.dot(r, z)
-        pdir = z + (rz_new / rz) * pdir
-        return x, r, z, pdir, rz_new, i + 1
-
-    init = (x0, b, z0, z0, rz0, jnp.int32(0))
-    x, _, _, _, _, it = lax.while_loop(cond, body, init)
-    return x, it
-
-
-def _max_step(x, dx):
-    t = jnp.min(jnp.where(dx < 0, -x / jnp.where(dx < 0, dx, -1.0), jnp.inf))
-    return jnp.minimum(1.0, 0.99 * t)
 
 
 def _acceptable(d, ops: Operands, s):
     """``(ok, (evals, evecs))``: ``A(s)`` positive definite (exact inertia test) and no ``e_j``
     within rounding of 0; the eigendecomposition of the capacitance at ``s``."""
     e = 2.0 * d - s
-    evals, evecs = _capacitance_eig(ops, e)
+    evals, evecs = _woodbury.capacitance_eig(ops, e)
     far = jnp.all(jnp.abs(e) > _E_FLOOR * (2.0 * d + jnp.abs(s)))
     return far & _common.factor_is_pd_from_eigvals(e, evals), (evals, evecs)
 
@@ -220,13 +164,13 @@ def path_init(d, U, lam0, cap, ops: Operands | None = None) -> FactorNewtonState
     ops = operands(U) if ops is None else ops
     p = U.shape[0]
     e0 = 2.0 * d
-    *_, h = _woodbury_eig(ops, e0, *_capacitance_eig(ops, e0))
+    *_, h = _woodbury.woodbury_eig(ops, e0, *_woodbury.capacitance_eig(ops, e0))
     s = jnp.minimum(jnp.minimum(1e-3 * lam0, 1e-3 * cap), 0.5 / (p * h))
     inf = jnp.asarray(jnp.inf, U.dtype)
     zero = jnp.int32(0)
     one = jnp.ones((), U.dtype)
     lam0 = jnp.asarray(lam0, U.dtype)
-    evals, evecs = _capacitance_eig(ops, 2.0 * d - s)
+    evals, evecs = _woodbury.capacitance_eig(ops, 2.0 * d - s)
     return FactorNewtonState(
         s, lam0 / s, lam0 / (cap - s), lam0, zero, inf, zero, zero, zero, evals, evecs, one, one, jnp.bool_(False), inf
     )
@@ -240,7 +184,7 @@ def path_step(
     inf = jnp.asarray(jnp.inf, st.s.dtype)
     s, z0, z1, lam = st.s, st.z0, st.z1, st.lam
     e = 2.0 * d - s
-    WQ, r, h = _woodbury_eig(ops, e, st.evals, st.evecs)
+    WQ, r, h = _woodbury.woodbury_eig(ops, e, st.evals, st.evecs)
     dual, _ = gap_from_inverse_diag(s, h, lam, search=True)
     dual = jnp.where(jnp.isfinite(dual), dual, inf)
     g = 1.0 - lam * h + lam / s - lam / (cap - s)
@@ -248,11 +192,13 @@ def path_step(
     pdiag = lam * h * h + zdiag
     WQ_cg = WQ.astype(_CG_DTYPE)
     # inexact Newton: the direction only steers the path, the certificate never depends on it
-    ds, cg_it = _pcg(lambda v: lam * hadamard_matvec_cg(ops, e, WQ_cg, r, v) + zdiag * v, g, pdiag, CG_RTOL, cg_max)
+    ds, cg_it = _woodbury.pcg(
+        lambda v: lam * hadamard_matvec_cg(ops, e, WQ_cg, r, v) + zdiag * v, g, pdiag, CG_RTOL, cg_max
+    )
     dz0 = (lam - s * z0 - z0 * ds) / s
     dz1 = (lam - (cap - s) * z1 + z1 * ds) / (cap - s)
     dec = jnp.sqrt(jnp.maximum(jnp.dot(g, ds), 0.0) / lam)
-    tmax = jnp.minimum(_max_step(s, ds), _max_step(cap - s, -ds))
+    tmax = jnp.minimum(_woodbury.max_step(s, ds), _woodbury.max_step(cap - s, -ds))
     f0 = jnp.minimum(1.0, jnp.where(st.fresh, _FRESH_GROW * st.frac_fresh, _GROW * st.frac))
 
     def shrink(c):
@@ -268,7 +214,7 @@ def path_step(
     frac = jnp.maximum(frac, _MIN_FRAC)
     tp = jnp.where(ok_pd, tp, 0.0)
     evals, evecs = jax.tree_util.tree_map(lambda a, b: jnp.where(ok_pd, a, b), eig_new, (st.evals, st.evecs))
-    td = jnp.minimum(_max_step(z0, dz0), _max_step(z1, dz1))
+    td = jnp.minimum(_woodbury.max_step(z0, dz0), _woodbury.max_step(z1, dz1))
     s_new = s + tp * ds
     best = jnp.minimum(st.dual, dual)
     sum_new = jnp.sum(s_new)
