@@ -49,6 +49,7 @@ import jax.numpy as jnp
 from jax import lax
 
 _HI = lax.Precision.HIGHEST
+_PENDING = 16  # rank-one updates of the inverse kept apart before one batched fold
 
 
 def _interval_rows(lambdas, lo, hi):
@@ -61,7 +62,7 @@ def _first_index(lambdas, hi):
     return jnp.sum(lambdas[None] > hi[:, None], axis=1).astype(jnp.int32)
 
 
-def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
+def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, lowp=()):
     """One chunk in lockstep; ``real`` ``(C,)`` false on padding; ``slots``: increasing capacities, one loop each."""
     """Selection counts ``(L, p)``, union sizes ``(L,)``, failures ``(L,)`` of the subsamples ``mask`` ``(C, n)``."""
     dt = X.dtype
@@ -73,6 +74,13 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
     inv_m = 1 / m
     inf = jnp.asarray(jnp.inf, dt)
     rows = jnp.arange(C)
+    K = _PENDING
+    X32 = X.astype(jnp.float32)
+
+    def prod(a, B, which):
+        if which in lowp:
+            return jnp.dot(a.astype(jnp.float32), B, precision=_HI).astype(dt)
+        return jnp.dot(a, B.astype(dt), precision=_HI)
 
     mu = jnp.dot(mask, X, precision=_HI) * inv_m  # (C, p) subsample means
     ybar = jnp.dot(mask, y, precision=_HI) * inv_m
@@ -89,6 +97,9 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
         sgn=jnp.zeros((C, A), dt),
         beta=jnp.zeros((C, A), dt),
         Ginv=jnp.zeros((C, A, A), dt),
+        Xk=jnp.zeros((C, K, A), dt),
+        ak=jnp.zeros((C, K), dt),
+        nk=jnp.int32(0),
         v=jnp.zeros((C, A), dt),
         lam_in=jnp.zeros((C, A), dt),
         act=jnp.zeros((C, p), bool),
@@ -105,6 +116,25 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
         k=jnp.int32(0),
     )
 
+    def ginv_mv(s, vec):
+        """``G_AA^{-1} vec``: the stored inverse plus the pending rank-one terms ``sum_k a_k x_k x_k^T``."""
+        coef = jnp.einsum("cka,ca->ck", s["Xk"], vec, precision=_HI) * s["ak"]
+        return jnp.einsum("cab,cb->ca", s["Ginv"], vec, precision=_HI) + jnp.einsum(
+            "cka,ck->ca", s["Xk"], coef, precision=_HI
+        )
+
+    def ginv_col(s, ic):
+        """Column ``ic`` of ``G_AA^{-1}`` (a row of the symmetric stored part, plus the pending terms)."""
+        coef = s["Xk"][rows, :, ic] * s["ak"]
+        return s["Ginv"][rows, ic] + jnp.einsum("cka,ck->ca", s["Xk"], coef, precision=_HI)
+
+    def flush(s):
+        """Fold the pending rank-one terms into the stored inverse (one batched product every ``K`` kinks)."""
+        upd = jnp.einsum("cka,ckb->cab", s["Xk"] * s["ak"][..., None], s["Xk"], precision=_HI)
+        keep = s["used"][:, :, None] & s["used"][:, None, :]
+        return dict(s, Ginv=jnp.where(keep, s["Ginv"] + upd, 0), Xk=jnp.zeros_like(s["Xk"]),
+                    ak=jnp.zeros_like(s["ak"]), nk=jnp.int32(0))  # fmt: skip
+
     def apply_event(s):
         """Enter ``pend`` at a free slot (bordering) or drop slot ``drop`` (Schur downdate): ``Ginv += a x x^T``."""
         A = s["used"].shape[1]
@@ -114,9 +144,9 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
         jj = jnp.maximum(pend, 0)
         xj = jnp.take(X, jj, axis=1).T  # (C, n)
         xjc = mask * (xj - mu[rows, jj][:, None])
-        gj = jnp.dot(xjc, X, precision=_HI) * inv_m  # (C, p) Gram column of the entering feature
+        gj = prod(xjc, X32 if 'gram' in lowp else X, 'gram') * inv_m  # (C, p) Gram column of the entering feature
         b = jnp.where(s["used"], jnp.take_along_axis(gj, s["feat"], axis=1), 0)
-        u = jnp.einsum("cab,cb->ca", s["Ginv"], b, precision=_HI)
+        u = jnp.where(s["used"], ginv_mv(s, b), 0)
         gjj = gj[rows, jj]
         sigma = gjj - jnp.sum(b * u, axis=1)
         sat = sigma <= 1e-10 * jnp.maximum(gjj, jnp.finfo(dt).tiny)
@@ -127,13 +157,14 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
         i = s["drop"]
         leave = (i < A) & ~s["done"]
         ic = jnp.minimum(i, A - 1)
-        gi = s["Ginv"][rows, :, ic]  # (C, A)
+        gi = jnp.where(s["used"], ginv_col(s, ic), 0)  # (C, A)
         gii = gi[rows, ic]
         x = jnp.where(leave[:, None], gi, jnp.where(enter[:, None], u - e, 0))
         alpha = jnp.where(leave, -1 / jnp.where(gii != 0, gii, 1), jnp.where(enter, 1 / jnp.where(sat, 1, sigma), 0))
-        Ginv = s["Ginv"] + alpha[:, None, None] * x[:, :, None] * x[:, None, :]
+        # the rank-one term joins the pending ones (its dropped row / column is zero up to rounding)
+        Xk = lax.dynamic_update_index_in_dim(s["Xk"], x, s["nk"], axis=1)
+        ak = lax.dynamic_update_index_in_dim(s["ak"], alpha, s["nk"], axis=1)
         dmask = leave[:, None] & (ar[None] == ic[:, None])  # the dropped slot's row and column
-        Ginv = jnp.where(dmask[:, :, None] | dmask[:, None, :], 0, Ginv)
         add = enter[:, None] & (ar[None] == slot[:, None])
         used = (s["used"] & ~dmask) | add
         sgn = jnp.where(add, s["pend_sgn"][:, None], jnp.where(dmask, 0, s["sgn"]))
@@ -143,21 +174,22 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
         gone = jnp.where(leave, s["feat"][rows, ic], p)
         act = s["act"].at[rows, gone].set(False, mode="drop").at[rows, jnp.where(enter, jj, p)].set(True, mode="drop")
         skip = s["skip"].at[rows, jnp.where(has & sat, jj, p)].set(True, mode="drop")
-        return dict(
+        s = dict(
             s,
-            Ginv=Ginv, used=used, sgn=sgn, v=v, feat=feat, act=act, skip=skip,
+            Xk=Xk, ak=ak, nk=s["nk"] + 1, used=used, sgn=sgn, v=v, feat=feat, act=act, skip=skip,
             beta=jnp.where(used & ~add, s["beta"], 0),
             lam_in=jnp.where(add, s["lam"][:, None], s["lam_in"]),
             over=s["over"] | jnp.any(has & ~sat & full),
         )  # fmt: skip
+        return lax.cond(s["nk"] == K, flush, lambda s: s, s)
 
     def step(s):
         """Direction, next event, move; a drop is recorded at once (its interval is known)."""
         A = s["used"].shape[1]
         vfull = jnp.zeros((C, p), dt).at[rows[:, None], s["feat"]].add(jnp.where(s["used"], s["v"], 0))
-        z = jnp.dot(vfull, X.T, precision=_HI)  # (C, n)
+        z = prod(vfull, (X32 if 'z' in lowp else X).T, 'z')  # (C, n)
         u = mask * (z - jnp.sum(vfull * mu, axis=1)[:, None])
-        w = jnp.dot(u, X, precision=_HI) * inv_m  # (C, p)
+        w = prod(u, X32 if 'w' in lowp else X, 'w') * inv_m  # (C, p)
         c, lam = s["c"], s["lam"]
         up, lo = 1 - w, 1 + w
         t1 = jnp.where(up > 0, jnp.maximum(lam[:, None] - c, 0) / jnp.where(up > 0, up, 1), inf)
@@ -206,13 +238,14 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
         pad = ((0, 0), (0, A_new - A_old))
         out = {k: jnp.pad(s[k], pad) for k in ("feat", "used", "sgn", "beta", "v", "lam_in")}
         out["Ginv"] = jnp.pad(s["Ginv"], ((0, 0), (0, A_new - A_old), (0, A_new - A_old)))
+        out["Xk"] = jnp.pad(s["Xk"], ((0, 0), (0, 0), (0, A_new - A_old)))
         out["drop"] = jnp.where(s["drop"] >= A_old, A_new, s["drop"])
         return dict(s, **out)
 
     for ph, A_ph in enumerate(slots):
         last = ph == len(slots) - 1
         if ph:
-            state = grow(state, A_ph)
+            state = grow(flush(state), A_ph)
 
         def cond(s, A_ph=A_ph, last=last):
             go = ~jnp.all(s["done"]) & (s["k"] < max_steps)
@@ -248,8 +281,8 @@ def phase_slots(p: int, m: int) -> tuple:
     return tuple(caps)
 
 
-@functools.partial(jax.jit, static_argnames=("chunk", "slots"))
-def lockstep_counts(X, y, lambdas, idx, max_steps, *, chunk, slots):
+@functools.partial(jax.jit, static_argnames=("chunk", "slots", "lowp"))
+def lockstep_counts(X, y, lambdas, idx, max_steps, *, chunk, slots, lowp=()):
     """Selection counts of the subsamples ``idx`` ``(B, m)`` (row indices) on the grid ``lambdas``.
 
     Chunks of ``chunk`` subsamples run one after another (each chunk in
@@ -273,7 +306,7 @@ def lockstep_counts(X, y, lambdas, idx, max_steps, *, chunk, slots):
     real = (jnp.arange(nb * chunk) < B).reshape(nb, chunk)
 
     def body(b, acc):
-        counts, union, failed, over, kinks = _chunk_counts(X, y, lambdas, mask[b], real[b], max_steps, slots=slots)
+        counts, union, failed, over, kinks = _chunk_counts(X, y, lambdas, mask[b], real[b], max_steps, slots=slots, lowp=lowp)
         return (acc[0] + counts, acc[1] + union, acc[2] + failed, acc[3] | over, jnp.maximum(acc[4], kinks))
 
     zero = jnp.zeros((L,), jnp.int32)
