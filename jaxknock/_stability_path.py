@@ -62,7 +62,7 @@ def _first_index(lambdas, hi):
     return jnp.sum(lambdas[None] > hi[:, None], axis=1).astype(jnp.int32)
 
 
-def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, lowp=()):
+def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, mixed=False):
     """One chunk in lockstep; ``real`` ``(C,)`` false on padding; ``slots``: increasing capacities, one loop each."""
     """Selection counts ``(L, p)``, union sizes ``(L,)``, failures ``(L,)`` of the subsamples ``mask`` ``(C, n)``."""
     dt = X.dtype
@@ -75,12 +75,7 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, lowp=()):
     inf = jnp.asarray(jnp.inf, dt)
     rows = jnp.arange(C)
     K = _PENDING
-    X32 = X.astype(jnp.float32)
-
-    def prod(a, B, which):
-        if which in lowp:
-            return jnp.dot(a.astype(jnp.float32), B, precision=_HI).astype(dt)
-        return jnp.dot(a, B.astype(dt), precision=_HI)
+    X32 = X.astype(jnp.float32) if mixed else X
 
     mu = jnp.dot(mask, X, precision=_HI) * inv_m  # (C, p) subsample means
     ybar = jnp.dot(mask, y, precision=_HI) * inv_m
@@ -128,12 +123,23 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, lowp=()):
         coef = s["Xk"][rows, :, ic] * s["ak"]
         return s["Ginv"][rows, ic] + jnp.einsum("cka,ck->ca", s["Xk"], coef, precision=_HI)
 
+    def gram_times(s, coef, low):
+        """``G_{.A} coef`` for slot coefficients ``coef`` ``(C, A)``: two chunk-wide products with ``X``."""
+        full = jnp.zeros((C, p), dt).at[rows[:, None], s["feat"]].add(jnp.where(s["used"], coef, 0))
+        Xp = X32 if low else X
+        z = jnp.dot(full.astype(Xp.dtype), Xp.T, precision=_HI).astype(dt)  # (C, n)
+        u = mask * (z - jnp.sum(full * mu, axis=1)[:, None])
+        return jnp.dot(u.astype(Xp.dtype), Xp, precision=_HI).astype(dt) * inv_m
+
     def flush(s):
         """Fold the pending rank-one terms into the stored inverse (one batched product every ``K`` kinks)."""
         upd = jnp.einsum("cka,ckb->cab", s["Xk"] * s["ak"][..., None], s["Xk"], precision=_HI)
         keep = s["used"][:, :, None] & s["used"][:, None, :]
-        return dict(s, Ginv=jnp.where(keep, s["Ginv"] + upd, 0), Xk=jnp.zeros_like(s["Xk"]),
-                    ak=jnp.zeros_like(s["ak"]), nk=jnp.int32(0))  # fmt: skip
+        out = dict(s, Ginv=jnp.where(keep, s["Ginv"] + upd, 0), Xk=jnp.zeros_like(s["Xk"]),
+                   ak=jnp.zeros_like(s["ak"]), nk=jnp.int32(0))  # fmt: skip
+        if mixed:  # the correlations accumulated along float32 directions, recomputed exactly
+            out["c"] = jnp.where(s["done"][:, None], s["c"], c0 - gram_times(s, s["beta"], low=False))
+        return out
 
     def apply_event(s):
         """Enter ``pend`` at a free slot (bordering) or drop slot ``drop`` (Schur downdate): ``Ginv += a x x^T``."""
@@ -144,7 +150,7 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, lowp=()):
         jj = jnp.maximum(pend, 0)
         xj = jnp.take(X, jj, axis=1).T  # (C, n)
         xjc = mask * (xj - mu[rows, jj][:, None])
-        gj = prod(xjc, X32 if 'gram' in lowp else X, 'gram') * inv_m  # (C, p) Gram column of the entering feature
+        gj = jnp.dot(xjc, X, precision=_HI) * inv_m  # (C, p) Gram column of the entering feature
         b = jnp.where(s["used"], jnp.take_along_axis(gj, s["feat"], axis=1), 0)
         u = jnp.where(s["used"], ginv_mv(s, b), 0)
         gjj = gj[rows, jj]
@@ -186,10 +192,7 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, lowp=()):
     def step(s):
         """Direction, next event, move; a drop is recorded at once (its interval is known)."""
         A = s["used"].shape[1]
-        vfull = jnp.zeros((C, p), dt).at[rows[:, None], s["feat"]].add(jnp.where(s["used"], s["v"], 0))
-        z = prod(vfull, (X32 if 'z' in lowp else X).T, 'z')  # (C, n)
-        u = mask * (z - jnp.sum(vfull * mu, axis=1)[:, None])
-        w = prod(u, X32 if 'w' in lowp else X, 'w') * inv_m  # (C, p)
+        w = gram_times(s, s["v"], low=mixed)  # (C, p)
         c, lam = s["c"], s["lam"]
         up, lo = 1 - w, 1 + w
         t1 = jnp.where(up > 0, jnp.maximum(lam[:, None] - c, 0) / jnp.where(up > 0, up, 1), inf)
@@ -281,8 +284,8 @@ def phase_slots(p: int, m: int) -> tuple:
     return tuple(caps)
 
 
-@functools.partial(jax.jit, static_argnames=("chunk", "slots", "lowp"))
-def lockstep_counts(X, y, lambdas, idx, max_steps, *, chunk, slots, lowp=()):
+@functools.partial(jax.jit, static_argnames=("chunk", "slots", "mixed"))
+def lockstep_counts(X, y, lambdas, idx, max_steps, *, chunk, slots, mixed=False):
     """Selection counts of the subsamples ``idx`` ``(B, m)`` (row indices) on the grid ``lambdas``.
 
     Chunks of ``chunk`` subsamples run one after another (each chunk in
@@ -306,7 +309,9 @@ def lockstep_counts(X, y, lambdas, idx, max_steps, *, chunk, slots, lowp=()):
     real = (jnp.arange(nb * chunk) < B).reshape(nb, chunk)
 
     def body(b, acc):
-        counts, union, failed, over, kinks = _chunk_counts(X, y, lambdas, mask[b], real[b], max_steps, slots=slots, lowp=lowp)
+        counts, union, failed, over, kinks = _chunk_counts(
+            X, y, lambdas, mask[b], real[b], max_steps, slots=slots, mixed=mixed
+        )
         return (acc[0] + counts, acc[1] + union, acc[2] + failed, acc[3] | over, jnp.maximum(acc[4], kinks))
 
     zero = jnp.zeros((L,), jnp.int32)
