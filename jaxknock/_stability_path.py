@@ -38,6 +38,17 @@ subsample still running after ``max_steps`` kinks is counted as failed at the
 grid penalties it has not reached. A feature in the span of the active ones
 (Schur complement below ``1e-10`` of its variance) is skipped for the rest of
 the path, as in the working-set engine.
+
+Cost per kink: the three products (``2 n p C`` flops each) and one read of
+the ``(C, A, A)`` inverse for :math:`G_{AA}^{-1} g_{Aj}`. The rank-one terms
+of the inverse are not written into it one by one: ``K = 16`` of them are kept
+apart (applied as ``Ginv0 b + X_K (a * X_K^T b)``) and folded in with one
+batched product, so the whole inverse is rewritten once per 16 kinks.
+With ``mixed=True`` (float64 ``X``) the two direction products run in
+float32; the Gram columns, the inverse and the kink arithmetic stay in
+float64, and at every fold the correlations are recomputed exactly,
+:math:`c = c_0 - G_{\cdot A}\beta_A` (two float64 products per 16 kinks), so the
+float32 rounding of the directions does not accumulate along the path.
 """
 
 from __future__ import annotations
@@ -109,6 +120,7 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, mixed=False):
         first=jnp.full((C, p), L, jnp.int32),
         over=jnp.bool_(False),
         k=jnp.int32(0),
+        live=jnp.zeros((C,), jnp.int32),  # iterations in which each subsample was still running
     )
 
     def ginv_mv(s, vec):
@@ -233,6 +245,7 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, mixed=False):
             banned=jnp.where(leave, fi, -1),
             done=s["done"] | finish,
             k=s["k"] + 1,
+            live=s["live"] + ~s["done"],
         )  # fmt: skip
 
     def grow(s, A_new):
@@ -271,7 +284,7 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, mixed=False):
     hist = jnp.zeros((L + 1,), jnp.int32).at[first.reshape(-1)].add(1)
     union = jnp.cumsum(hist[:L])
     failed = jnp.sum(~s["done"][:, None] & (lambdas[None] <= s["lam"][:, None]), axis=0).astype(jnp.int32)
-    return counts, union, failed, s["over"], s["k"]
+    return counts, union, failed, s["over"], s["live"]
 
 
 def phase_slots(p: int, m: int) -> tuple:
@@ -292,12 +305,13 @@ def lockstep_counts(X, y, lambdas, idx, max_steps, *, chunk, slots, mixed=False)
     lockstep, see the module docstring; the last one padded with finished
     dummies). ``slots`` are the active-slot capacities of the phases
     (:func:`phase_slots`); ``max_steps`` (traced) bounds the kinks per chunk.
-    Returns ``(counts (L, p), union (L,), failed (L,), overflow, kinks)``: per
+    Returns ``(counts (L, p), union (L,), failed (L,), overflow, live (B,))``: per
     grid penalty the number of subsamples selecting each feature, the summed
     sizes of the unions of the supports over ``lambdas[:k+1]``, the number of
     subsamples that did not reach it within ``max_steps`` kinks, whether a
-    subsample needed more than ``slots[-1]`` active features, and the largest
-    number of lockstep iterations of a chunk.
+    subsample needed more than ``slots[-1]`` active features, and the number
+    of lockstep iterations in which each subsample was still running (its
+    kinks; a chunk runs for the largest of its members).
     """
     n, p = X.shape
     B = idx.shape[0]
@@ -309,11 +323,12 @@ def lockstep_counts(X, y, lambdas, idx, max_steps, *, chunk, slots, mixed=False)
     real = (jnp.arange(nb * chunk) < B).reshape(nb, chunk)
 
     def body(b, acc):
-        counts, union, failed, over, kinks = _chunk_counts(
+        counts, union, failed, over, live = _chunk_counts(
             X, y, lambdas, mask[b], real[b], max_steps, slots=slots, mixed=mixed
         )
-        return (acc[0] + counts, acc[1] + union, acc[2] + failed, acc[3] | over, jnp.maximum(acc[4], kinks))
+        return (acc[0] + counts, acc[1] + union, acc[2] + failed, acc[3] | over, acc[4].at[b].set(live))
 
     zero = jnp.zeros((L,), jnp.int32)
-    acc0 = (jnp.zeros((L, p), jnp.int32), zero, zero, jnp.bool_(False), jnp.int32(0))
-    return lax.fori_loop(0, nb, body, acc0)
+    acc0 = (jnp.zeros((L, p), jnp.int32), zero, zero, jnp.bool_(False), jnp.zeros((nb, chunk), jnp.int32))
+    out = lax.fori_loop(0, nb, body, acc0)
+    return out[:4] + (out[4].reshape(-1)[:B],)

@@ -43,7 +43,8 @@ in lockstep on the shared ``X`` (:mod:`jaxknock._stability_path`): one loop
 iteration is one kink of every subsample of a chunk, made of three matrix
 products with ``X`` for the whole chunk, and the supports at the grid
 penalties are recorded per interval between kinks (the supports are exact,
-not subject to a solver tolerance). The logistic loss (or
+not subject to a solver tolerance; for a float64 ``X`` two of the three
+products run in float32 with exact float64 corrections, see ``mixed_precision``). The logistic loss (or
 ``solver="working_set"``) uses the working-set engine of
 :mod:`jaxknock.l1.working_set` (:func:`~jaxknock.l1.working_set.member_paths`:
 a complementary pair is one design of its ``2 m`` rows, its halves the two
