@@ -14,7 +14,7 @@
    on top, against the lasso's ranking (order of entry along the path) and
    pyHSICLasso (PyPI, own venv via ``_anchors``; n/a if it cannot be installed).
 
-Usage: ``python benchmarks/bench_stability.py [--small] [--part stability|randsel|all]``
+Usage: ``python benchmarks/bench_stability.py [--small] [--part stability|randsel|all] [--lockstep-only]``
 (set ``JAXKNOCK_ANCHOR_DIR`` to reuse anchor venvs).
 """
 
@@ -41,7 +41,7 @@ from jaxknock.stability import stability_selection, stability_subsamples  # noqa
 _anchors.ANCHORS.setdefault("pyHSICLasso", [["pyHSICLasso"]])
 
 
-def bench_stability(n, p, B, L, seed=0):
+def bench_stability(n, p, B, L, seed=0, lockstep_only=False):
     from sklearn.linear_model import lasso_path
 
     rng = np.random.default_rng(seed)
@@ -71,14 +71,17 @@ def bench_stability(n, p, B, L, seed=0):
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     print(f"| scikit-learn `lasso_path` loop (tol 1e-4) | - | {t_sk:.2f} s ({c_sk:.1f}) | 1 | 1 | - | - | - |")
     rows = [
-        (np.float64, 1e-4, "auto", "lockstep homotopy of all subsamples (exact supports)"),
-        (np.float32, 1e-4, "auto", "lockstep homotopy of all subsamples"),
-        (np.float64, 1e-4, "working_set", "working-set homotopy per pair (exact supports)"),
-        (np.float64, 1e-4, "fista", "FISTA path per subsample"),
+        (np.float64, 1e-4, "auto", True, "lockstep homotopy of all subsamples (float32 direction products)"),
+        (np.float64, 1e-4, "auto", False, "lockstep homotopy of all subsamples, all products float64"),
+        (np.float32, 1e-4, "auto", True, "lockstep homotopy of all subsamples"),
+        (np.float64, 1e-4, "working_set", True, "working-set homotopy per pair (exact supports)"),
+        (np.float64, 1e-4, "fista", True, "FISTA path per subsample"),
     ]
-    for dtype, tol, solver, what in rows:
+    if lockstep_only:
+        rows = rows[:3]
+    for dtype, tol, solver, mixed, what in rows:
         Xd, yd = jnp.asarray(X, dtype), jnp.asarray(y, dtype)
-        kw = dict(lambdas=jnp.asarray(lambdas, dtype), num_subsamples=B, tol=tol, solver=solver)
+        kw = dict(lambdas=jnp.asarray(lambdas, dtype), num_subsamples=B, tol=tol, solver=solver, mixed_precision=mixed)
         t0, c0 = time.perf_counter(), time.process_time()
         stability_selection(key, Xd, yd, **kw).probabilities.block_until_ready()  # compile (+ capacity growth)
         t_first, c_first = time.perf_counter() - t0, time.process_time() - c0
@@ -98,24 +101,29 @@ def bench_stability(n, p, B, L, seed=0):
 
 
 def _lockstep_profile(X, y, lambdas, idx):
-    """Where the lockstep engine's time goes: iterations and the flops of its three products per iteration."""
+    """Where the lockstep time goes: kinks per subsample, iterations, flops (compile: the first-call column)."""
     from jaxknock import _stability_path
 
     n, p = X.shape
     B, m = idx.shape
     slots = _stability_path.phase_slots(p, m)
     args = (jnp.asarray(X), jnp.asarray(y), jnp.asarray(lambdas), jnp.asarray(idx), jnp.int32(8 * m + 100))
-    out = _stability_path.lockstep_counts(*args, chunk=B, slots=slots)
-    kinks = int(out[4])
-    t0, c0 = time.perf_counter(), time.process_time()
-    jax.block_until_ready(_stability_path.lockstep_counts(*args, chunk=B, slots=slots))
-    t, c = time.perf_counter() - t0, time.process_time() - c0
-    gflop = kinks * 3 * 2 * B * n * p / 1e9
-    print(
-        f"\nlockstep profile (float64, one chunk of {B}): {kinks} iterations (= kinks of the slowest subsample; "
-        f"the supports need no grid stops), active-slot phases {slots}; three (B x n) x (n x p) products per "
-        f"iteration = {gflop:.0f} Gflop in {t:.2f} s ({c:.1f} CPU s): {gflop / c:.1f} Gflop per CPU second"
-    )
+    for mixed in (True, False):
+        out = jax.block_until_ready(_stability_path.lockstep_counts(*args, chunk=B, slots=slots, mixed=mixed))
+        t0, c0 = time.perf_counter(), time.process_time()
+        jax.block_until_ready(_stability_path.lockstep_counts(*args, chunk=B, slots=slots, mixed=mixed))
+        t, c = time.perf_counter() - t0, time.process_time() - c0
+        live = np.asarray(out[4])
+        iters = int(live.max())
+        gflop = iters * 3 * 2 * B * n * p / 1e9
+        print(
+            f"\nlockstep profile ({'float32 direction products' if mixed else 'all float64'}, one chunk of {B}): "
+            f"kinks per subsample mean {live.mean():.0f}, min {live.min()}, max {live.max()} -> {iters} lockstep "
+            f"iterations, {1 - live.mean() / iters:.0%} of the member-iterations spent on finished members; "
+            f"active-slot phases {slots}; run {t:.2f} s "
+            f"({c:.2f} CPU s) = {1e3 * c / iters:.1f} CPU ms per iteration; three (B x n) x (n x p) products per "
+            f"iteration = {gflop:.0f} Gflop: {gflop / c:.1f} Gflop per CPU second"
+        )
 
 
 def _xor(rng, n, k):
@@ -179,13 +187,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--part", default="all", choices=["stability", "randsel", "all"])
+    ap.add_argument("--lockstep-only", action="store_true", help="skip the working-set and FISTA rows")
     a = ap.parse_args()
     print(f"jax {jax.__version__}, backend {jax.default_backend()}, load average {os.getloadavg()[0]:.1f}")
     if a.part in ("stability", "all"):
         if a.small:
-            bench_stability(200, 200, 20, 20)
+            bench_stability(200, 200, 20, 20, lockstep_only=a.lockstep_only)
         else:
-            bench_stability(500, 1000, 100, 50)
+            bench_stability(500, 1000, 100, 50, lockstep_only=a.lockstep_only)
     if a.part in ("randsel", "all"):
         if a.small:
             bench_randsel(400, [5, 25], 3, 200)

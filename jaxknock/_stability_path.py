@@ -38,6 +38,17 @@ subsample still running after ``max_steps`` kinks is counted as failed at the
 grid penalties it has not reached. A feature in the span of the active ones
 (Schur complement below ``1e-10`` of its variance) is skipped for the rest of
 the path, as in the working-set engine.
+
+Cost per kink: the three products (``2 n p C`` flops each) and one read of
+the ``(C, A, A)`` inverse for :math:`G_{AA}^{-1} g_{Aj}`. The rank-one terms
+of the inverse are not written into it one by one: ``K = 16`` of them are kept
+apart (applied as ``Ginv0 b + X_K (a * X_K^T b)``) and folded in with one
+batched product, so the whole inverse is rewritten once per 16 kinks.
+With ``mixed=True`` (float64 ``X``) the two direction products run in
+float32; the Gram columns, the inverse and the kink arithmetic stay in
+float64, and at every fold the correlations are recomputed exactly,
+:math:`c = c_0 - G_{\cdot A}\beta_A` (two float64 products per 16 kinks), so the
+float32 rounding of the directions does not accumulate along the path.
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ import jax.numpy as jnp
 from jax import lax
 
 _HI = lax.Precision.HIGHEST
+_PENDING = 16  # rank-one updates of the inverse kept apart before one batched fold
 
 
 def _interval_rows(lambdas, lo, hi):
@@ -61,7 +73,7 @@ def _first_index(lambdas, hi):
     return jnp.sum(lambdas[None] > hi[:, None], axis=1).astype(jnp.int32)
 
 
-def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
+def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, mixed=False):
     """One chunk in lockstep; ``real`` ``(C,)`` false on padding; ``slots``: increasing capacities, one loop each."""
     """Selection counts ``(L, p)``, union sizes ``(L,)``, failures ``(L,)`` of the subsamples ``mask`` ``(C, n)``."""
     dt = X.dtype
@@ -73,6 +85,8 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
     inv_m = 1 / m
     inf = jnp.asarray(jnp.inf, dt)
     rows = jnp.arange(C)
+    K = _PENDING
+    X32 = X.astype(jnp.float32) if mixed else X
 
     mu = jnp.dot(mask, X, precision=_HI) * inv_m  # (C, p) subsample means
     ybar = jnp.dot(mask, y, precision=_HI) * inv_m
@@ -89,6 +103,9 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
         sgn=jnp.zeros((C, A), dt),
         beta=jnp.zeros((C, A), dt),
         Ginv=jnp.zeros((C, A, A), dt),
+        Xk=jnp.zeros((C, K, A), dt),
+        ak=jnp.zeros((C, K), dt),
+        nk=jnp.int32(0),
         v=jnp.zeros((C, A), dt),
         lam_in=jnp.zeros((C, A), dt),
         act=jnp.zeros((C, p), bool),
@@ -103,7 +120,38 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
         first=jnp.full((C, p), L, jnp.int32),
         over=jnp.bool_(False),
         k=jnp.int32(0),
+        live=jnp.zeros((C,), jnp.int32),  # iterations in which each subsample was still running
     )
+
+    def ginv_mv(s, vec):
+        """``G_AA^{-1} vec``: the stored inverse plus the pending rank-one terms ``sum_k a_k x_k x_k^T``."""
+        coef = jnp.einsum("cka,ca->ck", s["Xk"], vec, precision=_HI) * s["ak"]
+        return jnp.einsum("cab,cb->ca", s["Ginv"], vec, precision=_HI) + jnp.einsum(
+            "cka,ck->ca", s["Xk"], coef, precision=_HI
+        )
+
+    def ginv_col(s, ic):
+        """Column ``ic`` of ``G_AA^{-1}`` (a row of the symmetric stored part, plus the pending terms)."""
+        coef = s["Xk"][rows, :, ic] * s["ak"]
+        return s["Ginv"][rows, ic] + jnp.einsum("cka,ck->ca", s["Xk"], coef, precision=_HI)
+
+    def gram_times(s, coef, low):
+        """``G_{.A} coef`` for slot coefficients ``coef`` ``(C, A)``: two chunk-wide products with ``X``."""
+        full = jnp.zeros((C, p), dt).at[rows[:, None], s["feat"]].add(jnp.where(s["used"], coef, 0))
+        Xp = X32 if low else X
+        z = jnp.dot(full.astype(Xp.dtype), Xp.T, precision=_HI).astype(dt)  # (C, n)
+        u = mask * (z - jnp.sum(full * mu, axis=1)[:, None])
+        return jnp.dot(u.astype(Xp.dtype), Xp, precision=_HI).astype(dt) * inv_m
+
+    def flush(s):
+        """Fold the pending rank-one terms into the stored inverse (one batched product every ``K`` kinks)."""
+        upd = jnp.einsum("cka,ckb->cab", s["Xk"] * s["ak"][..., None], s["Xk"], precision=_HI)
+        keep = s["used"][:, :, None] & s["used"][:, None, :]
+        out = dict(s, Ginv=jnp.where(keep, s["Ginv"] + upd, 0), Xk=jnp.zeros_like(s["Xk"]),
+                   ak=jnp.zeros_like(s["ak"]), nk=jnp.int32(0))  # fmt: skip
+        if mixed:  # the correlations accumulated along float32 directions, recomputed exactly
+            out["c"] = jnp.where(s["done"][:, None], s["c"], c0 - gram_times(s, s["beta"], low=False))
+        return out
 
     def apply_event(s):
         """Enter ``pend`` at a free slot (bordering) or drop slot ``drop`` (Schur downdate): ``Ginv += a x x^T``."""
@@ -116,7 +164,7 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
         xjc = mask * (xj - mu[rows, jj][:, None])
         gj = jnp.dot(xjc, X, precision=_HI) * inv_m  # (C, p) Gram column of the entering feature
         b = jnp.where(s["used"], jnp.take_along_axis(gj, s["feat"], axis=1), 0)
-        u = jnp.einsum("cab,cb->ca", s["Ginv"], b, precision=_HI)
+        u = jnp.where(s["used"], ginv_mv(s, b), 0)
         gjj = gj[rows, jj]
         sigma = gjj - jnp.sum(b * u, axis=1)
         sat = sigma <= 1e-10 * jnp.maximum(gjj, jnp.finfo(dt).tiny)
@@ -127,13 +175,14 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
         i = s["drop"]
         leave = (i < A) & ~s["done"]
         ic = jnp.minimum(i, A - 1)
-        gi = s["Ginv"][rows, :, ic]  # (C, A)
+        gi = jnp.where(s["used"], ginv_col(s, ic), 0)  # (C, A)
         gii = gi[rows, ic]
         x = jnp.where(leave[:, None], gi, jnp.where(enter[:, None], u - e, 0))
         alpha = jnp.where(leave, -1 / jnp.where(gii != 0, gii, 1), jnp.where(enter, 1 / jnp.where(sat, 1, sigma), 0))
-        Ginv = s["Ginv"] + alpha[:, None, None] * x[:, :, None] * x[:, None, :]
+        # the rank-one term joins the pending ones (its dropped row / column is zero up to rounding)
+        Xk = lax.dynamic_update_index_in_dim(s["Xk"], x, s["nk"], axis=1)
+        ak = lax.dynamic_update_index_in_dim(s["ak"], alpha, s["nk"], axis=1)
         dmask = leave[:, None] & (ar[None] == ic[:, None])  # the dropped slot's row and column
-        Ginv = jnp.where(dmask[:, :, None] | dmask[:, None, :], 0, Ginv)
         add = enter[:, None] & (ar[None] == slot[:, None])
         used = (s["used"] & ~dmask) | add
         sgn = jnp.where(add, s["pend_sgn"][:, None], jnp.where(dmask, 0, s["sgn"]))
@@ -143,21 +192,19 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
         gone = jnp.where(leave, s["feat"][rows, ic], p)
         act = s["act"].at[rows, gone].set(False, mode="drop").at[rows, jnp.where(enter, jj, p)].set(True, mode="drop")
         skip = s["skip"].at[rows, jnp.where(has & sat, jj, p)].set(True, mode="drop")
-        return dict(
+        s = dict(
             s,
-            Ginv=Ginv, used=used, sgn=sgn, v=v, feat=feat, act=act, skip=skip,
+            Xk=Xk, ak=ak, nk=s["nk"] + 1, used=used, sgn=sgn, v=v, feat=feat, act=act, skip=skip,
             beta=jnp.where(used & ~add, s["beta"], 0),
             lam_in=jnp.where(add, s["lam"][:, None], s["lam_in"]),
             over=s["over"] | jnp.any(has & ~sat & full),
         )  # fmt: skip
+        return lax.cond(s["nk"] == K, flush, lambda s: s, s)
 
     def step(s):
         """Direction, next event, move; a drop is recorded at once (its interval is known)."""
         A = s["used"].shape[1]
-        vfull = jnp.zeros((C, p), dt).at[rows[:, None], s["feat"]].add(jnp.where(s["used"], s["v"], 0))
-        z = jnp.dot(vfull, X.T, precision=_HI)  # (C, n)
-        u = mask * (z - jnp.sum(vfull * mu, axis=1)[:, None])
-        w = jnp.dot(u, X, precision=_HI) * inv_m  # (C, p)
+        w = gram_times(s, s["v"], low=mixed)  # (C, p)
         c, lam = s["c"], s["lam"]
         up, lo = 1 - w, 1 + w
         t1 = jnp.where(up > 0, jnp.maximum(lam[:, None] - c, 0) / jnp.where(up > 0, up, 1), inf)
@@ -198,6 +245,7 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
             banned=jnp.where(leave, fi, -1),
             done=s["done"] | finish,
             k=s["k"] + 1,
+            live=s["live"] + ~s["done"],
         )  # fmt: skip
 
     def grow(s, A_new):
@@ -206,13 +254,14 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
         pad = ((0, 0), (0, A_new - A_old))
         out = {k: jnp.pad(s[k], pad) for k in ("feat", "used", "sgn", "beta", "v", "lam_in")}
         out["Ginv"] = jnp.pad(s["Ginv"], ((0, 0), (0, A_new - A_old), (0, A_new - A_old)))
+        out["Xk"] = jnp.pad(s["Xk"], ((0, 0), (0, 0), (0, A_new - A_old)))
         out["drop"] = jnp.where(s["drop"] >= A_old, A_new, s["drop"])
         return dict(s, **out)
 
     for ph, A_ph in enumerate(slots):
         last = ph == len(slots) - 1
         if ph:
-            state = grow(state, A_ph)
+            state = grow(flush(state), A_ph)
 
         def cond(s, A_ph=A_ph, last=last):
             go = ~jnp.all(s["done"]) & (s["k"] < max_steps)
@@ -235,33 +284,36 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots):
     hist = jnp.zeros((L + 1,), jnp.int32).at[first.reshape(-1)].add(1)
     union = jnp.cumsum(hist[:L])
     failed = jnp.sum(~s["done"][:, None] & (lambdas[None] <= s["lam"][:, None]), axis=0).astype(jnp.int32)
-    return counts, union, failed, s["over"], s["k"]
+    return counts, union, failed, s["over"], s["live"]
 
 
 def phase_slots(p: int, m: int) -> tuple:
     """Active-slot capacities of the phases: a kink costs ``O(A^2)`` per subsample, so ``A`` grows with the path.
 
-    At most ``min(p, m)`` features can be active on ``m`` centred rows (rank ``m - 1``).
+    At most ``min(p, m)`` features can be active on ``m`` centred rows (rank ``m - 1``). Two phases:
+    each one is a loop body of its own to compile (~3 CPU s at n = 500, p = 1000), and at that size
+    ``(m / 2, m)`` runs as fast as four quarters ``(m / 4, ..., m)`` while compiling in half the time.
     """
     top = min(p, m)
-    caps = sorted({min(top, max(8, -(-int(top * f) // 8) * 8)) for f in (0.25, 0.5, 0.75, 1.0)})
+    caps = sorted({min(top, max(8, -(-int(top * f) // 8) * 8)) for f in (0.5, 1.0)})
     return tuple(caps)
 
 
-@functools.partial(jax.jit, static_argnames=("chunk", "slots"))
-def lockstep_counts(X, y, lambdas, idx, max_steps, *, chunk, slots):
+@functools.partial(jax.jit, static_argnames=("chunk", "slots", "mixed"))
+def lockstep_counts(X, y, lambdas, idx, max_steps, *, chunk, slots, mixed=False):
     """Selection counts of the subsamples ``idx`` ``(B, m)`` (row indices) on the grid ``lambdas``.
 
     Chunks of ``chunk`` subsamples run one after another (each chunk in
     lockstep, see the module docstring; the last one padded with finished
     dummies). ``slots`` are the active-slot capacities of the phases
     (:func:`phase_slots`); ``max_steps`` (traced) bounds the kinks per chunk.
-    Returns ``(counts (L, p), union (L,), failed (L,), overflow, kinks)``: per
+    Returns ``(counts (L, p), union (L,), failed (L,), overflow, live (B,))``: per
     grid penalty the number of subsamples selecting each feature, the summed
     sizes of the unions of the supports over ``lambdas[:k+1]``, the number of
     subsamples that did not reach it within ``max_steps`` kinks, whether a
-    subsample needed more than ``slots[-1]`` active features, and the largest
-    number of lockstep iterations of a chunk.
+    subsample needed more than ``slots[-1]`` active features, and the number
+    of lockstep iterations in which each subsample was still running (its
+    kinks; a chunk runs for the largest of its members).
     """
     n, p = X.shape
     B = idx.shape[0]
@@ -273,9 +325,12 @@ def lockstep_counts(X, y, lambdas, idx, max_steps, *, chunk, slots):
     real = (jnp.arange(nb * chunk) < B).reshape(nb, chunk)
 
     def body(b, acc):
-        counts, union, failed, over, kinks = _chunk_counts(X, y, lambdas, mask[b], real[b], max_steps, slots=slots)
-        return (acc[0] + counts, acc[1] + union, acc[2] + failed, acc[3] | over, jnp.maximum(acc[4], kinks))
+        counts, union, failed, over, live = _chunk_counts(
+            X, y, lambdas, mask[b], real[b], max_steps, slots=slots, mixed=mixed
+        )
+        return (acc[0] + counts, acc[1] + union, acc[2] + failed, acc[3] | over, acc[4].at[b].set(live))
 
     zero = jnp.zeros((L,), jnp.int32)
-    acc0 = (jnp.zeros((L, p), jnp.int32), zero, zero, jnp.bool_(False), jnp.int32(0))
-    return lax.fori_loop(0, nb, body, acc0)
+    acc0 = (jnp.zeros((L, p), jnp.int32), zero, zero, jnp.bool_(False), jnp.zeros((nb, chunk), jnp.int32))
+    out = lax.fori_loop(0, nb, body, acc0)
+    return out[:4] + (out[4].reshape(-1)[:B],)

@@ -489,7 +489,7 @@ class StabilitySelector(SelectorMixin, BaseEstimator):
         complementary_pairs=True,
         expected_false=None,
         loss="auto",
-        solver="fista",
+        solver="auto",
     ):
         self.threshold = threshold
         self.num_subsamples = num_subsamples

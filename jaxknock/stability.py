@@ -43,7 +43,8 @@ in lockstep on the shared ``X`` (:mod:`jaxknock._stability_path`): one loop
 iteration is one kink of every subsample of a chunk, made of three matrix
 products with ``X`` for the whole chunk, and the supports at the grid
 penalties are recorded per interval between kinks (the supports are exact,
-not subject to a solver tolerance). The logistic loss (or
+not subject to a solver tolerance; for a float64 ``X`` two of the three
+products run in float32 with exact float64 corrections, see ``mixed_precision``). The logistic loss (or
 ``solver="working_set"``) uses the working-set engine of
 :mod:`jaxknock.l1.working_set` (:func:`~jaxknock.l1.working_set.member_paths`:
 a complementary pair is one design of its ``2 m`` rows, its halves the two
@@ -333,7 +334,7 @@ def _run_engine(idx, X, y, lambdas, *, complementary_pairs, loss, tol, max_steps
 # --------------------------------------------------------------------------
 
 
-def _run_lockstep(idx, X, y, lambdas, *, max_steps, chunk):
+def _run_lockstep(idx, X, y, lambdas, *, max_steps, chunk, mixed):
     """The selection counts of the lockstep homotopy (:mod:`jaxknock._stability_path`)."""
     B, m = idx.shape
     p = X.shape[1]
@@ -342,8 +343,9 @@ def _run_lockstep(idx, X, y, lambdas, *, max_steps, chunk):
         per_item = X.dtype.itemsize * (2 * slots[-1] ** 2 + 12 * p + 4 * X.shape[0])
         chunk = _memory.plan_chunk(B, per_item, shared_bytes=X.dtype.itemsize * X.size, what="subsample")
     counts, union, failed, over, _ = _stability_path.lockstep_counts(
-        X, y, lambdas, idx, jnp.int32(max_steps), chunk=int(min(chunk, B)), slots=slots
-    )
+        X, y, lambdas, idx, jnp.int32(max_steps), chunk=int(min(chunk, B)), slots=slots,
+        mixed=bool(mixed) and X.dtype == jnp.float64,
+    )  # fmt: skip
     del over  # cannot happen: at most min(p, m) features are active on m centred rows
     return counts, union, failed
 
@@ -410,6 +412,7 @@ def stability_selection(
     chunk_size: int | None = None,
     devices=None,
     mesh=None,
+    mixed_precision: bool = True,
 ) -> StabilityResult:
     r"""Stability selection with the lasso or l1-logistic regression (see the module docstring).
 
@@ -454,6 +457,13 @@ def stability_selection(
         chunk_size: subsamples per batch (lockstep: per lockstep chunk, default from
             memory; else per ``vmap`` batch, default 1 on the CPU, from memory otherwise).
         devices, mesh: shard the subsamples over devices (:func:`jaxknock.distributed.shard_batch`).
+        mixed_precision: lockstep homotopy with a float64 ``X``: the two
+            products per kink that give the direction of the correlations run
+            in float32, while the Gram columns, the active-set inverse and the
+            kink arithmetic stay in float64 and the correlations are recomputed
+            exactly every 16 kinks (the supports equal the all-float64 path
+            unless two events fall within ~1e-6 relative of each other: none in
+            ``benchmarks/bench_stability.py``); ``False``: every product in float64.
 
     Returns:
         :class:`StabilityResult`.
@@ -498,8 +508,9 @@ def stability_selection(
     idx = stability_subsamples(key, n, B, fraction=fraction, complementary_pairs=complementary_pairs)
     if use_engine and _use_lockstep(solver, loss):
         counts, union, failed = _run_lockstep(
-            idx, X, y, lambdas, max_steps=8 * m + 100 if max_steps is None else int(max_steps), chunk=chunk_size
-        )
+            idx, X, y, lambdas, max_steps=8 * m + 100 if max_steps is None else int(max_steps), chunk=chunk_size,
+            mixed=mixed_precision,
+        )  # fmt: skip
     elif use_engine:
         chunk = chunk_size or _default_chunk(B, m, p, L, X.dtype.itemsize, devices)
         G = B // 2 if complementary_pairs else B

@@ -65,7 +65,7 @@ def test_randsel_selector_matches_function_and_pipeline():
 @pytest.mark.parametrize(
     "est",
     [
-        StabilitySelector(num_subsamples=2, num_lambdas=2, random_state=0, solver="fista"),
+        StabilitySelector(num_subsamples=2, num_lambdas=2, random_state=0),
         RandSelSelector(num_subsamples=4, random_state=0),
     ],
     ids=["stability", "randsel"],

@@ -260,6 +260,9 @@ def test_lockstep_wide_chunked_equals_sklearn():
     np.testing.assert_allclose(np.asarray(res.probabilities), sk.mean(0).T, atol=1e-12)
     np.testing.assert_allclose(res.q_path, np.maximum.accumulate(sk, axis=1).sum(2).mean(0))
     assert int(res.num_failed.sum()) == 0
+    # float32 direction products (the default for float64) against the all-float64 path: the same supports
+    exact = _stability_selection(key, X, y, solver="lockstep", chunk_size=7, mixed_precision=False, **kw)
+    np.testing.assert_array_equal(np.asarray(exact.probabilities), np.asarray(res.probabilities))
     # out of steps: the subsamples are reported failed at the grid penalties they did not reach, never silently
     short = _stability_selection(key, X, y, solver="lockstep", chunk_size=7, max_steps=5, **kw)
     assert short.num_failed[-1] == B and short.num_failed[0] == 0
