@@ -109,8 +109,8 @@ def test_cv_patience_stops_the_path_and_keeps_the_minimum():
     """Early stop along the CV path: the lambdas before the stop are solved exactly as
     without it, the rest are skipped (cv_error inf, few steps) and the CV minimum is kept."""
     X, y = _regression(seed=3, noise=2.0)
-    full = L.lasso_cv(X, y, folds=3, num_lambdas=40, tol=1e-10)
-    early = L.lasso_cv(X, y, folds=3, num_lambdas=40, tol=1e-10, patience=3)
+    full = L.lasso_cv(X, y, folds=3, num_lambdas=40, tol=1e-10, engine="classic")
+    early = L.lasso_cv(X, y, folds=3, num_lambdas=40, tol=1e-10, patience=3, engine="classic")
     err_full, err_early = np.asarray(full.stats["cv_mean"]), np.asarray(early.stats["cv_mean"])
     best = int(full.stats["lam_index"])
     assert best < 36  # the grid continues well past the minimum
@@ -123,6 +123,32 @@ def test_cv_patience_stops_the_path_and_keeps_the_minimum():
     assert early.result == RESULTS.successful
     with pytest.raises(ValueError, match="patience"):
         L.lasso_cv(X, y, patience=0)
+
+
+def test_cv_default_engine_is_the_working_set_engine_and_agrees_with_classic():
+    """``lasso_cv``'s default engine (working set, exact homotopy) equals the classic path
+    solver on the whole grid (lambda, CV curve, coefficients); with ``patience`` it stops
+    early (unsolved lambdas have cv_error inf) and keeps the same choice; under ``jit`` the
+    classic engine runs; bad engine names are rejected."""
+    X, y = _regression(seed=3, noise=2.0)
+    ws = L.lasso_cv(X, y, folds=3, num_lambdas=40)
+    classic = L.lasso_cv(X, y, folds=3, num_lambdas=40, tol=1e-12, engine="classic")
+    assert "kkt" in ws.stats and "kkt" not in classic.stats  # which engine ran
+    assert int(ws.stats["lam_index"]) == int(classic.stats["lam_index"])
+    np.testing.assert_allclose(ws.stats["cv_error"], classic.stats["cv_error"], rtol=1e-7)
+    np.testing.assert_allclose(ws.value, classic.value, atol=1e-8)
+    np.testing.assert_allclose(ws.stats["intercept"], classic.stats["intercept"], atol=1e-8)
+    assert ws.result == RESULTS.successful and float(ws.stats["kkt"]) < 1e-6
+    early = L.lasso_cv(X, y, folds=3, num_lambdas=40, patience=3)
+    solved = np.isfinite(np.asarray(early.stats["cv_mean"]))
+    assert solved.sum() < 40 and int(early.stats["lam_index"]) == int(ws.stats["lam_index"])
+    np.testing.assert_allclose(early.value, ws.value, atol=1e-12)
+    jitted = jax.jit(lambda X, y: L.lasso_cv(X, y, folds=3, num_lambdas=10).value)(X, y)
+    np.testing.assert_allclose(jitted, L.lasso_cv(X, y, folds=3, num_lambdas=10, engine="classic").value, atol=1e-12)
+    with pytest.raises(ValueError, match="engine"):
+        L.lasso_cv(X, y, engine="fast")
+    with pytest.raises(ValueError, match="intercept"):
+        L.lasso_cv(X, y, fit_intercept=False, engine="working_set")
 
 
 def test_logistic_cv_equals_manual_folds():

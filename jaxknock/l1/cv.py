@@ -174,6 +174,7 @@ def lasso_cv(
     solver: str = "auto",
     screen: bool = True,
     patience: int | None = None,
+    engine: str = "auto",
     throw: bool = False,
 ) -> Solution:
     r"""K-fold cross-validated lasso / l1-logistic regression, refitted on all rows.
@@ -203,6 +204,22 @@ def lasso_cv(
             far the most expensive (near-interpolation when ``m >= n``) and
             rarely holds the CV minimum once the error has risen for a while.
             ``None`` (default) solves the whole grid, exactly like scikit-learn.
+            (With the working-set engine, ``patience`` turns on that engine's
+            early exits: the CV error must also lie more than one standard
+            error above its best, and glmnet's deviance-ratio exit applies;
+            see :mod:`jaxknock.l1.working_set`.)
+        engine: ``"auto"`` (default): the working-set engine
+            (:func:`jaxknock.l1.working_set.l1_cv`: exact homotopy on Gram
+            columns for least squares with ``4 n >= m``, strong rules and a KKT
+            certificate over all features) whenever it applies, that is with
+            ``fit_intercept=True``, ``solver="auto"``, ``screen=True`` and
+            concrete (not traced) inputs; otherwise ``"classic"``, the solver of
+            :func:`~jaxknock.lasso` along the path (the one that runs under
+            ``jit`` / ``vmap``). With the working-set engine ``tol`` is its
+            relative KKT tolerance (default ``1e-5``; the homotopy is exact
+            between kinks and certified by the KKT check) and ``max_steps`` its
+            per-solve cap; the stats also hold ``kkt``, ``cv_se``,
+            ``coef_path`` and ``num_lambdas_solved``.
 
     Returns:
         :class:`~jaxknock.Solution` with ``value`` the ``(m,)`` refitted
@@ -227,5 +244,36 @@ def lasso_cv(
     check_folds_nonempty(fold_ids, K, y, loss)
     lambdas = resolve_lambdas(X, y, lambdas, settings, num_lambdas=num_lambdas, eps=eps)
     patience = check_patience(patience)
-    sol = _cv_jit(X, y, jnp.asarray(fold_ids), lambdas, settings, K=K, patience=patience)
+    if _use_working_set(engine, X, fit_intercept, solver, screen):
+        sol = _working_set_cv(X, y, fold_ids, lambdas, loss=loss, tol=tol, max_steps=max_steps, patience=patience)
+    else:
+        sol = _cv_jit(X, y, jnp.asarray(fold_ids), lambdas, settings, K=K, patience=patience)
     return raise_if_failed(sol, throw)
+
+
+def _use_working_set(engine, X, fit_intercept, solver, screen) -> bool:
+    _checks.check_choice(engine, ("auto", "working_set", "classic"), "engine")
+    if engine == "working_set" and not fit_intercept:
+        raise ValueError("engine='working_set' always fits an intercept; use engine='classic' with fit_intercept=False")
+    if engine == "auto":
+        return fit_intercept and solver == "auto" and screen and not isinstance(X, jax.core.Tracer)
+    return engine == "working_set"
+
+
+def _working_set_cv(X, y, fold_ids, lambdas, *, loss, tol, max_steps, patience) -> Solution:
+    """:func:`lasso_cv` on the working-set engine, with :func:`lasso_cv`'s stats keys."""
+    from jaxknock.l1 import working_set  # the engine imports nothing from here; keep l1's import order flat
+
+    sol = working_set.l1_cv(
+        X,
+        y,
+        folds=np.asarray(fold_ids),
+        lambdas=lambdas,
+        loss=loss,
+        tol=1e-5 if tol is None else tol,
+        max_steps=10_000 if max_steps is None else max_steps,
+        patience=10 if patience is None else patience,
+        early_stop=patience is not None,
+    )
+    stats = dict(sol.stats, duality_gap=sol.stats["gap"])  # deprecated key, kept for one release
+    return Solution(sol.value, sol.result, stats, sol.state)
