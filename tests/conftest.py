@@ -36,3 +36,43 @@ def _release_compiled_programs():
     """
     yield
     jax.clear_caches()
+    # no test may turn on JAX's persistent compilation cache in this process: it would
+    # hide compile costs locally that CI (a fresh machine) pays
+    assert jax.config.jax_compilation_cache_dir is None, "a test enabled the persistent compilation cache"
+
+
+# Test files that take longest, slowest first (measured with --durations). With
+# ``-n auto --dist loadfile`` each file runs on one worker, handed out in
+# collection order; xdist would otherwise order files by their number of tests,
+# which left several minute-long files (README, notebooks, scikit-learn checks,
+# a handful of tests each) for the end, where one worker finished them while
+# the other idled. Longest-first keeps the workers' loads even. Files not named
+# here follow, most tests first (xdist's own order).
+SLOW_FILES_FIRST = (
+    "test_svector.py",
+    "test_notebooks.py",
+    "test_readme.py",
+    "test_lifted.py",
+    "test_sklearn.py",
+    "test_distributed.py",
+    "test_precision_transfers.py",
+    "test_sklearn_stability.py",
+    "test_l1_working_set.py",
+    "test_cli.py",
+    "test_contracts.py",
+    "test_filter.py",
+)
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order set below
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    by_file = {}
+    for item in items:
+        by_file.setdefault(item.path.name, []).append(item)
+    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
+    order = sorted(by_file, key=lambda name: (rank.get(name, len(rank)), -len(by_file[name])))
+    items[:] = [item for name in order for item in by_file[name]]

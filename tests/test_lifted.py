@@ -459,10 +459,13 @@ def test_fixed_batches_reuse_first_layer_factorisations(key):
     init = mlp_init(key, SIZES, dtype=jnp.float64)
     step = bcd.epoch_fn(spec, settings, B, False, True)
     state, metrics = step(LiftedState(init, (), None), X_TR, ONEHOT_TR, hyper, order, (parts, factors))
-    # The same batches in the same order, each factorising its own system.
+    # The same batches in the same order, each factorising its own system (one
+    # jitted batch update reused for the 18 batches: eagerly, every batch would
+    # compile the inner solvers' while loops again).
+    update = jax.jit(bcd.batch_update, static_argnames=("spec", "settings"))
     params, objs = init, []
     for i in np.asarray(order):
-        params, m = bcd.batch_update(params, X_TR[parts[i]], ONEHOT_TR[parts[i]], hyper, spec, settings)
+        params, m = update(params, X_TR[parts[i]], ONEHOT_TR[parts[i]], hyper, spec=spec, settings=settings)
         objs.append(m["objective"])
     np.testing.assert_allclose(state.params[0]["w"], params[0]["w"], atol=1e-7)
     np.testing.assert_allclose(metrics["objective"], np.mean(objs), rtol=1e-7)
