@@ -159,6 +159,18 @@ def factor_is_pd_from_eigvals(dt, ev) -> jax.Array:
     return (neg == 0) & jnp.all(dt != 0) & jnp.all(ev != 0) & jnp.all(jnp.isfinite(ev))
 
 
+def max_step(x, dx):
+    """Largest ``t <= 1`` with ``x + t dx >= 0``, times the fraction to the boundary 0.99 (the Newton solvers)."""
+    t = jnp.min(jnp.where(dx < 0, -x / jnp.where(dx < 0, dx, -1.0), jnp.inf))
+    return jnp.minimum(1.0, 0.99 * t)
+
+
+def unit_diagonal(d, U):
+    """The factor model rescaled to unit diagonal: ``(d / diag, U / sqrt(diag), diag)``, ``diag = d + rowsum(U^2)``."""
+    diag = d + jnp.sum(U**2, axis=1)
+    return d / diag, U / jnp.sqrt(diag)[:, None], diag
+
+
 def multi_scale(m: int) -> float:
     """``(m+1)/(2m)``: ``m`` knockoffs (``diag(s) <= (m+1)/m C``) are the one-knockoff problem on this multiple of C."""
     return (m + 1.0) / (2.0 * m)

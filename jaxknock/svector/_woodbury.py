@@ -70,9 +70,3 @@ def pcg(matvec, b, pdiag, rtol, max_iters):
     init = (x0, b, z0, z0, rz0, jnp.int32(0))
     x, _, _, _, _, it = lax.while_loop(cond, body, init)
     return x, it
-
-
-def max_step(x, dx):
-    """Largest ``t <= 1`` with ``x + t dx >= 0``, times the fraction to the boundary 0.99."""
-    t = jnp.min(jnp.where(dx < 0, -x / jnp.where(dx < 0, dx, -1.0), jnp.inf))
-    return jnp.minimum(1.0, 0.99 * t)

@@ -147,11 +147,6 @@ def _factor_finite(st: FactorSDPState):
     return jnp.all(jnp.isfinite(st.s)) & jnp.isfinite(st.lam)
 
 
-def _unit_diagonal(d, U):
-    diag = d + jnp.sum(U**2, axis=1)
-    return d / diag, U / jnp.sqrt(diag)[:, None], diag
-
-
 @renamed_kwargs(max_sweeps="max_steps")
 def sdp_factor(
     model: FactorModel,
@@ -298,7 +293,7 @@ def sdp_factor(
 
 @functools.partial(jax.jit, static_argnames="method")
 def _sdp_factor_jit(d, U, tol, max_steps, lam0, decay, c=2.0, method="newton"):
-    dc, Uc, diag = _unit_diagonal(d, U)
+    dc, Uc, diag = _common.unit_diagonal(d, U)
     # m knockoffs: 2 Sigma' - diag(s) = c C - diag(s) (see sdp_factor); the identity for c = 2
     dc, Uc = (0.5 * c) * dc, jnp.sqrt(0.5 * c) * Uc
     p = U.shape[0]
@@ -381,7 +376,7 @@ def sdp_factor_init(model: FactorModel, *, lam0: float | None = None, num_knocko
 
 def _scaled_unit_diagonal(d, U, scale):
     # m knockoffs: the one-knockoff problem on scale * C, scale = (m+1)/(2m) (as in _sdp_factor_jit)
-    dc, Uc, _ = _unit_diagonal(d, U)
+    dc, Uc, _ = _common.unit_diagonal(d, U)
     return scale * dc, jnp.sqrt(scale) * Uc
 
 

@@ -198,7 +198,7 @@ def path_step(
     dz0 = (lam - s * z0 - z0 * ds) / s
     dz1 = (lam - (cap - s) * z1 + z1 * ds) / (cap - s)
     dec = jnp.sqrt(jnp.maximum(jnp.dot(g, ds), 0.0) / lam)
-    tmax = jnp.minimum(_woodbury.max_step(s, ds), _woodbury.max_step(cap - s, -ds))
+    tmax = jnp.minimum(_common.max_step(s, ds), _common.max_step(cap - s, -ds))
     f0 = jnp.minimum(1.0, jnp.where(st.fresh, _FRESH_GROW * st.frac_fresh, _GROW * st.frac))
 
     def shrink(c):
@@ -214,7 +214,7 @@ def path_step(
     frac = jnp.maximum(frac, _MIN_FRAC)
     tp = jnp.where(ok_pd, tp, 0.0)
     evals, evecs = jax.tree_util.tree_map(lambda a, b: jnp.where(ok_pd, a, b), eig_new, (st.evals, st.evecs))
-    td = jnp.minimum(_woodbury.max_step(z0, dz0), _woodbury.max_step(z1, dz1))
+    td = jnp.minimum(_common.max_step(z0, dz0), _common.max_step(z1, dz1))
     s_new = s + tp * ds
     best = jnp.minimum(st.dual, dual)
     sum_new = jnp.sum(s_new)

@@ -129,14 +129,9 @@ def _step(kind, state, d, U, c, m):
     return FactorMRCState(s, N, P, f, gap, state.objective, state.sweep + 1)
 
 
-def _unit_diagonal(d, U):
-    diag = d + jnp.sum(U**2, axis=1)
-    return d / diag, U / jnp.sqrt(diag)[:, None], diag
-
-
 @functools.partial(jax.jit, static_argnames=("kind", "method"))
 def _mrc_factor_jit(d, U, tol, max_steps, m, *, kind, method):
-    dc, Uc, diag = _unit_diagonal(d, U)
+    dc, Uc, diag = _common.unit_diagonal(d, U)
     c = (m + 1.0) / m
     p = U.shape[0]
     # start at s_j = min(1, c d_j / 2): Dt = c D / 2 > 0 and A = Dt + c U U^T is positive definite
@@ -144,6 +139,8 @@ def _mrc_factor_jit(d, U, tol, max_steps, m, *, kind, method):
     if method == "newton":
         it = mrc_factor_newton.solve(kind, dc, Uc, s0, tol, max_steps, m)
         trips = it.state.trips
+        # the exact inertia test of c C - diag(s) > 0, from the capacitance kept for the final s
+        feasible = _common.factor_is_pd_from_eigvals(c * dc - it.state.s, it.state.evals)
     else:
         _, _, N0, P0 = _inner(dc, Uc, s0, c)
         inf = jnp.asarray(jnp.inf, U.dtype)
@@ -158,12 +155,8 @@ def _mrc_factor_jit(d, U, tol, max_steps, m, *, kind, method):
         b = min(_BLOCK, p)
         # per sweep: one trip per coordinate (padded to whole blocks) and per block
         trips = it.num_steps * (1 + (-(-p // b)) * (b + 1))
+        feasible = _common.factor_is_pd(dc, Uc, 2.0 * it.state.s / c)
     st = it.state
-    if method == "newton":
-        # the exact inertia test of c C - diag(s) > 0, from the capacitance kept for the final s
-        feasible = _common.factor_is_pd_from_eigvals(c * dc - st.s, st.evals)
-    else:
-        feasible = _common.factor_is_pd(dc, Uc, 2.0 * st.s / c)
     finite = jnp.all(jnp.isfinite(st.s)) & jnp.isfinite(st.objective)
     result = jnp.where(
         ~finite, RESULTS.nonfinite, jnp.where(~feasible | jnp.any(st.s <= 0), RESULTS.infeasible, it.result)

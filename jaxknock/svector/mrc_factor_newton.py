@@ -256,7 +256,7 @@ def newton_step(kind, st: FactorMRCNewtonState, ops, cd, m, cg_max=CG_MAX_ITERS)
         ok, f, eig = _trial(kind, ops, cd, s + t * ds, m)
         return t, n + 1, accept(t, ok, f), f, eig
 
-    t0 = _woodbury.max_step(s, ds)
+    t0 = _common.max_step(s, ds)
     ok0, ft0, eig0 = _trial(kind, ops, cd, s + t0 * ds, m)
     t, n_shrink, ok, _, eig = lax.while_loop(
         lambda c: (c[1] < _MAX_SHRINKS) & ~c[2], shrink, (t0, jnp.int32(0), accept(t0, ok0, ft0), ft0, eig0)

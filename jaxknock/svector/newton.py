@@ -109,12 +109,6 @@ def _newton_direction(C2, s, z0, z1, lam, cap):
     return ds, dz0, dz1, h, dec
 
 
-def _max_step(x, dx):
-    """Largest ``t <= 1`` with ``x + t dx >= 0`` (fraction to the boundary 0.99)."""
-    t = jnp.min(jnp.where(dx < 0, -x / jnp.where(dx < 0, dx, -1.0), jnp.inf))
-    return jnp.minimum(1.0, 0.99 * t)
-
-
 def path_init(C2, s0, lam0, cap) -> NewtonState:
     """Initial :class:`NewtonState` from a feasible ``s0`` (``C2 = 2C``, correlation scale, ``lam0`` an array)."""
     s = _interior_start(C2, s0, cap, lam0)
@@ -140,7 +134,7 @@ def path_step(st: NewtonState, C2, cap, tol, mu=0.1, center=0.3, patience=PATIEN
     ds, dz0, dz1, h, dec = _newton_direction(C2, st.s, st.z0, st.z1, st.lam, cap)
     dual, _ = gap_from_inverse_diag(st.s, h, st.lam)
     dual = jnp.where(jnp.isfinite(dual), dual, inf)
-    tp = jnp.minimum(_max_step(st.s, ds), _max_step(cap - st.s, -ds))
+    tp = jnp.minimum(_common.max_step(st.s, ds), _common.max_step(cap - st.s, -ds))
 
     def shrink(c):
         t, k, _ = c
@@ -151,7 +145,7 @@ def path_step(st: NewtonState, C2, cap, tol, mu=0.1, center=0.3, patience=PATIEN
     # the iterate never leaves the PD cone: a step that is still not PD after
     # 40 shortenings (near-singular 2C, rounding) is not taken
     tp = jnp.where(pd, tp, 0.0)
-    td = jnp.minimum(_max_step(st.z0, dz0), _max_step(st.z1, dz1))
+    td = jnp.minimum(_common.max_step(st.z0, dz0), _common.max_step(st.z1, dz1))
     s_new = st.s + tp * ds
     best = jnp.minimum(st.dual, dual)
     sum_new = jnp.sum(s_new)
