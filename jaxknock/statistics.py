@@ -245,7 +245,7 @@ def lcd(
             ) from None
         _checks.check_lam(lam)
         sol = _lcd_fixed_jit(Xk3, y, lam, settings, copies=copies)
-    elif _use_working_set(engine, Xk3, fit_intercept):
+    elif _working_set.use_engine(engine, Xk3, fit_intercept):
         fold_ids, K = resolve_folds(n, folds)
         check_folds_nonempty(fold_ids, K, y, loss)
         ws = _working_set.l1_cv(
@@ -283,15 +283,6 @@ def lcd(
             copies=copies,
         )
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
-
-
-def _use_working_set(engine, Xk3, fit_intercept) -> bool:
-    _checks.check_choice(engine, ("auto", "working_set", "classic"), "engine")
-    if engine == "auto":
-        return fit_intercept and not isinstance(Xk3, jax.core.Tracer)
-    if engine == "working_set" and not fit_intercept:
-        raise ValueError("engine='working_set' always fits an intercept; use engine='classic' with fit_intercept=False")
-    return engine == "working_set"
 
 
 def _coef_to_w(coef, copies=2):

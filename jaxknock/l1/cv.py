@@ -17,6 +17,7 @@ from jax import lax
 
 from jaxknock import _checks
 from jaxknock._solution import Solution, raise_if_failed
+from jaxknock.l1 import working_set
 from jaxknock.l1.problem import intercept, loss_value, make_problem, prepare_data, resolve_lambdas
 from jaxknock.l1.settings import L1Settings, make_settings
 from jaxknock.l1.solvers import solve
@@ -244,26 +245,15 @@ def lasso_cv(
     check_folds_nonempty(fold_ids, K, y, loss)
     lambdas = resolve_lambdas(X, y, lambdas, settings, num_lambdas=num_lambdas, eps=eps)
     patience = check_patience(patience)
-    if _use_working_set(engine, X, fit_intercept, solver, screen):
+    if working_set.use_engine(engine, X, fit_intercept, solver=solver, screen=screen):
         sol = _working_set_cv(X, y, fold_ids, lambdas, loss=loss, tol=tol, max_steps=max_steps, patience=patience)
     else:
         sol = _cv_jit(X, y, jnp.asarray(fold_ids), lambdas, settings, K=K, patience=patience)
     return raise_if_failed(sol, throw)
 
 
-def _use_working_set(engine, X, fit_intercept, solver, screen) -> bool:
-    _checks.check_choice(engine, ("auto", "working_set", "classic"), "engine")
-    if engine == "working_set" and not fit_intercept:
-        raise ValueError("engine='working_set' always fits an intercept; use engine='classic' with fit_intercept=False")
-    if engine == "auto":
-        return fit_intercept and solver == "auto" and screen and not isinstance(X, jax.core.Tracer)
-    return engine == "working_set"
-
-
 def _working_set_cv(X, y, fold_ids, lambdas, *, loss, tol, max_steps, patience) -> Solution:
     """:func:`lasso_cv` on the working-set engine, with :func:`lasso_cv`'s stats keys."""
-    from jaxknock.l1 import working_set  # the engine imports nothing from here; keep l1's import order flat
-
     sol = working_set.l1_cv(
         X,
         y,

@@ -87,12 +87,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxknock import _checks
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.l1 import _ws_covariance as _cov
 from jaxknock.l1 import _ws_homotopy as _hom
 from jaxknock.l1 import _ws_naive as _naive
 
-__all__ = ["l1_cv", "l1_path", "fold_rows", "member_paths"]
+__all__ = ["l1_cv", "l1_path", "fold_rows", "member_paths", "use_engine"]
 
 _DEV_MAX = 0.999
 _DEV_REL = 1e-5
@@ -131,6 +132,27 @@ def fold_rows(folds, n: int):
         w = np.flatnonzero(ids == k)
         rows[k, : w.size] = w
     return ids, rows
+
+
+def use_engine(engine, X, fit_intercept, *, solver="auto", screen=True) -> bool:
+    """Whether a caller's ``engine`` (``"auto"``, ``"working_set"`` or ``"classic"``) picks this engine.
+
+    ``"auto"`` picks it whenever it applies: an intercept is fitted, the classic
+    solver's ``solver`` / ``screen`` are left at their defaults, and ``X`` is
+    concrete (the capacity retries need values, so under ``jit`` / ``vmap`` the
+    classic engine runs). ``"working_set"`` without an intercept is an error.
+
+    Example:
+        >>> X = jnp.ones((10, 3))
+        >>> use_engine("auto", X, True), use_engine("auto", X, True, solver="fista"), use_engine("classic", X, True)
+        (True, False, False)
+    """
+    _checks.check_choice(engine, ("auto", "working_set", "classic"), "engine")
+    if engine == "working_set" and not fit_intercept:
+        raise ValueError("engine='working_set' always fits an intercept; use engine='classic' with fit_intercept=False")
+    if engine == "auto":
+        return fit_intercept and solver == "auto" and screen and not isinstance(X, jax.core.Tracer)
+    return engine == "working_set"
 
 
 def _engine_for(loss: str, method: str, n: int, m: int) -> str:
