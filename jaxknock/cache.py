@@ -25,6 +25,10 @@ __all__ = ["compilation_cache_dir", "enable_compilation_cache"]
 _MIN_COMPILE_SECS = 0.05
 
 
+def _opted_out() -> bool:
+    return os.environ.get("JAXKNOCK_NO_COMPILE_CACHE", "").strip() not in ("", "0")
+
+
 def compilation_cache_dir() -> str | None:
     """The per-user directory of the persistent compilation cache, or ``None`` if opted out.
 
@@ -39,7 +43,7 @@ def compilation_cache_dir() -> str | None:
         '/tmp/jaxknock-doc-cache'
         >>> del os.environ["JAXKNOCK_CACHE_DIR"]
     """
-    if os.environ.get("JAXKNOCK_NO_COMPILE_CACHE", "").strip() not in ("", "0"):
+    if _opted_out():
         return None
     base = os.environ.get("JAXKNOCK_CACHE_DIR")
     if base:
@@ -77,11 +81,9 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> str | Non
     import jax
     from jax.experimental.compilation_cache import compilation_cache as cc
 
-    if os.environ.get("JAXKNOCK_NO_COMPILE_CACHE", "").strip() not in ("", "0"):
+    if _opted_out():
         return None
     path = compilation_cache_dir() if path is None else os.fspath(path)
-    if path is None:
-        return None
     try:
         os.makedirs(path, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", path)

@@ -660,25 +660,23 @@ def _grouped_or_multi_filter(
     else:
         (S_lw, _), timings["covariance"] = _clock(ledoit_wolf, Xs)
         Sigma = to_correlation(S_lw)
-    if s_method == "sdp_factor":
-        pass  # solved above, on the factor model
-    elif groups is None:
-        # m knockoffs of single features: the per-feature S solvers with num_knockoffs=m
-        solver, kw = _MULTI_S_SOLVERS[s_method], {} if s_method == "equicorrelated" else {"tol": sdp_tol}
-        s_sol, timings["s_vector"] = _clock(
-            _precision.solve_s_float64, solver, Sigma, num_knockoffs=m, dtype=X.dtype, **kw
-        )
-    else:
-        s_sol, timings["s_vector"] = _clock(
-            _precision.solve_s_float64,
-            group_s_matrix,
-            Sigma,
-            g,
-            method=GROUP_S_METHODS[s_method],
-            num_knockoffs=m,
-            tol=sdp_tol,
-            dtype=X.dtype,
-        )
+        if groups is None:
+            # m knockoffs of single features: the per-feature S solvers with num_knockoffs=m
+            solver, kw = _MULTI_S_SOLVERS[s_method], {} if s_method == "equicorrelated" else {"tol": sdp_tol}
+            s_sol, timings["s_vector"] = _clock(
+                _precision.solve_s_float64, solver, Sigma, num_knockoffs=m, dtype=X.dtype, **kw
+            )
+        else:
+            s_sol, timings["s_vector"] = _clock(
+                _precision.solve_s_float64,
+                group_s_matrix,
+                Sigma,
+                g,
+                method=GROUP_S_METHODS[s_method],
+                num_knockoffs=m,
+                tol=sdp_tol,
+                dtype=X.dtype,
+            )
     S = s_sol.value
     Xt, timings["sampling"] = _clock(_sampling.sample_replicates, k_samp, Xs, Sigma, S, R, num_knockoffs=m)
     Xk = jnp.concatenate([jnp.broadcast_to(Xs, (R, n, p)), Xt.reshape(R, n, m * p)], axis=-1)
