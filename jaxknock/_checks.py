@@ -26,6 +26,27 @@ def is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def require_eager(fn: str, why: str, hint: str, **arrays):
+    """Raise a ``TypeError`` naming ``fn`` and the first traced entry of ``arrays``.
+
+    For the host-level drivers (``knockoff_filter``, ``stability_selection``,
+    ``randsel``, ``greedy_kta_selection``): they read values on the host
+    (``why``) between jitted stages, so they cannot run inside ``jax.jit`` /
+    ``jax.vmap`` / ``jax.grad``. Called first, before any work, so a traced call
+    fails with this message instead of JAX's generic tracer error; ``hint``
+    names the jittable pieces to use there instead.
+
+    Example:
+        >>> require_eager("f", "it picks a size from the data", "use g", x=jnp.ones(2))  # concrete: no error
+    """
+    for name, a in arrays.items():
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(a)):
+            raise TypeError(
+                f"jaxknock.{fn} runs eagerly ({why}), but `{name}` is traced (inside jax.jit, jax.vmap or "
+                f"jax.grad): call {fn} outside the transformation (its computations are jitted inside); {hint}"
+            )
+
+
 def as_float_array(x, name: str):
     """Convert to a JAX floating array (ints are promoted to the default float).
 

@@ -243,6 +243,10 @@ def greedy_kta_selection(
         >>> sel.tolist()
         [3, 1]
     """
+    _checks.require_eager(
+        "greedy_kta_selection", "it returns a variable-length array of feature indices",
+        "kernel_target_alignment is jittable", X=X, y=y, ranking=ranking,
+    )  # fmt: skip
     _check_bandwidth(bandwidth)
     _check_bandwidth(target_bandwidth, "target_bandwidth")
     X, y = _prepare(X, y, kernel, target_kernel)
@@ -410,6 +414,10 @@ def randsel(
         >>> sorted(res.ranking[:2].tolist())
         [0, 1]
     """
+    _checks.require_eager(
+        "randsel", "each round culls and fixes features by value", "kernel_target_alignment and hsic are jittable",
+        key=key, X=X, y=y,
+    )  # fmt: skip
     _checks.check_key(key)
     _checks.check_choice(estimator, ESTIMATORS, "estimator")
     _check_bandwidth(bandwidth)

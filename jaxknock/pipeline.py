@@ -396,6 +396,13 @@ def knockoff_filter(
         >>> sel.W.shape, sel.mask.shape
         ((4, 10), (10,))
     """
+    _checks.require_eager(
+        "knockoff_filter",
+        "it reads the labels of y, picks the statistic and the solvers from the data and the selection back",
+        "compose the jittable stages there: ledoit_wolf, sdp / mvr / equicorrelated, sample_knockoffs, lcd, "
+        "knockoff_select",
+        key=key, X=X, y=y, Sigma=Sigma, mu=mu,
+    )  # fmt: skip
     if groups is not None or num_knockoffs != 1:
         if Sigma is not None:
             raise ValueError("Sigma= (a known law) is not supported yet with groups= or num_knockoffs > 1")

@@ -475,6 +475,12 @@ def stability_selection(
         >>> res.probabilities.shape, bool(res.selected[0])
         ((8, 5), True)
     """
+    _checks.require_eager(
+        "stability_selection",
+        "the error control picks the range of lambdas and the threshold from the selection counts",
+        "lasso_path is jittable and vmaps over explicit subsamples (stability_subsamples)",
+        key=key, X=X, y=y, lambdas=lambdas,
+    )  # fmt: skip
     _checks.check_key(key)
     if assumption is None:
         assumption = "unimodal" if complementary_pairs else "none"

@@ -1163,6 +1163,41 @@ NOT_FUZZED = {
 FUZZED_AS = {"LiftedSpec": "LiftedSpec"}
 
 
+# ---- the host-level drivers: a specific error under jit / vmap, never JAX's generic tracer error ------
+
+
+def _driver_calls():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 6))
+    y = X[:, 0] + rng.standard_normal(40)
+    yb = (y > 0).astype(float)
+    key = jax.random.key(0)
+    return {
+        "knockoff_filter": (lambda key, X, y: jaxknock.knockoff_filter(key, X, y).mask, (key, X, y)),
+        "stability_selection": (
+            lambda key, X, y: jaxknock.stability_selection(key, X, y, num_subsamples=4).selected,
+            (key, X, y),
+        ),
+        "randsel": (lambda key, X, y: jaxknock.randsel(key, X, y, num_subsamples=4).selected, (key, X, yb)),
+        "greedy_kta_selection": (lambda key, X, y: jaxknock.greedy_kta_selection(X, y, jnp.arange(6))[0], (key, X, y)),
+    }
+
+
+@pytest.mark.parametrize("name", ["knockoff_filter", "stability_selection", "randsel", "greedy_kta_selection"])
+def test_drivers_say_they_run_eagerly(name):
+    fn, args = _driver_calls()[name]
+    args = tuple(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
+    msg = rf"jaxknock\.{name} runs eagerly .*`(key|X)` is traced .*outside the transformation"
+    with pytest.raises(TypeError, match=msg):
+        jax.jit(fn)(*args)
+    if name == "greedy_kta_selection":
+        return  # no key
+    # vmap over keys (a simulation of many seeds) names the key
+    keys = jax.random.split(args[0], 2)
+    with pytest.raises(TypeError, match=r"runs eagerly .*`key` is traced"):
+        jax.vmap(fn, in_axes=(0, None, None))(keys, *args[1:])
+
+
 def test_zz_every_public_array_function_is_fuzzed_or_excused():
     fuzzed = set(TALLY)
     missing = [name for name in jaxknock.__all__ if name not in NOT_FUZZED and FUZZED_AS.get(name, name) not in fuzzed]
