@@ -115,6 +115,7 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, mixed=False):
         pend_sgn=jnp.sign(c0[rows, j0]),
         drop=jnp.full((C,), A, jnp.int32),
         banned=jnp.full((C,), -1, jnp.int32),
+        ban_sgn=jnp.zeros((C,), dt),  # the sign the banned feature had: only that re-entry is barred
         done=(lam0 <= 0) | ~real,
         counts=jnp.zeros((L, p), jnp.int32),
         first=jnp.full((C, p), L, jnp.int32),
@@ -209,7 +210,12 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, mixed=False):
         up, lo = 1 - w, 1 + w
         t1 = jnp.where(up > 0, jnp.maximum(lam[:, None] - c, 0) / jnp.where(up > 0, up, 1), inf)
         t2 = jnp.where(lo > 0, jnp.maximum(lam[:, None] + c, 0) / jnp.where(lo > 0, lo, 1), inf)
-        cand = ~s["act"] & ~s["skip"] & (jnp.arange(p)[None] != s["banned"][:, None])
+        # the feature dropped at the previous kink sits at c = s * lam: its same-sign re-entry
+        # (t = 0 up to rounding) is barred, its opposite-sign entry is not
+        was = jnp.arange(p)[None] == s["banned"][:, None]
+        t1 = jnp.where(was & (s["ban_sgn"][:, None] > 0), inf, t1)
+        t2 = jnp.where(was & (s["ban_sgn"][:, None] < 0), inf, t2)
+        cand = ~s["act"] & ~s["skip"]
         tin = jnp.where(cand, jnp.minimum(t1, t2), inf)
         j = jnp.argmin(tin, axis=1).astype(jnp.int32)
         tj = tin[rows, j]
@@ -243,6 +249,7 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, mixed=False):
             pend_sgn=jnp.sign(c[rows, j]),
             drop=jnp.where(leave, i, A),
             banned=jnp.where(leave, fi, -1),
+            ban_sgn=jnp.where(leave, s["sgn"][rows, i], 0),
             done=s["done"] | finish,
             k=s["k"] + 1,
             live=s["live"] + ~s["done"],

@@ -168,6 +168,44 @@ def test_homotopy_wide_folds_match_lassocv():
     assert float(sol.stats["kkt"]) < 1e-8
 
 
+def test_homotopy_float32_whole_grid_certified_at_its_rounding_floor():
+    """float32 down to 1e-3 lambda_max: the relative KKT floor grows like eps lam0 / lam, so the whole
+    default grid is certified (a fixed 1000 eps bound flagged this correct path as not converged)."""
+    X, y = _data(200, 50, seed=4)
+    X32, y32 = X.astype(np.float32), y.astype(np.float32)
+    s32 = l1_cv(X32, y32, method="homotopy", early_stop=False)
+    s64 = l1_cv(X, y, method="homotopy", early_stop=False)
+    assert int(s32.result) == RESULTS.successful and int(s64.result) == RESULTS.successful
+    assert float(s32.stats["kkt"]) > 1000 * np.finfo(np.float32).eps  # the case the old bound refused
+    lams = np.asarray(s32.stats["lambdas"], np.float64)
+    path = np.asarray(s32.stats["coef_path"], np.float64)
+    b0s = np.asarray(s32.stats["intercept_path"], np.float64)
+    floor = 100 * np.finfo(np.float32).eps * lams[0] / lams
+    for k in range(lams.size):  # the float32 path, checked in float64, is within its rounding floor
+        assert _kkt(X32.astype(np.float64), y32.astype(np.float64), path[k], b0s[k], lams[k]) < max(1e-3, floor[k])
+    assert abs(int(s32.stats["lam_index"]) - int(s64.stats["lam_index"])) <= 1
+
+
+def test_homotopy_sign_flip_badly_scaled_columns():
+    """Column scales 1e-3..1e3: a dropped coefficient's correlation crosses to the other sign before
+    the next grid penalty (fold 2, lambda 73 here); only its same-sign re-entry may be barred.
+
+    Barring any re-entry for one event left that fold's solution with a KKT violation of 0.5 at the
+    grid penalty (result code 1, a CV error off scikit-learn's)."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 50))
+    y = X[:, :3] @ np.array([1.0, -1.0, 0.5]) + rng.standard_normal(200)
+    X = X * np.logspace(-3, 3, 50)
+    ids, _ = fold_rows(5, 200)
+    cv = [(np.flatnonzero(ids != k), np.flatnonzero(ids == k)) for k in range(5)]
+    sol = l1_cv(X, y, folds=ids, num_lambdas=100, eps=1e-3, early_stop=False, method="homotopy")
+    assert int(sol.result) == RESULTS.successful
+    assert float(sol.stats["kkt"]) < 1e-8
+    lams = np.asarray(sol.stats["lambdas"])
+    sk = LassoCV(alphas=lams, cv=cv, tol=1e-14, max_iter=1_000_000).fit(X, y)
+    np.testing.assert_allclose(np.asarray(sol.stats["cv_error"]), sk.mse_path_, rtol=1e-7)
+
+
 def test_homotopy_float32_same_choice_as_float64():
     """A float32 design stays float32, is certified at its own rounding level, and picks float64's lambda."""
     X, y = _data(150, 60, seed=3)

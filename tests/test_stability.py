@@ -269,6 +269,30 @@ def test_lockstep_wide_chunked_equals_sklearn():
     assert np.all(np.asarray(short.probabilities)[:, -1] == 0)
 
 
+def test_lockstep_sign_flip_badly_scaled_columns():
+    """Column scales 1e-3..1e3: a dropped feature's correlation can cross to the other sign before the
+    next event; only its same-sign re-entry may be barred (barring both missed one subsample's entry)."""
+    from sklearn.linear_model import lasso_path
+
+    rng = np.random.default_rng(0)
+    Z = rng.standard_normal((200, 50))
+    X = Z * np.logspace(-3, 3, 50)
+    y = Z[:, :3] @ np.array([1.0, -1.0, 0.5]) + Z[:, -3:] @ np.array([1.0, -1.0, 0.5]) + rng.standard_normal(200)
+    lambdas = np.asarray(jaxknock.lambda_grid(X, y, num=30, eps=1e-3))
+    key = jax.random.key(1)
+    sk = []
+    for ix in np.asarray(stability_subsamples(key, 200, 20)):
+        Xs, ys = X[ix] - X[ix].mean(0), y[ix] - y[ix].mean()
+        sk.append(lasso_path(Xs, ys, alphas=lambdas, tol=1e-14, max_iter=1_000_000)[1].T != 0)
+    sk = np.stack(sk).mean(0).T
+    for mixed in (True, False):
+        res = _stability_selection(
+            key, X, y, lambdas=lambdas, num_subsamples=20, solver="lockstep", mixed_precision=mixed
+        )
+        np.testing.assert_allclose(np.asarray(res.probabilities, np.float64), sk, atol=1e-6)
+        assert int(res.num_failed.sum()) == 0
+
+
 def test_lockstep_rejects_logistic():
     X, y = _data(0)
     with pytest.raises(ValueError, match="lockstep"):

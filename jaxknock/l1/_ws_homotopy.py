@@ -127,9 +127,16 @@ def _kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done):
     tg = jnp.maximum(lam - lam_t, 0)
     up = 1 - w
     lo = 1 + w
+    # the feature dropped at the previous kink sits at g = s * lam: its re-entry with the same
+    # sign s (t = 0 up to rounding) is barred, its entry with the opposite sign is not (a
+    # correlation can cross from s * lam to -s * lam before the next event)
+    ban_j, ban_s = banned
+    was = jnp.arange(g.shape[0]) == ban_j
     t1 = jnp.where(up > 0, jnp.maximum(lam - g, 0) / jnp.where(up > 0, up, 1), inf)
     t2 = jnp.where(lo > 0, jnp.maximum(lam + g, 0) / jnp.where(lo > 0, lo, 1), inf)
-    cand = valid & ~act & ~skip & (jnp.arange(g.shape[0]) != banned)
+    t1 = jnp.where(was & (ban_s > 0), inf, t1)
+    t2 = jnp.where(was & (ban_s < 0), inf, t2)
+    cand = valid & ~act & ~skip
     tin = jnp.where(cand, jnp.minimum(t1, t2), inf)
     j = jnp.argmin(tin)
     shrink = mem.used & (mem.sbeta * v < 0)
@@ -170,7 +177,10 @@ def _kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done):
     Wc = act.shape[0]
     act = act.at[jnp.where(leave, mem.slot_c[i], Wc)].set(False, mode="drop")
     act = act.at[jnp.where(do_enter, j, Wc)].set(True, mode="drop")
-    banned = jnp.where(leave, mem.slot_c[i], jnp.where(done, banned, -1))
+    banned = (
+        jnp.where(leave, mem.slot_c[i], jnp.where(done, ban_j, -1)),
+        jnp.where(leave, mem.sgn[i], jnp.where(done, ban_s, 0)),
+    )
     # a feature in the span of the active ones (duplicates, or |A| = rank) cannot join:
     # it is skipped for the rest of this grid step (its gradient follows the active ones')
     skip = skip.at[jnp.where(enter & sat, j, Wc)].set(True, mode="drop")
@@ -217,7 +227,7 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs):
         return mem, v, Gr, g, act, skip, banned, done, k + 1, over | jnp.any(full)
 
     skip0 = jnp.zeros_like(act)
-    ban0 = jnp.full((M,), -1, jnp.int32)
+    ban0 = (jnp.full((M,), -1, jnp.int32), jnp.zeros((M,), g.dtype))
     v0 = jnp.where(mem.used, jnp.einsum("fab,fb->fa", mem.Ginv, mem.sgn, precision=_HI), 0)
     c0 = (mem, v0, Gr, g, act, skip0, ban0, jnp.zeros((M,), bool), jnp.int32(0), jnp.bool_(False))
     mem, _, Gr, g, act, _, _, done, k, over = lax.while_loop(cond, body, c0)
