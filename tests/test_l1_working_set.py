@@ -112,6 +112,26 @@ def test_logistic_matches_sklearn(n, m):
     assert float(sol.stats["gap"]) < 1e-5
 
 
+def test_logistic_max_steps_bounds_the_epochs_of_a_grid_penalty():
+    """Near-duplicate columns (pairs 1e-6 apart) stall the proximal Newton loop short of the KKT target.
+
+    ``max_steps`` bounds the CD epochs per solve summed over the Newton steps (it bounded the outer
+    and every inner loop separately: ~5000 epochs per penalty at max_steps=100, a quadratic cost),
+    and a stalled solve is flagged, never reported successful."""
+    rng = np.random.default_rng(0)
+    Z = rng.standard_normal((150, 20))
+    X = np.concatenate([Z, Z + 1e-6 * rng.standard_normal((150, 20))], axis=1)
+    eta = Z[:, :3] @ np.array([1.0, -1.0, 0.5])
+    y = (rng.random(150) < 1 / (1 + np.exp(-eta))).astype(float)
+    sol = l1_cv(X, y, loss="logistic", num_lambdas=20, early_stop=False, max_steps=50)
+    # epochs: <= max_steps per solve; a penalty takes one solve per KKT round (a few)
+    assert int(sol.stats["num_steps"]) <= 50 * 20 * 4
+    if int(sol.result) == RESULTS.successful:
+        assert float(sol.stats["kkt"]) <= 1e-3
+    else:
+        assert int(sol.result) == RESULTS.max_steps_reached
+
+
 def test_logistic_cv_runs():
     X, y = _data(200, 30, seed=4, loss="logistic")
     sol = l1_cv(X, y, folds=4, num_lambdas=30, loss="logistic")

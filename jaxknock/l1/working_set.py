@@ -543,7 +543,8 @@ def l1_cv(
         loss: ``"squared"`` or ``"logistic"``.
         rule: ``"min"`` or ``"1se"``.
         tol: relative KKT tolerance of every solve (traced).
-        max_steps: epochs per working-set solve and KKT rounds per lambda.
+        max_steps: epochs per working-set solve (for the logistic loss summed over
+            its proximal Newton steps; for the homotopy, kinks) and KKT rounds per lambda.
         patience, early_stop: the early exits of the module docstring.
         method: ``"auto"`` (``"homotopy"`` for the squared loss when
             ``4 n >= m``, else ``"naive"``), ``"homotopy"`` (exact path on
