@@ -59,6 +59,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxknock.l1._ws_homotopy import entry_times
+
 _HI = lax.Precision.HIGHEST
 _PENDING = 16  # rank-one updates of the inverse kept apart before one batched fold
 
@@ -207,16 +209,8 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, mixed=False):
         A = s["used"].shape[1]
         w = gram_times(s, s["v"], low=mixed)  # (C, p)
         c, lam = s["c"], s["lam"]
-        up, lo = 1 - w, 1 + w
-        t1 = jnp.where(up > 0, jnp.maximum(lam[:, None] - c, 0) / jnp.where(up > 0, up, 1), inf)
-        t2 = jnp.where(lo > 0, jnp.maximum(lam[:, None] + c, 0) / jnp.where(lo > 0, lo, 1), inf)
-        # the feature dropped at the previous kink sits at c = s * lam: its same-sign re-entry
-        # (t = 0 up to rounding) is barred, its opposite-sign entry is not
-        was = jnp.arange(p)[None] == s["banned"][:, None]
-        t1 = jnp.where(was & (s["ban_sgn"][:, None] > 0), inf, t1)
-        t2 = jnp.where(was & (s["ban_sgn"][:, None] < 0), inf, t2)
-        cand = ~s["act"] & ~s["skip"]
-        tin = jnp.where(cand, jnp.minimum(t1, t2), inf)
+        t_in = entry_times(c, w, lam[:, None], s["banned"][:, None], s["ban_sgn"][:, None])
+        tin = jnp.where(~s["act"] & ~s["skip"], t_in, inf)
         j = jnp.argmin(tin, axis=1).astype(jnp.int32)
         tj = tin[rows, j]
         beta, v = s["beta"], s["v"]

@@ -218,12 +218,12 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss):
         return ~c[4] & (c[3] < max_epochs)
 
     def obody(c):
-        beta, b0, eta, k, _, it = c
+        beta, b0, eta, k, _ = c
         beta, b0, eta, k1, done = inner(beta, b0, eta, max_epochs - k)
-        return beta, b0, eta, k + k1, done & true_kkt(beta, eta), it + 1
+        return beta, b0, eta, k + k1, done & true_kkt(beta, eta)
 
-    beta, b0, eta, k, done, _ = lax.while_loop(
-        ocond, obody, (st.beta, st.b0, st.eta, jnp.int32(0), true_kkt(st.beta, st.eta), jnp.int32(0))
+    beta, b0, eta, k, done = lax.while_loop(
+        ocond, obody, (st.beta, st.b0, st.eta, jnp.int32(0), true_kkt(st.beta, st.eta))
     )
     return st._replace(beta=beta, b0=b0, eta=eta), k, done
 
