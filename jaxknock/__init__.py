@@ -31,7 +31,6 @@ from jaxknock.filter import (
     knockoff_select,
     knockoff_threshold,
 )
-from jaxknock.kernels import greedy_kta_selection, hsic, kernel_target_alignment, randsel
 from jaxknock.l1 import (
     LassoState,
     kfold_ids,
@@ -43,16 +42,6 @@ from jaxknock.l1 import (
     lasso_path,
     lasso_step,
 )
-from jaxknock.lifted import (
-    LiftedHyper,
-    LiftedSpec,
-    LiftedState,
-    fit_lifted,
-    lifted_to_mlp,
-    predict_lifted,
-    train_mlp,
-    tune_lifted,
-)
 from jaxknock.multi import (
     expand_groups,
     group_knockoff_select,
@@ -61,20 +50,8 @@ from jaxknock.multi import (
     multi_knockoff_statistics,
     multi_knockoff_threshold,
 )
-from jaxknock.naive_bayes import (
-    ClassSums,
-    NaiveBayesModel,
-    SNBPath,
-    class_sums,
-    class_sums_dask,
-    class_sums_npz,
-    iter_npz_blocks,
-    sparse_naive_bayes,
-    sparse_naive_bayes_path,
-)
 from jaxknock.pipeline import Selection, knockoff_filter
 from jaxknock.sampling import fixed_x_knockoffs, sample_knockoffs, sample_knockoffs_factor, sample_replicates
-from jaxknock.stability import stability_selection
 from jaxknock.statistics import antisymmetric_combine, lcd, lsm, marginal_correlation, sparse_centroid
 from jaxknock.svector import (
     asdp,
@@ -100,6 +77,40 @@ from jaxknock.svector.group import BlockDiagonal, group_s_matrix
 __version__ = "0.1.0"
 
 
+# submodules the knockoff pipeline does not use, imported on first access (import time is part of
+# every fresh process's first answer); their names still resolve as attributes of jaxknock
+_LAZY = {
+    "LiftedHyper": "jaxknock.lifted",
+    "LiftedSpec": "jaxknock.lifted",
+    "LiftedState": "jaxknock.lifted",
+    "fit_lifted": "jaxknock.lifted",
+    "lifted_to_mlp": "jaxknock.lifted",
+    "predict_lifted": "jaxknock.lifted",
+    "train_mlp": "jaxknock.lifted",
+    "tune_lifted": "jaxknock.lifted",
+    "ClassSums": "jaxknock.naive_bayes",
+    "NaiveBayesModel": "jaxknock.naive_bayes",
+    "SNBPath": "jaxknock.naive_bayes",
+    "class_sums": "jaxknock.naive_bayes",
+    "class_sums_dask": "jaxknock.naive_bayes",
+    "class_sums_npz": "jaxknock.naive_bayes",
+    "iter_npz_blocks": "jaxknock.naive_bayes",
+    "sparse_naive_bayes": "jaxknock.naive_bayes",
+    "sparse_naive_bayes_path": "jaxknock.naive_bayes",
+    "stability_selection": "jaxknock.stability",
+    "greedy_kta_selection": "jaxknock.kernels",
+    "hsic": "jaxknock.kernels",
+    "kernel_target_alignment": "jaxknock.kernels",
+    "randsel": "jaxknock.kernels",
+}
+_LAZY_MODULES = (
+    "lifted",
+    "naive_bayes",
+    "stability",
+    "kernels",
+)
+
+
 def __getattr__(name):
     # SparseNaiveBayes lives in jaxknock.sklearn, imported on first use so that
     # `import jaxknock` never imports scikit-learn (it works without it too)
@@ -107,7 +118,18 @@ def __getattr__(name):
         from jaxknock.sklearn import SparseNaiveBayes
 
         return SparseNaiveBayes
+    if name in _LAZY or name in _LAZY_MODULES:
+        import importlib
+
+        module = importlib.import_module(_LAZY.get(name, f"{__name__}.{name}"))
+        value = module if name in _LAZY_MODULES else getattr(module, name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_LAZY_MODULES))
 
 
 __all__ = [

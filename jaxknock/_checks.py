@@ -11,6 +11,8 @@ settings (choices, FDR levels), responses, and feature statistics ``W``.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import zipfile
 
@@ -19,6 +21,31 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxknock._solution import RESULTS
+
+_TRUSTED = contextvars.ContextVar("jaxknock_trusted_values", default=False)
+
+
+@contextlib.contextmanager
+def trusted_values():
+    """Within: the *value* checks of arrays the library produced itself are skipped.
+
+    For the pipeline's internal hand-offs (the covariance it estimated from a
+    validated ``X``, the ``s`` a solver certified, the knockoffs it sampled):
+    re-checking them costs a compiled program each on a process's first call
+    (Cholesky, reductions) and cannot fail. Shape, dtype and setting checks
+    still run, and the solvers still report through their ``RESULTS`` codes.
+    Never used around a user's arrays.
+    """
+    token = _TRUSTED.set(True)
+    try:
+        yield
+    finally:
+        _TRUSTED.reset(token)
+
+
+def values_trusted() -> bool:
+    """True inside :func:`trusted_values`."""
+    return _TRUSTED.get()
 
 
 def is_concrete(x) -> bool:
@@ -140,6 +167,8 @@ def check_variances(Sigma, name: str = "Sigma"):
     Raises naming ``name`` when concrete; returns the traced flag (one per
     matrix) for :func:`poison` under ``jit``.
     """
+    if values_trusted() and is_concrete(Sigma):
+        return np.ones(Sigma.shape[:-2], bool)
     d = _diagonal(Sigma)
     if is_concrete(d):
         dv = np.asarray(d)
@@ -236,7 +265,7 @@ def validate_sigma(Sigma, *, batch_ok: bool = True, need_x64: bool = True):
         raise ValueError(f"Sigma must be (p, p) or a batch (B, p, p), got shape {tuple(Sigma.shape)}")
     if need_x64:
         require_x64(Sigma, "Sigma", SDP_X64_WHY)
-    if is_concrete(Sigma):
+    if is_concrete(Sigma) and not values_trusted():
         finite, asym, scale, min_diag, chol_ok = (np.asarray(v) for v in jax.device_get(_sigma_flags(Sigma)))
         if not finite:
             check_finite(Sigma, "Sigma")  # raises with the count and the first index
@@ -615,6 +644,6 @@ def check_finite_on_device(x, name: str):
     (explicitly allowed) only to word the error. Use it for large arrays in hot
     paths, e.g. a ``(R, n, 2p)`` batch of designs. No-op on tracers.
     """
-    if is_concrete(x) and not bool(jax.device_get(_all_finite(x))):
+    if is_concrete(x) and not values_trusted() and not bool(jax.device_get(_all_finite(x))):
         with jax.transfer_guard("allow"):
             check_finite(x, name)

@@ -16,6 +16,7 @@ r"""End-to-end model-X knockoff filter: covariance -> S-vector -> replicates -> 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from typing import NamedTuple
@@ -29,7 +30,7 @@ from jaxknock import filter as _filter
 from jaxknock import multi as _multi
 from jaxknock import sampling as _sampling
 from jaxknock import statistics as _stats
-from jaxknock._solution import Solution
+from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import FactorFit, FactorModel, factor_model_from_data, ledoit_wolf, to_correlation
 from jaxknock.distributed import shard_batch
 from jaxknock.svector import asdp, equicorrelated, maxent, mvr, sdp, sdp_factor
@@ -160,17 +161,19 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, k
         _checks.check_finite(jnp.asarray(y_arr, X.dtype), "y")
     y_norm, binary = _checks.normalise_response(y_arr)
     y = jnp.asarray(y_norm, X.dtype)
-    _checks.check_finite(X, "X")
+    Xh = np.asarray(X)  # the host checks below read X once (no copy on a CPU device)
+    _checks.check_finite(Xh, "X")
     _checks.check_choice(s_method, S_METHODS, "s_method")
     _checks.check_choice(statistic, STATISTICS, "statistic")
     _checks.check_choice(aggregate, AGGREGATES, "aggregate")
     if not (isinstance(num_replicates, (int, np.integer)) and num_replicates >= 1):
         raise ValueError(f"num_replicates must be a positive integer, got {num_replicates!r}")
-    std = np.asarray(jnp.std(X, axis=0))
-    if (std == 0).any():
+    # exact: all values equal (a computed standard deviation can miss it by rounding the mean)
+    const = Xh.max(axis=0) == Xh.min(axis=0)
+    if const.any():
         raise ValueError(
-            f"X has {int((std == 0).sum())} constant column(s) (first: "
-            f"{np.flatnonzero(std == 0)[:5].tolist()}); drop them first"
+            f"X has {int(const.sum())} constant column(s) (first: "
+            f"{np.flatnonzero(const)[:5].tolist()}); drop them first"
         )
     if p >= n and s_method != "sdp_factor" and not known:
         raise ValueError(
@@ -188,6 +191,12 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, k
             f"s_method={s_method!r} uses the full covariance: drop rank or use s_method='sdp_factor'"
         )
     return X, y, binary, rank
+
+
+@jax.jit
+def _lw_correlation(Xs):
+    """The Ledoit-Wolf estimate of ``Xs`` as a correlation matrix, in one program."""
+    return to_correlation(ledoit_wolf(Xs).covariance)
 
 
 def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings, known=None):
@@ -211,8 +220,7 @@ def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings,
         known = known.dense()
     if s_method in ("mvr", "maxent") or known is not None:
         if known is None:
-            (S_lw, _), timings["covariance"] = _clock(ledoit_wolf, Xs)
-            known = to_correlation(S_lw)
+            known, timings["covariance"] = _clock(_lw_correlation, Xs)
         timings["covariance"] = timings.get("covariance", 0.0)
         solver = {"mvr": mvr, "maxent": maxent, "sdp": sdp, "equicorrelated": equicorrelated}.get(s_method)
         if s_method == "asdp":
@@ -227,9 +235,7 @@ def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings,
         Sigma = model
         s_sol, timings["s_vector"] = _clock(solve, sdp_factor, model, tol=sdp_tol)
     else:
-        (S_lw, _), t_cov = _clock(ledoit_wolf, Xs)
-        Sigma = to_correlation(S_lw)
-        timings["covariance"] = t_cov
+        Sigma, timings["covariance"] = _clock(_lw_correlation, Xs)
         if s_method == "sdp":
             s_sol, timings["s_vector"] = _clock(solve, sdp, Sigma, tol=sdp_tol)
         elif s_method == "asdp":
@@ -237,6 +243,13 @@ def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings,
         else:
             s_sol, timings["s_vector"] = _clock(solve, equicorrelated, Sigma)
     return Sigma, s_sol
+
+
+@jax.jit
+def _standardise_and_split(X, key):
+    """``((X - mean) / std, k_fac, k_samp)``: the estimated-law path's preparation in one program."""
+    k_fac, k_samp = jax.random.split(key)
+    return (X - jnp.mean(X, axis=0)) / jnp.std(X, axis=0), k_fac, k_samp
 
 
 def _standardise(X, Sigma, mu):
@@ -429,31 +442,41 @@ def knockoff_filter(
     )
     if statistic == "centroid" and not binary:
         raise ValueError("statistic='centroid' needs a binary y (two distinct labels)")
-    k_fac, k_samp = jax.random.split(key)
     timings = {}
-    Xs, known = _standardise(X, Sigma, mu)
-
-    Sigma, s_sol = covariance_and_s(k_fac, Xs, s_method, rank, asdp_block_size, sdp_tol, timings, known=known)
+    if Sigma is None:
+        Xs, k_fac, k_samp = _standardise_and_split(X, key)  # one program (a fresh process compiles each)
+        known = None
+    else:
+        k_fac, k_samp = jax.random.split(key)
+        Xs, known = _standardise(X, Sigma, mu)
+    # the covariance estimated from the validated X, and an s its solver certified, are not re-validated
+    # by the stages that take them (_checks.trusted_values); a user's Sigma is, as before
+    own = _checks.trusted_values() if Sigma is None else contextlib.nullcontext()
+    with own:
+        Sigma, s_sol = covariance_and_s(k_fac, Xs, s_method, rank, asdp_block_size, sdp_tol, timings, known=known)
     s = s_sol.value
+    certified = known is None and int(s_sol.result) == RESULTS.successful
+    own = _checks.trusted_values() if certified else contextlib.nullcontext()
 
     loss = "logistic" if binary else "squared"
     fused = chunk_size is not None or _mesh.wants_sharding(devices, mesh)
-    W, stat_sol, stage_times = replicate_stage(
-        k_samp,
-        Xs,
-        y,
-        Sigma,
-        s,
-        int(num_replicates),
-        statistic=statistic,
-        lam=lam,
-        loss=loss,
-        lasso_tol=lasso_tol,
-        cv_patience=cv_patience,
-        devices=devices,
-        mesh=mesh,
-        chunk_size=chunk_size,
-    )
+    with own:
+        W, stat_sol, stage_times = replicate_stage(
+            k_samp,
+            Xs,
+            y,
+            Sigma,
+            s,
+            int(num_replicates),
+            statistic=statistic,
+            lam=lam,
+            loss=loss,
+            lasso_tol=lasso_tol,
+            cv_patience=cv_patience,
+            devices=devices,
+            mesh=mesh,
+            chunk_size=chunk_size,
+        )
     settings = dict(
         fdr=fdr,
         s_method=s_method,
@@ -532,7 +555,7 @@ def replicate_stage(
         timings["statistics"] = 0.0
         return W, stat_sol, timings
     Xt, timings["sampling"] = _clock(_sampling.sample_replicates, key, Xs, Sigma, s, int(R), devices=devices)
-    Xk = jnp.concatenate([jnp.broadcast_to(Xs, Xt.shape), Xt], axis=-1)
+    Xk = _augment(Xs, Xt)
     stat_sol = None
     t0 = time.perf_counter()
     if statistic == "lcd":
@@ -550,10 +573,16 @@ def replicate_stage(
     return W, stat_sol, timings
 
 
+@jax.jit
+def _augment(Xs, Xt):
+    """The designs ``[X, X~]`` ``(R, n, 2p)`` of the knockoff replicates ``Xt`` ``(R, n, p)``."""
+    return jnp.concatenate([jnp.broadcast_to(Xs, Xt.shape), Xt], axis=-1)
+
+
 def _replicate_statistics(keys, plan, Xs, y, lam, *, statistic, loss, lasso_tol=None, cv_patience=None):
     """Knockoffs and statistics of a batch of replicates (one device's share)."""
     Xt = jax.vmap(_sampling.draw_replicate, in_axes=(0, None))(keys, plan)
-    Xk = jnp.concatenate([jnp.broadcast_to(Xs, Xt.shape), Xt], axis=-1)
+    Xk = _augment(Xs, Xt)
     if statistic == "lcd":
         sol = _stats.lcd(Xk, y, lam=lam, loss=loss, tol=lasso_tol, patience=cv_patience if lam is None else None)
         return sol.value, sol
@@ -604,7 +633,7 @@ def _select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate, s
     t0 = time.perf_counter()
     thresholds = jax.vmap(lambda w: _filter.knockoff_threshold(w, fdr, plus=plus))(W)
     if num_replicates == 1:
-        mask = W[0] >= thresholds[0]
+        mask = np.asarray(W)[0] >= np.asarray(thresholds)[0]
     elif aggregate == "ebh":
         mask = _filter.aggregate_ebh(W, fdr, plus=plus)
     else:

@@ -483,6 +483,12 @@ _draw_one = jax.jit(draw_replicate)
 _draw_chunk = jax.jit(jax.vmap(draw_replicate, in_axes=(0, None)))
 
 
+@partial(jax.jit, static_argnames=("R", "kind", "m"))
+def _plan_and_draw(key, X, params, mu, R, *, kind, m):
+    """:func:`_plan` and all ``R`` replicates in one program, with the keys :func:`sample_replicates` gives them."""
+    return _draw_chunk(jax.random.split(key, R), _plan(X, params, mu, kind, m))
+
+
 @partial(jax.jit, donate_argnums=0)
 def _write_chunk(out, chunk, start):
     return lax.dynamic_update_slice_in_dim(out, chunk, start, axis=0)
@@ -606,8 +612,10 @@ def sample_replicates(
         )
     else:
         chunk = int(min(chunk_size, R))
-    keys = jax.random.split(key, R)
+    if chunk >= R and not stream:  # one program: the plan, the keys and every replicate
+        return _plan_and_draw(key, X, params, mu, R, kind=kind, m=m)
     plan = _plan(X, params, mu, kind, m)
+    keys = jax.random.split(key, R)
     if stream:
         return _stream(keys, plan, R, chunk)
     out = jnp.zeros((R, n, p) if m == 1 else (R, n, m, p), X.dtype)

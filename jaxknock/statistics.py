@@ -285,6 +285,7 @@ def lcd(
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
 
 
+@functools.partial(jax.jit, static_argnames=("copies",))
 def _coef_to_w(coef, copies=2):
     if copies > 2:  # multiple knockoffs: per-copy scores (m + 1, p)
         return jnp.abs(coef).reshape(coef.shape[:-1] + (copies, -1))

@@ -494,3 +494,51 @@ def test_enable_compilation_cache_second_process_loads_programs(tmp_path):
     hits2, lam2 = second.stdout.split()
     assert int(hits1) == 0 and int(hits2) >= 1
     assert lam1 == lam2
+    # the engine's traced program is kept too (jaxknock/_aot.py): the second process did not trace it
+    assert len(list((tmp_path / "cache" / "jaxknock-exports").glob("*.pkl"))) == 1
+
+
+def test_exported_programs_on_disk_give_the_plain_answer(tmp_path, monkeypatch):
+    """``_aot.call``: exported once, loaded from disk by a "fresh process" (nothing in memory, exporting
+    forbidden), the same answer as the plain call; a new shape is a new entry; inside ``jit`` the plain
+    call; a failed export is remembered and not retried."""
+    import jax
+
+    from jaxknock import _aot
+    from jaxknock.l1 import working_set
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 15))
+    y = X[:, 0] - X[:, 1] + rng.standard_normal(60)
+    cv = lambda X, y: working_set.l1_cv(X, y, folds=3, num_lambdas=12)
+    plain, plain45 = cv(X, y), cv(X[:45], y[:45])  # the tests run without the compilation cache: plain calls
+    monkeypatch.setattr(_aot, "_directory", lambda: tmp_path)
+    monkeypatch.setattr(_aot, "_LOADED", {})
+    first = cv(X, y)
+    assert len(list(tmp_path.glob("*.pkl"))) == 1
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(_aot, "_LOADED", {})
+    with monkeypatch.context() as m:
+        m.setattr(_aot, "_export", forbidden)
+        second = cv(X, y)
+    for sol in (first, second):
+        np.testing.assert_array_equal(np.asarray(sol.value), np.asarray(plain.value))
+        assert float(sol.stats["lam"]) == float(plain.stats["lam"]) and int(sol.result) == int(plain.result)
+    cv(X[:50], y[:50])
+    assert len(list(tmp_path.glob("*.pkl"))) == 2
+    jax.jit(lambda X, y: cv(X, y).value)(X[:40], y[:40])
+    assert len(list(tmp_path.glob("*.pkl"))) == 2
+
+    calls = []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("cannot export")
+
+    monkeypatch.setattr(_aot, "_export", failing)
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(cv(X[:45], y[:45]).value), np.asarray(plain45.value))
+    assert len(calls) == 1 and len(list(tmp_path.glob("*.failed"))) == 1

@@ -65,6 +65,19 @@ def test_bad_inputs(key):
         knockoff_filter(key, X, y, s_method="magic")
 
 
+def test_constant_column_found_exactly_even_when_its_computed_std_is_not_zero(key):
+    """A column of 0.1s: its mean rounds, so JAX's standard deviation is 6.9e-17, not 0 (the old check
+    passed it, and standardising divided by that)."""
+    import jax.numpy as jnp
+
+    X, y, _ = make_data(n=600, p=10)
+    X = np.array(X)
+    X[:, 4] = 0.1
+    assert float(jnp.std(jnp.asarray(X[:, 4]))) != 0  # the trap the exact (max == min) check avoids
+    with pytest.raises(ValueError, match=r"1 constant column\(s\) \(first: \[4\]\)"):
+        knockoff_filter(key, X, y)
+
+
 def test_empty_selection_carries_an_explanation(key):
     """Pure-noise response: knockoff+ at q = 0.05 (needs 20 positive statistics of 30) selects nothing and says why."""
     X, _, _ = make_data(seed=2)
@@ -129,3 +142,37 @@ def test_rank_with_a_non_factor_method_names_rank(key):
 def test_empty_design_names_x(key):
     with pytest.raises(ValueError, match="X is empty"):
         knockoff_filter(key, np.zeros((0, 3)), np.zeros(0))
+
+
+def test_own_estimates_are_not_revalidated_but_a_users_sigma_is(key, monkeypatch):
+    """The estimated covariance and the certified s skip the value checks (each is a compiled program
+    on a fresh process's first call); the context is scoped, and a user's Sigma is still checked."""
+    from jaxknock import _checks, _sampling_checks
+
+    indefinite = np.array([[1.0, 0.9, 0.9], [0.9, 1.0, -0.9], [0.9, -0.9, 1.0]])
+    with pytest.raises(ValueError, match="Sigma"):
+        _checks.validate_sigma(indefinite)
+    with _checks.trusted_values():
+        assert _checks.values_trusted()
+        _checks.validate_sigma(indefinite)  # value checks skipped inside
+        with pytest.raises(ValueError, match="square"):
+            _checks.validate_sigma(np.ones((2, 3)))  # shape checks are not
+    assert not _checks.values_trusted()
+
+    def forbid_eager(fn):
+        def guarded(*args, **kwargs):  # traced inside a larger program is fine: no program of its own
+            if not any(isinstance(a, jax.core.Tracer) for a in args):
+                raise AssertionError(f"{fn.__name__} ran on the pipeline's own estimate")
+            return fn(*args, **kwargs)
+
+        return guarded
+
+    X, y, _ = make_data(n=200, p=10)
+    with monkeypatch.context() as m:
+        for mod, name in ((_checks, "_sigma_flags"), (_checks, "_diagonal"), (_sampling_checks, "_dense_flags")):
+            m.setattr(mod, name, forbid_eager(getattr(mod, name)))
+        sel = knockoff_filter(key, X, y, fdr=0.5, statistic="correlation")
+    assert sel.mask.shape == (10,)
+    equi = np.full((10, 10), -0.5) + 1.5 * np.eye(10)  # unit diagonal, smallest eigenvalue 1 - 4.5 < 0
+    with pytest.raises(ValueError, match="Sigma"):
+        knockoff_filter(key, X, y, Sigma=equi)

@@ -33,6 +33,7 @@ gradient, so the CV statistics cost one ``(W x W)`` product per grid point.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -188,6 +189,9 @@ def _add_chunk(d: CovData, st: CovState, score, chunk: int, W: int) -> CovState:
     return st._replace(idx=idx, size=st.size + nadd, inws=inws, C=C, XW=XW)
 
 
+# jitted (inlined by XLA) so that its two call sites per penalty share one trace: tracing is most
+# of a fresh process's first call of the engine
+@functools.partial(jax.jit, static_argnums=(4, 5))
 def add_features(d: CovData, st: CovState, cand, score, chunk: int, W: int) -> CovState:
     """Move every candidate feature (``cand``) into the working set, chunk by chunk."""
 

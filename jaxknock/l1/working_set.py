@@ -87,7 +87,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _checks
+from jaxknock import _aot, _checks
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.l1 import _ws_covariance as _cov
 from jaxknock.l1 import _ws_homotopy as _hom
@@ -291,9 +291,19 @@ def _path_core(
 
 
 @functools.partial(
-    jax.jit, static_argnames=("engine", "loss", "W", "chunk", "max_steps", "patience", "early_stop", "rule", "slots")
-)
-def _cv_jit(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps, patience, early_stop, rule, slots):
+    jax.jit,
+    static_argnames=(
+        "engine", "loss", "W", "chunk", "max_steps", "patience", "early_stop", "rule", "slots", "num_lambdas"
+    ),
+)  # fmt: skip
+def _cv_jit(
+    X, y, lambdas, rows, excl, tol, eps=None, *, engine, loss, W, chunk, max_steps, patience, early_stop, rule, slots,
+    num_lambdas=None,
+):  # fmt: skip
+    """The engine on one design or a batch; ``lambdas=None``: the default grid (``eps``, ``num_lambdas``) inside."""
+    if lambdas is None:  # in the same program: a fresh process compiles every program it runs
+        lambdas = _default_grid(X, y, eps, num_lambdas)
+
     def one(X, y, lambdas):
         return _cv_one(
             X,
@@ -438,7 +448,16 @@ def _prepare(X, y, loss):
     return X, y
 
 
-def _run(X, y, lambdas, rows, excl, *, loss, method, tol, max_steps, patience, early_stop, rule, max_features, throw):
+def _scalar(v, dtype):
+    """``v`` as a ``dtype`` scalar: a numpy one when concrete (it goes in with the call, no program of its own)."""
+    return jnp.asarray(v, dtype) if isinstance(v, jax.core.Tracer) else np.asarray(v, dtype)
+
+
+def _run(
+    X, y, lambdas, rows, excl, *, loss, method, tol, max_steps, patience, early_stop, rule, max_features, throw,
+    grid=None,
+):  # fmt: skip
+    """The engine with capacity growth; ``lambdas=None``: the default grid ``grid = (eps, num_lambdas)``."""
     n, m = X.shape[-2:]
     engine = _engine_for(loss, method, n, m)
     chunk = 32 if m >= 256 else 8
@@ -447,13 +466,16 @@ def _run(X, y, lambdas, rows, excl, *, loss, method, tol, max_steps, patience, e
     W = min(max_features or W, m)
     A = min(A, W + chunk)
     while True:
-        sol = _cv_jit(
+        sol = _aot.call(  # a fresh process loads the traced program (jaxknock/_aot.py)
+            _cv_jit,
             X,
             y,
             lambdas,
-            jnp.asarray(rows),
-            jnp.asarray(excl),
-            jnp.asarray(tol, X.dtype),
+            np.asarray(rows, np.int32),  # host arrays go in with the call (jnp.asarray would be a program)
+            np.asarray(excl, np.int32),
+            _scalar(tol, X.dtype),
+            None if grid is None else _scalar(grid[0], X.dtype),
+            num_lambdas=None if grid is None else int(grid[1]),
             engine=engine,
             loss=loss,
             W=W,
@@ -489,11 +511,12 @@ def _default_grid(X, y, eps, num_lambdas):
 
 
 def _grid(X, y, lambdas, num_lambdas, eps):
+    """Validated ``lambdas``, or ``None`` for the default grid (computed inside the engine's program)."""
     if lambdas is None:
         if num_lambdas < 1 or not 0 < eps < 1:
             raise ValueError("num_lambdas must be >= 1 and eps in (0, 1)")
-        # one grid for all replicates is needed for a shared program; each replicate gets its own scale
-        return _default_grid(X, y, jnp.asarray(eps, X.dtype), num_lambdas)
+        # one grid length for all replicates (a shared program); each replicate gets its own scale
+        return None
     lambdas = jnp.asarray(lambdas, X.dtype)
     if lambdas.ndim != 1 or lambdas.size == 0 or bool(jnp.any(lambdas <= 0)):
         raise ValueError("lambdas must be a non-empty 1-D array of positive penalties")
@@ -592,6 +615,7 @@ def l1_cv(
         rule=rule,
         max_features=max_features,
         throw=throw,
+        grid=(eps, num_lambdas),
     )
 
 
@@ -649,6 +673,7 @@ def l1_path(
         rule="min",
         max_features=max_features,
         throw=throw,
+        grid=(eps, num_lambdas),
     )
 
 

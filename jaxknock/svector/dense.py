@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock import _checks
+from jaxknock import _aot, _checks
 from jaxknock._deprecation import renamed_kwargs
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.covariance import to_correlation
@@ -171,7 +171,7 @@ def sdp(
     if method not in _SDP_METHODS:
         raise ValueError(f"method must be one of {_SDP_METHODS}, got {method!r}")
     min_eig = "exact" if exact_min_eig else "bound"
-    sol = _sdp_jit(Sigma, tol, max_steps, lam0, decay, (m + 1.0) / m, b=b, method=method, min_eig=min_eig)
+    sol = _aot.call(_sdp_jit, Sigma, tol, max_steps, lam0, decay, (m + 1.0) / m, b=b, method=method, min_eig=min_eig)
     return raise_if_failed(sol, throw)
 
 

@@ -1,0 +1,123 @@
+"""Traced-and-lowered programs on disk: a fresh process skips tracing its largest programs.
+
+JAX's persistent compilation cache (:mod:`jaxknock.cache`) removes the XLA
+compile from a fresh process's first call, but not the Python tracing and the
+lowering to StableHLO that come before it. For the two largest programs of the
+knockoff filter (the cross-validated lasso engine and the SDP Newton solver)
+those take about a second together on a 2-core CPU, most of the time to a first
+answer once the compiled programs are cached.
+
+:func:`call` runs ``fn(*args, **static)`` (``fn`` a ``jax.jit``-ed function)
+through :mod:`jax.export` when the compilation cache is on: the first process
+exports the program (trace + lower, as a plain call would) and keeps it next to
+the compiled programs; a later process loads it (milliseconds) and calls it, and
+XLA finds the compiled executable in the compilation cache. Results are those of
+the plain call (the same StableHLO). The entry is keyed by the function, the
+static arguments, the argument types and shapes, the JAX version, the x64 flag,
+the backend and a hash of jaxknock's source, so any change recompiles.
+
+The plain call is used instead when the cache is off, inside a trace (``jit`` /
+``vmap`` of a caller), with several devices, or if exporting fails (the failure
+is remembered on disk, so it is not retried). Entries are Python pickles of
+:class:`jax.export.Exported` (its official serialiser needs the ``flatbuffers``
+package, which is not a jaxknock dependency): read them only from a cache
+directory you trust, as with JAX's own compilation cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import os
+import pickle
+from pathlib import Path
+
+import jax
+
+_SUBDIR = "jaxknock-exports"
+_LOADED: dict = {}  # this process's entries, by path: loaded (or exported) once
+
+
+@functools.lru_cache(maxsize=1)
+def _source_hash() -> str:
+    """A hash of every jaxknock source file: any edit invalidates every entry."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _directory() -> Path | None:
+    base = jax.config.jax_compilation_cache_dir
+    return None if not base else Path(base) / _SUBDIR
+
+
+def _usable(args) -> bool:
+    leaves = jax.tree.leaves(args)
+    if any(isinstance(a, jax.core.Tracer) for a in leaves):
+        return False
+    return jax.device_count() == 1
+
+
+def _key(fn, args, static) -> str:
+    leaves, tree = jax.tree.flatten(args)
+    types = [str(jax.typeof(a)) for a in leaves]
+    parts = (
+        getattr(fn, "__module__", ""),
+        getattr(fn, "__qualname__", repr(fn)),
+        repr(sorted(static.items())),
+        str(tree),
+        repr(types),
+        jax.__version__,
+        str(jax.config.jax_enable_x64),
+        jax.default_backend(),
+        _source_hash(),
+    )
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32]
+
+
+def _load(path: Path):
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except Exception:  # a partial write or another jax's pickle: rebuilt below
+        return None
+
+
+def _export(fn, args, static, path: Path):
+    exported = jax.export.export(jax.jit(functools.partial(fn, **static)))(*args)
+    # the vjp hook is a closure (not picklable) and differentiation is not used here
+    exported = dataclasses.replace(exported, _get_vjp=None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(exported, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)  # atomic: a concurrent reader sees the old entry or the new one
+    return exported
+
+
+def call(fn, *args, **static):
+    """``fn(*args, **static)``, through an exported program kept on disk when the compilation cache is on."""
+    directory = _directory()
+    if directory is None or not _usable(args):
+        return fn(*args, **static)
+    key = _key(fn, args, static)
+    path, failed = directory / f"{key}.pkl", directory / f"{key}.failed"
+    if failed.exists():
+        return fn(*args, **static)
+    exported = _LOADED.get(path) or (_load(path) if path.exists() else None)
+    if exported is None:
+        try:
+            exported = _export(fn, args, static, path)
+        except Exception:  # e.g. a program with host callbacks: plain calls from now on
+            try:
+                failed.parent.mkdir(parents=True, exist_ok=True)
+                failed.touch()
+            except OSError:
+                pass
+            return fn(*args, **static)
+    _LOADED[path] = exported
+    return exported.call(*args)
