@@ -35,6 +35,8 @@ from pathlib import Path
 
 import jax
 
+from jaxknock import _backend
+
 _SUBDIR = "jaxknock-exports"
 _LOADED: dict = {}  # this process's entries, by path: loaded (or exported) once
 
@@ -73,7 +75,7 @@ def _key(fn, args, static) -> str:
         repr(types),
         jax.__version__,
         str(jax.config.jax_enable_x64),
-        jax.default_backend(),
+        _backend.platform(),
         _source_hash(),
     )
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32]

@@ -443,7 +443,7 @@ def knockoff_filter(
     if statistic == "centroid" and not binary:
         raise ValueError("statistic='centroid' needs a binary y (two distinct labels)")
     timings = {}
-    if Sigma is None:
+    if Sigma is None and mu is None:
         Xs, k_fac, k_samp = _standardise_and_split(X, key)  # one program (a fresh process compiles each)
         known = None
     else:
