@@ -500,8 +500,8 @@ def test_enable_compilation_cache_second_process_loads_programs(tmp_path):
 
 def test_exported_programs_on_disk_give_the_plain_answer(tmp_path, monkeypatch):
     """``_aot.call``: exported once, loaded from disk by a "fresh process" (nothing in memory, exporting
-    forbidden), the same answer as the plain call; a new shape is a new entry; inside ``jit`` the plain
-    call; a failed export is remembered and not retried."""
+    forbidden), the same answer as the plain call; shapes and static arguments are in the key; inside
+    ``jit`` the plain call; a failed export is remembered and not retried."""
     import jax
 
     from jaxknock import _aot
@@ -527,10 +527,12 @@ def test_exported_programs_on_disk_give_the_plain_answer(tmp_path, monkeypatch):
     for sol in (first, second):
         np.testing.assert_array_equal(np.asarray(sol.value), np.asarray(plain.value))
         assert float(sol.stats["lam"]) == float(plain.stats["lam"]) and int(sol.result) == int(plain.result)
-    cv(X[:50], y[:50])
-    assert len(list(tmp_path.glob("*.pkl"))) == 2
-    jax.jit(lambda X, y: cv(X, y).value)(X[:40], y[:40])
-    assert len(list(tmp_path.glob("*.pkl"))) == 2
+    # the key has the shapes and the static arguments; inside a trace the plain call (no entry)
+    Xj = jax.numpy.asarray(X)
+    assert _aot._key(jax.numpy.cumsum, (Xj,), {}) != _aot._key(jax.numpy.cumsum, (Xj[:50],), {})
+    assert _aot._key(jax.numpy.cumsum, (Xj,), {"axis": 0}) != _aot._key(jax.numpy.cumsum, (Xj,), {"axis": 1})
+    jax.jit(lambda x: _aot.call(jax.jit(jax.numpy.cumsum), x))(Xj)
+    assert len(list(tmp_path.glob("*.pkl"))) == 1
 
     calls = []
 
