@@ -59,7 +59,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxknock.l1._ws_homotopy import entry_times
+from jaxknock._homotopy import entry_times
 
 _HI = lax.Precision.HIGHEST
 _PENDING = 16  # rank-one updates of the inverse kept apart before one batched fold
