@@ -13,7 +13,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from jaxknock import _checks
@@ -389,11 +388,7 @@ def factor_model_from_data(key, X, rank: int, *, shrinkage: bool = True, max_ste
     n, p = X.shape
     if not (isinstance(rank, int) and 1 <= rank < min(n, p)):
         raise ValueError(f"rank must be an integer with 1 <= rank < min(n, p) = {min(n, p)}, got {rank!r}")
-    std = jnp.std(X, axis=0)
-    if _checks.is_concrete(std):
-        const = np.flatnonzero(np.asarray(std) == 0)
-        if const.size:
-            raise ValueError(f"X has {const.size} constant column(s) (first: {const[:5].tolist()}); drop them first")
+    _checks.check_no_constant_columns(X, "X")
     return _factor_from_data(key, X, rank, shrinkage, max_steps, oversample)
 
 

@@ -168,13 +168,7 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, k
     _checks.check_choice(aggregate, AGGREGATES, "aggregate")
     if not (isinstance(num_replicates, (int, np.integer)) and num_replicates >= 1):
         raise ValueError(f"num_replicates must be a positive integer, got {num_replicates!r}")
-    # exact: all values equal (a computed standard deviation can miss it by rounding the mean)
-    const = Xh.max(axis=0) == Xh.min(axis=0)
-    if const.any():
-        raise ValueError(
-            f"X has {int(const.sum())} constant column(s) (first: "
-            f"{np.flatnonzero(const)[:5].tolist()}); drop them first"
-        )
+    _checks.check_no_constant_columns(Xh, "X")
     if p >= n and s_method != "sdp_factor" and not known:
         raise ValueError(
             f"p = {p} >= n = {n}: a dense covariance estimate is too unstable for Gaussian "

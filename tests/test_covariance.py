@@ -105,6 +105,11 @@ def test_bad_inputs():
         estimate_factor_model(np.eye(4), rank=4)
     with pytest.raises(ValueError, match="constant column"):
         factor_model_from_data(jax.random.key(0), np.c_[np.ones(10), np.arange(10.0), np.arange(10.0) ** 2], rank=1)
+    # a column of 0.1s: JAX's std is 6.9e-17 at n = 600 (the mean rounds), which an std == 0 check passed
+    X = np.random.default_rng(0).standard_normal((600, 5))
+    X[:, 3] = 0.1
+    with pytest.raises(ValueError, match=r"1 constant column\(s\) \(first: \[3\]\)"):
+        factor_model_from_data(jax.random.key(0), X, rank=2)
 
 
 def test_named_results_unpack_like_tuples(key):
