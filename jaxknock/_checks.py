@@ -26,8 +26,8 @@ _TRUSTED = contextvars.ContextVar("jaxknock_trusted_values", default=False)
 
 
 @contextlib.contextmanager
-def trusted_values():
-    """Within: the *value* checks of arrays the library produced itself are skipped.
+def trusted_values(enabled: bool = True):
+    """Within (when ``enabled``): the *value* checks of arrays the library produced itself are skipped.
 
     For the pipeline's internal hand-offs (the covariance it estimated from a
     validated ``X``, the ``s`` a solver certified, the knockoffs it sampled):
@@ -36,7 +36,7 @@ def trusted_values():
     still run, and the solvers still report through their ``RESULTS`` codes.
     Never used around a user's arrays.
     """
-    token = _TRUSTED.set(True)
+    token = _TRUSTED.set(bool(enabled))
     try:
         yield
     finally:

@@ -16,7 +16,6 @@ r"""End-to-end model-X knockoff filter: covariance -> S-vector -> replicates -> 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
 from typing import NamedTuple
@@ -247,12 +246,11 @@ def _standardise_and_split(X, key):
 
 
 def _standardise(X, Sigma, mu):
-    """``(Xs, known)``: ``X`` standardised, and the known law on that scale (``None`` when estimated)."""
+    """``(Xs, known)``: ``X`` standardised by a known law ``Sigma`` (and ``mu``), and that law on the new scale.
+
+    The estimated law's preparation is :func:`_standardise_and_split`.
+    """
     p = X.shape[1]
-    if mu is not None and Sigma is None:
-        raise ValueError("mu is only used together with a known Sigma; pass Sigma too")
-    if Sigma is None:
-        return (X - jnp.mean(X, axis=0)) / jnp.std(X, axis=0), None
     if isinstance(Sigma, FactorFit):
         Sigma = Sigma.model
     if isinstance(Sigma, FactorModel):
@@ -436,8 +434,11 @@ def knockoff_filter(
     )
     if statistic == "centroid" and not binary:
         raise ValueError("statistic='centroid' needs a binary y (two distinct labels)")
+    if mu is not None and Sigma is None:
+        raise ValueError("mu is only used together with a known Sigma; pass Sigma too")
     timings = {}
-    if Sigma is None and mu is None:
+    estimated = Sigma is None
+    if estimated:
         Xs, k_fac, k_samp = _standardise_and_split(X, key)  # one program (a fresh process compiles each)
         known = None
     else:
@@ -445,16 +446,14 @@ def knockoff_filter(
         Xs, known = _standardise(X, Sigma, mu)
     # the covariance estimated from the validated X, and an s its solver certified, are not re-validated
     # by the stages that take them (_checks.trusted_values); a user's Sigma is, as before
-    own = _checks.trusted_values() if Sigma is None else contextlib.nullcontext()
-    with own:
+    with _checks.trusted_values(estimated):
         Sigma, s_sol = covariance_and_s(k_fac, Xs, s_method, rank, asdp_block_size, sdp_tol, timings, known=known)
     s = s_sol.value
-    certified = known is None and int(s_sol.result) == RESULTS.successful
-    own = _checks.trusted_values() if certified else contextlib.nullcontext()
+    certified = estimated and int(s_sol.result) == RESULTS.successful
 
     loss = "logistic" if binary else "squared"
     fused = chunk_size is not None or _mesh.wants_sharding(devices, mesh)
-    with own:
+    with _checks.trusted_values(certified):
         W, stat_sol, stage_times = replicate_stage(
             k_samp,
             Xs,
@@ -678,9 +677,8 @@ def _grouped_or_multi_filter(
     R = int(num_replicates)
     if m > 1 and R > 1 and aggregate != "frequency":
         raise ValueError("num_knockoffs > 1 with num_replicates > 1 needs aggregate='frequency'")
-    k_fac, k_samp = jax.random.split(key)
     timings = {}
-    Xs = (X - jnp.mean(X, axis=0)) / jnp.std(X, axis=0)
+    Xs, k_fac, k_samp = _standardise_and_split(X, key)
     if s_method == "sdp_factor":
         # m knockoffs under a rank-`rank` factor model of the data, never p x p (as with m = 1)
         (Sigma, _), timings["covariance"] = _clock(factor_model_from_data, k_fac, Xs, rank)
@@ -688,8 +686,7 @@ def _grouped_or_multi_filter(
             _precision.solve_s_float64, sdp_factor, Sigma, num_knockoffs=m, tol=sdp_tol, dtype=X.dtype
         )
     else:
-        (S_lw, _), timings["covariance"] = _clock(ledoit_wolf, Xs)
-        Sigma = to_correlation(S_lw)
+        Sigma, timings["covariance"] = _clock(_lw_correlation, Xs)
         if groups is None:
             # m knockoffs of single features: the per-feature S solvers with num_knockoffs=m
             solver, kw = _MULTI_S_SOLVERS[s_method], {} if s_method == "equicorrelated" else {"tol": sdp_tol}
