@@ -450,7 +450,7 @@ def _prepare(X, y, loss):
 
 def _scalar(v, dtype):
     """``v`` as a ``dtype`` scalar: a numpy one when concrete (it goes in with the call, no program of its own)."""
-    return jnp.asarray(v, dtype) if isinstance(v, jax.core.Tracer) else np.asarray(v, dtype)
+    return np.asarray(v, dtype) if _checks.is_concrete(v) else jnp.asarray(v, dtype)
 
 
 def _run(
