@@ -408,6 +408,7 @@ def knockoff_filter(
         "knockoff_select",
         key=key, X=X, y=y, Sigma=Sigma, mu=mu,
     )  # fmt: skip
+    _checks.check_key(key)  # before any program: an int seed fails deep inside JAX otherwise
     if groups is not None or num_knockoffs != 1:
         if Sigma is not None:
             raise ValueError("Sigma= (a known law) is not supported yet with groups= or num_knockoffs > 1")

@@ -239,3 +239,30 @@ def test_homotopy_float32_same_choice_as_float64():
     if int(s32.stats["lam_index"]) == int(s64.stats["lam_index"]):
         big = np.abs(b64) > 1e-3 * np.abs(b64).max()
         assert np.array_equal(b32[big] != 0, b64[big] != 0)
+
+
+@pytest.mark.parametrize("m", [1, 3, 5])
+@pytest.mark.parametrize("method", ["homotopy", "cov", "naive"])
+def test_fewer_features_than_a_candidate_chunk(method, m):
+    """m < 8 (the engine's smallest chunk of strong-rule candidates): failed in lax.top_k before; = LassoCV."""
+    X, y = _data(90, 5, seed=7)
+    X = X[:, :m]
+    ids, _ = fold_rows(3, 90)
+    cv = [(np.flatnonzero(ids != k), np.flatnonzero(ids == k)) for k in range(3)]
+    sol = l1_cv(X, y, folds=ids, num_lambdas=20, early_stop=False, method=method)
+    assert int(sol.result) == RESULTS.successful
+    lams = np.asarray(sol.stats["lambdas"])
+    sk = LassoCV(alphas=lams, cv=cv, tol=1e-12, max_iter=200_000).fit(X, y)
+    np.testing.assert_allclose(np.asarray(sol.stats["cv_error"]), sk.mse_path_, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(sol.value), sk.coef_, atol=1e-5)
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_logistic_fewer_features_than_a_candidate_chunk(m):
+    X, y = _data(120, 5, seed=8, loss="logistic")
+    X = X[:, :m]
+    lams = np.geomspace(0.05, 0.005, 5)
+    sol = l1_path(X, y, lams, loss="logistic")
+    assert int(sol.result) == RESULTS.successful
+    path, b0s = np.asarray(sol.stats["coef_path"]), np.asarray(sol.stats["intercept_path"])
+    assert max(_kkt(X, y, path[k], b0s[k], lam, "logistic") for k, lam in enumerate(lams)) < 1e-4

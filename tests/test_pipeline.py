@@ -63,6 +63,17 @@ def test_bad_inputs(key):
         knockoff_filter(key, bad, y)
     with pytest.raises(ValueError, match="s_method"):
         knockoff_filter(key, X, y, s_method="magic")
+    with pytest.raises(TypeError, match="key must be a jax.random key"):
+        knockoff_filter(0, X, y)  # an int seed: before, an error from inside JAX's key handling
+
+
+@pytest.mark.parametrize("p", [1, 3])
+def test_fewer_features_than_the_lasso_candidate_chunk(key, p):
+    """2p < 8 columns in [X, X~]: the CV lasso statistic failed in lax.top_k before."""
+    X, y, _ = make_data(n=200, p=10)
+    sel = knockoff_filter(key, X[:, :p], y, plus=False)
+    assert sel.W.shape == (1, p) and np.all(np.isfinite(np.asarray(sel.W)))
+    assert np.all(np.asarray(sel.statistic_solution.result) == 0)
 
 
 def test_constant_column_found_exactly_even_when_its_computed_std_is_not_zero(key):

@@ -460,7 +460,7 @@ def _run(
     """The engine with capacity growth; ``lambdas=None``: the default grid ``grid = (eps, num_lambdas)``."""
     n, m = X.shape[-2:]
     engine = _engine_for(loss, method, n, m)
-    chunk = 32 if m >= 256 else 8
+    chunk = min(32 if m >= 256 else 8, m)  # top_k needs chunk <= m
     key = (X.shape, str(X.dtype), loss, engine, rows.shape)
     W, A = _CAPACITY.get(key, (min(m, 512), 256))
     W = min(max_features or W, m)
