@@ -97,6 +97,7 @@ class StabilityResult(NamedTuple):
         num_lambdas_used: length ``k`` of the chosen range ``lambdas[:k]``.
         assumption: ``"unimodal"`` (Shah-Samworth eq. 8) or ``"none"`` (q^2/((2 pi - 1) p)).
         num_failed: ``(L,)`` number of subsample fits per lambda that did not converge.
+        expected_false: the target E[V] asked for (``None``: the whole grid at ``threshold``).
     """
 
     probabilities: jax.Array
@@ -110,6 +111,38 @@ class StabilityResult(NamedTuple):
     num_lambdas_used: int
     assumption: str
     num_failed: np.ndarray
+    expected_false: float | None = None
+
+    @property
+    def explanation(self) -> str | None:
+        """Why the result says little, in one sentence; ``None`` when the bound is informative.
+
+        Two cases. Nothing selected (which range and threshold were used). Or a
+        *vacuous* bound: ``bound >= `` the number selected, so the guarantee
+        allows every selection to be false. This is what the default
+        (``expected_false=None``: the whole grid) gives when ``p`` is small
+        against ``n``, where the lasso on half the rows selects nearly every
+        feature at the small end of the grid.
+        """
+        k, nsel = int(self.num_lambdas_used), int(np.sum(self.selected))
+        if k == 0:
+            return (
+                f"nothing selected: even lambdas[:1] gives q = {float(self.q_path[0]):.3g} features per subsample, "
+                f"more than expected_false={self.expected_false} allows at threshold {self.threshold:.3g}; "
+                "raise expected_false or start the grid closer to lambda_max"
+            )
+        if nsel == 0:
+            return (
+                f"nothing selected: no feature reaches threshold {self.threshold:.3g} over lambdas[:{k}] "
+                f"(largest selection probability {float(jnp.max(self.max_probability)):.3g})"
+            )
+        if self.bound >= nsel:
+            return (
+                f"the error bound says nothing here: E[false selections] <= {self.bound:.3g}, not below the "
+                f"{nsel} selected (q = {self.q:.3g} features per subsample over lambdas[:{k}]); pass "
+                "expected_false= (a target E[V], e.g. 1) to cut the lambda range, or raise threshold"
+            )
+        return None
 
 
 # --------------------------------------------------------------------------
@@ -556,4 +589,5 @@ def stability_selection(
         num_lambdas_used=int(k),
         assumption=assumption,
         num_failed=np.asarray(failed),
+        expected_false=None if expected_false is None else float(expected_false),
     )

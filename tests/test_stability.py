@@ -167,6 +167,7 @@ def test_cli_stability(tmp_path, capsys):
     assert main(["stability", *argv]) == 0
     report = json.loads(out.read_text())
     assert report["command"] == "stability" and {"x0", "x1"} <= {s["name"] for s in report["selected"]}
+    assert "explanation" in report  # None, or why the bound says nothing
     assert main(["stability", str(path), "--target", "y", "--threshold", "0.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--threshold" in err[0]
@@ -297,3 +298,19 @@ def test_lockstep_rejects_logistic():
     X, y = _data(0)
     with pytest.raises(ValueError, match="lockstep"):
         _stability_selection(jax.random.key(0), X, (y > 0).astype(float), loss="logistic", solver="lockstep")
+
+
+def test_explanation_names_a_vacuous_bound_and_an_empty_selection():
+    """p small against n: on the whole grid every feature is selected and E[V] <= bound >= the number selected."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((200, 6))
+    y = 2.0 * X[:, 0] + rng.standard_normal(200)
+    key = jax.random.key(0)
+    whole = stability_selection(key, X, y, num_subsamples=B, num_lambdas=L)
+    assert whole.selected.sum() >= 5 and whole.bound >= whole.selected.sum()
+    assert whole.explanation.startswith("the error bound says nothing here")
+    cut = stability_selection(key, X, y, num_subsamples=B, num_lambdas=L, expected_false=1.0)
+    assert cut.selected.tolist() == [True, False, False, False, False, False] and cut.bound <= 1.0
+    assert cut.explanation is None
+    none = stability_selection(key, X, y, num_subsamples=B, num_lambdas=L, expected_false=1e-3)
+    assert not none.selected.any() and none.explanation.startswith("nothing selected: even lambdas[:1]")

@@ -150,6 +150,8 @@ def run_stability(args) -> int:
         f"selected {len(order)} of {len(features)} features at threshold {res.threshold:.3g} "
         f"(E[false selections] <= {res.bound:.3g}, {res.assumption} bound)"
     )
+    if res.explanation:
+        print(res.explanation)
     if order:
         print_table([[features[i], f"{prob[i]:.2f}"] for i in order], ["feature", "max probability"])
     if args.out:
@@ -172,6 +174,7 @@ def run_stability(args) -> int:
                 "timings": {"fit": t_fit, "total": time.perf_counter() - t_start},
                 "selected": [{"name": features[i], "index": int(i), "probability": float(prob[i])} for i in order],
                 "bound": res.bound,
+                "explanation": res.explanation,
                 "q": res.q,
                 "num_lambdas_used": res.num_lambdas_used,
                 "lambdas": np.asarray(res.lambdas).tolist(),
