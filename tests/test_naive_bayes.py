@@ -430,6 +430,9 @@ def test_input_errors():
         sparse_naive_bayes(X, np.array([0, 1, 7, 1]), 1, classes=[0, 1])
     with pytest.raises(ValueError, match="no samples"):
         sparse_naive_bayes(X, y, 1, classes=[0, 1, 2])
+    for bad in (2, [[0, 1]]):  # the same error under jit (was an IndexError from the label encoding)
+        with pytest.raises(ValueError, match="classes must be a 1-D sequence"):
+            jax.jit(lambda X, y, c=bad: sparse_naive_bayes(X, y, 1, classes=c).result)(X, y)
     with pytest.raises(ValueError, match="all-zero counts.*alpha > 0"):
         sparse_naive_bayes(np.where(y[:, None] == 1, 0, X), y, 1, alpha=0.0)
     with pytest.raises(ValueError, match="model must be one of"):
@@ -547,3 +550,17 @@ def test_continuous_target_is_rejected_naming_y():
     with pytest.raises(ValueError, match="y looks like a continuous target"):
         class_sums(X, np.arange(30))  # 30 classes in 30 rows
     assert class_sums(X, np.repeat([1.0, 2.0, 3.0], 10)).counts.shape == (3, 4)  # whole-number floats are labels
+
+
+@pytest.mark.parametrize("model", ["multinomial", "bernoulli"])
+def test_traced_label_outside_classes_is_not_silently_dropped(model):
+    """Under jit y cannot be inspected: a label outside classes= gave a plausible model fitted without
+    that row; now the sums are NaN-poisoned and the result code says so."""
+    rng = np.random.default_rng(0)
+    X = rng.poisson(1.0, (60, 12)).astype(float)
+    X = (X > 1).astype(float) if model == "bernoulli" else X
+    y = rng.integers(0, 2, 60)
+    fit = jax.jit(lambda X, y: sparse_naive_bayes(X, y, 3, classes=(0, 1), model=model).result)
+    assert int(fit(X, y)) == RESULTS.successful
+    y[5] = 7
+    assert int(fit(X, y)) == RESULTS.nonfinite

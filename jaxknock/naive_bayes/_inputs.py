@@ -52,6 +52,14 @@ def label_tuple(values) -> tuple:
     return tuple(v.item() if hasattr(v, "item") else v for v in values)
 
 
+def _class_order(classes):
+    """``classes`` as a 1-D numpy array of distinct labels (the same check with and without ``jit``)."""
+    cls = np.asarray(classes)
+    if cls.ndim != 1 or len(np.unique(cls)) != cls.shape[0]:
+        raise ValueError(f"classes must be a 1-D sequence of distinct labels, got {classes!r}")
+    return cls
+
+
 def encode_labels(y, n, classes):
     """Map labels to codes ``0..C-1``; returns (codes, classes tuple)."""
     if not is_concrete(y):
@@ -60,11 +68,14 @@ def encode_labels(y, n, classes):
                 "y is traced (inside jit/vmap): pass classes=... (the sorted label "
                 "values) so that the labels can be encoded without inspecting y"
             )
-        cls = np.asarray(classes)
+        cls = _class_order(classes)
         if y.ndim != 1 or y.shape[0] != n:
             raise ValueError(f"y must have shape ({n},), got {tuple(y.shape)}")
         order = np.argsort(cls, kind="stable")
-        codes = jnp.asarray(order)[jnp.searchsorted(jnp.asarray(cls[order]), y)]
+        sorted_cls = jnp.asarray(cls[order])
+        pos = jnp.clip(jnp.searchsorted(sorted_cls, y), 0, len(cls) - 1)
+        # a label outside classes gets the code C (no class): class_sums NaN-poisons the sums
+        codes = jnp.where(sorted_cls[pos] == y, jnp.asarray(order)[pos], len(cls))
         return codes.astype(jnp.int32), label_tuple(cls)
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
@@ -77,9 +88,7 @@ def encode_labels(y, n, classes):
         check_class_labels(y, "y")
         cls = np.unique(y)
     else:
-        cls = np.asarray(classes)
-        if cls.ndim != 1 or len(np.unique(cls)) != cls.shape[0]:
-            raise ValueError(f"classes must be a 1-D sequence of distinct labels, got {classes!r}")
+        cls = _class_order(classes)
     order = np.argsort(cls, kind="stable")
     sorted_cls = cls[order]
     pos = np.clip(np.searchsorted(sorted_cls, y), 0, max(len(cls) - 1, 0))

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock._checks import check_nonempty
+from jaxknock._checks import check_nonempty, is_concrete
 from jaxknock.naive_bayes._inputs import (
     MODELS,
     check_values,
@@ -293,6 +293,9 @@ def class_sums(X, y=None, *, classes=None, model: str | None = None) -> ClassSum
     check_values(X, model)
     codes, cls = encode_labels(y, X.shape[0], classes)
     counts, n = _dense_sums(jnp.asarray(X), jnp.asarray(codes), num_classes=len(cls), dtype=dtype)
+    if not is_concrete(codes):  # traced labels outside classes (code C): poisoned, not silently dropped
+        bad = jnp.any(codes >= len(cls))
+        counts, n = jnp.where(bad, jnp.nan, counts), jnp.where(bad, jnp.nan, n)
     return ClassSums(counts, n, cls)
 
 
