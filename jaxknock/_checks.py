@@ -586,6 +586,16 @@ def check_lam(lam, name: str = "lam"):
             raise ValueError(f"{name} must be positive and finite, got {a if a.ndim else float(a)}")
 
 
+def as_binary_labels(y, dtype):
+    """Labels ``y > 0`` as 0/1 of ``dtype``, with a non-finite label kept as NaN.
+
+    Under ``jit`` the values of ``y`` cannot be checked; ``(y > 0)`` alone
+    would turn a NaN label into class 0 and give a plausible fit. The NaN
+    reaches the solver instead, whose result code reports it.
+    """
+    return jnp.where(jnp.isfinite(y), (y > 0).astype(dtype), jnp.asarray(jnp.nan, dtype))
+
+
 def check_model_response(y, *, loss: str, fit_intercept: bool):
     """Value checks on a concrete response of a lasso / l1-logistic model (no-op on tracers).
 

@@ -122,11 +122,11 @@ def _prepare(Xk, y, *, loss="squared", fit_intercept=True, binary=False, num_kno
     y = y.astype(Xk.dtype)
     if binary:
         _checks.check_model_response(y, loss="logistic", fit_intercept=True)
-        y = (y > 0).astype(Xk.dtype)
+        y = _checks.as_binary_labels(y, Xk.dtype)
     else:
         _checks.check_model_response(y, loss=loss, fit_intercept=fit_intercept)
         if loss == "logistic":
-            y = (y > 0).astype(Xk.dtype)
+            y = _checks.as_binary_labels(y, Xk.dtype)
     batch_shape = Xk.shape[:-2]
     return Xk.reshape((-1,) + Xk.shape[-2:]), y, batch_shape
 
@@ -437,7 +437,8 @@ def _marginal_jit(Xk3, y, *, method, copies=2):
     yc = y - jnp.mean(y)
     cov = jnp.einsum("rnm,n->rm", Xc, yc, precision=_HI)
     norms = jnp.linalg.norm(Xc, axis=-2) * jnp.linalg.norm(yc)
-    corr = jnp.where(norms > 0, cov / jnp.where(norms > 0, norms, 1.0), 0.0)
+    # zero variance: 0; a NaN in y or X (unseen under jit) stays NaN instead of reading as 'no correlation'
+    corr = jnp.where(norms == 0, 0.0, cov / jnp.where(norms == 0, 1.0, norms))
     if copies > 2:
         return jnp.abs(corr).reshape(corr.shape[0], copies, -1)
     return antisymmetric_combine(jnp.abs(corr), method=method)

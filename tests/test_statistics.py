@@ -183,3 +183,25 @@ def test_statistics_on_zero_rows_name_xk():
         S.marginal_correlation(np.zeros((0, 2)), np.zeros(0))
     with pytest.raises(ValueError, match="Xk needs at least 2 rows"):
         S.sparse_centroid(np.zeros((1, 2)), np.zeros(1))
+
+
+def test_a_nan_label_under_jit_is_reported_not_read_as_class_zero():
+    """Under jit y cannot be inspected. `y > 0` turned a NaN label into class 0 (a successful, plausible
+    logistic fit) and the marginal correlation read a NaN as 'no correlation' (W = 0)."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((120, 6))
+    Xk = np.c_[X, X + rng.standard_normal(X.shape)]
+    labels = (X[:, 0] + 0.5 * rng.standard_normal(120) > 0).astype(float)
+    bad = labels.copy()
+    bad[7] = np.nan
+    for fit in (
+        jax.jit(lambda Xk, y: S.lcd(Xk, y, loss="logistic").result),
+        jax.jit(lambda Xk, y: S.lcd(Xk, y, lam=0.05, loss="logistic").result),
+        jax.jit(lambda Xk, y: L.lasso_cv(Xk, y, loss="logistic").result),
+    ):
+        assert int(fit(Xk, labels)) == RESULTS.successful
+        assert int(fit(Xk, bad)) != RESULTS.successful
+    corr = jax.jit(S.marginal_correlation)
+    assert np.all(np.isfinite(np.asarray(corr(Xk, labels))))
+    assert np.all(np.isnan(np.asarray(corr(Xk, bad))))
+    assert not np.any(np.isfinite(np.asarray(jax.jit(S.sparse_centroid)(Xk, bad))))

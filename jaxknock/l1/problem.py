@@ -266,7 +266,7 @@ def prepare_data(X, y, *, loss, fit_intercept, name_X="X"):
     y = y.astype(X.dtype)
     _checks.check_model_response(y, loss=loss, fit_intercept=fit_intercept)
     if loss == "logistic":
-        y = (y > 0).astype(X.dtype)
+        y = _checks.as_binary_labels(y, X.dtype)
     return X, y
 
 
