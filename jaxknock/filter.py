@@ -56,7 +56,9 @@ def knockoff_threshold(W, fdr, *, plus: bool = True):
         plus: use the knockoff+ offset of 1.
 
     Returns:
-        ``(...)`` thresholds.
+        ``(...)`` thresholds; NaN for a row holding a NaN statistic (eager
+        calls raise on it; under ``jit`` it cannot be seen before the call, and
+        ``W >= NaN`` then selects nothing).
 
     Example:
         >>> W = jnp.array([5.0, 4.0, 3.0, 2.0, -1.0])
@@ -82,7 +84,8 @@ def _threshold(W, fdr, *, plus):
     def one(w):
         t, ratio = _fdp_estimates(w, plus)
         ok = (ratio <= fdr) & (t > 0)
-        return jnp.min(jnp.where(ok, t, jnp.inf))
+        # a NaN statistic (a failed fit, unseen under jit): NaN threshold, so W >= T selects nothing
+        return jnp.where(jnp.any(jnp.isnan(w)), jnp.nan, jnp.min(jnp.where(ok, t, jnp.inf)))
 
     flat = W.reshape(-1, W.shape[-1])
     return jax.vmap(one)(flat).reshape(W.shape[:-1])
@@ -204,7 +207,7 @@ def _evalues(W, fdr, *, plus):
     p = W.shape[-1]
     T = _threshold(W, fdr, plus=plus)[..., None]
     n_neg = jnp.sum(W <= -T, axis=-1, keepdims=True)
-    return p * (W >= T) / (1.0 + n_neg)
+    return jnp.where(jnp.isnan(T), jnp.nan, p * (W >= T) / (1.0 + n_neg))  # NaN threshold: NaN e-values
 
 
 # ----------------------------------------------------------------------------
@@ -234,7 +237,8 @@ def benjamini_hochberg(pvalues, fdr):
         fdr: level ``q`` in ``(0, 1)``.
 
     Returns:
-        ``(..., m)`` boolean mask of rejections.
+        ``(..., m)`` boolean mask of rejections. Eager calls raise on a NaN or a
+        value outside ``[0, 1]``; under ``jit`` such a row rejects nothing.
 
     Example:
         >>> benjamini_hochberg(jnp.array([0.001, 0.03, 0.04, 0.5]), 0.1).tolist()
@@ -272,7 +276,9 @@ def _step_up(pv, fdr, *, dependence):
     ok = ps <= k * fdr / m
     kmax = jnp.max(jnp.where(ok, jnp.arange(1, m + 1), 0), axis=-1, keepdims=True)
     cutoff = jnp.take_along_axis(ps, jnp.maximum(kmax - 1, 0), axis=-1)
-    return (pv <= cutoff) & (kmax > 0)
+    # under jit a NaN or a value outside [0, 1] cannot raise: that row rejects nothing
+    valid = jnp.all((pv >= 0) & (pv <= 1), axis=-1, keepdims=True)
+    return (pv <= cutoff) & (kmax > 0) & valid
 
 
 def ebh(evalues, fdr):
@@ -288,7 +294,8 @@ def ebh(evalues, fdr):
         fdr: level ``q`` in ``(0, 1)``.
 
     Returns:
-        ``(..., m)`` boolean mask.
+        ``(..., m)`` boolean mask. Eager calls raise on a NaN or negative
+        e-value; under ``jit`` such a row rejects nothing.
 
     Example:
         >>> ebh(jnp.array([40.0, 20.0, 1.0, 0.0]), 0.1).tolist()
@@ -311,7 +318,9 @@ def _ebh(e, fdr):
     ok = es * k * fdr >= m * (1.0 - 8 * jnp.finfo(e.dtype).eps)
     kmax = jnp.max(jnp.where(ok, jnp.arange(1, m + 1), 0), axis=-1, keepdims=True)
     cutoff = jnp.take_along_axis(es, jnp.maximum(kmax - 1, 0), axis=-1)
-    return (e >= cutoff) & (kmax > 0)
+    # under jit a NaN or negative e-value cannot raise: that row rejects nothing
+    valid = jnp.all(e >= 0, axis=-1, keepdims=True)
+    return (e >= cutoff) & (kmax > 0) & valid
 
 
 # ----------------------------------------------------------------------------

@@ -302,3 +302,28 @@ def test_fdr_of_the_wrong_type_names_fdr(fdr):
         F.knockoff_select(W, fdr)
     with pytest.raises((TypeError, ValueError), match="fdr"):
         F.benjamini_hochberg(jnp.array([0.01, 0.5]), fdr)
+
+
+def test_invalid_inputs_under_jit_select_nothing_instead_of_a_plausible_set():
+    """Eager calls raise on these; under jit they selected 29 of 30 (BH), 25 of 30 (e-BH) or used a
+    finite knockoff threshold computed around a NaN statistic."""
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal(30) + 2.0
+    pv = rng.random(30) * 0.01
+    e = rng.exponential(100.0, 30)
+    first = np.arange(30) == 0
+    assert F.knockoff_select(W, 0.1).sum() > 0 and F.benjamini_hochberg(pv, 0.1).sum() > 0
+    assert F.ebh(e, 0.1).sum() > 0
+    assert np.isnan(float(jax.jit(F.knockoff_threshold)(np.where(first, np.nan, W), 0.1)))
+    assert not np.asarray(jax.jit(F.knockoff_select)(np.where(first, np.nan, W), 0.1)).any()
+    assert np.isnan(np.asarray(jax.jit(F.knockoff_evalues)(np.where(first, np.nan, W), 0.1))).all()
+    for bad in (np.nan, 1.5, -0.1):
+        assert not np.asarray(jax.jit(F.benjamini_hochberg)(np.where(first, bad, pv), 0.1)).any()
+        assert not np.asarray(jax.jit(F.benjamini_yekutieli)(np.where(first, bad, pv), 0.1)).any()
+    for bad in (np.nan, -1.0):
+        assert not np.asarray(jax.jit(F.ebh)(np.where(first, bad, e), 0.1)).any()
+    # rows are independent: a bad row does not silence a good one
+    both = jax.jit(F.benjamini_hochberg)(np.stack([np.where(first, np.nan, pv), pv]), 0.1)
+    assert not np.asarray(both[0]).any() and np.array_equal(
+        np.asarray(both[1]), np.asarray(F.benjamini_hochberg(pv, 0.1))
+    )
