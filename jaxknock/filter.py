@@ -378,7 +378,8 @@ def aggregate_frequency(W, fdr, *, eta: float = 0.5, plus: bool = True):
         plus: knockoff+ threshold per replicate.
 
     Returns:
-        ``(p,)`` boolean mask.
+        ``(p,)`` boolean mask; under ``jit`` all ``False`` when a replicate
+        holds a NaN statistic (eager calls raise).
 
     Example:
         >>> W = jnp.array([[5.0, 4.0, 3.0, 2.0, -1.0], [6.0, -4.0, 5.0, 4.0, 3.0]])
@@ -400,4 +401,5 @@ def _ebh_mask(W, fdr, alpha_kn, plus):
 def _frequency_mask(W, fdr, eta, plus):
     """Features selected by knockoff(+) at ``fdr`` in at least a fraction ``eta`` of the replicates."""
     T = _threshold(W, fdr, plus=plus)
-    return jnp.mean(W >= T[:, None], axis=0) >= eta
+    # a failed replicate (NaN threshold, unseen under jit) voids the aggregate, as in aggregate_ebh
+    return (jnp.mean(W >= T[:, None], axis=0) >= eta) & ~jnp.any(jnp.isnan(T))

@@ -111,7 +111,7 @@ def _mk_statistics(Z):
 
 
 def multi_knockoff_threshold(kappa, tau, fdr, *, num_knockoffs: int, plus: bool = True):
-    r"""Multi-knockoff(+) threshold ``T`` (module docstring; ``+inf`` if none).
+    r"""Multi-knockoff(+) threshold ``T`` (module docstring; ``+inf`` if none; NaN if ``tau`` holds a NaN).
 
     Exact in ``O(p log p)`` (sorts and binary searches), jittable, batched
     over leading axes.
@@ -150,7 +150,8 @@ def _mk_threshold(kappa, tau, fdr, *, m, plus):
         n1 = p - jnp.searchsorted(knock, t, side="left")  # #{kappa != 0, tau >= t}
         ratio = (float(plus) + n1) / m / jnp.maximum(n0, 1)
         ok = (ratio <= fdr) & (t > 0)
-        return jnp.min(jnp.where(ok, t, jnp.inf))
+        # a NaN magnitude (a failed statistic, unseen under jit): NaN threshold, nothing selected
+        return jnp.where(jnp.any(jnp.isnan(t)), jnp.nan, jnp.min(jnp.where(ok, t, jnp.inf)))
 
     flat_k = kappa.reshape(-1, kappa.shape[-1])
     flat_t = tau.reshape(-1, tau.shape[-1])

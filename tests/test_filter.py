@@ -327,3 +327,21 @@ def test_invalid_inputs_under_jit_select_nothing_instead_of_a_plausible_set():
     assert not np.asarray(both[0]).any() and np.array_equal(
         np.asarray(both[1]), np.asarray(F.benjamini_hochberg(pv, 0.1))
     )
+
+
+def test_a_failed_replicate_or_copy_voids_the_aggregate_under_jit():
+    """aggregate_frequency kept the other replicates' vote (30 of 30 selected with one NaN replicate);
+    multi-knockoff selection thresholded around a NaN score."""
+    from jaxknock.multi import multi_knockoff_select
+
+    rng = np.random.default_rng(1)
+    W = rng.standard_normal((4, 30)) + 2.0
+    assert np.asarray(jax.jit(F.aggregate_frequency)(W, 0.1)).sum() > 0
+    W[0, 0] = np.nan
+    assert not np.asarray(jax.jit(F.aggregate_frequency)(W, 0.1)).any()
+    assert not np.asarray(jax.jit(F.aggregate_ebh)(W, 0.1)).any()
+    Z = np.abs(rng.standard_normal((3, 30)))
+    Z[0, :10] += 3.0
+    assert np.asarray(jax.jit(multi_knockoff_select)(Z, 0.3)).sum() > 0
+    Z[0, 17] = np.nan
+    assert not np.asarray(jax.jit(multi_knockoff_select)(Z, 0.3)).any()
