@@ -140,7 +140,8 @@ class StabilityResult(NamedTuple):
             return (
                 f"the error bound says nothing here: E[false selections] <= {self.bound:.3g}, not below the "
                 f"{nsel} selected (q = {self.q:.3g} features per subsample over lambdas[:{k}]); pass "
-                "expected_false= (a target E[V], e.g. 1) to cut the lambda range, or raise threshold"
+                "expected_false= (a target E[V], e.g. 1; --expected-false in the CLI) to cut the lambda range, "
+                "or raise threshold"
             )
         return None
 

@@ -94,6 +94,27 @@ def test_select_csv_finds_signals_and_writes_report(reg_csv, tmp_path, capsys):
         assert s["name"] in out and s["W"] > 0
 
 
+def test_select_two_label_text_target_is_coded_and_reported(tmp_path, capsys):
+    """A case / control column (the usual binary outcome) was refused as 'not numeric'; now coded 0/1
+    (sorted labels), fitted with the logistic loss, and the coding is printed and written to the report."""
+    X, y = regression_table()
+    labels = np.where(y > np.median(y), "case", "control")
+    header = [f"g{j}" for j in range(X.shape[1])] + ["status"]
+    path = write_csv(tmp_path / "cc.csv", header, [[*map(str, row), lab] for row, lab in zip(X.tolist(), labels)])
+    out_json = tmp_path / "cc.json"
+    code, out, err = run(["select", path, "--target", "status", "--method", "equi", "--out", str(out_json)], capsys)
+    assert code == 0, err
+    assert "(coded 0 = 'case', 1 = 'control')" in out
+    report = json.loads(out_json.read_text())
+    assert report["inputs"]["target_levels"] == {"0": "case", "1": "control"}
+    assert report["settings"]["loss"] == "logistic"
+    three = np.array(["a", "b", "c"])[np.arange(len(y)) % 3]
+    path3 = write_csv(tmp_path / "c3.csv", header, [[*map(str, row), lab] for row, lab in zip(X.tolist(), three)])
+    assert_error(["select", path3, "--target", "status"], capsys, "column 'status' is not numeric")
+    feature_text = write_csv(tmp_path / "ft.csv", ["g0", "g1", "y"], [["a", "1", "2"], ["b", "3", "4"]] * 10)
+    assert_error(["select", feature_text, "--target", "y"], capsys, "column 'g0' is not numeric")
+
+
 def test_select_npz_replicates_and_quiet(reg_npz, capsys):
     code, out, err = run(
         [

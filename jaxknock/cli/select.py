@@ -94,8 +94,11 @@ def _load_groups(path, p):
 
 
 def _load_design(args, method):
-    """Read the table and split it into ``(names, j, X, y, features)``, checking the target."""
-    names, table = load_table(args.data)
+    """Read the table and split it into ``(names, j, X, y, features, levels)``, checking the target.
+
+    ``levels``: the two text labels of a binary target coded 0/1 (``None`` for a numeric target).
+    """
+    names, table, levels = load_table(args.data, target=args.target)
     j = resolve_target(names, args.target, args.data)
     X, y, features = _check_design(args.data, names, table, j, method=method)
     n, p = X.shape
@@ -103,7 +106,7 @@ def _load_design(args, method):
         raise CLIError(f"--rank must be smaller than min(rows, features) = {min(n, p)}, got {args.rank}")
     if args.statistic == "centroid" and len(set(y.tolist())) != 2:
         raise CLIError("--statistic centroid needs a binary target (two distinct values)")
-    return names, j, X, y, features
+    return names, j, X, y, features, levels
 
 
 def _run_filter(args, method, X, y):
@@ -190,7 +193,7 @@ def _print_selection(args, selections, p) -> None:
 
 def _select_report(args, method, sel, design, summary, times) -> dict:
     """The JSON report of ``jaxknock select --out``."""
-    names, j, features, n, p = design
+    names, j, features, n, p, levels = design
     selections, s_info, W_mean, T = summary
     path = Path(args.data)
     return {
@@ -201,6 +204,7 @@ def _select_report(args, method, sel, design, summary, times) -> dict:
             "rows": n,
             "features": p,
             "target": names[j],
+            "target_levels": None if levels is None else {"0": levels[0], "1": levels[1]},
             "feature_names": features,
         },
         "settings": {
@@ -236,14 +240,16 @@ def run_select(args) -> int:
     method = METHODS[args.method]
     _check_select_args(args, method)
     t0 = time.perf_counter()
-    names, j, X, y, features = _load_design(args, method)
+    names, j, X, y, features, levels = _load_design(args, method)
     n, p = X.shape
     t_load = time.perf_counter() - t0
 
     enable_x64()
     say = (lambda *a, **k: None) if args.quiet else print
     say(
-        f"{len(features)} features, {n} rows, target {names[j]!r}; method {args.method}, "
+        f"{len(features)} features, {n} rows, target {names[j]!r}"
+        + (f" (coded 0 = {levels[0]!r}, 1 = {levels[1]!r})" if levels else "")
+        + f"; method {args.method}, "
         f"statistic {args.statistic}, {args.replicates} replicate(s), FDR {args.fdr}"
     )
     t0 = time.perf_counter()
@@ -264,6 +270,6 @@ def run_select(args) -> int:
             "filter_total": t_filter,
             "total": time.perf_counter() - t_start,
         }
-        write_json(args.out, _select_report(args, method, sel, (names, j, features, n, p), summary, times))
+        write_json(args.out, _select_report(args, method, sel, (names, j, features, n, p, levels), summary, times))
         say(f"report written to {args.out}")
     return 0

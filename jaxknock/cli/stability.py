@@ -55,7 +55,7 @@ def add_parsers(sub) -> None:
 def _load(args):
     import numpy as np
 
-    names, table = load_table(args.data)
+    names, table, _ = load_table(args.data, target=args.target)  # a two-label text target is coded 0/1
     j = resolve_target(names, args.target, args.data)
     bad = ~np.isfinite(table)
     if bad.any():

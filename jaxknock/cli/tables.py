@@ -104,8 +104,30 @@ def default_names(p):
     return [f"x{j}" for j in range(p)]
 
 
-def load_table(path):
-    """``(names, X)`` with ``X`` a float ``(n, p)`` NumPy array, from CSV / NPZ / NPY.
+def two_level_column(path, name, values):
+    """A text column with exactly two distinct labels (e.g. ``case`` / ``control``) as 0/1, or ``None``.
+
+    The labels are ordered as sorted strings (``0`` for the first); returns
+    ``(codes, (label0, label1))``. A missing entry is NaN (reported later like
+    any missing value).
+    """
+    import numpy as np
+
+    present = [v for v in values if v.lower() not in MISSING]
+    levels = sorted(set(present))
+    if len(levels) != 2 or all(_float_or_none(v) is not None for v in present):
+        return None
+    codes = np.array([np.nan if v.lower() in MISSING else float(v == levels[1]) for v in values])
+    return codes, tuple(levels)
+
+
+def load_table(path, target=None):
+    """``(names, X, levels)`` with ``X`` a float ``(n, p)`` NumPy array, from CSV / NPZ / NPY.
+
+    ``levels``: when the CSV column named ``target`` holds text with exactly
+    two labels (a binary response such as ``case`` / ``control``), that column
+    is coded 0/1 in sorted label order and ``levels`` is the pair of labels;
+    otherwise ``None``.
 
     * CSV: a header row of column names; ``,``, ``;`` or tab delimited.
     * NPY: a 2-D numeric array; columns are named ``x0, x1, ...``.
@@ -121,8 +143,16 @@ def load_table(path):
         names, cols = read_csv_table(path)
         if not cols[0]:
             raise CLIError(f"{path} has a header but no data rows")
-        X = np.column_stack([numeric_column(path, n, c) for n, c in zip(names, cols)])
-        return names, X
+        levels = None
+        if target in names:
+            coded = two_level_column(path, target, cols[names.index(target)])
+            if coded is not None:
+                cols = list(cols)
+                cols[names.index(target)], levels = coded
+        X = np.column_stack(
+            [c if isinstance(c, np.ndarray) else numeric_column(path, n, c) for n, c in zip(names, cols)]
+        )
+        return names, X, levels
     if suffix == ".npy":
         try:
             X = np.load(path, allow_pickle=False)
@@ -130,7 +160,7 @@ def load_table(path):
             raise CLIError(f"{path} is not a readable .npy array ({err}); save it with numpy.save") from None
         if X.ndim != 2:
             raise CLIError(f"{path} holds an array of shape {X.shape}; it must be 2-D (rows x columns)")
-        return default_names(X.shape[1]), _as_float(path, X)
+        return default_names(X.shape[1]), _as_float(path, X), None
     if suffix == ".npz":
         try:
             check_npz_archive(path)
@@ -161,7 +191,7 @@ def load_table(path):
             names = names or default_names(X.shape[1])
             if len(names) != X.shape[1]:
                 raise CLIError(f"{path}: {len(names)} column names for {X.shape[1]} columns")
-            return names, _as_float(path, X)
+            return names, _as_float(path, X), None
         one_d = {k: v for k, v in arrays.items() if v.ndim == 1}
         if not one_d:
             raise CLIError(f"{path} holds no 1-D or 2-D arrays; save columns with numpy.savez(path, a=..., b=...)")
@@ -169,7 +199,7 @@ def load_table(path):
         if len(set(lengths.values())) > 1:
             raise CLIError(f"{path}: the 1-D arrays have different lengths {lengths}; every column needs one per row")
         names = list(one_d)
-        return names, np.column_stack([_as_float(path, one_d[k], k) for k in names])
+        return names, np.column_stack([_as_float(path, one_d[k], k) for k in names]), None
     raise CLIError(f"unsupported file type {suffix or '(none)'!r} for {path}; use .csv, .npz or .npy")
 
 
