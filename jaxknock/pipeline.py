@@ -32,6 +32,7 @@ from jaxknock import statistics as _stats
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import FactorFit, FactorModel, factor_model_from_data, ledoit_wolf, to_correlation
 from jaxknock.distributed import shard_batch
+from jaxknock.l1 import cv as _cv
 from jaxknock.svector import asdp, equicorrelated, maxent, mvr, sdp, sdp_factor
 from jaxknock.svector.group import group_index, group_s_matrix
 
@@ -318,7 +319,9 @@ def knockoff_filter(
 
     A binary ``y`` (two distinct values of any type: ``{0, 1}``, ``{1, 2}``,
     ``{-1, 1}``, strings, booleans; mapped in sorted order to ``{0, 1}``)
-    switches the lasso statistics to l1-logistic regression; more than two
+    switches the lasso statistics to l1-logistic regression, cross-validated on
+    stratified folds (scikit-learn's ``StratifiedKFold(5)``, so rows sorted by
+    class still give every fold both classes); more than two
     non-numeric labels, or 3 to 20 distinct integers (class labels), are
     rejected with a ``ValueError`` (pass ``y.astype(float)`` to fit integers as
     a continuous response). ``X`` is standardised first.
@@ -467,6 +470,7 @@ def knockoff_filter(
             loss=loss,
             lasso_tol=lasso_tol,
             cv_patience=cv_patience,
+            folds=_cv_folds(y, binary),
             devices=devices,
             mesh=mesh,
             chunk_size=chunk_size,
@@ -518,6 +522,7 @@ def replicate_stage(
     devices=None,
     mesh=None,
     chunk_size=None,
+    folds=5,
 ):
     """Stages 4-5 of :func:`knockoff_filter`: ``R`` knockoff replicates of ``Xs`` and their statistics.
 
@@ -545,6 +550,7 @@ def replicate_stage(
             chunk_size=chunk_size,
             lasso_tol=lasso_tol,
             cv_patience=cv_patience,
+            folds=folds,
         )
         timings["statistics"] = 0.0
         return W, stat_sol, timings
@@ -553,7 +559,9 @@ def replicate_stage(
     stat_sol = None
     t0 = time.perf_counter()
     if statistic == "lcd":
-        stat_sol = _stats.lcd(Xk, y, lam=lam, loss=loss, tol=lasso_tol, patience=cv_patience if lam is None else None)
+        stat_sol = _stats.lcd(
+            Xk, y, lam=lam, loss=loss, tol=lasso_tol, patience=cv_patience if lam is None else None, folds=folds
+        )
         W = stat_sol.value
     elif statistic == "lsm":
         stat_sol = _stats.lsm(Xk, y, loss=loss, tol=lasso_tol)
@@ -567,18 +575,31 @@ def replicate_stage(
     return W, stat_sol, timings
 
 
+def _cv_folds(y, binary: bool, K: int = 5):
+    """The lasso statistic's ``K`` CV folds: stratified for a binary response, contiguous otherwise.
+
+    Contiguous folds (scikit-learn's ``KFold``, the default of :func:`~jaxknock.lcd`)
+    on rows sorted by class hold out a single class, or leave a training fold
+    without the rarer class; stratified folds (``StratifiedKFold``, what
+    scikit-learn's ``LogisticRegressionCV`` uses) keep the class proportions.
+    """
+    return _cv.stratified_kfold_ids(np.asarray(y), K) if binary else K
+
+
 @jax.jit
 def _augment(Xs, Xt):
     """The designs ``[X, X~]`` ``(R, n, 2p)`` of the knockoff replicates ``Xt`` ``(R, n, p)``."""
     return jnp.concatenate([jnp.broadcast_to(Xs, Xt.shape), Xt], axis=-1)
 
 
-def _replicate_statistics(keys, plan, Xs, y, lam, *, statistic, loss, lasso_tol=None, cv_patience=None):
+def _replicate_statistics(keys, plan, Xs, y, lam, *, statistic, loss, lasso_tol=None, cv_patience=None, folds=5):
     """Knockoffs and statistics of a batch of replicates (one device's share)."""
     Xt = jax.vmap(_sampling.draw_replicate, in_axes=(0, None))(keys, plan)
     Xk = _augment(Xs, Xt)
     if statistic == "lcd":
-        sol = _stats.lcd(Xk, y, lam=lam, loss=loss, tol=lasso_tol, patience=cv_patience if lam is None else None)
+        sol = _stats.lcd(
+            Xk, y, lam=lam, loss=loss, tol=lasso_tol, patience=cv_patience if lam is None else None, folds=folds
+        )
         return sol.value, sol
     if statistic == "lsm":
         sol = _stats.lsm(Xk, y, loss=loss, tol=lasso_tol)
@@ -589,7 +610,7 @@ def _replicate_statistics(keys, plan, Xs, y, lam, *, statistic, loss, lasso_tol=
 
 
 def _fused_replicates(
-    key, Xs, y, Sigma, s, R, *, statistic, lam, loss, mesh, chunk_size, lasso_tol=None, cv_patience=None
+    key, Xs, y, Sigma, s, R, *, statistic, lam, loss, mesh, chunk_size, lasso_tol=None, cv_patience=None, folds=5
 ):
     """Sampling + statistics per replicate, sharded over ``mesh`` in memory-sized steps.
 
@@ -607,7 +628,7 @@ def _fused_replicates(
     per_rep += _memory.statistic_bytes(n, p, b, lasso=statistic in ("lcd", "lsm"))
     keys = jax.random.split(key, R)  # same keys as sample_replicates, split before sharding
     fn = functools.partial(
-        _replicate_statistics, statistic=statistic, loss=loss, lasso_tol=lasso_tol, cv_patience=cv_patience
+        _replicate_statistics, statistic=statistic, loss=loss, lasso_tol=lasso_tol, cv_patience=cv_patience, folds=folds
     )
     return shard_batch(
         fn,
@@ -713,7 +734,14 @@ def _grouped_or_multi_filter(
     stat_sol = None
     if statistic == "lcd":
         stat_sol = _stats.lcd(
-            Xk, y, lam=lam, loss=loss, tol=lasso_tol, patience=cv_patience if lam is None else None, num_knockoffs=m
+            Xk,
+            y,
+            lam=lam,
+            loss=loss,
+            tol=lasso_tol,
+            patience=cv_patience if lam is None else None,
+            num_knockoffs=m,
+            folds=_cv_folds(y, binary),
         )
         scores = stat_sol.value
     elif statistic == "lsm":

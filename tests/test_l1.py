@@ -318,3 +318,30 @@ def test_text_response_names_y():
         L.lambda_max(X, np.array(["a", "b"] * 3))
     with pytest.raises(TypeError, match="y must be a numeric array"):
         L.lasso(X, ["a", "b"] * 3, 0.1)
+
+
+def test_stratified_kfold_ids_equal_scikit_learns_stratified_kfold():
+    import warnings
+
+    from sklearn.model_selection import StratifiedKFold
+
+    from jaxknock.l1.cv import stratified_kfold_ids
+
+    rng = np.random.default_rng(0)
+    checked = 0
+    for _ in range(60):
+        n, K, C = int(rng.integers(6, 60)), int(rng.integers(2, 6)), int(rng.integers(2, 4))
+        y = rng.choice(np.array(["b", "a", "c"])[:C], n)  # text labels, first appearance != sorted order
+        ref = np.empty(n, int)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a class smaller than K: scikit-learn warns, both still split
+            try:
+                for k, (_, test) in enumerate(StratifiedKFold(K).split(np.zeros(n), y)):
+                    ref[test] = k
+            except ValueError:
+                continue
+        np.testing.assert_array_equal(stratified_kfold_ids(y, K), ref)
+        checked += 1
+    assert checked > 40
+    with pytest.raises(ValueError, match="folds must be an integer"):
+        stratified_kfold_ids([0, 1, 0], 4)

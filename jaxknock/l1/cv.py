@@ -22,7 +22,7 @@ from jaxknock.l1.problem import intercept, loss_value, make_problem, prepare_dat
 from jaxknock.l1.settings import L1Settings, make_settings
 from jaxknock.l1.solvers import solve
 
-__all__ = ["kfold_ids", "lasso_cv"]
+__all__ = ["kfold_ids", "lasso_cv", "stratified_kfold_ids"]
 
 
 def kfold_ids(n: int, folds: int) -> np.ndarray:
@@ -40,6 +40,36 @@ def kfold_ids(n: int, folds: int) -> np.ndarray:
     sizes = np.full(folds, n // folds)
     sizes[: n % folds] += 1
     return np.repeat(np.arange(folds, dtype=np.int32), sizes)
+
+
+def stratified_kfold_ids(y, folds: int) -> np.ndarray:
+    """Fold index of each row for stratified K-fold splits of the labels ``y``.
+
+    Same splits as ``sklearn.model_selection.StratifiedKFold(folds)`` (no
+    shuffling): the sorted labels are dealt to the folds in turn, which fixes
+    how many rows of each class every fold holds, and each class's rows go,
+    in their order, to the folds in contiguous runs of those sizes. Every
+    fold's held-out rows then mirror the class proportions, whatever the order
+    of the rows (contiguous folds on rows sorted by class hold out one class).
+    Classes are numbered in order of first appearance, as scikit-learn does.
+
+    Example:
+        >>> stratified_kfold_ids([0, 0, 0, 0, 1, 1], 2)
+        array([0, 0, 1, 1, 0, 1], dtype=int32)
+    """
+    y = np.asarray(y)
+    n = y.shape[0]
+    if not (isinstance(folds, (int, np.integer)) and 2 <= folds <= n):
+        raise ValueError(f"folds must be an integer in [2, n_samples={n}], got {folds!r}")
+    _, first, lexical = np.unique(y, return_index=True, return_inverse=True)
+    codes = np.argsort(np.argsort(first))[lexical.reshape(-1)]  # classes numbered by first appearance
+    num_classes = first.size
+    dealt = np.sort(codes)
+    allocation = np.stack([np.bincount(dealt[i::folds], minlength=num_classes) for i in range(folds)])
+    ids = np.empty(n, np.int32)
+    for c in range(num_classes):
+        ids[codes == c] = np.repeat(np.arange(folds, dtype=np.int32), allocation[:, c])
+    return ids
 
 
 def resolve_folds(n, folds):
