@@ -67,7 +67,7 @@ def test_bad_inputs(key):
         knockoff_filter(0, X, y)  # an int seed: before, an error from inside JAX's key handling
 
 
-@pytest.mark.parametrize("p", [1, 3])
+@pytest.mark.parametrize("p", [1])
 def test_fewer_features_than_the_lasso_candidate_chunk(key, p):
     """2p < 8 columns in [X, X~]: the CV lasso statistic failed in lax.top_k before."""
     X, y, _ = make_data(n=200, p=10)
