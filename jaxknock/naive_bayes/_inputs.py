@@ -60,6 +60,15 @@ def _class_order(classes):
     return cls
 
 
+def _lookup(xp, cls, y):
+    """Code of each label of ``y`` in ``cls`` (any order), and whether it is one of them (``xp``: numpy or jax)."""
+    order = np.argsort(cls, kind="stable")
+    sorted_cls = xp.asarray(cls[order])
+    pos = xp.clip(xp.searchsorted(sorted_cls, y), 0, max(len(cls) - 1, 0))
+    known = (sorted_cls[pos] == y) if len(cls) else xp.zeros(y.shape, bool)
+    return xp.asarray(order)[pos], known
+
+
 def encode_labels(y, n, classes):
     """Map labels to codes ``0..C-1``; returns (codes, classes tuple)."""
     if not is_concrete(y):
@@ -71,12 +80,9 @@ def encode_labels(y, n, classes):
         cls = _class_order(classes)
         if y.ndim != 1 or y.shape[0] != n:
             raise ValueError(f"y must have shape ({n},), got {tuple(y.shape)}")
-        order = np.argsort(cls, kind="stable")
-        sorted_cls = jnp.asarray(cls[order])
-        pos = jnp.clip(jnp.searchsorted(sorted_cls, y), 0, len(cls) - 1)
+        codes, known = _lookup(jnp, cls, y)
         # a label outside classes gets the code C (no class): class_sums NaN-poisons the sums
-        codes = jnp.where(sorted_cls[pos] == y, jnp.asarray(order)[pos], len(cls))
-        return codes.astype(jnp.int32), label_tuple(cls)
+        return jnp.where(known, codes, len(cls)).astype(jnp.int32), label_tuple(cls)
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
@@ -89,14 +95,11 @@ def encode_labels(y, n, classes):
         cls = np.unique(y)
     else:
         cls = _class_order(classes)
-    order = np.argsort(cls, kind="stable")
-    sorted_cls = cls[order]
-    pos = np.clip(np.searchsorted(sorted_cls, y), 0, max(len(cls) - 1, 0))
-    unknown = (sorted_cls[pos] != y) if len(cls) else np.ones(y.shape, bool)
-    if np.any(unknown):
-        bad = np.unique(y[unknown])
+    codes, known = _lookup(np, cls, y)
+    if not np.all(known):
+        bad = np.unique(y[~known])
         raise ValueError(f"y contains label(s) {label_tuple(bad[:10])} that are not in classes {label_tuple(cls)}")
-    return order[pos].astype(np.int32), label_tuple(cls)
+    return codes.astype(np.int32), label_tuple(cls)
 
 
 def _describe_entries(rows, cols, vals, limit=5):
