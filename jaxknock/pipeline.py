@@ -470,7 +470,7 @@ def knockoff_filter(
             loss=loss,
             lasso_tol=lasso_tol,
             cv_patience=cv_patience,
-            folds=_cv_folds(y, binary),
+            folds=_cv.cv_folds(y, binary),
             devices=devices,
             mesh=mesh,
             chunk_size=chunk_size,
@@ -573,17 +573,6 @@ def replicate_stage(
     W = jax.block_until_ready(jnp.asarray(W))
     timings["statistics"] = time.perf_counter() - t0
     return W, stat_sol, timings
-
-
-def _cv_folds(y, binary: bool, K: int = 5):
-    """The lasso statistic's ``K`` CV folds: stratified for a binary response, contiguous otherwise.
-
-    Contiguous folds (scikit-learn's ``KFold``, the default of :func:`~jaxknock.lcd`)
-    on rows sorted by class hold out a single class, or leave a training fold
-    without the rarer class; stratified folds (``StratifiedKFold``, what
-    scikit-learn's ``LogisticRegressionCV`` uses) keep the class proportions.
-    """
-    return _cv.stratified_kfold_ids(np.asarray(y), K) if binary else K
 
 
 @jax.jit
@@ -741,7 +730,7 @@ def _grouped_or_multi_filter(
             tol=lasso_tol,
             patience=cv_patience if lam is None else None,
             num_knockoffs=m,
-            folds=_cv_folds(y, binary),
+            folds=_cv.cv_folds(y, binary),
         )
         scores = stat_sol.value
     elif statistic == "lsm":

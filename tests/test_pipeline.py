@@ -193,13 +193,13 @@ def test_binary_response_sorted_by_class_gets_stratified_folds(key):
     """Rows sorted by class (cases first) with 12 cases in 200: the first contiguous fold held every case,
     so its training rows had a single class and knockoff_filter raised; stratified folds keep 2-3 cases
     in every held-out fold."""
-    from jaxknock.pipeline import _cv_folds
+    from jaxknock.l1.cv import cv_folds
 
     X, _, _ = make_data(n=200, p=10)
     y = np.r_[np.ones(12), np.zeros(188)]
-    ids = _cv_folds(y, True)
+    ids = cv_folds(y, True)
     assert [int(y[ids == k].sum()) for k in range(5)] == [3, 3, 2, 2, 2]
-    assert _cv_folds(y, False) == 5
+    assert cv_folds(y, False) == 5
     sel = knockoff_filter(key, X, y, plus=False)
     assert sel.settings["loss"] == "logistic"
     assert np.all(np.asarray(sel.statistic_solution.result) == 0)

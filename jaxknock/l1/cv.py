@@ -22,7 +22,12 @@ from jaxknock.l1.problem import intercept, loss_value, make_problem, prepare_dat
 from jaxknock.l1.settings import L1Settings, make_settings
 from jaxknock.l1.solvers import solve
 
-__all__ = ["kfold_ids", "lasso_cv", "stratified_kfold_ids"]
+__all__ = ["cv_folds", "kfold_ids", "lasso_cv", "stratified_kfold_ids"]
+
+
+def _check_fold_count(n, folds):
+    if not (isinstance(folds, (int, np.integer)) and 2 <= folds <= n):
+        raise ValueError(f"folds must be an integer in [2, n_samples={n}], got {folds!r}")
 
 
 def kfold_ids(n: int, folds: int) -> np.ndarray:
@@ -35,8 +40,7 @@ def kfold_ids(n: int, folds: int) -> np.ndarray:
         >>> kfold_ids(5, 2)
         array([0, 0, 0, 1, 1], dtype=int32)
     """
-    if not (isinstance(folds, (int, np.integer)) and 2 <= folds <= n):
-        raise ValueError(f"folds must be an integer in [2, n_samples={n}], got {folds!r}")
+    _check_fold_count(n, folds)
     sizes = np.full(folds, n // folds)
     sizes[: n % folds] += 1
     return np.repeat(np.arange(folds, dtype=np.int32), sizes)
@@ -58,9 +62,8 @@ def stratified_kfold_ids(y, folds: int) -> np.ndarray:
         array([0, 0, 1, 1, 0, 1], dtype=int32)
     """
     y = np.asarray(y)
+    _check_fold_count(y.shape[0], folds)
     n = y.shape[0]
-    if not (isinstance(folds, (int, np.integer)) and 2 <= folds <= n):
-        raise ValueError(f"folds must be an integer in [2, n_samples={n}], got {folds!r}")
     _, first, lexical = np.unique(y, return_index=True, return_inverse=True)
     codes = np.argsort(np.argsort(first))[lexical.reshape(-1)]  # classes numbered by first appearance
     num_classes = first.size
@@ -70,6 +73,22 @@ def stratified_kfold_ids(y, folds: int) -> np.ndarray:
     for c in range(num_classes):
         ids[codes == c] = np.repeat(np.arange(folds, dtype=np.int32), allocation[:, c])
     return ids
+
+
+def cv_folds(y, binary: bool, K: int = 5):
+    """The folds :func:`~jaxknock.knockoff_filter` cross-validates its lasso statistic on.
+
+    Stratified (:func:`stratified_kfold_ids`, what scikit-learn's
+    ``LogisticRegressionCV`` uses) for a binary response; otherwise the
+    integer ``K``, i.e. contiguous folds (``KFold``, the default of
+    :func:`~jaxknock.lcd`). Contiguous folds on rows sorted by class hold out
+    a single class, or leave a training fold without the rarer class.
+
+    Example:
+        >>> cv_folds([1, 1, 0, 0, 0, 0], True, K=2), cv_folds([0.5, 1.5, 2.5], False)
+        (array([0, 1, 0, 0, 1, 1], dtype=int32), 5)
+    """
+    return stratified_kfold_ids(np.asarray(y), K) if binary else K
 
 
 def resolve_folds(n, folds):
