@@ -104,7 +104,7 @@ def default_names(p):
     return [f"x{j}" for j in range(p)]
 
 
-def two_level_column(path, name, values):
+def two_level_column(values):
     """A text column with exactly two distinct labels (e.g. ``case`` / ``control``) as 0/1, or ``None``.
 
     The labels are ordered as sorted strings (``0`` for the first); returns
@@ -145,7 +145,7 @@ def load_table(path, target=None):
             raise CLIError(f"{path} has a header but no data rows")
         levels = None
         if target in names:
-            coded = two_level_column(path, target, cols[names.index(target)])
+            coded = two_level_column(cols[names.index(target)])
             if coded is not None:
                 cols = list(cols)
                 cols[names.index(target)], levels = coded
