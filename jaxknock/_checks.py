@@ -87,6 +87,8 @@ def as_float_array(x, name: str):
             x = np.asarray(x)
         except ValueError as err:  # ragged nested lists
             raise TypeError(f"{name} must be a numeric array: {err}") from None
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        raise TypeError(f"{name} must be a numeric array, got a jax.random key: check the order of the arguments")
     if np.dtype(x.dtype).kind in "USOVM":
         raise TypeError(f"{name} must be a numeric array, got dtype {x.dtype}")
     if hasattr(x, "dtype") and not jnp.issubdtype(x.dtype, jnp.floating):
@@ -261,7 +263,10 @@ def check_in_open_interval(value, lo, hi, name: str):
 
 # --- S-vector validators ---
 
-SDP_X64_WHY = "the barrier coordinate ascent (rank-one factor updates near a singular 2*Sigma - diag(s))"
+SDP_X64_WHY = (
+    "the S-vector solve (it works next to the boundary of feasibility, where 2*Sigma - diag(s) is "
+    "nearly singular and float32 loses the certificate)"
+)
 
 
 def validate_sigma(Sigma, *, batch_ok: bool = True, need_x64: bool = True):

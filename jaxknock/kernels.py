@@ -145,6 +145,9 @@ def kernel_target_alignment(X, y, *, kernel="gaussian", bandwidth=None, target_k
     ``target_kernel`` matrix of ``y`` (linear by default: :math:`L = y y^\top`,
     the thesis' choice for labels). The value lies in ``[-1, 1]``; it is the
     empirical HSIC normalised by the Frobenius norms of the centred kernels.
+    Where a centred kernel is zero (a constant ``y``, or rows of ``X`` that are
+    all equal) the ratio is undefined and ``0`` is returned: no dependence can
+    be measured.
 
     Args:
         X: ``(n, p)`` inputs; y: ``(n,)`` or ``(n, k)`` targets.

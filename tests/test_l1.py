@@ -8,6 +8,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Lasso, LassoCV, LogisticRegression
 from sklearn.linear_model import lasso_path as sk_lasso_path
 
+import jaxknock
 import jaxknock.l1 as L
 from jaxknock import RESULTS
 from jaxknock.l1 import solvers
@@ -318,6 +319,9 @@ def test_text_response_names_y():
         L.lambda_max(X, np.array(["a", "b"] * 3))
     with pytest.raises(TypeError, match="y must be a numeric array"):
         L.lasso(X, ["a", "b"] * 3, 0.1)
+    # a key where an array belongs (a swapped argument) is named, not JAX's "Cannot interpret 'key<fry>'"
+    with pytest.raises(TypeError, match="X must be a numeric array, got a jax.random key"):
+        jaxknock.fixed_x_knockoffs(jax.random.key(0), np.full(2, 0.2))
 
 
 def test_stratified_kfold_ids_equal_scikit_learns_stratified_kfold():
