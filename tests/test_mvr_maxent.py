@@ -1,5 +1,7 @@
 """MVR and maximum-entropy S-vectors (jaxknock.svector.mrc): cvxpy + Clarabel references, certificates, m knockoffs."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,9 +36,15 @@ def cvx_optimum(C, kind, m):
     else:
         obj = -cp.log_det(A) - m * cp.sum(cp.log(s))
     prob = cp.Problem(cp.Minimize(obj))
-    prob.solve(solver="CLARABEL", tol_gap_abs=1e-9, tol_gap_rel=1e-9, tol_feas=1e-9)
-    assert prob.status == "optimal"
-    return prob.value, s.value
+    # the tightest tolerance Clarabel certifies: cvxpy 1.9 + Clarabel 0.11 report ME with m = 2
+    # at 1e-9 as "optimal_inaccurate" (a warning), at 1e-8 as "optimal"
+    for tol in (1e-9, 1e-8):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Solution may be inaccurate", category=UserWarning)
+            prob.solve(solver="CLARABEL", tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol)
+        if prob.status == "optimal":
+            return prob.value, s.value
+    raise AssertionError(f"the cvxpy + Clarabel reference did not solve to optimality: {prob.status}")
 
 
 SOLVERS = {"mvr": jaxknock.mvr, "maxent": jaxknock.maxent}
