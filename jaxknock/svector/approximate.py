@@ -154,8 +154,8 @@ def asdp(
        beforehand, e.g. by hierarchical clustering, to put correlated ones
        together);
     2. solve every block's SDP (Newton, as :func:`~jaxknock.sdp` with
-       ``lam0 = 0.5``) in one ``vmap`` over blocks (the last block is padded
-       with independent unit-variance variables);
+       ``lam0 = 0.5``), the blocks one after another in one compiled loop
+       (the last block is padded with independent unit-variance variables);
     3. :func:`scale_to_feasible`: the largest ``gamma`` with
        ``diag(gamma s) <= 2 Sigma`` on the full matrix (60 bisections).
 
@@ -212,7 +212,10 @@ def _asdp_jit(Sigma, tol, max_steps, c, *, bs, min_eig):
     idx = jnp.arange(nb)[:, None] * bs + jnp.arange(bs)[None, :]
     blocks = Cp[idx[:, :, None], idx[:, None, :]]
     solve = functools.partial(solve_dense, b=coordinate.default_block(bs), method="newton", min_eig="none")
-    bsol = jax.vmap(solve, in_axes=(0, None, None, None, None, None))(blocks, tol, max_steps, 0.5, 0.8, c)
+    # the blocks one after another (lax.map), not vmap-ed: the vmap-ed Newton loops hung nondeterministically
+    # on XLA's CPU runtime (jaxlib 0.10.2, 2-core CPU, p = 1000 in blocks of 100: 6 of 12 fresh processes
+    # waited forever at 0% CPU inside the execution, 0 of 10 with lax.map, at the same speed)
+    bsol = lax.map(lambda B: solve(B, tol, max_steps, 0.5, 0.8, c), blocks)
     s_blk = bsol.value.reshape(-1)[:p]
     gamma, feasible = _bisect_gamma(
         lambda g: _common.is_pd(c * C, g * s_blk), s_blk, jnp.diagonal(C), jnp.int32(_ASDP_BISECTIONS)
