@@ -556,20 +556,10 @@ def replicate_stage(
         return W, stat_sol, timings
     Xt, timings["sampling"] = _clock(_sampling.sample_replicates, key, Xs, Sigma, s, int(R), devices=devices)
     Xk = _augment(Xs, Xt)
-    stat_sol = None
     t0 = time.perf_counter()
-    if statistic == "lcd":
-        stat_sol = _stats.lcd(
-            Xk, y, lam=lam, loss=loss, tol=lasso_tol, patience=cv_patience if lam is None else None, folds=folds
-        )
-        W = stat_sol.value
-    elif statistic == "lsm":
-        stat_sol = _stats.lsm(Xk, y, loss=loss, tol=lasso_tol)
-        W = stat_sol.value
-    elif statistic == "correlation":
-        W = _stats.marginal_correlation(Xk, y)
-    else:
-        W = _stats.sparse_centroid(Xk, y)
+    W, stat_sol = _statistics(
+        Xk, y, lam, statistic=statistic, loss=loss, lasso_tol=lasso_tol, cv_patience=cv_patience, folds=folds
+    )
     W = jax.block_until_ready(jnp.asarray(W))
     timings["statistics"] = time.perf_counter() - t0
     return W, stat_sol, timings
@@ -581,21 +571,29 @@ def _augment(Xs, Xt):
     return jnp.concatenate([jnp.broadcast_to(Xs, Xt.shape), Xt], axis=-1)
 
 
-def _replicate_statistics(keys, plan, Xs, y, lam, *, statistic, loss, lasso_tol=None, cv_patience=None, folds=5):
-    """Knockoffs and statistics of a batch of replicates (one device's share)."""
-    Xt = jax.vmap(_sampling.draw_replicate, in_axes=(0, None))(keys, plan)
-    Xk = _augment(Xs, Xt)
+def _statistics(Xk, y, lam, *, statistic, loss, lasso_tol=None, cv_patience=None, folds=5, num_knockoffs=1):
+    """``(scores, Solution or None)`` of the designs ``Xk`` ``(R, n, (m + 1) p)``: the one dispatch of every path."""
     if statistic == "lcd":
+        patience = cv_patience if lam is None else None
         sol = _stats.lcd(
-            Xk, y, lam=lam, loss=loss, tol=lasso_tol, patience=cv_patience if lam is None else None, folds=folds
+            Xk, y, lam=lam, loss=loss, tol=lasso_tol, patience=patience, folds=folds, num_knockoffs=num_knockoffs
         )
         return sol.value, sol
     if statistic == "lsm":
-        sol = _stats.lsm(Xk, y, loss=loss, tol=lasso_tol)
+        sol = _stats.lsm(Xk, y, loss=loss, tol=lasso_tol, num_knockoffs=num_knockoffs)
         return sol.value, sol
     if statistic == "correlation":
-        return _stats.marginal_correlation(Xk, y), None
+        return _stats.marginal_correlation(Xk, y, num_knockoffs=num_knockoffs), None
     return _stats.sparse_centroid(Xk, y), None
+
+
+def _replicate_statistics(keys, plan, Xs, y, lam, *, statistic, loss, lasso_tol=None, cv_patience=None, folds=5):
+    """Knockoffs and statistics of a batch of replicates (one device's share)."""
+    Xt = jax.vmap(_sampling.draw_replicate, in_axes=(0, None))(keys, plan)
+    return _statistics(
+        _augment(Xs, Xt), y, lam, statistic=statistic, loss=loss, lasso_tol=lasso_tol, cv_patience=cv_patience,
+        folds=folds,
+    )  # fmt: skip
 
 
 def _fused_replicates(
@@ -720,24 +718,11 @@ def _grouped_or_multi_filter(
     Xk = jnp.concatenate([jnp.broadcast_to(Xs, (R, n, p)), Xt.reshape(R, n, m * p)], axis=-1)
     loss = "logistic" if binary else "squared"
     t0 = time.perf_counter()
-    stat_sol = None
-    if statistic == "lcd":
-        stat_sol = _stats.lcd(
-            Xk,
-            y,
-            lam=lam,
-            loss=loss,
-            tol=lasso_tol,
-            patience=cv_patience if lam is None else None,
-            num_knockoffs=m,
-            folds=_cv.cv_folds(y, binary),
-        )
-        scores = stat_sol.value
-    elif statistic == "lsm":
-        stat_sol = _stats.lsm(Xk, y, loss=loss, tol=lasso_tol, num_knockoffs=m)
-        scores = stat_sol.value
-    else:
-        scores = _stats.marginal_correlation(Xk, y, num_knockoffs=m)
+    # statistic is lcd, lsm or correlation here ('centroid' is refused above)
+    scores, stat_sol = _statistics(
+        Xk, y, lam, statistic=statistic, loss=loss, lasso_tol=lasso_tol, cv_patience=cv_patience,
+        folds=_cv.cv_folds(y, binary), num_knockoffs=m,
+    )  # fmt: skip
     if groups is not None:
         scores = _multi.group_statistics(scores, g)
     scores = jax.block_until_ready(scores)
