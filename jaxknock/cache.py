@@ -11,7 +11,9 @@ With the cache on, the two largest programs (the cross-validated lasso engine
 and the SDP Newton solver) are also kept *traced and lowered*
 (:mod:`jax.export`, in ``jaxknock-exports/`` inside the cache directory): a
 fresh process then skips their Python tracing too, about a second of its first
-call at n = 600, p = 200 (``jaxknock/_aot.py``).
+call at n = 600, p = 200 (``jaxknock/_aot.py``). The working-set capacities the
+l1 engines grew into are kept in ``jaxknock-capacity.json`` there
+(``jaxknock/_capacity.py``), so a fresh process does not climb to them again.
 
 It is *not* turned on by ``import jaxknock``: the setting is global to JAX (it
 also caches the user's own programs), so a library should not change it

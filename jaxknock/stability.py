@@ -66,7 +66,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _backend, _checks, _memory, _mesh, _stability_path
+from jaxknock import _backend, _capacity, _checks, _memory, _mesh, _stability_path
 from jaxknock.l1 import working_set
 from jaxknock.l1.path import path_solve
 from jaxknock.l1.problem import check_lambdas, lambda_grid, prepare_data
@@ -76,8 +76,6 @@ __all__ = ["StabilityResult", "stability_bound", "stability_selection", "stabili
 
 ASSUMPTIONS = ("unimodal", "none")
 ENGINE_SOLVERS = ("auto", "working_set", "lockstep")
-# working-set / active-slot capacities that sufficed last time, per problem shape (see _engine_counts)
-_CAPACITY: dict = {}
 # threshold used when expected_false is given without a threshold and no threshold meets it on the whole grid
 _FALLBACK_THRESHOLD = 0.9
 
@@ -347,7 +345,7 @@ def _run_engine(idx, X, y, lambdas, *, complementary_pairs, loss, tol, max_steps
     gidx, blocks, excl = _group_layout(idx, complementary_pairs)
     p = X.shape[1]
     key = (gidx.shape, X.shape, str(X.dtype), loss)
-    W, A = _CAPACITY.get(key, (min(p, 512), 256))
+    W, A = _capacity.STORE.start(("stability",) + key, (min(p, 512), 256))
     while True:
         counts, union, failed, over, sover = _engine_counts(
             gidx, X, y, lambdas, jnp.asarray(blocks), jnp.asarray(excl), jnp.asarray(tol, X.dtype),
@@ -359,7 +357,7 @@ def _run_engine(idx, X, y, lambdas, *, complementary_pairs, loss, tol, max_steps
             W = min(3 * W // 2, p)  # the cache (members x p x W) is most of the memory traffic: grow gently
         else:
             break
-    _CAPACITY[key] = (W, A)
+    _capacity.STORE.remember(("stability",) + key, W, A)
     return counts, union, failed
 
 

@@ -517,6 +517,8 @@ def test_enable_compilation_cache_second_process_loads_programs(tmp_path):
     assert lam1 == lam2
     # the engine's traced program is kept too (jaxknock/_aot.py): the second process did not trace it
     assert len(list((tmp_path / "cache" / "jaxknock-exports").glob("*.pkl"))) == 1
+    # and the engine's capacities (jaxknock/_capacity.py): the second process starts where the first ended
+    assert (tmp_path / "cache" / "jaxknock-capacity.json").is_file()
 
 
 def test_exported_programs_on_disk_give_the_plain_answer(tmp_path, monkeypatch):

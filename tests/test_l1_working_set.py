@@ -265,21 +265,3 @@ def test_logistic_fewer_features_than_a_candidate_chunk(m):
     assert int(sol.result) == RESULTS.successful
     path, b0s = np.asarray(sol.stats["coef_path"]), np.asarray(sol.stats["intercept_path"])
     assert max(_kkt(X, y, path[k], b0s[k], lam, "logistic") for k, lam in enumerate(lams)) < 1e-4
-
-
-def test_a_new_batch_size_starts_from_the_capacity_one_problem_of_its_shape_needed(monkeypatch):
-    # each growth step recompiles the engine: R replicates after one start where one ended
-    from jaxknock.l1 import working_set as ws_mod
-
-    monkeypatch.setattr(ws_mod, "_CAPACITY", {})
-    one = ((1, 100, 600), "float64", "squared", "homotopy", (5, 20))
-    five = ((5,) + one[0][1:],) + one[1:]
-    other = ((5, 100, 800),) + one[1:]
-    per = ("any batch", (100, 600)) + one[1:]
-    assert ws_mod._start_capacity(five, per, 600) == (512, 256)  # nothing known yet: the defaults
-    ws_mod._remember_capacity(one, per, 600, 320)
-    assert ws_mod._start_capacity(five, per, 600) == (600, 320)
-    assert ws_mod._start_capacity(other, ("any batch", (100, 800)) + one[1:], 800) == (512, 256)
-    ws_mod._remember_capacity(five, per, 512, 416)  # the problem-shape entry keeps the larger of each
-    assert ws_mod._CAPACITY[per] == (600, 416)
-    assert ws_mod._start_capacity(five, per, 600) == (512, 416)  # an exact batch shape keeps its own

@@ -87,7 +87,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _aot, _checks
+from jaxknock import _aot, _capacity, _checks
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.l1 import _ws_covariance as _cov
 from jaxknock.l1 import _ws_homotopy as _hom
@@ -98,25 +98,6 @@ __all__ = ["l1_cv", "l1_path", "fold_rows", "member_paths", "use_engine"]
 _DEV_MAX = 0.999
 _DEV_REL = 1e-5
 _MIN_LAMBDAS_BEFORE_EXIT = 5
-# working-set capacity that sufficed last time, per problem shape: a repeated call
-# (the next replicate, a benchmark repeat) starts there instead of re-climbing 128, 256, ...
-# A batch of a new size (R replicates after one) starts from the largest capacity that
-# sufficed for one problem of the same shape (key ``per_problem``): each growth step
-# is one more compilation of the engine (3-8 s at n = 1000, 2p = 1000).
-_CAPACITY: dict = {}
-
-
-def _start_capacity(key, per_problem, m):
-    """``(W, A)`` to start from: this exact batch shape, else any batch of the same problem shape."""
-    if key in _CAPACITY:
-        return _CAPACITY[key]
-    return _CAPACITY.get(per_problem, (min(m, 512), 256))
-
-
-def _remember_capacity(key, per_problem, W, A):
-    _CAPACITY[key] = (W, A)
-    W0, A0 = _CAPACITY.get(per_problem, (0, 0))
-    _CAPACITY[per_problem] = (max(W, W0), max(A, A0))
 
 
 def fold_rows(folds, n: int):
@@ -479,7 +460,9 @@ def _run(
     chunk = min(32 if m >= 256 else 8, m)  # top_k needs chunk <= m
     key = (X.shape, str(X.dtype), loss, engine, rows.shape)
     per_problem = ("any batch",) + (X.shape[-2:],) + key[1:]
-    W, A = _start_capacity(key, per_problem, m)
+    # a repeated call starts where the last one of its shape ended; a new batch size where one
+    # problem of the same shape ended: each growth step is one more compilation (jaxknock/_capacity.py)
+    W, A = _capacity.STORE.start(key, (min(m, 512), 256), family=per_problem)
     W = min(max_features or W, m)
     A = min(A, W + chunk)
     while True:
@@ -516,7 +499,7 @@ def _run(
             break
         W = min(2 * W, m)
     if max_features is None:
-        _remember_capacity(key, per_problem, W, A)
+        _capacity.STORE.remember(key, W, A, family=per_problem)
     return raise_if_failed(sol, throw, "lasso_working_set")
 
 

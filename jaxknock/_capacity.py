@@ -1,0 +1,134 @@
+"""Working-set capacities that sufficed before, kept per problem shape, across calls and processes.
+
+The l1 engines (:mod:`jaxknock.l1.working_set`, the stability engine of
+:mod:`jaxknock.stability`) hold their working set and active slots in arrays of
+static size ``(W, A)``. A call that overflows is re-run with larger capacities,
+and every growth step is one more compilation and a partial run (3-8 s at
+n = 1000, 2p = 1000 on a 2-core CPU). A :class:`CapacityStore` remembers, per
+problem shape, the capacities that sufficed, so a repeated call (the next
+replicate, a benchmark repeat) starts there instead of climbing again:
+
+* ``key``: the exact call shape (batch size included);
+* ``family`` (optional): a coarser key shared by every batch size of one problem
+  shape; it keeps the largest ``W`` and ``A`` any member needed, and a new batch
+  size starts from it.
+
+When JAX's persistent compilation cache is on (:func:`jaxknock.enable_compilation_cache`,
+which the CLI does by default), the store is also written to
+``jaxknock-capacity.json`` in that directory, so a fresh process on the same
+shapes starts at the right capacities: with the compiled programs in the cache,
+it then compiles nothing. Capacities only ever grow; a larger start costs some
+speed (every kink pays for the slots it has), never accuracy, because an
+overflowing call is always re-run. Delete the file to forget them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import jax
+
+__all__ = ["CapacityStore", "STORE"]
+
+_FILE = "jaxknock-capacity.json"
+_VERSION = 1
+
+
+def _cache_file() -> Path | None:
+    """``jaxknock-capacity.json`` in JAX's compilation cache directory, ``None`` when that cache is off."""
+    base = jax.config.jax_compilation_cache_dir
+    return None if not base else Path(base) / _FILE
+
+
+def _read(path: Path) -> dict:
+    """The entries of a capacity file; ``{}`` if it is missing, unreadable or of another version."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        if data.get("version") != _VERSION:
+            return {}
+        return {str(k): (int(v[0]), int(v[1])) for k, v in data["entries"].items()}
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return {}
+
+
+def _merge(into: dict, entries: dict) -> bool:
+    """Entry-wise maximum of ``entries`` into ``into``; whether ``into`` changed."""
+    changed = False
+    for k, (W, A) in entries.items():
+        old = into.get(k, (0, 0))
+        new = (max(W, old[0]), max(A, old[1]))
+        if new != old:
+            into[k] = new
+            changed = True
+    return changed
+
+
+class CapacityStore:
+    """Capacities ``(W, A)`` per key, in memory and (when ``file()`` names one) on disk.
+
+    Args:
+        file: a function returning the file to keep the entries in, or ``None``
+            for memory only; called on every lookup, so the store follows the
+            compilation cache being turned on later in the process.
+
+    Example:
+        >>> store = CapacityStore(lambda: None)
+        >>> store.start(("a", 1), default=(512, 256))
+        (512, 256)
+        >>> store.remember(("a", 1), 600, 320)
+        >>> store.start(("a", 1), default=(512, 256))
+        (600, 320)
+    """
+
+    def __init__(self, file=_cache_file):
+        self._file = file
+        self._entries: dict = {}
+        self._loaded: set = set()
+
+    def _sync(self) -> Path | None:
+        path = self._file()
+        if path is not None and path not in self._loaded:
+            self._loaded.add(path)
+            _merge(self._entries, _read(path))
+        return path
+
+    def start(self, key, default, family=None) -> tuple[int, int]:
+        """``(W, A)`` to start from: ``key``'s entry, else ``family``'s, else ``default``."""
+        self._sync()
+        for k in (key, family):
+            if k is not None and repr(k) in self._entries:
+                return self._entries[repr(k)]
+        return tuple(default)
+
+    def remember(self, key, W: int, A: int, family=None) -> None:
+        """Record that ``(W, A)`` sufficed for ``key`` (and, element-wise at most, for ``family``)."""
+        path = self._sync()
+        new = {repr(key): (int(W), int(A))}
+        if family is not None:
+            new[repr(family)] = (int(W), int(A))
+        if _merge(self._entries, new) and path is not None:
+            self._write(path)
+
+    def _write(self, path: Path) -> None:
+        entries = _read(path)  # another process may have added entries since this one loaded
+        _merge(entries, self._entries)
+        self._entries = entries
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            with open(tmp, "w") as f:
+                json.dump({"version": _VERSION, "entries": {k: list(v) for k, v in entries.items()}}, f)
+            os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+        except OSError:  # a read-only cache directory: memory only
+            pass
+
+    def clear(self) -> None:
+        """Forget the entries held in memory (the file, if any, is read again on the next lookup)."""
+        self._entries = {}
+        self._loaded = set()
+
+
+STORE = CapacityStore()

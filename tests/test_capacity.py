@@ -1,0 +1,95 @@
+"""The l1 engines' capacity store (jaxknock/_capacity.py): in memory, on disk, and its use by the engine."""
+
+import json
+
+import numpy as np
+import pytest
+
+from jaxknock import _capacity
+from jaxknock._capacity import CapacityStore
+from jaxknock.l1 import working_set
+
+
+def test_a_new_batch_size_starts_from_the_capacity_one_problem_of_its_shape_needed():
+    # each growth step recompiles the engine: R replicates after one start where one ended
+    store = CapacityStore(lambda: None)
+    one = ((1, 100, 600), "float64", "squared", "homotopy", (5, 20))
+    five = ((5,) + one[0][1:],) + one[1:]
+    other = ((5, 100, 800),) + one[1:]
+    per = ("any batch", (100, 600)) + one[1:]
+    assert store.start(five, (512, 256), family=per) == (512, 256)  # nothing known yet: the default
+    store.remember(one, 600, 320, family=per)
+    assert store.start(five, (512, 256), family=per) == (600, 320)
+    assert store.start(other, (512, 256), family=("any batch", (100, 800)) + one[1:]) == (512, 256)
+    store.remember(five, 512, 416, family=per)  # the family entry keeps the larger of each
+    assert store.start(("nothing",), (1, 1), family=per) == (600, 416)
+    assert store.start(five, (1, 1), family=per) == (512, 416)  # an exact batch shape keeps its own
+
+
+def test_capacities_are_kept_on_disk_for_a_fresh_process(tmp_path):
+    path = tmp_path / "cache" / "jaxknock-capacity.json"
+    first = CapacityStore(lambda: path)
+    first.remember(("a",), 600, 320, family=("f",))
+    assert json.loads(path.read_text())["entries"] == {"('a',)": [600, 320], "('f',)": [600, 320]}
+    fresh = CapacityStore(lambda: path)  # another process: nothing in memory
+    assert fresh.start(("a",), (512, 256)) == (600, 320)
+    assert fresh.start(("b",), (512, 256), family=("f",)) == (600, 320)
+    # two processes writing different keys: the file keeps both (merged, element-wise maximum)
+    other = CapacityStore(lambda: path)
+    other.start(("x",), (1, 1))  # loaded before `fresh` writes
+    fresh.remember(("b",), 700, 300)
+    other.remember(("a",), 512, 384)
+    entries = json.loads(path.read_text())["entries"]
+    assert entries["('b',)"] == [700, 300] and entries["('a',)"] == [600, 384]
+    # the store follows the cache being turned on later: a memory-only store reads the file once it has one
+    late = {"path": None}
+    store = CapacityStore(lambda: late["path"])
+    assert store.start(("a",), (512, 256)) == (512, 256)
+    late["path"] = path
+    assert store.start(("a",), (512, 256)) == (600, 384)
+    store.clear()
+    assert store.start(("b",), (0, 0)) == (700, 300)  # cleared memory: the file is read again
+
+
+_FOREIGN = ["{not json", '{"version": 0, "entries": {"(\'a\',)": [9, 9]}}', '{"version": 1}', "[]"]
+
+
+@pytest.mark.parametrize("text", _FOREIGN)
+def test_an_unreadable_or_foreign_capacity_file_is_ignored_and_replaced(tmp_path, text):
+    path = tmp_path / "jaxknock-capacity.json"
+    path.write_text(text)
+    store = CapacityStore(lambda: path)
+    assert store.start(("a",), (512, 256)) == (512, 256)
+    store.remember(("a",), 600, 320)
+    assert json.loads(path.read_text()) == {"version": 1, "entries": {"('a',)": [600, 320]}}
+
+
+def test_a_read_only_cache_directory_keeps_capacities_in_memory(tmp_path):
+    store = CapacityStore(lambda: tmp_path / "missing-file-as-directory" / "x")
+    (tmp_path / "missing-file-as-directory").write_text("a file where a directory should be")
+    store.remember(("a",), 600, 320)  # the write fails: no error
+    assert store.start(("a",), (1, 1)) == (600, 320)
+
+
+def test_the_engine_grows_a_stored_capacity_that_is_too_small_and_gives_the_same_answer(tmp_path, monkeypatch):
+    """A capacity read from disk is only a start: an overflowing call is re-run larger, so a stale
+    or foreign file can cost time, never accuracy."""
+    rng = np.random.default_rng(3)
+    n, p = 120, 60
+    X = rng.standard_normal((n, p))
+    y = X[:, :30] @ rng.uniform(0.5, 1.5, 30) + rng.standard_normal(n)
+    path = tmp_path / "jaxknock-capacity.json"
+    monkeypatch.setattr(_capacity, "STORE", CapacityStore(lambda: path))
+    reference = working_set.l1_cv(X, y, folds=3, num_lambdas=30)
+    learned = json.loads(path.read_text())["entries"]
+    assert len(learned) == 2  # the exact call shape and its family (any batch size)
+    needed = max(W for W, _ in learned.values())
+    assert needed > 8
+    path.write_text(json.dumps({"version": 1, "entries": {k: [8, 8] for k in learned}}))
+    monkeypatch.setattr(_capacity, "STORE", CapacityStore(lambda: path))  # a fresh process reading the file
+    again = working_set.l1_cv(X, y, folds=3, num_lambdas=30)
+    # other capacities sum in another order: the same solution to rounding, the same support and lambda
+    np.testing.assert_allclose(np.asarray(again.value), np.asarray(reference.value), rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(np.asarray(again.value) != 0, np.asarray(reference.value) != 0)
+    assert float(again.stats["lam"]) == float(reference.stats["lam"])
+    assert min(W for W, _ in json.loads(path.read_text())["entries"].values()) > 8
