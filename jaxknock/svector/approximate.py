@@ -212,10 +212,8 @@ def _asdp_jit(Sigma, tol, max_steps, c, *, bs, min_eig):
     idx = jnp.arange(nb)[:, None] * bs + jnp.arange(bs)[None, :]
     blocks = Cp[idx[:, :, None], idx[:, None, :]]
     solve = functools.partial(solve_dense, b=coordinate.default_block(bs), method="newton", min_eig="none")
-    # the blocks one after another (lax.map), not vmap-ed: the vmap-ed Newton loops hung nondeterministically
-    # on XLA's CPU runtime (jaxlib 0.10.2, 2-core CPU, p = 1000 in blocks of 100: 6 of 12 fresh processes
-    # waited forever at 0% CPU inside the execution, 0 of 10 with lax.map, at the same speed)
-    bsol = lax.map(lambda B: solve(B, tol, max_steps, 0.5, 0.8, c), blocks)
+    # one block after another on CPU (vmap-ed Newton loops hung there, see _common.solve_each)
+    bsol = _common.solve_each(lambda B: solve(B, tol, max_steps, 0.5, 0.8, c), blocks)
     s_blk = bsol.value.reshape(-1)[:p]
     gamma, feasible = _bisect_gamma(
         lambda g: _common.is_pd(c * C, g * s_blk), s_blk, jnp.diagonal(C), jnp.int32(_ASDP_BISECTIONS)

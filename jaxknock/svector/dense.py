@@ -177,10 +177,10 @@ def sdp(
 
 @functools.partial(jax.jit, static_argnames=("b", "method", "min_eig"))
 def _sdp_jit(Sigma, tol, max_steps, lam0, decay, c, *, b, method, min_eig):
-    """:func:`solve_dense` under one ``jit`` (``vmap`` over a batch); numeric settings are traced."""
+    """:func:`solve_dense` under one ``jit`` (a batch: :func:`_common.solve_each`); numeric settings are traced."""
     solve = functools.partial(solve_dense, b=b, method=method, min_eig=min_eig)
     if Sigma.ndim == 3:
-        return jax.vmap(solve, in_axes=(0, None, None, None, None, None))(Sigma, tol, max_steps, lam0, decay, c)
+        return _common.solve_each(lambda S: solve(S, tol, max_steps, lam0, decay, c), Sigma)
     return solve(Sigma, tol, max_steps, lam0, decay, c)
 
 
