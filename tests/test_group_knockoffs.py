@@ -15,8 +15,7 @@ import pytest
 from helpers import ar1_correlation
 
 import jaxknock
-from jaxknock import multi
-from jaxknock._solution import RESULTS
+from jaxknock import RESULTS, multi
 from jaxknock.sampling import sample_knockoffs
 from jaxknock.svector.group import BlockDiagonal, group_index, group_s_matrix
 

@@ -8,7 +8,7 @@ import pytest
 from helpers import ar1_correlation
 
 import jaxknock
-from jaxknock._solution import RESULTS
+from jaxknock import RESULTS
 from jaxknock.svector.group import group_s_matrix
 
 SIZES = (3, 2, 3, 1, 3)

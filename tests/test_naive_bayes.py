@@ -9,8 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxknock import SparseNaiveBayes, class_sums_npz, iter_npz_blocks
-from jaxknock._solution import RESULTS
+from jaxknock import RESULTS, SparseNaiveBayes, class_sums_npz, iter_npz_blocks
 from jaxknock.naive_bayes import (
     ClassSums,
     bernoulli,
