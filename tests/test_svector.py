@@ -180,6 +180,40 @@ def test_jit_equals_eager_and_no_retrace():
     assert len(traces) == 1
 
 
+def _while_loops(jaxpr, in_scan=False):
+    """For every ``while`` in a jaxpr (sub-jaxprs included): whether it runs inside a ``scan``."""
+    from jax.extend.core import jaxprs_in_params
+
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "while":
+            found.append(in_scan)
+        for sub in jaxprs_in_params(eqn.params):
+            found += _while_loops(sub, in_scan or eqn.primitive.name == "scan")
+    return found
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the sequential rule is CPU's")
+def test_batched_newton_sdp_solves_one_matrix_at_a_time_on_cpu():
+    """On CPU a batch of Newton SDPs (a stack, a caller's vmap, nested vmaps, asdp's blocks) runs as a
+    scan of single solves, never as a vmap-ed while loop: those hung XLA's CPU runtime at 0% CPU in
+    about one warm call in 30 on a (10, 100, 100) stack (jaxknock/svector/_common.py)."""
+    Cs = jnp.asarray(np.stack([factor_correlation(12, 2, i) for i in range(4)]))
+    assert not any(_while_loops(jax.make_jaxpr(lambda S: sdp(S).value)(Cs[0]).jaxpr))  # one matrix: no scan
+    for name, fn, arg in (
+        ("stack", lambda S: sdp(S).value, Cs),
+        ("vmap", jax.vmap(lambda S: sdp(S).value), Cs),
+        ("nested vmap", jax.vmap(jax.vmap(lambda S: sdp(S).value)), Cs.reshape(2, 2, 12, 12)),
+    ):
+        loops = _while_loops(jax.make_jaxpr(fn)(arg).jaxpr)
+        assert loops and all(loops), name
+    # asdp: the block solves inside the scan (its bisection on the whole matrix stays outside)
+    assert any(_while_loops(jax.make_jaxpr(lambda S: asdp(S, block_size=6).value)(Cs[0]).jaxpr))
+    nested = jax.vmap(jax.vmap(lambda S: sdp(S).value))(Cs.reshape(2, 2, 12, 12)).reshape(4, 12)
+    loop = np.stack([np.asarray(sdp(C).value) for C in Cs])
+    np.testing.assert_allclose(nested, loop, atol=1e-9)
+
+
 @pytest.mark.parametrize("method", ["newton", "coordinate"])
 def test_vmap_equals_loop(method):
     Cs = np.stack([factor_correlation(24, 2, i) for i in range(3)])

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.custom_batching import custom_vmap
 
 from jaxknock import _backend, _checks
 from jaxknock.covariance import FactorModel
@@ -181,11 +182,40 @@ def solve_each(solve, batch):
 
     ``lax.map`` (one after another) on CPU, ``vmap`` on an accelerator. On XLA's CPU
     runtime (jaxlib 0.10.2, 2-core CPU) ``vmap``-ed Newton SDP loops hung
-    nondeterministically: the execution waited forever at 0% CPU (asdp's blocks at
-    p = 1000: 6 of 12 fresh processes; ``sdp`` on a ``(10, 100, 100)`` stack: 2 in
-    about 70). One after another they never did, at the same speed on CPU, where a
-    batch gains little from ``vmap``; an accelerator keeps the batched program.
+    nondeterministically: the execution waited forever at 0% CPU, every runtime
+    thread idle (asdp's blocks at p = 1000: 6 of 12 fresh processes; repeated warm
+    calls of ``sdp`` on a ``(10, 100, 100)`` stack: at call 22, 54 and 11 of three
+    runs). One after another they never did (800 calls), and ran faster (0.21 vs
+    0.32 s), as a batch gains little from ``vmap`` on CPU; an accelerator keeps the
+    batched program.
     """
     if _backend.platform() == "cpu":
         return lax.map(solve, batch)
     return jax.vmap(solve)(batch)
+
+
+def batched_one_at_a_time(fn):
+    """``fn`` of positional array arguments whose ``vmap`` runs through :func:`solve_each`.
+
+    A ``jax.custom_batching.custom_vmap`` rule: under any ``vmap`` (a batch the
+    solver is given, or a caller's own ``jax.vmap`` of a public solver) the
+    batched arguments are sliced and ``fn`` runs on each slice (one after another
+    on CPU); unbatched arguments are shared, not broadcast. Forward evaluation
+    only (the S-vector solvers are not differentiated).
+    """
+    wrapped = custom_vmap(fn)
+
+    @wrapped.def_vmap
+    def _rule(axis_size, in_batched, *args):
+        del axis_size
+        flat, tree = jax.tree.flatten(args)
+        flags = jax.tree.leaves(in_batched)
+
+        def one(sliced):
+            rest = iter(sliced)
+            return fn(*jax.tree.unflatten(tree, [next(rest) if f else a for a, f in zip(flat, flags)]))
+
+        out = solve_each(one, [a for a, f in zip(flat, flags) if f])
+        return out, jax.tree.map(lambda _: True, out)
+
+    return wrapped

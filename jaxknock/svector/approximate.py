@@ -211,9 +211,12 @@ def _asdp_jit(Sigma, tol, max_steps, c, *, bs, min_eig):
     Cp = jnp.eye(n, dtype=C.dtype).at[:p, :p].set(C)
     idx = jnp.arange(nb)[:, None] * bs + jnp.arange(bs)[None, :]
     blocks = Cp[idx[:, :, None], idx[:, None, :]]
-    solve = functools.partial(solve_dense, b=coordinate.default_block(bs), method="newton", min_eig="none")
+    b = coordinate.default_block(bs)
     # one block after another on CPU (vmap-ed Newton loops hung there, see _common.solve_each)
-    bsol = _common.solve_each(lambda B: solve(B, tol, max_steps, 0.5, 0.8, c), blocks)
+    solve = _common.batched_one_at_a_time(
+        lambda B, tol, max_steps, c: solve_dense(B, tol, max_steps, 0.5, 0.8, c, b=b, method="newton", min_eig="none")
+    )
+    bsol = jax.vmap(solve, in_axes=(0, None, None, None))(blocks, tol, max_steps, c)
     s_blk = bsol.value.reshape(-1)[:p]
     gamma, feasible = _bisect_gamma(
         lambda g: _common.is_pd(c * C, g * s_blk), s_blk, jnp.diagonal(C), jnp.int32(_ASDP_BISECTIONS)

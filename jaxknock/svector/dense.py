@@ -177,10 +177,17 @@ def sdp(
 
 @functools.partial(jax.jit, static_argnames=("b", "method", "min_eig"))
 def _sdp_jit(Sigma, tol, max_steps, lam0, decay, c, *, b, method, min_eig):
-    """:func:`solve_dense` under one ``jit`` (a batch: :func:`_common.solve_each`); numeric settings are traced."""
-    solve = functools.partial(solve_dense, b=b, method=method, min_eig=min_eig)
+    """:func:`solve_dense` under one ``jit``; numeric settings are traced.
+
+    A batch, or a caller's ``vmap``, runs through :func:`_common.batched_one_at_a_time`.
+    """
+
+    def one(S, tol, max_steps, lam0, decay, c):
+        return solve_dense(S, tol, max_steps, lam0, decay, c, b=b, method=method, min_eig=min_eig)
+
+    solve = _common.batched_one_at_a_time(one)
     if Sigma.ndim == 3:
-        return _common.solve_each(lambda S: solve(S, tol, max_steps, lam0, decay, c), Sigma)
+        return jax.vmap(solve, in_axes=(0, None, None, None, None, None))(Sigma, tol, max_steps, lam0, decay, c)
     return solve(Sigma, tol, max_steps, lam0, decay, c)
 
 
