@@ -16,7 +16,7 @@ from helpers import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jaxknock import RESULTS
+from jaxknock import RESULTS, maxent, mvr
 from jaxknock.covariance import FactorModel, to_correlation
 from jaxknock.svector import (
     _common,
@@ -195,7 +195,7 @@ def _while_loops(jaxpr, in_scan=False):
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the sequential rule is CPU's")
 def test_batched_newton_sdp_solves_one_matrix_at_a_time_on_cpu():
-    """On CPU a batch of Newton SDPs (a stack, a caller's vmap, nested vmaps, asdp's blocks) runs as a
+    """On CPU a batch of Newton SDPs (a stack, a caller's vmap, nested vmaps, asdp's blocks; mvr / maxent too) runs as a
     scan of single solves, never as a vmap-ed while loop: those hung XLA's CPU runtime at 0% CPU in
     about one warm call in 30 on a (10, 100, 100) stack (jaxknock/svector/_common.py)."""
     Cs = jnp.asarray(np.stack([factor_correlation(12, 2, i) for i in range(4)]))
@@ -204,6 +204,8 @@ def test_batched_newton_sdp_solves_one_matrix_at_a_time_on_cpu():
         ("stack", lambda S: sdp(S).value, Cs),
         ("vmap", jax.vmap(lambda S: sdp(S).value), Cs),
         ("nested vmap", jax.vmap(jax.vmap(lambda S: sdp(S).value)), Cs.reshape(2, 2, 12, 12)),
+        ("mvr stack", lambda S: mvr(S).value, Cs),
+        ("maxent vmap", jax.vmap(lambda S: maxent(S).value), Cs),
     ):
         loops = _while_loops(jax.make_jaxpr(fn)(arg).jaxpr)
         assert loops and all(loops), name

@@ -269,7 +269,13 @@ def solve_dense_mrc(Sigma, tol, max_steps, m, *, kind, b, min_eig="bound") -> So
 
 @functools.partial(jax.jit, static_argnames=("kind", "b"))
 def _mrc_jit(Sigma, tol, max_steps, m, *, kind, b):
-    solve = functools.partial(solve_dense_mrc, kind=kind, b=b)
+    # a batch, or a caller's vmap, one matrix after another on CPU (_common.batched_one_at_a_time):
+    # (10, 100, 100) stack, 2-core CPU: compile 1.7 s vs 2.2-2.5 s, warm mvr 0.069 vs 0.074 s,
+    # maxent 0.148 vs 0.231 s; and no vmap-ed while loop (those hung XLA's CPU runtime in the dense SDP)
+    def one(S, tol, max_steps, m):
+        return solve_dense_mrc(S, tol, max_steps, m, kind=kind, b=b)
+
+    solve = _common.batched_one_at_a_time(one)
     if Sigma.ndim == 3:
         return jax.vmap(solve, in_axes=(0, None, None, None))(Sigma, tol, max_steps, m)
     return solve(Sigma, tol, max_steps, m)
@@ -308,7 +314,8 @@ _SHARED_DOC = r"""
     (the iterates approach the PD boundary; Cholesky updates); a float32
     ``Sigma`` is rejected. ``tol`` and ``max_steps`` are traced (no
     recompilation); ``num_knockoffs`` is traced too, ``block_size`` and the
-    shape are static. A batch ``(B, p, p)`` is solved with ``vmap``.
+    shape are static. A batch ``(B, p, p)`` is solved one matrix after another
+    on CPU, with ``vmap`` on an accelerator.
 
     Under jit (value checks skipped) a ``Sigma`` with NaN/Inf gives
     ``nonfinite`` and a non-symmetric or indefinite one ``infeasible`` or
