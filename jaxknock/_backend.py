@@ -111,11 +111,20 @@ def loop_over_batch(what: str, plat: str | None = None) -> bool:
       Accelerators ``vmap`` the models (not run on a GPU yet: no GPU in this
       session; ``tests/test_lifted.py`` runs the vmapped epoch once on CPU at
       toy size, where it does not hang).
+    * ``"svector_problems"`` (``sdp`` / ``mvr`` / ``maxent`` on a ``(B, p, p)``
+      stack, a caller's ``vmap`` of them, ``sdp_batch``, asdp's blocks; see
+      ``svector._common.batched_one_at_a_time``): one matrix at a time on CPU.
+      The same XLA:CPU wedge: vmap-ed Newton SDP loops on a ``(10, 100, 100)``
+      stack hung at 0% CPU at warm call 22, 54 and 11 of three runs (asdp's
+      blocks at p = 1000: 6 of 12 fresh processes); one at a time never did
+      (800 calls) and ran faster (sdp 0.21 vs 0.32 s, maxent 0.148 vs 0.231 s,
+      mvr 0.069 vs 0.074 s; compiles 1.7 s vs 2.2-2.5 s). Accelerators
+      ``vmap`` (not measured).
 
     Example:
         >>> loop_over_batch("snb_path", "cpu"), loop_over_batch("snb_path", "gpu")
         (True, False)
     """
-    if what not in ("snb_path", "stability_subsamples", "lifted_models"):
+    if what not in ("snb_path", "stability_subsamples", "lifted_models", "svector_problems"):
         raise ValueError(f"unknown batch {what!r}")
     return _is_cpu(plat)

@@ -279,7 +279,8 @@ def sdp_batch(
     (:func:`jaxknock.sdp`, :func:`jaxknock.asdp` or
     :func:`jaxknock.equicorrelated`) and the batch of ``Solution`` objects is
     stacked along a leading axis. The problems are split over the devices
-    (:func:`shard_batch`; each device ``vmap``-s its share).
+    (:func:`shard_batch`; each device ``vmap``-s its share, which the S-vector
+    solvers run one matrix after another on CPU).
 
     Memory: about ``8 p^2`` numbers per problem in flight (the correlation,
     its padded copy, the Cholesky factor and temporaries); the chunk per

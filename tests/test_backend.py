@@ -38,6 +38,8 @@ def test_backend_choices(monkeypatch):
     assert _backend.lasso_solver("cpu") == "cd" and _backend.lasso_solver("cuda") == "fista"
     assert _backend.loop_over_batch("snb_path", "cpu") and not _backend.loop_over_batch("stability_subsamples", "tpu")
     assert _backend.loop_over_batch("lifted_models", "cpu") and not _backend.loop_over_batch("lifted_models", "gpu")
+    assert _backend.loop_over_batch("svector_problems", "cpu")
+    assert not _backend.loop_over_batch("svector_problems", "gpu")
     with pytest.raises(ValueError, match="no check stride for loop 'nope'"):
         _backend.check_every("nope")
     with pytest.raises(ValueError, match="unknown batch"):

@@ -180,16 +180,13 @@ def multi_scale(m: int) -> float:
 def solve_each(solve, batch):
     """``solve`` applied to every slice ``batch[i]`` along the leading axis, the results stacked.
 
-    ``lax.map`` (one after another) on CPU, ``vmap`` on an accelerator. On XLA's CPU
-    runtime (jaxlib 0.10.2, 2-core CPU) ``vmap``-ed Newton SDP loops hung
-    nondeterministically: the execution waited forever at 0% CPU, every runtime
-    thread idle (asdp's blocks at p = 1000: 6 of 12 fresh processes; repeated warm
-    calls of ``sdp`` on a ``(10, 100, 100)`` stack: at call 22, 54 and 11 of three
-    runs). One after another they never did (800 calls), and ran faster (0.21 vs
-    0.32 s), as a batch gains little from ``vmap`` on CPU; an accelerator keeps the
-    batched program.
+    ``lax.map`` (one after another) on CPU, ``vmap`` on an accelerator
+    (:func:`jaxknock._backend.loop_over_batch` ``"svector_problems"``: on XLA's CPU
+    runtime ``vmap``-ed Newton SDP loops hung nondeterministically at 0% CPU, every
+    runtime thread idle, also in warm repeated calls; one at a time they never did
+    and ran faster).
     """
-    if _backend.platform() == "cpu":
+    if _backend.loop_over_batch("svector_problems"):
         return lax.map(solve, batch)
     return jax.vmap(solve)(batch)
 

@@ -98,7 +98,7 @@ def sdp(
 
     Args:
         Sigma: ``(p, p)`` positive definite covariance or correlation matrix,
-            float64, or a batch ``(B, p, p)`` (solved with ``vmap``).
+            float64, or a batch ``(B, p, p)`` (one after another on CPU, ``vmap`` on an accelerator).
         tol: relative duality-gap tolerance.
         max_steps: maximum number of sweeps / Newton steps (``max_sweeps`` is a
             deprecated alias).
