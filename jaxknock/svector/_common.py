@@ -177,28 +177,16 @@ def multi_scale(m: int) -> float:
     return (m + 1.0) / (2.0 * m)
 
 
-def solve_each(solve, batch):
-    """``solve`` applied to every slice ``batch[i]`` along the leading axis, the results stacked.
-
-    ``lax.map`` (one after another) on CPU, ``vmap`` on an accelerator
-    (:func:`jaxknock._backend.loop_over_batch` ``"svector_problems"``: on XLA's CPU
-    runtime ``vmap``-ed Newton SDP loops hung nondeterministically at 0% CPU, every
-    runtime thread idle, also in warm repeated calls; one at a time they never did
-    and ran faster).
-    """
-    if _backend.loop_over_batch("svector_problems"):
-        return lax.map(solve, batch)
-    return jax.vmap(solve)(batch)
-
-
 def batched_one_at_a_time(fn):
-    """``fn`` of positional array arguments whose ``vmap`` runs through :func:`solve_each`.
+    """``fn`` of positional array arguments whose ``vmap`` solves one problem at a time on CPU.
 
-    A ``jax.custom_batching.custom_vmap`` rule: under any ``vmap`` (a batch the
+    A ``jax.custom_batching.custom_vmap`` rule: under any ``vmap`` (a stack the
     solver is given, or a caller's own ``jax.vmap`` of a public solver) the
-    batched arguments are sliced and ``fn`` runs on each slice (one after another
-    on CPU); unbatched arguments are shared, not broadcast. Forward evaluation
-    only (the S-vector solvers are not differentiated).
+    batched arguments are sliced and ``fn`` runs on each slice, under ``lax.map``
+    on CPU and ``vmap`` on an accelerator (:func:`jaxknock._backend.loop_over_batch`
+    ``"svector_problems"``, which records why: vmap-ed Newton SDP loops hung XLA's
+    CPU runtime). Unbatched arguments are shared, not broadcast. Forward
+    evaluation only (the S-vector solvers are not differentiated).
     """
     wrapped = custom_vmap(fn)
 
@@ -212,7 +200,20 @@ def batched_one_at_a_time(fn):
             rest = iter(sliced)
             return fn(*jax.tree.unflatten(tree, [next(rest) if f else a for a, f in zip(flat, flags)]))
 
-        out = solve_each(one, [a for a, f in zip(flat, flags) if f])
+        batch = [a for a, f in zip(flat, flags) if f]
+        out = lax.map(one, batch) if _backend.loop_over_batch("svector_problems") else jax.vmap(one)(batch)
         return out, jax.tree.map(lambda _: True, out)
 
     return wrapped
+
+
+def solve_stack(fn, Sigma, *settings):
+    """``fn(Sigma, *settings)``, or for a stack ``(B, p, p)`` the stacked solutions of every matrix.
+
+    ``settings`` are shared by the whole stack; every ``vmap`` of ``fn`` (this
+    stack's, a caller's) goes through :func:`batched_one_at_a_time`.
+    """
+    solve = batched_one_at_a_time(fn)
+    if Sigma.ndim == 3:
+        return jax.vmap(solve, in_axes=(0,) + (None,) * len(settings))(Sigma, *settings)
+    return solve(Sigma, *settings)

@@ -212,11 +212,11 @@ def _asdp_jit(Sigma, tol, max_steps, c, *, bs, min_eig):
     idx = jnp.arange(nb)[:, None] * bs + jnp.arange(bs)[None, :]
     blocks = Cp[idx[:, :, None], idx[:, None, :]]
     b = coordinate.default_block(bs)
-    # one block after another on CPU (vmap-ed Newton loops hung there, see _common.solve_each)
-    solve = _common.batched_one_at_a_time(
-        lambda B, tol, max_steps, c: solve_dense(B, tol, max_steps, 0.5, 0.8, c, b=b, method="newton", min_eig="none")
-    )
-    bsol = jax.vmap(solve, in_axes=(0, None, None, None))(blocks, tol, max_steps, c)
+
+    def one(B, tol, max_steps, c):
+        return solve_dense(B, tol, max_steps, 0.5, 0.8, c, b=b, method="newton", min_eig="none")
+
+    bsol = _common.solve_stack(one, blocks, tol, max_steps, c)  # one block at a time on CPU
     s_blk = bsol.value.reshape(-1)[:p]
     gamma, feasible = _bisect_gamma(
         lambda g: _common.is_pd(c * C, g * s_blk), s_blk, jnp.diagonal(C), jnp.int32(_ASDP_BISECTIONS)

@@ -177,18 +177,12 @@ def sdp(
 
 @functools.partial(jax.jit, static_argnames=("b", "method", "min_eig"))
 def _sdp_jit(Sigma, tol, max_steps, lam0, decay, c, *, b, method, min_eig):
-    """:func:`solve_dense` under one ``jit``; numeric settings are traced.
-
-    A batch, or a caller's ``vmap``, runs through :func:`_common.batched_one_at_a_time`.
-    """
+    """:func:`solve_dense` under one ``jit``; numeric settings are traced (a stack: :func:`_common.solve_stack`)."""
 
     def one(S, tol, max_steps, lam0, decay, c):
         return solve_dense(S, tol, max_steps, lam0, decay, c, b=b, method=method, min_eig=min_eig)
 
-    solve = _common.batched_one_at_a_time(one)
-    if Sigma.ndim == 3:
-        return jax.vmap(solve, in_axes=(0, None, None, None, None, None))(Sigma, tol, max_steps, lam0, decay, c)
-    return solve(Sigma, tol, max_steps, lam0, decay, c)
+    return _common.solve_stack(one, Sigma, tol, max_steps, lam0, decay, c)
 
 
 def solve_dense(Sigma, tol, max_steps, lam0, decay, c=2.0, *, b, method="newton", min_eig="bound") -> Solution:

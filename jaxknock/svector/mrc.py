@@ -269,16 +269,10 @@ def solve_dense_mrc(Sigma, tol, max_steps, m, *, kind, b, min_eig="bound") -> So
 
 @functools.partial(jax.jit, static_argnames=("kind", "b"))
 def _mrc_jit(Sigma, tol, max_steps, m, *, kind, b):
-    # a batch, or a caller's vmap, one matrix after another on CPU (_common.batched_one_at_a_time):
-    # (10, 100, 100) stack, 2-core CPU: compile 1.7 s vs 2.2-2.5 s, warm mvr 0.069 vs 0.074 s,
-    # maxent 0.148 vs 0.231 s; and no vmap-ed while loop (those hung XLA's CPU runtime in the dense SDP)
     def one(S, tol, max_steps, m):
         return solve_dense_mrc(S, tol, max_steps, m, kind=kind, b=b)
 
-    solve = _common.batched_one_at_a_time(one)
-    if Sigma.ndim == 3:
-        return jax.vmap(solve, in_axes=(0, None, None, None))(Sigma, tol, max_steps, m)
-    return solve(Sigma, tol, max_steps, m)
+    return _common.solve_stack(one, Sigma, tol, max_steps, m)  # a stack: one matrix at a time on CPU
 
 
 def _solve(kind, Sigma, num_knockoffs, tol, max_steps, block_size, throw):
