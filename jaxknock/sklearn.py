@@ -461,8 +461,10 @@ class StabilitySelector(SelectorMixin, BaseEstimator):
     half-samples; a feature is selected when its selection probability
     reaches ``threshold`` somewhere on the lambda range, and
     ``E[#false selections] <= bound_`` (Shah & Samworth's unimodal bound with
-    pairs). With ``expected_false`` the range (or, with ``threshold=None``, the
-    threshold) is chosen to meet that target.
+    pairs). The lambda range (or, with ``threshold=None``, the threshold) is
+    chosen so that ``E[#false selections] <= expected_false`` (default 1;
+    ``None``: the whole grid, whose bound is vacuous when ``n_features`` is
+    small against ``n_samples``).
 
     Attributes:
         probabilities_: ``(n_features, num_lambdas)`` selection probabilities.
@@ -487,7 +489,7 @@ class StabilitySelector(SelectorMixin, BaseEstimator):
         eps=1e-2,
         fraction=0.5,
         complementary_pairs=True,
-        expected_false=None,
+        expected_false=1.0,
         loss="auto",
         solver="auto",
     ):

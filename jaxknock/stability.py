@@ -117,8 +117,8 @@ class StabilityResult(NamedTuple):
 
         Two cases. Nothing selected (which range and threshold were used). Or a
         *vacuous* bound: ``bound >= `` the number selected, so the guarantee
-        allows every selection to be false. This is what the default
-        (``expected_false=None``: the whole grid) gives when ``p`` is small
+        allows every selection to be false. This is what
+        ``expected_false=None`` (the whole grid) gives when ``p`` is small
         against ``n``, where the lasso on half the rows selects nearly every
         feature at the small end of the grid.
         """
@@ -138,7 +138,7 @@ class StabilityResult(NamedTuple):
             return (
                 f"the error bound says nothing here: E[false selections] <= {self.bound:.3g}, not below the "
                 f"{nsel} selected (q = {self.q:.3g} features per subsample over lambdas[:{k}]); pass "
-                "expected_false= (a target E[V], e.g. 1; --expected-false in the CLI) to cut the lambda range, "
+                "expected_false= (a target E[V]; the default, 1, cuts the lambda range; --expected-false in the CLI), "
                 "or raise threshold"
             )
         return None
@@ -434,7 +434,7 @@ def stability_selection(
     fraction: float = 0.5,
     complementary_pairs: bool = True,
     threshold: float | None = 0.6,
-    expected_false: float | None = None,
+    expected_false: float | None = 1.0,
     assumption: str | None = None,
     loss: str = "squared",
     fit_intercept: bool = True,
@@ -456,11 +456,15 @@ def stability_selection(
     Error control (``expected_false`` = the target E[V], i.e. the per-family
     error rate; divide by ``p`` for the per-comparison rate):
 
-    * ``expected_false=None``: the whole grid and ``threshold``; ``bound``
-      reports E[V] for them;
-    * ``expected_false`` and ``threshold``: the longest range ``lambdas[:k]``
+    * ``expected_false`` and ``threshold`` (the default: E[V] <= 1 at
+      threshold 0.6): the longest range ``lambdas[:k]``
       (from the largest lambda) whose ``q`` meets the bound at ``threshold``
       (``k = 0``, nothing selected, if even ``lambdas[:1]`` does not);
+    * ``expected_false=None``: the whole grid and ``threshold``; ``bound``
+      reports E[V] for them. When ``p`` is small against ``n`` the lasso on
+      half the rows keeps nearly every feature at the small end of the grid,
+      so this selects nearly everything under a vacuous bound
+      (``result.explanation`` says so);
     * ``expected_false`` and ``threshold=None``: the smallest threshold in
       ``0.501, 0.502, ..., 1`` meeting the bound on the whole grid; if none does,
       the range is cut as above at threshold 0.9.
@@ -474,7 +478,7 @@ def stability_selection(
         fraction: subsample size ``floor(n * fraction)``, in (0, 1) (``<= 1/2`` with pairs).
         complementary_pairs: Shah & Samworth's pairs of disjoint halves.
         threshold: :math:`\pi_{thr}` in (0.5, 1].
-        expected_false: target E[V] (see above).
+        expected_false: target E[V] (see above; default 1, ``None`` for the whole grid).
         assumption: ``"unimodal"`` (default with pairs) or ``"none"`` (default without).
         loss, fit_intercept, tol: as in :func:`~jaxknock.lasso_path`
             (``tol=1e-4``: selection needs the support, not a tight fit).

@@ -34,7 +34,7 @@ def test_probabilities_equal_explicit_loop():
     X, y = _data(0)
     key = jax.random.key(3)
     lambdas = jaxknock.lambda_grid(X, y, num=L, eps=0.05)
-    res = stability_selection(key, X, y, lambdas=lambdas, num_subsamples=B, threshold=0.6)
+    res = stability_selection(key, X, y, lambdas=lambdas, num_subsamples=B, threshold=0.6, expected_false=None)
     idx = np.asarray(stability_subsamples(key, N, B))
     assert idx.shape == (B, N // 2)
     counts = np.zeros((P, L))
@@ -110,9 +110,10 @@ def test_null_designs_false_selections_within_bound_and_signals_found():
     assert np.mean(false_counts) <= np.mean(bounds) + 1e-12
     assert np.mean(loose) > target
     X, y = _data(7)
-    res = stability_selection(jax.random.key(1), X, y, num_subsamples=B, num_lambdas=L, eps=0.05)
-    assert np.all(np.asarray(res.max_probability)[:3] >= 0.9)
-    assert res.selected[:3].all()
+    whole = stability_selection(jax.random.key(1), X, y, num_subsamples=B, num_lambdas=L, eps=0.05, expected_false=None)
+    assert np.all(np.asarray(whole.max_probability)[:3] >= 0.9)
+    res = stability_selection(jax.random.key(1), X, y, num_subsamples=B, num_lambdas=L, eps=0.05, threshold=0.9)
+    assert res.bound <= 1.0 and res.selected[:3].all()  # the default E[V] <= 1, at threshold 0.9
 
 
 def test_logistic_loss_and_float32():
@@ -163,14 +164,19 @@ def test_cli_stability(tmp_path, capsys):
     cols = [f"x{j}" for j in range(P)]
     np.savetxt(path, np.c_[X, y], delimiter=",", header=",".join([*cols, "y"]), comments="")
     out = tmp_path / "r.json"
-    argv = [str(path), "--target", "y", "--subsamples", "10", "--lambdas", "5", "--quiet", "--out", str(out)]
-    assert main(["stability", *argv]) == 0
+    argv = [str(path), "--target", "y", "--subsamples", "40", "--lambdas", "5", "--quiet", "--out", str(out)]
+    assert main(["stability", *argv, "--threshold", "auto"]) == 0  # default --expected-false 1
     report = json.loads(out.read_text())
     assert report["command"] == "stability" and {"x0", "x1"} <= {s["name"] for s in report["selected"]}
+    assert report["bound"] <= 1.0 and report["settings"]["expected_false"] == 1.0
+    assert main(["stability", *argv, "--expected-false", "none"]) == 0  # the whole grid at threshold 0.6
+    assert json.loads(out.read_text())["num_lambdas_used"] == 5
     assert "explanation" in report  # None, or why the bound says nothing
-    assert main(["stability", str(path), "--target", "y", "--threshold", "0.5"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--threshold" in err[0]
+    capsys.readouterr()
+    for bad in (["--threshold", "0.5"], ["--threshold", "auto", "--expected-false", "none"]):
+        assert main(["stability", str(path), "--target", "y", *bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--threshold" in err[0]
 
 
 # ---- the working-set (homotopy) engine: solver="auto" ------------------------------------------
@@ -306,10 +312,11 @@ def test_explanation_names_a_vacuous_bound_and_an_empty_selection():
     X = rng.standard_normal((200, 6))
     y = 2.0 * X[:, 0] + rng.standard_normal(200)
     key = jax.random.key(0)
-    whole = stability_selection(key, X, y, num_subsamples=B, num_lambdas=L)
+    whole = stability_selection(key, X, y, num_subsamples=B, num_lambdas=L, expected_false=None)
     assert whole.selected.sum() >= 5 and whole.bound >= whole.selected.sum()
     assert whole.explanation.startswith("the error bound says nothing here")
-    cut = stability_selection(key, X, y, num_subsamples=B, num_lambdas=L, expected_false=1.0)
+    cut = stability_selection(key, X, y, num_subsamples=B, num_lambdas=L)  # the default: E[V] <= 1
+    assert cut.expected_false == 1.0 and cut.num_lambdas_used < L
     assert cut.selected.tolist() == [True, False, False, False, False, False] and cut.bound <= 1.0
     assert cut.explanation is None
     none = stability_selection(key, X, y, num_subsamples=B, num_lambdas=L, expected_false=1e-3)

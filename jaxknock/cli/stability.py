@@ -14,6 +14,21 @@ from jaxknock.cli.tables import load_table, preview, resolve_target
 __all__ = ["add_parsers", "run_randsel", "run_stability"]
 
 
+def _float_or(word: str):
+    """An argparse type: a float, or ``word`` (any case) for ``None``."""
+
+    def parse(text: str):
+        if text.strip().lower() == word:
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"expected a number or {word!r}") from None
+
+    parse.__name__ = f"number or {word!r}"
+    return parse
+
+
 def add_parsers(sub) -> None:
     """Register the two subcommands on the ``jaxknock`` subparsers."""
     st = sub.add_parser(
@@ -24,8 +39,19 @@ def add_parsers(sub) -> None:
     )
     st.add_argument("data", help="CSV with a header row, .npz or .npy")
     st.add_argument("--target", required=True, help="response column (name; index for unnamed arrays)")
-    st.add_argument("--threshold", type=float, default=None, help="selection threshold in (0.5, 1] (default 0.6)")
-    st.add_argument("--expected-false", type=float, default=None, help="target E[V] (per-family error rate)")
+    st.add_argument(
+        "--threshold",
+        type=_float_or("auto"),
+        default=0.6,
+        help="selection threshold in (0.5, 1] (default 0.6), or 'auto': the smallest one meeting --expected-false",
+    )
+    st.add_argument(
+        "--expected-false",
+        type=_float_or("none"),
+        default=1.0,
+        help="target E[V], the per-family error rate, that picks the lambda range (default 1); "
+        "'none': the whole grid, whose bound can be vacuous",
+    )
     st.add_argument("--subsamples", type=int, default=100, help="number of subsamples (even; default 100)")
     st.add_argument("--lambdas", type=int, default=50, help="grid size (default 50)")
     st.add_argument("--loss", choices=("auto", "squared", "logistic"), default="auto")
@@ -124,7 +150,9 @@ def run_stability(args) -> int:
         if np.unique(y).size != 2:
             raise CLIError(f"--loss logistic needs a binary target, column {target!r} has {np.unique(y).size} values")
         y = (y == y.max()).astype(np.float64)
-    threshold = args.threshold if args.threshold is not None else (None if args.expected_false else 0.6)
+    threshold = args.threshold
+    if threshold is None and args.expected_false is None:
+        raise CLIError("--threshold auto needs a number for --expected-false")
     enable_x64()
     say = (lambda *a, **k: None) if args.quiet else print
     say(f"{len(features)} features, {X.shape[0]} rows, target {target!r}; {loss} loss, {args.subsamples} subsamples")
