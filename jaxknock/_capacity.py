@@ -19,7 +19,8 @@ which the CLI does by default), the store is also written to
 shapes starts at the right capacities: with the compiled programs in the cache,
 it then compiles nothing. Capacities only ever grow; a larger start costs some
 speed (every kink pays for the slots it has), never accuracy, because an
-overflowing call is always re-run. Delete the file to forget them.
+overflowing call is always re-run. Delete the file to forget them. The file
+keeps the ``MAX_ENTRIES`` most recently added keys (about 100 bytes each).
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ from pathlib import Path
 
 import jax
 
-__all__ = ["CapacityStore", "STORE"]
+__all__ = ["CapacityStore", "MAX_ENTRIES", "STORE"]
 
 _FILE = "jaxknock-capacity.json"
 _VERSION = 1
+MAX_ENTRIES = 2048  # shapes kept on disk: a process sweeping many shapes does not grow the file forever
 
 
 def _cache_file() -> Path | None:
@@ -115,6 +117,8 @@ class CapacityStore:
     def _write(self, path: Path) -> None:
         entries = _read(path)  # another process may have added entries since this one loaded
         _merge(entries, self._entries)
+        for k in list(entries)[: max(len(entries) - MAX_ENTRIES, 0)]:  # oldest first (insertion order)
+            del entries[k]
         self._entries = entries
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

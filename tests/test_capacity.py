@@ -93,3 +93,13 @@ def test_the_engine_grows_a_stored_capacity_that_is_too_small_and_gives_the_same
     np.testing.assert_array_equal(np.asarray(again.value) != 0, np.asarray(reference.value) != 0)
     assert float(again.stats["lam"]) == float(reference.stats["lam"])
     assert min(W for W, _ in json.loads(path.read_text())["entries"].values()) > 8
+
+
+def test_the_capacity_file_keeps_the_most_recent_keys(tmp_path, monkeypatch):
+    monkeypatch.setattr(_capacity, "MAX_ENTRIES", 3)
+    path = tmp_path / "jaxknock-capacity.json"
+    store = CapacityStore(lambda: path)
+    for i in range(5):
+        store.remember((i,), 10 + i, 1)
+    assert list(json.loads(path.read_text())["entries"]) == ["(2,)", "(3,)", "(4,)"]
+    assert CapacityStore(lambda: path).start((0,), (1, 1)) == (1, 1)  # forgotten: the default again
