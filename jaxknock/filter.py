@@ -270,10 +270,13 @@ def benjamini_yekutieli(pvalues, fdr):
 def _step_up(pv, fdr, *, dependence):
     m = pv.shape[-1]
     k = jnp.arange(1, m + 1, dtype=pv.dtype)
-    if dependence:
-        fdr = fdr / jnp.sum(1.0 / k)
     ps = jnp.sort(pv, axis=-1)
-    ok = ps <= k * fdr / m
+    # adjusted p-values p_(k) m / k (times c(m)) compared with q, in scipy's order of operations: the
+    # rearranged p_(k) <= k q / m rounds k q / m and flips exact boundary ties (p = 0.9, k = m, q = 0.9)
+    adjusted = ps * (m / k)
+    if dependence:
+        adjusted = adjusted * jnp.sum(1 / k)
+    ok = adjusted <= fdr
     kmax = jnp.max(jnp.where(ok, jnp.arange(1, m + 1), 0), axis=-1, keepdims=True)
     cutoff = jnp.take_along_axis(ps, jnp.maximum(kmax - 1, 0), axis=-1)
     # under jit a NaN or a value outside [0, 1] cannot raise: that row rejects nothing

@@ -71,6 +71,14 @@ def test_bh_by_match_scipy(method):
     np.testing.assert_array_equal(
         fn(batch, 0.1), np.stack([false_discovery_control(b, method=method) <= 0.1 for b in batch])
     )
+    # discrete p-values (permutation p-values k / 20) sit exactly on the boundaries k q / m: ties
+    # decided by rounding (the rearranged p_(k) <= k q / m lost [0.8, 0.9, 0.9, 0.6, 0.9, 0.4, 0.2] at q = 0.9)
+    for _ in range(300):
+        m = int(rng.integers(1, 12))
+        pv = rng.integers(1, 21, m) / 20
+        q = float(rng.integers(1, 20) / 20)
+        np.testing.assert_array_equal(fn(pv, q), false_discovery_control(pv, method=method) <= q)
+    assert not fn(np.array([0.03, 0.06, 0.09, 0.12, np.nextafter(0.15, 1.0)]), 0.15)[-1]  # p > q never rejected
 
 
 def test_ebh_matches_definition_and_reproduces_knockoff_plus():
