@@ -269,8 +269,16 @@ def _group_equicorrelated(norm: _Normalised, c):
 class GroupSDPState(NamedTuple):
     gamma: jax.Array  # (G,)
     mu: jax.Array  # () barrier weight
-    gap: jax.Array  # () certified gap of the current iterate
+    gap: jax.Array  # () certified gap of the current iterate: best dual bound so far - objective
     decrement: jax.Array  # () Newton decrement of the last step
+    dual: jax.Array  # () best (smallest) certified dual bound seen so far
+    stall: jax.Array  # () int32: consecutive steps without a smaller gap
+
+
+# the group path stops (``stagnated``) after this many steps in a row without a smaller certified gap
+_GROUP_SDP_PATIENCE = 40
+# candidate dual scales t / mu of the rescaled certificate (see _group_sdp)
+_RESCALED_T = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
 def _group_sdp(norm: _Normalised, c, tol, max_steps):
@@ -291,14 +299,24 @@ def _group_sdp(norm: _Normalised, c, tol, max_steps):
     def inverse(L):
         return jax.scipy.linalg.cho_solve((L, True), eye)
 
-    def certificate(gamma, M, mu):
-        # dual-feasible Lambda = t M for the best t: the dual bound is convex piecewise linear
-        # in t with breakpoints t = |g| / sum_{i in g} M_ii, so try those (and mu)
-        trMC = c * jnp.sum(M * Cf)
+    def certificate(M, mu):
+        # Any Lambda >= 0 bounds OPT by c tr(Lambda C) + sum_g max(0, |g| - sum_{i in g} Lambda_ii).
+        # (1) Lambda = t M for the best t: convex piecewise linear in t with breakpoints
+        #     t = |g| / sum_{i in g} M_ii, so try those (and mu).
+        # (2) Lambda = diag(v) M diag(v) with v_i^2 = max(t, |g| / sum_{i in g} M_ii) for i in g, a
+        #     congruence of M (so PSD) that lifts every group's diagonal to at least |g|: off the
+        #     central path (or with M rounded near the boundary) the groups with t M_gg < |g| cost
+        #     their whole deficit in (1) but only gamma_g times it here. t near mu.
         per_group = jnp.sum((jnp.diagonal(M) * maskf).reshape(G, b), axis=1)
+        K = c * M * Cf
         ts = jnp.concatenate([w / per_group, mu[None]])
-        duals = ts * trMC + jnp.sum(jnp.maximum(0.0, w[None, :] - ts[:, None] * per_group[None, :]), axis=1)
-        return jnp.min(duals) - jnp.dot(w, gamma)
+        plain = ts * jnp.sum(K) + jnp.sum(jnp.maximum(0.0, w[None, :] - ts[:, None] * per_group[None, :]), axis=1)
+        ratio = w / per_group
+        tr = mu * jnp.asarray(_RESCALED_T, Cf.dtype)
+        v = jnp.sqrt(jnp.repeat(jnp.maximum(tr[:, None], ratio[None, :]), b, axis=1)) * maskf  # (T, n)
+        rescaled = jnp.einsum("ti,ij,tj->t", v, K, v, precision=HIGHEST)
+        dual = jnp.minimum(jnp.min(plain), jnp.min(rescaled))
+        return jnp.where(jnp.isfinite(dual), dual, jnp.inf)
 
     def phi(gamma, L, mu):
         return jnp.dot(w, gamma) + mu * (
@@ -307,8 +325,12 @@ def _group_sdp(norm: _Normalised, c, tol, max_steps):
 
     gamma0 = jnp.full((G,), _feasible_scale(Cf, c), Cf.dtype)
     mu0 = jnp.asarray(0.1, Cf.dtype)
-    M0 = inverse(chol(gamma0))
-    init = GroupSDPState(gamma0, mu0, certificate(gamma0, M0, mu0), jnp.asarray(0.0, Cf.dtype))
+    dual0 = certificate(inverse(chol(gamma0)), mu0)
+    zero = jnp.asarray(0.0, Cf.dtype)
+    init = GroupSDPState(gamma0, mu0, dual0 - jnp.dot(w, gamma0), zero, dual0, jnp.int32(0))
+    # mu stops shrinking once the central-path gap mu (n + 2G) is far below the tolerance: smaller
+    # values only make 2C - diag(s) numerically singular (the path then breaks down with NaN steps)
+    num_barrier_terms = jnp.asarray(jnp.sum(maskf) + 2 * G, Cf.dtype)
 
     def step(state):
         gamma, mu = state.gamma, state.mu
@@ -331,15 +353,20 @@ def _group_sdp(norm: _Normalised, c, tol, max_steps):
             return inside & (f_new >= f0 + 0.25 * alpha * jnp.dot(grad, d))
 
         alpha = lax.while_loop(lambda a: (~ok(a)) & (a > 1e-10), lambda a: 0.5 * a, jnp.asarray(1.0, Cf.dtype))
-        moved = alpha > 1e-10
+        moved = (alpha > 1e-10) & jnp.all(jnp.isfinite(d))
         gamma_new = jnp.where(moved, gamma + alpha * d, gamma)
-        mu_new = jnp.where((dec < 0.5) | ~moved, 0.2 * mu, mu)
-        M_new = inverse(chol(gamma_new))
-        return GroupSDPState(gamma_new, mu_new, certificate(gamma_new, M_new, mu_new), dec)
+        objective = jnp.dot(w, gamma_new)
+        floor = 0.05 * tol * jnp.maximum(1.0, objective) / num_barrier_terms
+        mu_new = jnp.where(((dec < 0.5) | ~moved) & (mu > floor), 0.2 * mu, mu)
+        dual = jnp.minimum(state.dual, certificate(inverse(chol(gamma_new)), mu))
+        gap = dual - objective
+        stall = jnp.where(gap < 0.999 * state.gap, 0, state.stall + 1)
+        return GroupSDPState(gamma_new, mu_new, gap, dec, dual, stall)
 
     def terminate(state):
         done = state.gap <= tol * jnp.maximum(1.0, jnp.dot(w, state.gamma))
-        return done, jnp.int32(RESULTS.successful)
+        stuck = state.stall >= _GROUP_SDP_PATIENCE
+        return done | stuck, jnp.where(done, RESULTS.successful, RESULTS.stagnated).astype(jnp.int32)
 
     it = iterative_solve(init, step, terminate, max_steps=max_steps)
     gamma = it.state.gamma
@@ -471,11 +498,18 @@ def group_s_matrix(
     * ``"sdp"`` (Dai & Barber's group SDP): ``S = blockdiag(gamma_g Sigma_gg)``
       maximising ``sum_g |g| gamma_g`` subject to ``0 <= gamma_g <= 1`` and
       ``c Sigma - S >= 0``, by barrier Newton path following over the ``G``
-      scalars ``gamma_g``, ``O(p^3 + G^3)`` per step. Certified gap: the
-      barrier point gives the dual-feasible ``Lambda = mu (c C - diag(P gamma))^{-1}``
-      and ``gap = c tr(Lambda C) + sum_g max(0, |g| - sum_{i in g} Lambda_ii) - sum_g |g| gamma_g``
-      (upper-bounds the suboptimality). For singleton groups it is the
-      ungrouped SDP (:func:`jaxknock.sdp`, same ``s`` to the tolerances).
+      scalars ``gamma_g``, ``O(p^3 + G^3)`` per step. Certified gap: any
+      ``Lambda >= 0`` bounds the optimum by
+      ``c tr(Lambda C) + sum_g max(0, |g| - sum_{i in g} Lambda_ii)``; the iterate
+      gives ``M = (c C - diag(P gamma))^{-1}`` and the candidates ``t M`` (best
+      ``t``) and ``diag(v) M diag(v)`` (``v`` lifting each group's diagonal to
+      ``|g|``, robust where some ``gamma_g`` sit at 0 and ``c C - S`` is nearly
+      singular); ``gap`` is the best bound seen minus ``sum_g |g| gamma_g``
+      (upper-bounds the suboptimality). The barrier weight stops shrinking
+      once the central-path gap is far below ``tol``; a path whose gap has not
+      shrunk for 40 steps ends ``stagnated`` (feasible, with its gap). For
+      singleton groups it is the ungrouped SDP (:func:`jaxknock.sdp`, same ``s``
+      to the tolerances).
     * ``"maxent"`` (maximum entropy, the Knockoffs.jl default): maximise
       ``log det(c Sigma - S) + sum_g log det S_g`` over all block-diagonal
       ``S`` (full blocks). Every step moves all blocks at once towards their
