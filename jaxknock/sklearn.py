@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -160,7 +161,10 @@ class KnockoffSelector(SelectorMixin, BaseEstimator):
     Candes et al. 2018). Several replicates are combined by e-BH on averaged
     knockoff e-values (Ren & Barber 2022), still at level ``fdr``.
     A binary ``y`` switches the lasso statistics to l1-logistic regression;
-    non-numeric binary labels are encoded as 0/1.
+    non-numeric binary labels are encoded as 0/1. Any other numeric ``y`` is
+    a continuous response (as in scikit-learn's regression selectors), also
+    integer class labels, with a warning (:func:`~jaxknock.knockoff_filter`
+    itself refuses 3 to 20 integer classes).
 
     Args:
         fdr: target false discovery rate in (0, 1).
@@ -253,6 +257,14 @@ class KnockoffSelector(SelectorMixin, BaseEstimator):
         method = self._check_params()
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=False, ensure_min_samples=2)
         y = np.asarray(y)
+        if y.dtype.kind in "iu" and 3 <= np.unique(y).size <= 20:
+            warnings.warn(
+                f"y holds {np.unique(y).size} distinct integers, which look like class labels; "
+                "KnockoffSelector fits them as a continuous response (the knockoff statistics handle a "
+                "continuous response or two classes)",
+                UserWarning,
+                stacklevel=2,
+            )
         if y.dtype.kind not in "biuf":
             try:
                 y = y.astype(np.float64)  # numbers stored as objects

@@ -112,6 +112,9 @@ def test_knockoff_selector_errors():
         KnockoffSelector(num_replicates=0).fit(X, y)
     with pytest.raises(ValueError, match="NaN"):
         KnockoffSelector(**FAST).fit(np.where(X > 2, np.nan, X), y)
+    # three integer classes: fitted as a continuous response (knockoff_filter refuses them), not silently
+    with pytest.warns(UserWarning, match="look like class labels"):
+        KnockoffSelector(**FAST).fit(X, np.digitize(y, [-1.0, 1.0]))
 
 
 def test_random_state_kinds():
