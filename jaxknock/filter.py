@@ -70,6 +70,11 @@ def knockoff_threshold(W, fdr, *, plus: bool = True):
     return _threshold(W, jnp.asarray(fdr, W.dtype), plus=bool(plus))
 
 
+def _valid_level(fdr):
+    """A target level inside ``(0, 1)`` (traced levels are checked here, concrete ones raise before)."""
+    return (fdr > 0) & (fdr < 1)
+
+
 def _fdp_estimates(w, plus):
     """Candidate thresholds ``t = |w_j|`` and the knockoff(+) FDP estimate at each (one sort, binary searches)."""
     ws = jnp.sort(w)
@@ -84,8 +89,10 @@ def _threshold(W, fdr, *, plus):
     def one(w):
         t, ratio = _fdp_estimates(w, plus)
         ok = (ratio <= fdr) & (t > 0)
-        # a NaN statistic (a failed fit, unseen under jit): NaN threshold, so W >= T selects nothing
-        return jnp.where(jnp.any(jnp.isnan(w)), jnp.nan, jnp.min(jnp.where(ok, t, jnp.inf)))
+        # a NaN statistic (a failed fit, unseen under jit) or a traced level outside (0, 1): NaN
+        # threshold, so W >= T selects nothing
+        bad = jnp.any(jnp.isnan(w)) | ~_valid_level(fdr)
+        return jnp.where(bad, jnp.nan, jnp.min(jnp.where(ok, t, jnp.inf)))
 
     flat = W.reshape(-1, W.shape[-1])
     return jax.vmap(one)(flat).reshape(W.shape[:-1])
@@ -279,8 +286,8 @@ def _step_up(pv, fdr, *, dependence):
     ok = adjusted <= fdr
     kmax = jnp.max(jnp.where(ok, jnp.arange(1, m + 1), 0), axis=-1, keepdims=True)
     cutoff = jnp.take_along_axis(ps, jnp.maximum(kmax - 1, 0), axis=-1)
-    # under jit a NaN or a value outside [0, 1] cannot raise: that row rejects nothing
-    valid = jnp.all((pv >= 0) & (pv <= 1), axis=-1, keepdims=True)
+    # under jit a NaN or a value outside [0, 1], or a level outside (0, 1), cannot raise: that row rejects nothing
+    valid = jnp.all((pv >= 0) & (pv <= 1), axis=-1, keepdims=True) & _valid_level(fdr)
     return (pv <= cutoff) & (kmax > 0) & valid
 
 
@@ -321,8 +328,8 @@ def _ebh(e, fdr):
     ok = es * k * fdr >= m * (1.0 - 8 * jnp.finfo(e.dtype).eps)
     kmax = jnp.max(jnp.where(ok, jnp.arange(1, m + 1), 0), axis=-1, keepdims=True)
     cutoff = jnp.take_along_axis(es, jnp.maximum(kmax - 1, 0), axis=-1)
-    # under jit a NaN or negative e-value cannot raise: that row rejects nothing
-    valid = jnp.all(e >= 0, axis=-1, keepdims=True)
+    # under jit a NaN or negative e-value, or a level outside (0, 1), cannot raise: that row rejects nothing
+    valid = jnp.all(e >= 0, axis=-1, keepdims=True) & _valid_level(fdr)
     return (e >= cutoff) & (kmax > 0) & valid
 
 

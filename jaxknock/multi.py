@@ -150,8 +150,10 @@ def _mk_threshold(kappa, tau, fdr, *, m, plus):
         n1 = p - jnp.searchsorted(knock, t, side="left")  # #{kappa != 0, tau >= t}
         ratio = (float(plus) + n1) / m / jnp.maximum(n0, 1)
         ok = (ratio <= fdr) & (t > 0)
-        # a NaN magnitude (a failed statistic, unseen under jit): NaN threshold, nothing selected
-        return jnp.where(jnp.any(jnp.isnan(t)), jnp.nan, jnp.min(jnp.where(ok, t, jnp.inf)))
+        # a NaN magnitude (a failed statistic, unseen under jit) or a traced level outside (0, 1):
+        # NaN threshold, nothing selected
+        bad = jnp.any(jnp.isnan(t)) | (fdr <= 0) | (fdr >= 1)
+        return jnp.where(bad, jnp.nan, jnp.min(jnp.where(ok, t, jnp.inf)))
 
     flat_k = kappa.reshape(-1, kappa.shape[-1])
     flat_t = tau.reshape(-1, tau.shape[-1])

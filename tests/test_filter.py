@@ -6,6 +6,7 @@ from helpers import ar1_correlation
 from scipy.stats import false_discovery_control
 
 from jaxknock import filter as F
+from jaxknock import multi
 from jaxknock import statistics as S
 
 # ----------------------------------------------------------------------------
@@ -330,6 +331,15 @@ def test_invalid_inputs_under_jit_select_nothing_instead_of_a_plausible_set():
         assert not np.asarray(jax.jit(F.benjamini_yekutieli)(np.where(first, bad, pv), 0.1)).any()
     for bad in (np.nan, -1.0):
         assert not np.asarray(jax.jit(F.ebh)(np.where(first, bad, e), 0.1)).any()
+    # a traced level outside (0, 1): eager calls raise; under jit it gave T = 1.0 (fdr 1.5) or
+    # rejected everything (BH at fdr 2.0)
+    for level in (1.5, 2.0, 0.0, -0.1, np.nan):
+        assert np.isnan(float(jax.jit(F.knockoff_threshold)(W, level)))
+        assert not np.asarray(jax.jit(F.knockoff_select)(W, level)).any()
+        for fn, x in ((F.benjamini_hochberg, pv), (F.benjamini_yekutieli, pv), (F.ebh, e)):
+            assert not np.asarray(jax.jit(fn)(x, level)).any()
+        Z = np.stack([np.abs(W), np.zeros(30), np.zeros(30)])
+        assert not np.asarray(jax.jit(multi.multi_knockoff_select)(Z, level)).any()
     # rows are independent: a bad row does not silence a good one
     both = jax.jit(F.benjamini_hochberg)(np.stack([np.where(first, np.nan, pv), pv]), 0.1)
     assert not np.asarray(both[0]).any() and np.array_equal(
