@@ -50,7 +50,16 @@ ESTIMATORS = ("hsic", "unbiased", "kta")
 
 
 def _sq_dists(X, w=None):
-    """Pairwise squared distances ``sum_j w_j (x_aj - x_bj)^2`` (``w=None``: all features)."""
+    """Pairwise squared distances ``sum_j w_j (x_aj - x_bj)^2`` (``w=None``: all features).
+
+    The columns are centred first: the expansion ``|a|^2 + |b|^2 - 2 a.b`` (one
+    matmul, ``O(n^2 p)``) cancels catastrophically when the rows lie far from
+    the origin (a shift of ``1e8`` in float64 or ``1e4`` in float32 moved the
+    alignment from 0.41 to 0.17 / 0.08), while distances do not depend on the
+    origin. An error in the computed mean is one shift of every row, so it
+    leaves the differences, and the result, translation invariant.
+    """
+    X = X - jnp.mean(X, axis=0)
     Xw = X if w is None else X * w
     sq = jnp.sum(Xw * X, axis=1)
     D = sq[:, None] + sq[None, :] - 2.0 * jnp.matmul(Xw, X.T, precision=HI)
