@@ -170,6 +170,35 @@ def test_bad_input(fn, kwargs, match):
         fn(*args, **kwargs)
 
 
+def test_bandwidth_any_positive_real_scalar_and_text_labels():
+    """bandwidth=np.int64(2) and a 0-d jax array were refused; text y gave JAX's staging error."""
+    X, y = _xor(0, n=40, irrelevant=2)
+    ref = float(kernel_target_alignment(X, y, bandwidth=2.0))
+    for bw in (2, np.int64(2), np.float32(2), jax.numpy.asarray(2.0), np.asarray(2)):
+        np.testing.assert_allclose(float(kernel_target_alignment(X, y, bandwidth=bw)), ref, rtol=1e-12)
+        np.testing.assert_allclose(
+            float(hsic(X, y, target_kernel="gaussian", target_bandwidth=bw)),
+            float(hsic(X, y, target_kernel="gaussian", target_bandwidth=2.0)),
+            rtol=1e-12,
+        )
+    assert (
+        greedy_kta_selection(X, y, [0, 1, 2], bandwidth=np.int64(2))[0].tolist()
+        == greedy_kta_selection(X, y, [0, 1, 2], bandwidth=2.0)[0].tolist()
+    )
+    # traced: the value under jit, NaN for a bad one
+    kta = jax.jit(lambda b: kernel_target_alignment(X, y, bandwidth=b))
+    np.testing.assert_allclose(float(kta(2.0)), ref, rtol=1e-12)
+    assert np.isnan(float(kta(-2.0)))
+    for bad, err in [(0.0, ValueError), (np.nan, ValueError), (np.ones(2), ValueError), ("2", TypeError),
+                     (True, TypeError)]:  # fmt: skip
+        with pytest.raises(err, match="bandwidth"):
+            kernel_target_alignment(X, y, bandwidth=bad)
+    with pytest.raises(TypeError, match="y holds text labels"):
+        kernel_target_alignment(X, np.where(y > 0, "a", "b"))
+    with pytest.raises(TypeError, match="y holds text labels"):
+        hsic(X, list(np.where(y > 0, "a", "b")))
+
+
 def test_bad_shapes_and_ranking():
     X, y = _xor(0, n=40, irrelevant=2)
     with pytest.raises(ValueError, match="y must have shape"):
@@ -197,3 +226,7 @@ def test_cli_randsel(tmp_path, capsys):
     assert main(["randsel", str(path), "--target", "y", "--drop", "1.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--drop" in err[0]
+    # the flag, not the Python argument name subsample_size
+    assert main(["randsel", str(path), "--target", "y", "--subsample-size", "2", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--subsample-size" in err[0] and "[4, 120]" in err[0]
