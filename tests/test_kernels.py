@@ -58,6 +58,36 @@ def test_hsic_matches_naive_estimators():
     np.testing.assert_allclose(float(hsic(X, y, unbiased=True)), u, rtol=1e-9)
 
 
+def test_gaussian_measures_translation_invariant():
+    # distances were |a|^2 + |b|^2 - 2 a.b: at X + 1e8 (float64) the alignment fell from 0.414 to 0.166,
+    # at X + 1e4 (float32) to 0.077
+    from jaxknock.kernels import _sq_dists
+
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((30, 3))
+    y = X[:, 0]
+    H = np.eye(30) - 1 / 30
+
+    def ref(X):
+        Kc, Lc = H @ _np_gauss(X) @ H, H @ np.outer(y, y) @ H
+        return (Kc * Lc).sum() / np.sqrt((Kc * Kc).sum() * (Lc * Lc).sum())
+
+    a0, h0, u0 = float(kernel_target_alignment(X, y)), float(hsic(X, y)), float(hsic(X, y, unbiased=True))
+    for shift in [1e6, 1e8, -1e8]:
+        np.testing.assert_allclose(float(kernel_target_alignment(X + shift, y)), a0, rtol=1e-6)
+        np.testing.assert_allclose(float(hsic(X + shift, y)), h0, rtol=1e-6)
+        np.testing.assert_allclose(float(hsic(X + shift, y, unbiased=True)), u0, rtol=1e-5)
+    for shift in [1e3, 1e4]:
+        Xs = (X + shift).astype(np.float32)
+        got = float(kernel_target_alignment(Xs, y.astype(np.float32)))
+        np.testing.assert_allclose(got, ref(Xs.astype(np.float64)), rtol=1e-3)
+    # the weighted distances of randSel's draws
+    w = np.array([1.0, 0.0, 1.0])
+    Xs = X + 1e8
+    D = ((Xs[:, None, :] - Xs[None, :, :]) ** 2 * w).sum(-1)
+    np.testing.assert_allclose(np.asarray(_sq_dists(Xs, w)), D, rtol=1e-6, atol=1e-6)
+
+
 def test_greedy_kta_matches_prefix_loop():
     rng = np.random.default_rng(2)
     X = rng.standard_normal((50, 6))
@@ -140,6 +170,35 @@ def test_bad_input(fn, kwargs, match):
         fn(*args, **kwargs)
 
 
+def test_bandwidth_any_positive_real_scalar_and_text_labels():
+    """bandwidth=np.int64(2) and a 0-d jax array were refused; text y gave JAX's staging error."""
+    X, y = _xor(0, n=40, irrelevant=2)
+    ref = float(kernel_target_alignment(X, y, bandwidth=2.0))
+    for bw in (2, np.int64(2), np.float32(2), jax.numpy.asarray(2.0), np.asarray(2)):
+        np.testing.assert_allclose(float(kernel_target_alignment(X, y, bandwidth=bw)), ref, rtol=1e-12)
+        np.testing.assert_allclose(
+            float(hsic(X, y, target_kernel="gaussian", target_bandwidth=bw)),
+            float(hsic(X, y, target_kernel="gaussian", target_bandwidth=2.0)),
+            rtol=1e-12,
+        )
+    assert (
+        greedy_kta_selection(X, y, [0, 1, 2], bandwidth=np.int64(2))[0].tolist()
+        == greedy_kta_selection(X, y, [0, 1, 2], bandwidth=2.0)[0].tolist()
+    )
+    # traced: the value under jit, NaN for a bad one
+    kta = jax.jit(lambda b: kernel_target_alignment(X, y, bandwidth=b))
+    np.testing.assert_allclose(float(kta(2.0)), ref, rtol=1e-12)
+    assert np.isnan(float(kta(-2.0)))
+    for bad, err in [(0.0, ValueError), (np.nan, ValueError), (np.ones(2), ValueError), ("2", TypeError),
+                     (True, TypeError)]:  # fmt: skip
+        with pytest.raises(err, match="bandwidth"):
+            kernel_target_alignment(X, y, bandwidth=bad)
+    with pytest.raises(TypeError, match="y holds text labels"):
+        kernel_target_alignment(X, np.where(y > 0, "a", "b"))
+    with pytest.raises(TypeError, match="y holds text labels"):
+        hsic(X, list(np.where(y > 0, "a", "b")))
+
+
 def test_bad_shapes_and_ranking():
     X, y = _xor(0, n=40, irrelevant=2)
     with pytest.raises(ValueError, match="y must have shape"):
@@ -167,3 +226,7 @@ def test_cli_randsel(tmp_path, capsys):
     assert main(["randsel", str(path), "--target", "y", "--drop", "1.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--drop" in err[0]
+    # the flag, not the Python argument name subsample_size
+    assert main(["randsel", str(path), "--target", "y", "--subsample-size", "2", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--subsample-size" in err[0] and "[4, 120]" in err[0]

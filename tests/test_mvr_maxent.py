@@ -71,6 +71,29 @@ def test_matches_cvxpy(kind, m):
 
 
 @pytest.mark.parametrize("kind", ["mvr", "maxent"])
+def test_objective_ignores_block_padding(kind):
+    """p not a multiple of the block: the padded coordinates (s = 1) added m each to the MVR
+    objective (p = 5, Sigma = I: 11 instead of 10; p = 7, m = 3: 31 instead of 28), which also
+    loosened the stopping test gap <= tol |f|."""
+    for p in (4, 5, 7):
+        for m in (1, 3):
+            sol = SOLVERS[kind](jnp.eye(p), num_knockoffs=m)
+            # s = 1; MVR: tr((c - 1)^-1 I) / m + m p = p (1 + m); ME: -log det((c - 1) I) = p log m
+            closed = p * (1 + m) if kind == "mvr" else p * np.log(m)
+            np.testing.assert_allclose(float(sol.stats["objective"]), closed, rtol=1e-9, atol=1e-9)
+    for seed, p, block in [(1, 10, 4), (2, 21, None)]:
+        C = jnp.asarray(wishart_correlation(seed, p))
+        for m in (1, 2):
+            tol = 1e-8
+            sol = SOLVERS[kind](C, num_knockoffs=m, block_size=block, tol=tol)
+            assert int(sol.result) == RESULTS.successful
+            f, gap = mrc.mrc_objective_and_gap(C, sol.value, method=kind, num_knockoffs=m)
+            np.testing.assert_allclose(float(sol.stats["objective"]), float(f), rtol=1e-10)
+            np.testing.assert_allclose(float(sol.stats["gap"]), float(gap), rtol=1e-6, atol=1e-12)
+            assert float(gap) <= tol * max(abs(float(f)), 1.0)
+
+
+@pytest.mark.parametrize("kind", ["mvr", "maxent"])
 def test_certificate_upper_bounds_suboptimality(kind):
     """At non-optimal feasible points the gap is >= f(s) - f*, and not vacuous (within 100x)."""
     f_ref, s_ref = cvx_optimum(C20, kind, 1)

@@ -563,3 +563,46 @@ def test_traced_label_outside_classes_is_not_silently_dropped(model):
     assert int(fit(X, y)) == RESULTS.successful
     y[5] = 7
     assert int(fit(X, y)) == RESULTS.nonfinite
+
+
+@pytest.mark.parametrize("model", ["multinomial", "bernoulli"])
+def test_traced_invalid_counts_are_poisoned_not_successful(model):
+    """Under jit, negative counts (multinomial) gave negative theta and Bernoulli X in {0, 2} gave
+    P(x=1 | class) = 1.69, both reported successful; eager calls raise."""
+    rng = np.random.default_rng(10)
+    X = rng.poisson(1.0, (60, 12)).astype(float)
+    y = np.arange(60) % 2
+    X[y == 1, :2] += 2
+    good = X if model == "multinomial" else (X > 0).astype(float)
+    bad = X - 1.0 if model == "multinomial" else 2.0 * (X > 0)
+    with pytest.raises(ValueError, match="X"):
+        sparse_naive_bayes(bad, y, 3, model=model)
+    fit = jax.jit(lambda A: sparse_naive_bayes(A, y, 3, classes=[0, 1], model=model))
+    sol = fit(good)
+    assert int(sol.result) == RESULTS.successful and np.all(np.isfinite(np.asarray(sol.value.theta)))
+    sol = fit(bad)
+    assert int(sol.result) == RESULTS.nonfinite
+    for a in (sol.value.theta, sol.value.coef, sol.value.intercept, sol.stats["psi"], sol.stats["objective"]):
+        assert np.all(np.isnan(np.asarray(a)))
+    assert np.all(np.asarray(sol.value.predict_index(good)) == -1)
+
+
+@pytest.mark.parametrize("model", ["multinomial", "bernoulli"])
+def test_traced_k_outside_range_is_infeasible(model):
+    """A traced k outside [0, m] was clamped silently (k = 13 of 12 features fitted as k = 12, successful)."""
+    rng = np.random.default_rng(10)
+    X = rng.poisson(1.0, (60, 12))
+    X = (X > 0).astype(int) if model == "bernoulli" else X
+    sums = class_sums(X, np.arange(60) % 2)
+    fit = jax.jit(lambda k: sparse_naive_bayes(sums, None, k, model=model))
+    for k, ok in [(-1, False), (0, True), (12, True), (13, False)]:
+        sol = fit(jnp.int32(k))
+        assert int(sol.result) == (RESULTS.successful if ok else RESULTS.infeasible)
+        assert np.all(np.isfinite(np.asarray(sol.value.theta))) == ok
+        assert np.isfinite(float(sol.stats["psi"])) == ok
+    path = jax.jit(lambda ks: sparse_naive_bayes_path(sums, None, ks, model=model))(jnp.array([-1, 3, 13]))
+    assert np.asarray(path.result).tolist() == [RESULTS.infeasible, RESULTS.successful, RESULTS.infeasible]
+    assert np.isnan(np.asarray(path.value.psi)[[0, 2]]).all() and np.isfinite(float(path.value.psi[1]))
+    # an empty class under traced labels (eager: "have no samples")
+    emp = jax.jit(lambda X, y: sparse_naive_bayes(X, y, 3, classes=(0, 1), model=model).result)
+    assert int(emp(X, np.zeros(60, int))) == RESULTS.infeasible

@@ -228,6 +228,10 @@ def run_randsel(args) -> int:
     target, features, X, y = _load(args)
     if len(features) < 3:
         raise CLIError(f"randsel needs at least 3 feature columns, got {len(features)}")
+    if args.subsample_size is not None and not 4 <= args.subsample_size <= X.shape[0]:
+        raise CLIError(
+            f"--subsample-size must be an integer in [4, {X.shape[0]}] (the rows), got {args.subsample_size}"
+        )
     enable_x64()
     say = (lambda *a, **k: None) if args.quiet else print
     say(f"{len(features)} features, {X.shape[0]} rows, target {target!r}; {args.subsamples} draws per round")

@@ -31,7 +31,7 @@ import numpy as np
 from jax import lax
 
 from jaxknock import _backend
-from jaxknock._checks import is_concrete
+from jaxknock._checks import combine_codes, is_concrete, poison
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.naive_bayes._inputs import MODELS, check_values, is_sparse, label_tuple
 from jaxknock.naive_bayes.bernoulli import fit_bernoulli
@@ -161,6 +161,24 @@ def _final_code(dual_result, finite):
     return jnp.where(finite, dual_result, jnp.int32(RESULTS.nonfinite)).astype(jnp.int32)
 
 
+def _input_code(counts, n_samples, k, model):
+    """``RESULTS`` code for what :func:`_check_sums` / :func:`_check_k` cannot see under ``jit``.
+
+    ``nonfinite`` for NaN/Inf sums (:func:`class_sums` NaN-poisons the sums of
+    traced bad counts or labels), ``infeasible`` for negative sums, an empty
+    class, Bernoulli sums above the class sizes or ``k`` outside ``[0, m]``
+    (previously clamped silently); ``successful`` for every input the eager
+    checks accept.
+    """
+    finite = jnp.all(jnp.isfinite(counts)) & jnp.all(jnp.isfinite(n_samples))
+    valid = jnp.all(counts >= 0) & jnp.all(n_samples > 0) & (k >= 0) & (k <= counts.shape[1])
+    if model == "bernoulli":
+        valid = valid & jnp.all(counts <= n_samples[:, None])
+    return jnp.where(~finite, RESULTS.nonfinite, jnp.where(valid, RESULTS.successful, RESULTS.infeasible)).astype(
+        jnp.int32
+    )
+
+
 @partial(jax.jit, static_argnames=("model", "max_steps", "method"))
 def fit_core(counts, n_samples, k, alpha, tol, *, model, max_steps, method=None):
     """Jitted fit from class sums: ``(theta, support, coef, intercept, result, stats)`` (``k`` traced)."""
@@ -191,7 +209,12 @@ def fit_core(counts, n_samples, k, alpha, tol, *, model, max_steps, method=None)
         "objective": objective.astype(dt),
         "dual": p.astype(dt),
     }
-    return theta, mask, coef, intercept, _final_code(dual_result, finite), stats
+    # bad input under jit: a non-success code and NaN everywhere, never a plausible model
+    in_code = _input_code(counts, n_samples, k, model)
+    ok = in_code == RESULTS.successful
+    theta, coef, intercept = poison(ok, theta, coef, intercept)
+    stats = {key: poison(ok, v) for key, v in stats.items()}
+    return theta, mask, coef, intercept, combine_codes(in_code, _final_code(dual_result, finite)), stats
 
 
 @partial(jax.jit, static_argnames=("model", "max_steps", "batch_size"))
@@ -218,7 +241,10 @@ def path_core(counts, n_samples, ks, alpha, tol, *, model, max_steps, batch_size
     else:
         upper, lower, obj, steps, codes = lax.map(one, ks, batch_size=batch_size)
     finite = jnp.isfinite(upper) & jnp.isfinite(obj)
-    return upper, lower, obj, steps, _final_code(codes, finite)
+    in_code = jax.vmap(lambda k: _input_code(counts, n_samples, k, model))(ks)
+    ok = in_code == RESULTS.successful
+    upper, lower, obj = poison(ok, upper, lower, obj)
+    return upper, lower, obj, steps, combine_codes(in_code, _final_code(codes, finite))
 
 
 def _check_model_alpha(model, alpha):
@@ -337,7 +363,8 @@ def sparse_naive_bayes(
         :class:`ClassSums` (then ``y=None``).
       y: ``(n,)`` labels (at least two classes).
       k: number of features allowed to differ between classes, ``0 <= k <= m``
-        (may be traced: no recompilation per ``k``; vmappable).
+        (may be traced: no recompilation per ``k``; vmappable). A traced ``k``
+        outside ``[0, m]`` gives ``RESULTS.infeasible`` and NaN parameters.
       model: ``"multinomial"`` (counts) or ``"bernoulli"`` (binary X).
       alpha: Laplace smoothing (pseudo-count), ``>= 0``.
       classes: label order (default: sorted unique labels); needed under ``jit``.
@@ -356,6 +383,13 @@ def sparse_naive_bayes(
       frequencies for Bernoulli), ``num_steps``, ``max_steps``. Bernoulli is
       exact: ``gap = 0``, ``num_steps = max_steps = 0``. ``state`` holds the
       :class:`ClassSums` (reuse them for other ``k`` or a path).
+
+      Bad input raises ``ValueError`` when concrete; under ``jit`` it gives a
+      non-success ``result`` and NaN ``theta`` / ``coef`` / ``intercept`` /
+      stats: ``nonfinite`` for NaN/Inf, negative or (Bernoulli) non-binary
+      ``X`` or a label outside ``classes`` (the sums are NaN-poisoned),
+      ``infeasible`` for invalid :class:`ClassSums` (negative, an empty class)
+      or ``k`` outside ``[0, m]``.
 
     Example::
 
@@ -414,7 +448,8 @@ def sparse_naive_bayes_path(
     Args:
       X, y, model, alpha, classes, tol, max_steps, throw: as in
         :func:`sparse_naive_bayes`.
-      ks: 1-D integer array of sparsity levels in ``[0, m]``.
+      ks: 1-D integer array of sparsity levels in ``[0, m]`` (under ``jit``, a ``k``
+        outside gets ``RESULTS.infeasible`` and NaN bounds).
       batch_size: how many ``k`` to solve at once with ``vmap`` (the batches run
         one after another with ``lax.map``). Default: 1 on CPU, where XLA's
         batched scatter is slower than a loop; elsewhere as many as fit in about

@@ -257,7 +257,10 @@ def class_sums(X, y=None, *, classes=None, model: str | None = None) -> ClassSum
         of ``y``. Required when ``y`` is traced (inside ``jit``).
       model: ``"multinomial"`` or ``"bernoulli"`` to validate ``X`` for that model
         (non-negative; binary for Bernoulli); the default only checks that ``X``
-        is finite and non-negative.
+        is finite and non-negative. Concrete ``X`` raises ``ValueError``
+        naming the bad entries; under ``jit`` bad values (or a traced label
+        outside ``classes``) make the sums NaN, so every fit on them reports
+        ``RESULTS.nonfinite`` instead of a plausible model.
 
     Returns:
       :class:`ClassSums`, accumulated in at least the default float dtype
@@ -293,10 +296,25 @@ def class_sums(X, y=None, *, classes=None, model: str | None = None) -> ClassSum
     check_values(X, model)
     codes, cls = encode_labels(y, X.shape[0], classes)
     counts, n = _dense_sums(jnp.asarray(X), jnp.asarray(codes), num_classes=len(cls), dtype=dtype)
+    bad = jnp.zeros((), bool)
     if not is_concrete(codes):  # traced labels outside classes (code C): poisoned, not silently dropped
-        bad = jnp.any(codes >= len(cls))
+        bad = bad | jnp.any(codes >= len(cls))
+    if not is_concrete(X):  # traced values check_values could not see: poisoned, not fitted
+        bad = bad | ~_traced_values_ok(X, model)
+    if not (is_concrete(codes) and is_concrete(X)):
         counts, n = jnp.where(bad, jnp.nan, counts), jnp.where(bad, jnp.nan, n)
     return ClassSums(counts, n, cls)
+
+
+def _traced_values_ok(X, model):
+    """Traced twin of :func:`check_values`: ``X`` finite, non-negative (and 0/1 for Bernoulli)."""
+    X = jnp.asarray(X)
+    ok = jnp.all(X >= 0)
+    if jnp.issubdtype(X.dtype, jnp.inexact):
+        ok = ok & jnp.all(jnp.isfinite(X))
+    if model == "bernoulli":
+        ok = ok & jnp.all((X == 0) | (X == 1))
+    return ok
 
 
 def class_sums_blocks(blocks: Iterable, *, classes: Sequence, num_features: int, model: str | None = None):

@@ -118,13 +118,12 @@ def _dense_certificate(kind, C2, s, m, p):
     eye = jnp.eye(P, dtype=A.dtype)
     Linv = lax.linalg.triangular_solve(L, eye, left_side=True, lower=True)
     H = jnp.matmul(Linv.T, Linv, precision=HIGHEST)
-    real = jnp.arange(P) < p
-    hdiag = jnp.diagonal(H)
-    logdet = 2.0 * jnp.sum(jnp.where(real, jnp.log(jnp.diagonal(L)), 0.0))
-    colnorm2 = jnp.sum(H * H, axis=0)
-    trace = jnp.sum(jnp.where(real, hdiag, 0.0))
-    sr = jnp.where(real, s, 1.0)
-    f, gap = objective_and_gap(kind, sr, jnp.where(real, hdiag, m), logdet, trace, jnp.where(real, colnorm2, m * m), m)
+    # the padded coordinates are decoupled (H is block diagonal), so the real ones' terms are exact;
+    # the pads (s = 1) must not enter f: m sum 1/s added m per pad to the MVR objective
+    hdiag = jnp.diagonal(H)[:p]
+    logdet = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L)[:p]))
+    colnorm2 = jnp.sum(H * H, axis=0)[:p]
+    f, gap = objective_and_gap(kind, s[:p], hdiag, logdet, jnp.sum(hdiag), colnorm2, m)
     return H, f, gap, feasible
 
 
