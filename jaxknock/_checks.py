@@ -501,7 +501,11 @@ def normalise_response(y, name: str = "y"):
     two classes. Pass ``y.astype(float)`` to fit integer values as a regression.
     """
     a = np.asarray(y)
-    labels = np.unique(a)
+    try:
+        labels = np.unique(a)
+    except TypeError:  # e.g. None among numbers: values that cannot be ordered
+        kinds = sorted({type(v).__name__ for v in a.ravel().tolist()})
+        raise ValueError(f"{name} mixes values that cannot be compared ({', '.join(kinds)}); pass numbers") from None
     if labels.size < 2:
         raise ValueError(f"{name} is constant: there is nothing to select features for")
     if labels.size == 2:

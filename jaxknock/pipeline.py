@@ -41,6 +41,7 @@ __all__ = ["Selection", "knockoff_filter", "explain_empty_selection", "S_METHODS
 S_METHODS = ("sdp", "sdp_factor", "asdp", "equicorrelated", "mvr", "maxent")
 STATISTICS = ("lcd", "lsm", "correlation", "centroid")
 AGGREGATES = ("ebh", "frequency")
+_CV_FOLDS = 5  # folds of the cross-validated lasso statistics (lam=None)
 
 
 class Selection(NamedTuple):
@@ -147,7 +148,23 @@ def _clock(fn, *args, **kwargs):
     return out, time.perf_counter() - t0
 
 
-def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=False):
+def _check_cv_rows(y, binary, n):
+    """Enough rows for the 5-fold cross-validated lasso statistic (``lam=None``), said in the filter's terms."""
+    if n < _CV_FOLDS:
+        raise ValueError(
+            f"X has {n} rows: the cross-validated lasso statistic (lam=None) needs at least {_CV_FOLDS}; "
+            "pass a fixed lam= or statistic='correlation'"
+        )
+    if binary:
+        counts = np.bincount(np.asarray(y).astype(np.int64), minlength=2)
+        if counts.min() < 2:
+            raise ValueError(
+                f"y has {int(counts.min())} row(s) of one class: the cross-validated l1-logistic statistic "
+                "(lam=None) needs at least 2 rows of each class; pass a fixed lam= or statistic='correlation'"
+            )
+
+
+def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=False, *, lam=None, plus=True):
     X = _checks.as_float_array(X, "X")
     _checks.check_ndim(X, 2, "X", "a 2-D (n_samples, n_features) array")
     _checks.check_nonempty(X, "X")
@@ -169,12 +186,21 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, k
     if not (isinstance(num_replicates, (int, np.integer)) and num_replicates >= 1):
         raise ValueError(f"num_replicates must be a positive integer, got {num_replicates!r}")
     _checks.check_no_constant_columns(Xh, "X")
+    if not isinstance(plus, (bool, np.bool_)):
+        raise TypeError(f"plus must be True (knockoff+) or False (knockoff), got {plus!r}")
+    if statistic == "lcd" and lam is None:
+        _check_cv_rows(y_norm, binary, n)
     if p >= n and s_method != "sdp_factor" and not known:
         raise ValueError(
             f"p = {p} >= n = {n}: a dense covariance estimate is too unstable for Gaussian "
             "knockoffs; use s_method='sdp_factor' (factor model from the data) with rank < n"
         )
     if s_method == "sdp_factor":
+        if min(n, p) < 2:
+            raise ValueError(
+                f"s_method='sdp_factor' needs a factor rank below min(n, p) = {min(n, p)}: none exists; "
+                "use s_method='sdp'"
+            )
         k = rank if rank is not None else min(50, max(1, min(n, p) // 4))
         if not (isinstance(k, (int, np.integer)) and 1 <= k < min(n, p)):
             raise ValueError(f"rank must be an integer in [1, min(n, p) = {min(n, p)}), got {rank!r}")
@@ -434,7 +460,7 @@ def knockoff_filter(
             cv_patience=cv_patience,
         )
     X, y, binary, rank = _validate(
-        X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=Sigma is not None
+        X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=Sigma is not None, lam=lam, plus=plus
     )
     if statistic == "centroid" and not binary:
         raise ValueError("statistic='centroid' needs a binary y (two distinct labels)")
@@ -470,7 +496,7 @@ def knockoff_filter(
             loss=loss,
             lasso_tol=lasso_tol,
             cv_patience=cv_patience,
-            folds=_cv.cv_folds(y, binary),
+            folds=_cv.cv_folds(y, binary, K=_CV_FOLDS),
             devices=devices,
             mesh=mesh,
             chunk_size=chunk_size,
@@ -680,7 +706,7 @@ def _grouped_or_multi_filter(
         raise ValueError(f"s_method must be one of {tuple(allowed)} with {what}, got {s_method!r}")
     if statistic == "centroid":
         raise ValueError("statistic='centroid' is not supported with groups or num_knockoffs > 1")
-    X, y, binary, rank = _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank)
+    X, y, binary, rank = _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, lam=lam, plus=plus)
     n, p = X.shape
     g = group_index(np.arange(p) if groups is None else groups, p)
     R = int(num_replicates)
@@ -721,7 +747,7 @@ def _grouped_or_multi_filter(
     # statistic is lcd, lsm or correlation here ('centroid' is refused above)
     scores, stat_sol = _statistics(
         Xk, y, lam, statistic=statistic, loss=loss, lasso_tol=lasso_tol, cv_patience=cv_patience,
-        folds=_cv.cv_folds(y, binary), num_knockoffs=m,
+        folds=_cv.cv_folds(y, binary, K=_CV_FOLDS), num_knockoffs=m,
     )  # fmt: skip
     if groups is not None:
         scores = _multi.group_statistics(scores, g)

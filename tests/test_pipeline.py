@@ -65,6 +65,19 @@ def test_bad_inputs(key):
         knockoff_filter(key, X, y, s_method="magic")
     with pytest.raises(TypeError, match="key must be a jax.random key"):
         knockoff_filter(0, X, y)  # an int seed: before, an error from inside JAX's key handling
+    # messages in the filter's own terms (they named a folds argument it does not have, or raised
+    # numpy's TypeError from sorting None among floats, or took plus="no" as True)
+    with pytest.raises(ValueError, match="X has 4 rows: the cross-validated lasso statistic"):
+        knockoff_filter(key, X[:4, :2], y[:4])
+    binary = (np.arange(50) == 7).astype(float)  # one row of class 1
+    with pytest.raises(ValueError, match="1 row\\(s\\) of one class"):
+        knockoff_filter(key, X, binary)
+    with pytest.raises(ValueError, match="y mixes values that cannot be compared"):
+        knockoff_filter(key, X, [None] + list(y[1:]))
+    with pytest.raises(TypeError, match="plus must be True"):
+        knockoff_filter(key, X, y, plus="no")
+    with pytest.raises(ValueError, match="s_method='sdp_factor' needs a factor rank"):
+        knockoff_filter(key, X[:, :1], y, s_method="sdp_factor")
 
 
 @pytest.mark.parametrize("p", [1])

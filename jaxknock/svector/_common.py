@@ -35,7 +35,10 @@ def validate_model(model) -> FactorModel:
         )
     p, k = U.shape[-2:]
     if k >= p:
-        raise ValueError(f"factor rank k = {k} must be smaller than p = {p}; use sdp(model.dense()) instead")
+        raise ValueError(
+            f"factor rank k = {k} must be smaller than p = {p}; solve the dense problem instead "
+            "(sdp / mvr / maxent on model.dense())"
+        )
     _checks.require_x64(U, "model.U", _checks.SDP_X64_WHY)
     _checks.require_x64(d, "model.d", _checks.SDP_X64_WHY)
     if _checks.is_concrete(d) and _checks.is_concrete(U):
