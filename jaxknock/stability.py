@@ -566,7 +566,7 @@ def stability_selection(
     else:
         chunk = chunk_size or _default_chunk(B, m, p, L, X.dtype.itemsize, devices)
         counts, union, failed = _counts(idx, X, y, lambdas, settings, int(min(chunk, B)))
-    probabilities = (counts / B).T.astype(X.dtype)
+    probabilities = jnp.asarray((np.asarray(counts, np.float64) / B).T, X.dtype)  # exactly count / B, rounded once
     q_path = np.asarray(union, np.float64) / B
     num_pairs = B // 2 if complementary_pairs else None
     k, thr = _choose(q_path, p, threshold, expected_false, num_pairs, assumption)
