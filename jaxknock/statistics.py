@@ -148,6 +148,58 @@ def _unflatten(tree, batch_shape):
     return jax.tree_util.tree_map(lambda a: a.reshape(batch_shape + a.shape[1:]), tree)
 
 
+# seed of the fixed direction u that orders each feature's copies (any data-independent u works)
+_ORDER_SEED = 20261125
+
+
+@functools.partial(jax.jit, static_argnames=("copies",))
+def canonical_columns(Xk3, copies):
+    """Each feature's ``copies`` columns in an order that does not depend on which copy is which.
+
+    A lasso solver breaks ties by column position: a coordinate sweep updates
+    column ``j`` before ``j + p``, a homotopy step adds the first of equally
+    correlated columns. With a knockoff equal (or equal to rounding) to its
+    original, e.g. ``s_j = 0``, the original then wins every tie and the null
+    ``W_j`` is biased positive (40 null data sets: 19 positive, 3 negative at a
+    fixed ``lam``). Here the copies of feature ``j`` are sorted by
+    ``u^T x`` for a fixed random ``u`` (stable sort): swapping ``X_j`` and
+    ``X~_j`` gives the same sorted design, so the fit is the same and the
+    statistic flips sign exactly, ties included. Under the null the copies
+    are exchangeable, so each is first with probability ``1 / copies``.
+
+    Returns ``(design in the canonical order (R, n, m), the column of Xk3 in
+    each slot (R, m), ties (R, copies, copies, p): copies with equal u^T x)``.
+    """
+    R, n, m = Xk3.shape
+    p = m // copies
+    u = jax.random.normal(jax.random.key(_ORDER_SEED), (n,), Xk3.dtype)
+    proj = jnp.einsum("n,rnm->rm", u, Xk3, precision=_HI).reshape(R, copies, p)
+    order = jnp.argsort(proj, axis=1, stable=True)  # the copy in each canonical slot
+    cols = (order * p + jnp.arange(p)).reshape(R, m)
+    ties = proj[:, :, None, :] == proj[:, None, :, :]
+    return jnp.take_along_axis(Xk3, cols[:, None, :], axis=2), cols, ties
+
+
+@jax.jit
+def restore_columns(values, cols):
+    """Per-column values ``(R, m)`` of the canonical design back in the column order of ``Xk``."""
+    return jnp.zeros_like(values).at[jnp.arange(values.shape[0])[:, None], cols].set(values)
+
+
+@functools.partial(jax.jit, static_argnames=("copies",))
+def swap_invariant_scores(values, cols, ties, copies):
+    """Scores ``(R, copies, p)`` of the restored values: ``|value|``, each averaged over its tie class.
+
+    Copies with equal ``u^T x`` (identical columns) are interchangeable, so
+    the flip-sign property asks for equal scores (``W_j = 0`` for one
+    knockoff equal to its original).
+    """
+    R, m = values.shape
+    z = jnp.abs(restore_columns(values, cols)).reshape(R, copies, m // copies)
+    t = ties.astype(values.dtype)
+    return jnp.einsum("rabp,rbp->rap", t, z) / jnp.sum(t, axis=2)
+
+
 # ----------------------------------------------------------------------------
 # Lasso-based statistics
 # ----------------------------------------------------------------------------
@@ -235,6 +287,7 @@ def lcd(
     )
     copies = int(num_knockoffs) + 1
     n, m = Xk3.shape[1:]
+    Xk3, cols, ties = canonical_columns(Xk3, copies)  # exact flip-sign property, ties included
     if lam is not None:
         lam = jnp.asarray(lam, Xk3.dtype)
         try:
@@ -244,7 +297,7 @@ def lcd(
                 f"lam must be a scalar or broadcast to the batch shape {batch_shape}, got shape {lam.shape}"
             ) from None
         _checks.check_lam(lam)
-        sol = _lcd_fixed_jit(Xk3, y, lam, settings, copies=copies)
+        sol = _lcd_fixed_jit(Xk3, y, lam, settings)
     elif _working_set.use_engine(engine, Xk3, fit_intercept):
         fold_ids, K = resolve_folds(n, folds)
         check_folds_nonempty(fold_ids, K, y, loss)
@@ -259,8 +312,8 @@ def lcd(
             tol=1e-5 if tol is None else tol,
             patience=10 if patience is None else patience,
         )
-        stats = {"coef": ws.value, "lam": ws.stats["lam"], "num_steps": ws.stats["num_steps"]}
-        sol = Solution(value=_coef_to_w(ws.value, copies), result=ws.result, stats=stats)
+        stats = {"lam": ws.stats["lam"], "num_steps": ws.stats["num_steps"]}
+        sol = Solution(value=ws.value, result=ws.result, stats=stats)
     else:
         fold_ids, K = resolve_folds(n, folds)
         check_folds_nonempty(fold_ids, K, y, loss)
@@ -280,38 +333,38 @@ def lcd(
             num_lambdas=num_lambdas,
             eps=float(eps),
             patience=patience,
-            copies=copies,
         )
+    sol = _lcd_statistics(sol, cols, ties, copies)
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
 
 
 @functools.partial(jax.jit, static_argnames=("copies",))
-def _coef_to_w(coef, copies=2):
-    if copies > 2:  # multiple knockoffs: per-copy scores (m + 1, p)
-        return jnp.abs(coef).reshape(coef.shape[:-1] + (copies, -1))
-    return antisymmetric_combine(jnp.abs(coef), method="difference")
+def _lcd_statistics(sol, cols, ties, copies):
+    """``W`` (or the per-copy scores for ``copies > 2``) from the coefficients ``sol.value`` of the canonical design."""
+    Z = swap_invariant_scores(sol.value, cols, ties, copies)
+    W = Z if copies > 2 else Z[:, 0] - Z[:, 1]
+    return Solution(W, sol.result, {"coef": restore_columns(sol.value, cols), **sol.stats})
 
 
-@functools.partial(jax.jit, static_argnames=("copies",))
-def _lcd_fixed_jit(Xk3, y, lams, settings, copies=2):
+@jax.jit
+def _lcd_fixed_jit(Xk3, y, lams, settings):
     def one(args):
         X, lam = args
         sol = fit(X, y, lam, jnp.zeros(X.shape[1], X.dtype), settings)
-        stats = {"coef": sol.value, "lam": lam, "num_steps": sol.stats["num_steps"]}
-        return Solution(value=_coef_to_w(sol.value, copies), result=sol.result, stats=stats)
+        return Solution(value=sol.value, result=sol.result, stats={"lam": lam, "num_steps": sol.stats["num_steps"]})
 
     return _over_designs(one, (Xk3, lams), settings.solver)
 
 
-@functools.partial(jax.jit, static_argnames=("K", "num_lambdas", "eps", "patience", "copies"))
-def _lcd_cv_jit(Xk3, y, fold_ids, lambdas, settings, *, K, num_lambdas, eps, patience=None, copies=2):
+@functools.partial(jax.jit, static_argnames=("K", "num_lambdas", "eps", "patience"))
+def _lcd_cv_jit(Xk3, y, fold_ids, lambdas, settings, *, K, num_lambdas, eps, patience=None):
     def one(X):
         grid = lambdas
         if grid is None:
             grid = default_grid(X, y, settings, num=num_lambdas, eps=eps)
         sol = cv_solve(X, y, fold_ids, grid, settings, K=K, patience=patience)
-        stats = {"coef": sol.value, "lam": sol.stats["lam"], "num_steps": sol.stats["num_steps"]}
-        return Solution(value=_coef_to_w(sol.value, copies), result=sol.result, stats=stats)
+        stats = {"lam": sol.stats["lam"], "num_steps": sol.stats["num_steps"]}
+        return Solution(value=sol.value, result=sol.result, stats=stats)
 
     return _over_designs(one, Xk3, settings.solver)
 
@@ -373,12 +426,17 @@ def lsm(
             raise ValueError("lambdas must be in decreasing order for the signed-max statistic")
     else:
         check_grid_settings(num_lambdas, eps)
-    sol = _lsm_jit(Xk3, y, lambdas, settings, num_lambdas=num_lambdas, eps=float(eps), copies=int(num_knockoffs) + 1)
+    copies = int(num_knockoffs) + 1
+    Xk3, cols, ties = canonical_columns(Xk3, copies)  # exact flip-sign property, ties included (see lcd)
+    sol = _lsm_jit(Xk3, y, lambdas, settings, num_lambdas=num_lambdas, eps=float(eps))
+    sol = _lsm_statistics(sol, cols, ties, copies)
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
 
 
-@functools.partial(jax.jit, static_argnames=("num_lambdas", "eps", "copies"))
-def _lsm_jit(Xk3, y, lambdas, settings, *, num_lambdas, eps, copies=2):
+@functools.partial(jax.jit, static_argnames=("num_lambdas", "eps"))
+def _lsm_jit(Xk3, y, lambdas, settings, *, num_lambdas, eps):
+    """Entry penalties ``(R, m)`` of the columns of each design (``value``), worst code along each path."""
+
     def one(X):
         grid = lambdas
         if grid is None:
@@ -386,17 +444,17 @@ def _lsm_jit(Xk3, y, lambdas, settings, *, num_lambdas, eps, copies=2):
         path = path_solve(X, y, grid, settings)
         coefs, codes, stats = path.value, path.result, path.stats
         entry = jnp.max(jnp.where(coefs != 0, grid[:, None], 0.0), axis=0)
-        if copies > 2:
-            W = entry.reshape(copies, -1)
-        else:
-            W = antisymmetric_combine(entry, method="signed_max")
-        return Solution(
-            value=W,
-            result=jnp.max(codes),
-            stats={"entry": entry, "num_steps": jnp.sum(stats["num_steps"])},
-        )
+        return Solution(value=entry, result=jnp.max(codes), stats={"num_steps": jnp.sum(stats["num_steps"])})
 
     return _over_designs(one, Xk3, settings.solver)
+
+
+@functools.partial(jax.jit, static_argnames=("copies",))
+def _lsm_statistics(sol, cols, ties, copies):
+    """Signed-max ``W`` (or the per-copy entry penalties for ``copies > 2``) in the column order of ``Xk``."""
+    Z = swap_invariant_scores(sol.value, cols, ties, copies)
+    W = Z if copies > 2 else antisymmetric_combine(Z.reshape(Z.shape[0], -1), method="signed_max")
+    return Solution(W, sol.result, {"entry": restore_columns(sol.value, cols), **sol.stats})
 
 
 # ----------------------------------------------------------------------------
