@@ -349,3 +349,62 @@ def test_stratified_kfold_ids_equal_scikit_learns_stratified_kfold():
     assert checked > 40
     with pytest.raises(ValueError, match="folds must be an integer"):
         stratified_kfold_ids([0, 1, 0], 4)
+
+
+def _logistic_kkt(X, y, b, b0, lam):
+    """Largest KKT violation of the l1-logistic problem relative to ``lam``, and ``|mean residual|``."""
+    r = y - 1.0 / (1.0 + np.exp(-(X @ b + b0)))
+    g = X.T @ r / X.shape[0]
+    v = np.where(b != 0, np.abs(g - lam * np.sign(b)), np.maximum(np.abs(g) - lam, 0.0))
+    return v.max() / lam, abs(r.mean())
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_logistic_gap_is_a_valid_certificate(solver, fit_intercept):
+    # Shifted, scaled columns and a non-optimal intercept after the first steps:
+    # the dual point must satisfy sum(theta) = 0 (the unpenalised intercept),
+    # else the "gap" went negative (-7e-6) and a 4%-off fit was reported successful.
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    for seed in (31, 22, 5):
+        rng = np.random.default_rng(seed)
+        n, p = int(rng.integers(10, 80)), int(rng.integers(2, 30))
+        X = rng.standard_normal((n, p)) * rng.uniform(0.5, 3, p) + rng.uniform(-3, 3, p)
+        y = (X[:, 0] + rng.standard_normal(n) > np.median(X[:, 0]) + 1.0).astype(float)
+        lmax = float(L.lambda_max(X, y, loss="logistic", fit_intercept=fit_intercept))
+        lams = np.array([0.6, 0.3]) * lmax
+        sol = L.lasso(X, y, lams[1], loss="logistic", solver=solver, fit_intercept=fit_intercept, tol=1e-12)
+        path = L.lasso_path(X, y, lams, loss="logistic", solver=solver, fit_intercept=fit_intercept, tol=1e-12)
+        fits = [(sol.value, sol.stats["intercept"], sol.stats["gap"], sol.result, lams[1])]
+        st = path.stats
+        fits += [(path.value[i], st["intercept"][i], st["gap"][i], path.result[i], lams[i]) for i in range(2)]
+        for b, b0, gap, code, lam in fits:
+            b, b0 = np.asarray(b), float(b0)
+            assert code == RESULTS.successful
+            assert float(gap) >= -1e-13
+            viol, mean_resid = _logistic_kkt(X, y, b, b0, lam)
+            assert viol < 1e-4
+            if fit_intercept:
+                assert mean_resid < 1e-7
+        if fit_intercept:
+            ref = LogisticRegression(l1_ratio=1, C=1 / (n * lams[1]), solver="saga", tol=1e-15, max_iter=10**6)
+        else:
+            ref = LogisticRegression(
+                l1_ratio=1, C=1 / (n * lams[1]), solver="liblinear", tol=1e-14, max_iter=10**6, fit_intercept=False
+            )
+        ref = ref.fit(X, y)
+        np.testing.assert_allclose(sol.value, ref.coef_[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_cv_gap_is_nonnegative_with_intercept(loss):
+    X, y = _classification(seed=3, n=60, m=12) if loss == "logistic" else _regression(seed=3, n=60, m=12)
+    X = X * np.linspace(0.5, 3.0, X.shape[1]) + np.linspace(-3.0, 3.0, X.shape[1])
+    lmax = float(L.lambda_max(X, y, loss=loss))
+    sol = L.lasso_cv(X, y, folds=3, lambdas=lmax * np.array([0.5, 0.2, 0.1]), loss=loss, engine="classic", tol=1e-12)
+    assert sol.result == RESULTS.successful
+    assert float(sol.stats["gap"]) >= -1e-13
+    if loss == "logistic":
+        b, b0, lam = np.asarray(sol.value), float(sol.stats["intercept"]), float(sol.stats["lam"])
+        viol, mean_resid = _logistic_kkt(X, y, b, b0, lam)
+        assert viol < 1e-4 and mean_resid < 1e-7

@@ -414,12 +414,13 @@ def _kkt_bound(tol, dtype, lambdas, lam0):
 def _cov_gap(X, y, b, b0, lam):
     """Relative duality gap of the squared-loss refit (dual point: the rescaled residual)."""
     n = X.shape[0]
-    r = y - b0 - jnp.dot(X, b, precision=lax.Precision.HIGHEST)
+    res = y - b0 - jnp.dot(X, b, precision=lax.Precision.HIGHEST)
+    r = res - res.mean()  # the intercept's dual constraint: zero mean
     mu = X.mean(0)
     xr = (jnp.dot(r, X, precision=lax.Precision.HIGHEST) - mu * r.sum()) / n
     s = jnp.minimum(1.0, lam / jnp.maximum(jnp.max(jnp.abs(xr)), jnp.finfo(X.dtype).tiny))
     yc = y - y.mean()
-    primal = 0.5 * (r @ r) / n + lam * jnp.abs(b).sum()
+    primal = 0.5 * (res @ res) / n + lam * jnp.abs(b).sum()
     theta = s * r
     dual = (theta @ yc) / n - 0.5 * (theta @ theta) / n
     return (primal - dual) / jnp.maximum(0.5 * (yc @ yc) / n, jnp.finfo(X.dtype).tiny)
