@@ -591,6 +591,15 @@ def check_lam(lam, name: str = "lam"):
             raise ValueError(f"{name} must be positive and finite, got {a if a.ndim else float(a)}")
 
 
+def traced_lam(lam):
+    """``lam`` where it is positive, NaN elsewhere: the traced counterpart of :func:`check_lam`.
+
+    Under ``jit`` a non-positive penalty cannot raise; as NaN it poisons the
+    iterates and the solver reports ``nonfinite``, like a NaN penalty.
+    """
+    return jnp.where(lam > 0, lam, jnp.asarray(jnp.nan, lam.dtype))
+
+
 def as_binary_labels(y, dtype):
     """Labels ``y > 0`` as 0/1 of ``dtype``, with a non-finite label kept as NaN.
 

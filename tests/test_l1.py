@@ -408,3 +408,20 @@ def test_cv_gap_is_nonnegative_with_intercept(loss):
         b, b0, lam = np.asarray(sol.value), float(sol.stats["intercept"]), float(sol.stats["lam"])
         viol, mean_resid = _logistic_kkt(X, y, b, b0, lam)
         assert viol < 1e-4 and mean_resid < 1e-7
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_nonpositive_traced_lam_is_not_successful(solver):
+    # Eagerly lam <= 0 raises; under jit it was solved and reported successful.
+    X, y = _regression(seed=6, n=40, m=6)
+    for bad in (-0.1, 0.0):
+        code = jax.jit(lambda lam: L.lasso(X, y, lam, solver=solver).result)(bad)
+        assert int(code) == RESULTS.nonfinite
+    path = jax.jit(lambda lams: L.lasso_path(X, y, lams, solver=solver))(jnp.array([0.5, -0.1]))
+    assert [int(c) for c in path.result] == [RESULTS.successful, RESULTS.nonfinite]
+    cv = jax.jit(lambda lams: L.lasso_cv(X, y, lambdas=lams, folds=3, solver=solver))(jnp.array([0.5, -0.1]))
+    assert int(cv.result) == RESULTS.nonfinite and float(cv.stats["lam"]) == 0.5
+    state = jax.jit(lambda lam: L.lasso_init(X, y, lam, solver=solver))(-0.1)
+    assert not np.isfinite(float(state.gap))
+    with pytest.raises(ValueError, match="lam must be positive"):
+        L.lasso_step(L.lasso_init(X, y, 0.1, solver=solver), X, y, -0.1, solver=solver)
