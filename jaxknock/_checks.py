@@ -601,13 +601,20 @@ def traced_lam(lam):
 
 
 def as_binary_labels(y, dtype):
-    """Labels ``y > 0`` as 0/1 of ``dtype``, with a non-finite label kept as NaN.
+    """Labels ``y > 0`` as 0/1 of ``dtype``; all NaN unless ``y`` is a valid two-class response.
 
-    Under ``jit`` the values of ``y`` cannot be checked; ``(y > 0)`` alone
-    would turn a NaN label into class 0 and give a plausible fit. The NaN
-    reaches the solver instead, whose result code reports it.
+    Under ``jit`` the values of ``y`` cannot be checked (:func:`check_model_response`
+    raises on concrete ones); ``(y > 0)`` alone would turn labels ``{1, 2}`` into
+    a single class, ``{0, 2}`` into ``{0, 1}`` and a NaN label into class 0, and
+    give a plausible fit. Unless every label is in ``{0, 1}`` or every label is in
+    ``{-1, 1}``, with both classes present, the labels become NaN instead and the
+    solver's result code reports it (``nonfinite``).
     """
-    return jnp.where(jnp.isfinite(y), (y > 0).astype(dtype), jnp.asarray(jnp.nan, dtype))
+    zero_one = jnp.all((y == 0) | (y == 1))
+    plus_minus = jnp.all((y == -1) | (y == 1))
+    both_classes = jnp.any(y > 0) & jnp.any(y <= 0)
+    valid = (zero_one | plus_minus) & both_classes
+    return jnp.where(valid, (y > 0).astype(dtype), jnp.asarray(jnp.nan, dtype))
 
 
 def check_model_response(y, *, loss: str, fit_intercept: bool):

@@ -425,3 +425,25 @@ def test_nonpositive_traced_lam_is_not_successful(solver):
     assert not np.isfinite(float(state.gap))
     with pytest.raises(ValueError, match="lam must be positive"):
         L.lasso_step(L.lasso_init(X, y, 0.1, solver=solver), X, y, -0.1, solver=solver)
+
+
+def test_invalid_logistic_labels_under_jit_are_not_successful():
+    # Eagerly these raise; under jit y > 0 made {1, 2} one class ("successful",
+    # zero coefficients, intercept 28.6) and {0, 2} a silent {0, 1}.
+    X, y01 = _classification(seed=6, n=40, m=6)
+    fit = jax.jit(lambda y: L.lasso(X, y, 0.05, loss="logistic").result)
+    path = jax.jit(lambda y: L.lasso_path(X, y, [0.1, 0.05], loss="logistic").result)
+    cv = jax.jit(lambda y: L.lasso_cv(X, y, lambdas=[0.1, 0.05], folds=3, loss="logistic").result)
+    for bad in (y01 + 1.0, 2.0 * y01, y01 - (np.arange(40) % 3 == 0), np.ones(40), np.zeros(40)):
+        with pytest.raises(ValueError, match="y "):
+            L.lasso(X, bad, 0.05, loss="logistic")
+        assert int(fit(bad)) == RESULTS.nonfinite
+        assert np.all(np.asarray(path(bad)) == RESULTS.nonfinite)
+        assert int(cv(bad)) == RESULTS.nonfinite
+    for good in (y01, 2.0 * y01 - 1.0):
+        assert int(fit(good)) == RESULTS.successful
+    np.testing.assert_allclose(
+        jax.jit(lambda y: L.lasso(X, y, 0.05, loss="logistic").value)(2.0 * y01 - 1.0),
+        L.lasso(X, y01, 0.05, loss="logistic").value,
+        atol=1e-12,
+    )
