@@ -204,13 +204,17 @@ def lcd(
             (exact homotopy for the squared loss when ``n >= 2p/4``, strong
             rules and a KKT check over every feature, CV-driven early stop
             with ``patience`` (default 10 there); every replicate, fold and
-            the refit in one batched path). ``"classic"``: the
-            fixed-step engine :func:`jaxknock.lasso_cv`. ``"auto"``
-            (default): ``"working_set"`` for cross-validation with an
-            intercept on a float64 design outside a ``jit`` trace (float32
-            designs use ``"classic"``, which follows their dtype) (the engine grows its
-            working-set capacity on the host), else ``"classic"``.
-            Both target the same lambda and support as a tight solve.
+            the refit in one batched path; ``tol`` is its relative KKT
+            tolerance, default 1e-5, and ``max_steps`` its per-solve cap,
+            default 10000). ``"classic"``: the fixed-step engine
+            :func:`jaxknock.lasso_cv`. ``"auto"`` (default): the same rule as
+            :func:`jaxknock.lasso_cv` (:func:`jaxknock.l1.working_set.use_engine`):
+            ``"working_set"`` for cross-validation with an intercept, the
+            default ``solver="auto"`` and ``screen=True`` outside a ``jit``
+            trace (the engine grows its working-set capacity on the host), in
+            float32 as in float64; else ``"classic"``, which is also the one
+            that honours an explicit ``solver`` / ``screen``. Both target the
+            same lambda and support as a tight solve.
         throw: raise ``RuntimeError`` if any solve failed.
         num_knockoffs: ``m``; for ``m > 1`` ``Xk`` is ``[X, X~1..X~m]``
             (width ``(m+1) p``) and ``value`` holds the scores
@@ -245,7 +249,7 @@ def lcd(
             ) from None
         _checks.check_lam(lam)
         sol = _lcd_fixed_jit(Xk3, y, lam, settings, copies=copies)
-    elif _working_set.use_engine(engine, Xk3, fit_intercept):
+    elif _working_set.use_engine(engine, Xk3, fit_intercept, solver=solver, screen=screen):
         fold_ids, K = resolve_folds(n, folds)
         check_folds_nonempty(fold_ids, K, y, loss)
         ws = _working_set.l1_cv(
@@ -257,6 +261,7 @@ def lcd(
             eps=eps,
             loss=loss,
             tol=1e-5 if tol is None else tol,
+            max_steps=10_000 if max_steps is None else max_steps,
             patience=10 if patience is None else patience,
         )
         stats = {"coef": ws.value, "lam": ws.stats["lam"], "num_steps": ws.stats["num_steps"]}
