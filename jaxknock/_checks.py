@@ -584,7 +584,10 @@ def check_replicates(W, name: str = "W"):
 
 
 def check_lam(lam, name: str = "lam"):
-    """Penalties must be positive and finite (concrete values only; no-op on tracers)."""
+    """Penalties must be real numbers (``TypeError`` for text or booleans), positive and finite (concrete values)."""
+    kind = lam.dtype.kind if hasattr(lam, "dtype") else np.asarray(lam).dtype.kind
+    if isinstance(lam, (str, bytes, bool)) or kind not in "iuf":
+        raise TypeError(f"{name} must be a real number (or array of numbers), got {lam!r}")
     if is_concrete(lam):
         a = np.asarray(jax.device_get(lam))  # explicit: one value per design
         if not np.all(np.isfinite(a)) or np.any(a <= 0):

@@ -447,3 +447,15 @@ def test_invalid_logistic_labels_under_jit_are_not_successful():
         L.lasso(X, y01, 0.05, loss="logistic").value,
         atol=1e-12,
     )
+
+
+def test_empty_grid_and_non_numeric_lam_are_named():
+    X, y = _regression(seed=2, n=30, m=5)
+    with pytest.raises(ValueError, match="lambdas must hold at least one penalty"):
+        L.lasso_path(X, y, [])  # returned an empty (0, m) path
+    with pytest.raises(ValueError, match="lambdas must hold at least one penalty"):
+        L.lasso_cv(X, y, lambdas=[])
+    for bad in ("0.1", True, np.array([True])):
+        with pytest.raises(TypeError, match="lam must be a real number"):
+            L.lasso(X, y, bad)  # "0.1": numpy's isfinite TypeError; True: solved at lam = 1
+    assert L.lasso(X, y, np.int64(1)).result == RESULTS.successful

@@ -443,6 +443,14 @@ def _prepare(X, y, loss):
         raise ValueError(f"y must have shape {X.shape[:-1]}, got {y.shape}")
     if loss not in ("squared", "logistic"):
         raise ValueError(f"loss must be 'squared' or 'logistic', got {loss!r}")
+    _checks.check_finite_on_device(X, "X")
+    if _checks.is_concrete(y):
+        _checks.check_finite_on_device(y, "y")
+        # each distinct response (a batch usually repeats one y): the checks of lasso_cv, with an intercept
+        for row in np.unique(np.asarray(jax.device_get(y)).reshape(-1, y.shape[-1]), axis=0):
+            _checks.check_model_response(row, loss=loss, fit_intercept=True)
+    if loss == "logistic":
+        y = _checks.as_binary_labels(y, X.dtype)  # {-1, 1} -> {0, 1}, as lasso_cv
     return X, y
 
 
