@@ -588,21 +588,40 @@ def check_replicates(W, name: str = "W"):
 
 
 def check_lam(lam, name: str = "lam"):
-    """Penalties must be positive and finite (concrete values only; no-op on tracers)."""
+    """Penalties must be real numbers (``TypeError`` for text or booleans), positive and finite (concrete values)."""
+    kind = lam.dtype.kind if hasattr(lam, "dtype") else np.asarray(lam).dtype.kind
+    if isinstance(lam, (str, bytes, bool)) or kind not in "iuf":
+        raise TypeError(f"{name} must be a real number (or array of numbers), got {lam!r}")
     if is_concrete(lam):
         a = np.asarray(jax.device_get(lam))  # explicit: one value per design
         if not np.all(np.isfinite(a)) or np.any(a <= 0):
             raise ValueError(f"{name} must be positive and finite, got {a if a.ndim else float(a)}")
 
 
-def as_binary_labels(y, dtype):
-    """Labels ``y > 0`` as 0/1 of ``dtype``, with a non-finite label kept as NaN.
+def traced_lam(lam):
+    """``lam`` where it is positive, NaN elsewhere: the traced counterpart of :func:`check_lam`.
 
-    Under ``jit`` the values of ``y`` cannot be checked; ``(y > 0)`` alone
-    would turn a NaN label into class 0 and give a plausible fit. The NaN
-    reaches the solver instead, whose result code reports it.
+    Under ``jit`` a non-positive penalty cannot raise; as NaN it poisons the
+    iterates and the solver reports ``nonfinite``, like a NaN penalty.
     """
-    return jnp.where(jnp.isfinite(y), (y > 0).astype(dtype), jnp.asarray(jnp.nan, dtype))
+    return jnp.where(lam > 0, lam, jnp.asarray(jnp.nan, lam.dtype))
+
+
+def as_binary_labels(y, dtype):
+    """Labels ``y > 0`` as 0/1 of ``dtype``; all NaN unless ``y`` is a valid two-class response.
+
+    Under ``jit`` the values of ``y`` cannot be checked (:func:`check_model_response`
+    raises on concrete ones); ``(y > 0)`` alone would turn labels ``{1, 2}`` into
+    a single class, ``{0, 2}`` into ``{0, 1}`` and a NaN label into class 0, and
+    give a plausible fit. Unless every label is in ``{0, 1}`` or every label is in
+    ``{-1, 1}``, with both classes present, the labels become NaN instead and the
+    solver's result code reports it (``nonfinite``).
+    """
+    zero_one = jnp.all((y == 0) | (y == 1))
+    plus_minus = jnp.all((y == -1) | (y == 1))
+    both_classes = jnp.any(y > 0) & jnp.any(y <= 0)
+    valid = (zero_one | plus_minus) & both_classes
+    return jnp.where(valid, (y > 0).astype(dtype), jnp.asarray(jnp.nan, dtype))
 
 
 def check_model_response(y, *, loss: str, fit_intercept: bool):

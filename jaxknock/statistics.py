@@ -232,9 +232,10 @@ def lcd(
     :func:`jaxknock.lasso`), at the given ``lam`` or, when ``lam`` is
     ``None``, at the lambda chosen by K-fold cross-validation and refitted on
     all rows (:func:`jaxknock.lasso_cv`; the statistic of Candes et al.
-    2018). Permuting columns permutes the lasso solution, and the grid and
-    folds do not depend on the column order, so ``W`` has the flip-sign
-    property (up to solver tolerance).
+    2018). The copies of each feature are fitted in an order fixed by the
+    data (:func:`canonical_columns`), so swapping ``X_j`` with ``X~_j``
+    gives the same fit and ``W`` has the flip-sign property exactly, ties
+    included (a knockoff equal to its original gets ``W_j = 0``).
 
     Args:
         Xk: ``(n, 2p)`` design or ``(..., n, 2p)`` batch of designs.
@@ -256,13 +257,17 @@ def lcd(
             (exact homotopy for the squared loss when ``n >= 2p/4``, strong
             rules and a KKT check over every feature, CV-driven early stop
             with ``patience`` (default 10 there); every replicate, fold and
-            the refit in one batched path). ``"classic"``: the
-            fixed-step engine :func:`jaxknock.lasso_cv`. ``"auto"``
-            (default): ``"working_set"`` for cross-validation with an
-            intercept on a float64 design outside a ``jit`` trace (float32
-            designs use ``"classic"``, which follows their dtype) (the engine grows its
-            working-set capacity on the host), else ``"classic"``.
-            Both target the same lambda and support as a tight solve.
+            the refit in one batched path; ``tol`` is its relative KKT
+            tolerance, default 1e-5, and ``max_steps`` its per-solve cap,
+            default 10000). ``"classic"``: the fixed-step engine
+            :func:`jaxknock.lasso_cv`. ``"auto"`` (default): the same rule as
+            :func:`jaxknock.lasso_cv` (:func:`jaxknock.l1.working_set.use_engine`):
+            ``"working_set"`` for cross-validation with an intercept, the
+            default ``solver="auto"`` and ``screen=True`` outside a ``jit``
+            trace (the engine grows its working-set capacity on the host), in
+            float32 as in float64; else ``"classic"``, which is also the one
+            that honours an explicit ``solver`` / ``screen``. Both target the
+            same lambda and support as a tight solve.
         throw: raise ``RuntimeError`` if any solve failed.
         num_knockoffs: ``m``; for ``m > 1`` ``Xk`` is ``[X, X~1..X~m]``
             (width ``(m+1) p``) and ``value`` holds the scores
@@ -298,7 +303,7 @@ def lcd(
             ) from None
         _checks.check_lam(lam)
         sol = _lcd_fixed_jit(Xk3, y, lam, settings)
-    elif _working_set.use_engine(engine, Xk3, fit_intercept):
+    elif _working_set.use_engine(engine, Xk3, fit_intercept, solver=solver, screen=screen):
         fold_ids, K = resolve_folds(n, folds)
         check_folds_nonempty(fold_ids, K, y, loss)
         ws = _working_set.l1_cv(
@@ -310,6 +315,7 @@ def lcd(
             eps=eps,
             loss=loss,
             tol=1e-5 if tol is None else tol,
+            max_steps=10_000 if max_steps is None else max_steps,
             patience=10 if patience is None else patience,
         )
         stats = {"lam": ws.stats["lam"], "num_steps": ws.stats["num_steps"]}

@@ -349,3 +349,113 @@ def test_stratified_kfold_ids_equal_scikit_learns_stratified_kfold():
     assert checked > 40
     with pytest.raises(ValueError, match="folds must be an integer"):
         stratified_kfold_ids([0, 1, 0], 4)
+
+
+def _logistic_kkt(X, y, b, b0, lam):
+    """Largest KKT violation of the l1-logistic problem relative to ``lam``, and ``|mean residual|``."""
+    r = y - 1.0 / (1.0 + np.exp(-(X @ b + b0)))
+    g = X.T @ r / X.shape[0]
+    v = np.where(b != 0, np.abs(g - lam * np.sign(b)), np.maximum(np.abs(g) - lam, 0.0))
+    return v.max() / lam, abs(r.mean())
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_logistic_gap_is_a_valid_certificate(solver, fit_intercept):
+    # Shifted, scaled columns and a non-optimal intercept after the first steps:
+    # the dual point must satisfy sum(theta) = 0 (the unpenalised intercept),
+    # else the "gap" went negative (-7e-6) and a 4%-off fit was reported successful.
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    for seed in (31, 22, 5):
+        rng = np.random.default_rng(seed)
+        n, p = int(rng.integers(10, 80)), int(rng.integers(2, 30))
+        X = rng.standard_normal((n, p)) * rng.uniform(0.5, 3, p) + rng.uniform(-3, 3, p)
+        y = (X[:, 0] + rng.standard_normal(n) > np.median(X[:, 0]) + 1.0).astype(float)
+        lmax = float(L.lambda_max(X, y, loss="logistic", fit_intercept=fit_intercept))
+        lams = np.array([0.6, 0.3]) * lmax
+        sol = L.lasso(X, y, lams[1], loss="logistic", solver=solver, fit_intercept=fit_intercept, tol=1e-12)
+        path = L.lasso_path(X, y, lams, loss="logistic", solver=solver, fit_intercept=fit_intercept, tol=1e-12)
+        fits = [(sol.value, sol.stats["intercept"], sol.stats["gap"], sol.result, lams[1])]
+        st = path.stats
+        fits += [(path.value[i], st["intercept"][i], st["gap"][i], path.result[i], lams[i]) for i in range(2)]
+        for b, b0, gap, code, lam in fits:
+            b, b0 = np.asarray(b), float(b0)
+            assert code == RESULTS.successful
+            assert float(gap) >= -1e-13
+            viol, mean_resid = _logistic_kkt(X, y, b, b0, lam)
+            assert viol < 1e-4
+            if fit_intercept:
+                assert mean_resid < 1e-7
+        if fit_intercept:
+            ref = LogisticRegression(l1_ratio=1, C=1 / (n * lams[1]), solver="saga", tol=1e-15, max_iter=10**6)
+        else:
+            ref = LogisticRegression(
+                l1_ratio=1, C=1 / (n * lams[1]), solver="liblinear", tol=1e-14, max_iter=10**6, fit_intercept=False
+            )
+        ref = ref.fit(X, y)
+        np.testing.assert_allclose(sol.value, ref.coef_[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_cv_gap_is_nonnegative_with_intercept(loss):
+    X, y = _classification(seed=3, n=60, m=12) if loss == "logistic" else _regression(seed=3, n=60, m=12)
+    X = X * np.linspace(0.5, 3.0, X.shape[1]) + np.linspace(-3.0, 3.0, X.shape[1])
+    lmax = float(L.lambda_max(X, y, loss=loss))
+    sol = L.lasso_cv(X, y, folds=3, lambdas=lmax * np.array([0.5, 0.2, 0.1]), loss=loss, engine="classic", tol=1e-12)
+    assert sol.result == RESULTS.successful
+    assert float(sol.stats["gap"]) >= -1e-13
+    if loss == "logistic":
+        b, b0, lam = np.asarray(sol.value), float(sol.stats["intercept"]), float(sol.stats["lam"])
+        viol, mean_resid = _logistic_kkt(X, y, b, b0, lam)
+        assert viol < 1e-4 and mean_resid < 1e-7
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_nonpositive_traced_lam_is_not_successful(solver):
+    # Eagerly lam <= 0 raises; under jit it was solved and reported successful.
+    X, y = _regression(seed=6, n=40, m=6)
+    for bad in (-0.1, 0.0):
+        code = jax.jit(lambda lam: L.lasso(X, y, lam, solver=solver).result)(bad)
+        assert int(code) == RESULTS.nonfinite
+    path = jax.jit(lambda lams: L.lasso_path(X, y, lams, solver=solver))(jnp.array([0.5, -0.1]))
+    assert [int(c) for c in path.result] == [RESULTS.successful, RESULTS.nonfinite]
+    cv = jax.jit(lambda lams: L.lasso_cv(X, y, lambdas=lams, folds=3, solver=solver))(jnp.array([0.5, -0.1]))
+    assert int(cv.result) == RESULTS.nonfinite and float(cv.stats["lam"]) == 0.5
+    state = jax.jit(lambda lam: L.lasso_init(X, y, lam, solver=solver))(-0.1)
+    assert not np.isfinite(float(state.gap))
+    with pytest.raises(ValueError, match="lam must be positive"):
+        L.lasso_step(L.lasso_init(X, y, 0.1, solver=solver), X, y, -0.1, solver=solver)
+
+
+def test_invalid_logistic_labels_under_jit_are_not_successful():
+    # Eagerly these raise; under jit y > 0 made {1, 2} one class ("successful",
+    # zero coefficients, intercept 28.6) and {0, 2} a silent {0, 1}.
+    X, y01 = _classification(seed=6, n=40, m=6)
+    fit = jax.jit(lambda y: L.lasso(X, y, 0.05, loss="logistic").result)
+    path = jax.jit(lambda y: L.lasso_path(X, y, [0.1, 0.05], loss="logistic").result)
+    cv = jax.jit(lambda y: L.lasso_cv(X, y, lambdas=[0.1, 0.05], folds=3, loss="logistic").result)
+    for bad in (y01 + 1.0, 2.0 * y01, y01 - (np.arange(40) % 3 == 0), np.ones(40), np.zeros(40)):
+        with pytest.raises(ValueError, match="y "):
+            L.lasso(X, bad, 0.05, loss="logistic")
+        assert int(fit(bad)) == RESULTS.nonfinite
+        assert np.all(np.asarray(path(bad)) == RESULTS.nonfinite)
+        assert int(cv(bad)) == RESULTS.nonfinite
+    for good in (y01, 2.0 * y01 - 1.0):
+        assert int(fit(good)) == RESULTS.successful
+    np.testing.assert_allclose(
+        jax.jit(lambda y: L.lasso(X, y, 0.05, loss="logistic").value)(2.0 * y01 - 1.0),
+        L.lasso(X, y01, 0.05, loss="logistic").value,
+        atol=1e-12,
+    )
+
+
+def test_empty_grid_and_non_numeric_lam_are_named():
+    X, y = _regression(seed=2, n=30, m=5)
+    with pytest.raises(ValueError, match="lambdas must hold at least one penalty"):
+        L.lasso_path(X, y, [])  # returned an empty (0, m) path
+    with pytest.raises(ValueError, match="lambdas must hold at least one penalty"):
+        L.lasso_cv(X, y, lambdas=[])
+    for bad in ("0.1", True, np.array([True])):
+        with pytest.raises(TypeError, match="lam must be a real number"):
+            L.lasso(X, y, bad)  # "0.1": numpy's isfinite TypeError; True: solved at lam = 1
+    assert L.lasso(X, y, np.int64(1)).result == RESULTS.successful

@@ -265,3 +265,30 @@ def test_logistic_fewer_features_than_a_candidate_chunk(m):
     assert int(sol.result) == RESULTS.successful
     path, b0s = np.asarray(sol.stats["coef_path"]), np.asarray(sol.stats["intercept_path"])
     assert max(_kkt(X, y, path[k], b0s[k], lam, "logistic") for k, lam in enumerate(lams)) < 1e-4
+
+
+def test_l1_cv_checks_and_maps_the_response():
+    # {-1, 1} labels were read as they are (the log-loss of y = -1: coefficients of 5.7e7,
+    # max_steps_reached); NaN in X and a constant y ran to max_steps_reached / lam = nan.
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((40, 12))
+    y = X[:, :2].sum(1) + 0.5 * rng.standard_normal(40)
+    pm = np.sign(y)
+    sol = l1_cv(X, pm, loss="logistic", folds=4, num_lambdas=10)
+    ref = l1_cv(X, (pm > 0).astype(float), loss="logistic", folds=4, num_lambdas=10)
+    assert int(sol.result) == RESULTS.successful
+    np.testing.assert_array_equal(sol.value, ref.value)
+    with pytest.raises(ValueError, match="y must hold binary labels"):
+        l1_cv(X, pm + 1.0, loss="logistic")
+    Xn = X.copy()
+    Xn[0, 0] = np.nan
+    with pytest.raises(ValueError, match="X contains"):
+        l1_cv(Xn, y)
+    yn = y.copy()
+    yn[3] = np.nan
+    with pytest.raises(ValueError, match="y contains"):
+        l1_cv(X, yn)
+    with pytest.raises(ValueError, match="y is constant"):
+        l1_cv(X, np.ones(40))
+    with pytest.raises(ValueError, match="y is constant"):
+        l1_cv(np.stack([X, X]), np.stack([y, np.ones(40)]))  # one constant response in a batch

@@ -241,3 +241,26 @@ def test_a_nan_label_under_jit_is_reported_not_read_as_class_zero():
     assert np.all(np.isfinite(np.asarray(corr(Xk, labels))))
     assert np.all(np.isnan(np.asarray(corr(Xk, bad))))
     assert not np.any(np.isfinite(np.asarray(jax.jit(S.sparse_centroid)(Xk, bad))))
+
+
+def test_lcd_honours_explicit_solver_screen_and_max_steps(monkeypatch):
+    # lcd's engine="auto" ran the working-set engine even with solver="fista",
+    # screen=False (and dropped max_steps=3: "successful"); lasso_cv does not.
+    rng = np.random.default_rng(5)
+    Xk = rng.standard_normal((80, 20))
+    y = Xk[:, :3].sum(1) + rng.standard_normal(80)
+    calls = []
+    real = S._working_set.l1_cv
+
+    def spy(X, *args, **kwargs):
+        calls.append((X.dtype, kwargs.get("max_steps")))
+        return real(X, *args, **kwargs)
+
+    monkeypatch.setattr(S._working_set, "l1_cv", spy)
+    sol = S.lcd(Xk, y, solver="fista", screen=False, max_steps=3, num_lambdas=10)
+    ref = L.lasso_cv(Xk, y, solver="fista", screen=False, max_steps=3, num_lambdas=10)
+    assert not calls
+    assert int(sol.result) == int(ref.result) == RESULTS.max_steps_reached
+    S.lcd(Xk, y, max_steps=7, num_lambdas=10)  # the default engine gets the cap
+    S.lcd(Xk.astype(np.float32), y.astype(np.float32), num_lambdas=10)  # float32 too (docstring)
+    assert calls == [(np.float64, 7), (np.float32, 10_000)]

@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxknock.l1.screening import logistic_dual_probabilities
+
 _HI = lax.Precision.HIGHEST
 _VMIN = 1e-5
 
@@ -243,23 +245,34 @@ def fit_stats(d: NaiveData, st: NaiveState, *, loss):
 
 
 def gap(X, y, b, b0, lam, *, loss):
-    """Relative duality gap of the full-data fit (dual point: the rescaled generalised residual)."""
+    """Relative duality gap of the full-data fit.
+
+    Dual point: the generalised residual made feasible for the intercept's
+    constraint (zero mean; for the logistic loss
+    :func:`jaxknock.l1.screening.logistic_dual_probabilities`), then rescaled
+    into the l-infinity ball, so the gap is ``>= 0`` up to rounding.
+    """
     n = X.shape[0]
     eta = b0 + jnp.dot(X, b, precision=_HI)
-    mu = _mean_fn(loss, eta)
-    r = y - mu
+    if loss == "squared":
+        res = y - eta
+        r = res - res.mean()
+    else:
+        t, one_minus_t = logistic_dual_probabilities(jnp.ones_like(y), n, y, eta, True)
+        r = y - t
     xr = (jnp.dot(r, X, precision=_HI) - X.mean(0) * r.sum()) / n
     s = jnp.minimum(1.0, lam / jnp.maximum(jnp.max(jnp.abs(xr)), jnp.finfo(X.dtype).tiny))
     theta = s * r
     if loss == "squared":
         yc = y - y.mean()
-        primal = 0.5 * (r @ r) / n + lam * jnp.abs(b).sum()
+        primal = 0.5 * (res @ res) / n + lam * jnp.abs(b).sum()
         dual = (theta @ yc) / n - 0.5 * (theta @ theta) / n
         null = 0.5 * (yc @ yc) / n
     else:
         primal = jnp.mean(jnp.logaddexp(0.0, eta) - y * eta) + lam * jnp.abs(b).sum()
-        a = jnp.clip(y - theta, 0.0, 1.0)
-        ent = -(jax.scipy.special.xlogy(a, a) + jax.scipy.special.xlogy(1 - a, 1 - a))
+        a = y - theta  # = y + s (t - y), in [0, 1] for labels in {0, 1}
+        one_minus_a = (1.0 - y) + s * (one_minus_t - (1.0 - y))
+        ent = -(jax.scipy.special.xlogy(a, a) + jax.scipy.special.xlogy(one_minus_a, one_minus_a))
         dual = ent.mean()
         pb = jnp.clip(y.mean(), 1e-12, 1 - 1e-12)
         null = -(pb * jnp.log(pb) + (1 - pb) * jnp.log(1 - pb))

@@ -236,8 +236,10 @@ def resolve_lambdas(X, y, lambdas, settings: L1Settings, *, num_lambdas, eps):
 
 
 def check_lambdas(lambdas):
-    """A 1-D array of positive, finite penalties."""
+    """A non-empty 1-D array of positive, finite penalties."""
     _checks.check_ndim(lambdas, 1, "lambdas", "a 1-D array of penalties")
+    if lambdas.shape[0] == 0:
+        raise ValueError("lambdas must hold at least one penalty, got an empty array")
     _checks.check_lam(lambdas, "lambdas")
 
 

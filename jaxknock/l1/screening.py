@@ -2,7 +2,9 @@ r"""Duality gap and dynamic GAP safe screening.
 
 Stopping uses the duality gap at the dual point obtained by rescaling the
 residual (generalised residual :math:`-f'(z)` for the logistic loss) into the
-dual feasible set :math:`\{\theta : \|X_c^\top\theta\|_\infty \le \lambda\}`;
+dual feasible set :math:`\{\theta : \|X_c^\top\theta\|_\infty \le \lambda\}`
+(with an intercept, after making the residual's training mean zero: the dual
+constraint :math:`\sum_i \theta_i = 0` of the unpenalised intercept);
 a solve succeeds when ``gap <= tol * D0`` with ``D0`` the null-model deviance
 per sample (``||y - ybar||^2 / n`` for least squares, exactly scikit-learn's
 criterion). The same gap drives *dynamic GAP safe sphere screening*
@@ -32,18 +34,57 @@ __all__: list[str] = []
 DUAL_CURVATURE = {"squared": 1.0, "logistic": 4.0}
 
 
-def _binary_entropy(t):
-    return -(jax.scipy.special.xlogy(t, t) + jax.scipy.special.xlogy(1.0 - t, 1.0 - t))
+def _binary_entropy(t, one_minus_t):
+    """``H(t)`` with ``1 - t`` passed separately (accurate near ``t = 1``)."""
+    return -(jax.scipy.special.xlogy(t, t) + jax.scipy.special.xlogy(one_minus_t, one_minus_t))
+
+
+def _weighted_mean(w, n_w, v):
+    return jnp.dot(w, v, precision=HI) / n_w
+
+
+def logistic_dual_probabilities(w, n_w, y, z, fit_intercept):
+    r"""Probabilities ``(t, 1 - t)`` near ``sigmoid(z)`` whose training mean is ``mean(y)``.
+
+    With an unpenalised intercept the dual of the l1-logistic problem carries
+    the constraint :math:`\sum_i w_i (t_i - y_i) = 0`; ``sigmoid(z)`` meets it
+    only at the optimal intercept. ``t`` is ``sigmoid(z)`` scaled towards 0
+    (mean too high) or ``1 - t`` towards 0 (mean too low), which keeps it in
+    ``[0, 1]`` and makes the weighted mean exactly ``mean(y)``. Without an
+    intercept ``t = sigmoid(z)``.
+    """
+    p, q = jax.nn.sigmoid(z), jax.nn.sigmoid(-z)
+    if not fit_intercept:
+        return p, q
+    ybar = _weighted_mean(w, n_w, y)
+    pbar, qbar = _weighted_mean(w, n_w, p), _weighted_mean(w, n_w, q)
+    tiny = jnp.finfo(z.dtype).tiny
+    c_down = ybar / jnp.maximum(pbar, tiny)  # < 1 where pbar > ybar
+    c_up = (1.0 - ybar) / jnp.maximum(qbar, tiny)  # < 1 where pbar < ybar
+    down = pbar > ybar
+    t = jnp.where(down, c_down * p, p + (1.0 - c_up) * q)
+    one_minus_t = jnp.where(down, q + (1.0 - c_down) * p, c_up * q)
+    return t, one_minus_t
 
 
 def gap_and_screen(prob: Problem, lam, coef, z, settings: L1Settings):
-    """Duality gap at ``coef`` and the features that GAP safe rules remove.
+    r"""Duality gap at ``coef`` and the features that GAP safe rules remove.
 
-    Returns ``(gap, keep)`` where ``keep`` is ``False`` for provably zero
-    features (all ``True`` when ``settings.screen`` is off).
+    The dual point is feasible: with an intercept its residual has zero
+    training mean (the dual constraint of the unpenalised intercept; for the
+    logistic loss see :func:`logistic_dual_probabilities`), and it is scaled
+    into :math:`\|X_c^\top\theta\|_\infty \le \lambda`, so ``gap >= 0`` up to
+    rounding. Returns ``(gap, keep)`` where ``keep`` is ``False`` for provably
+    zero features (all ``True`` when ``settings.screen`` is off).
     """
     loss = settings.loss
-    g = loss_grad(loss, z, prob.y)
+    if loss == "squared":
+        g = loss_grad(loss, z, prob.y)
+        if settings.fit_intercept:  # the best constant shift of the residual
+            g = g - _weighted_mean(prob.w, prob.n_w, g)
+    else:
+        t, one_minus_t = logistic_dual_probabilities(prob.w, prob.n_w, prob.y, z, settings.fit_intercept)
+        g = t - prob.y
     u = prob.w * g / prob.n_w
     grad = rmatvec(prob.XT, u) - prob.mu * jnp.sum(u)  # X_c^T u
     dnorm = jnp.max(jnp.abs(grad))
@@ -56,9 +97,11 @@ def gap_and_screen(prob: Problem, lam, coef, z, settings: L1Settings):
             jnp.dot(prob.w, g**2, precision=HI) / prob.n_w
         )
     else:
-        # D(theta) = sum_i w_i H(y_i - n theta_i / w_i) / n, H the binary entropy
-        t = prob.y + s * g
-        dual = jnp.dot(prob.w, _binary_entropy(t), precision=HI) / prob.n_w
+        # D(theta) = sum_i w_i H(y_i - n theta_i / w_i) / n, H the binary entropy,
+        # at y + s (t - y) (labels y in {0, 1}, so both stay in [0, 1])
+        ts = prob.y + s * (t - prob.y)
+        one_minus_ts = (1.0 - prob.y) + s * (one_minus_t - (1.0 - prob.y))
+        dual = jnp.dot(prob.w, _binary_entropy(ts, one_minus_ts), precision=HI) / prob.n_w
     gap = primal - dual
     if settings.screen:
         radius = jnp.sqrt(2.0 * jnp.maximum(gap, 0.0) / (DUAL_CURVATURE[loss] * prob.n_w))

@@ -130,6 +130,7 @@ def solve(prob: Problem, lam, coef, offset, settings: L1Settings):
     to. ``settings.max_steps`` (epochs or iterations, may be traced) is
     converted into a budget of rounds, ``ceil(max_steps / steps_per_round)``.
     """
+    lam = _checks.traced_lam(lam)
     target = settings.tol * prob.scale
     per = steps_per_round(settings)
     budget = jnp.asarray(settings.max_steps, jnp.int32)
@@ -290,6 +291,7 @@ def lasso_init(
 @jax.jit
 def _init_jit(X, y, lam, coef0, settings):
     prob = full_problem(X, y, settings)
+    lam = _checks.traced_lam(lam)
     return certify(prob, lam, init_state(prob, coef0, prob.offset0, settings), settings)
 
 
@@ -307,10 +309,11 @@ def lasso_step(
 ) -> LassoState:
     """One epoch (``cd``) or 10 iterations (``fista``) followed by a gap check and screening."""
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
+    _checks.check_lam(lam)
     settings = make_settings(X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol)
     return _step_jit(state, X, y, jnp.asarray(lam, X.dtype), settings)
 
 
 @jax.jit
 def _step_jit(state, X, y, lam, settings):
-    return step(full_problem(X, y, settings), lam, state, settings)
+    return step(full_problem(X, y, settings), _checks.traced_lam(lam), state, settings)

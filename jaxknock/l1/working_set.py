@@ -414,12 +414,13 @@ def _kkt_bound(tol, dtype, lambdas, lam0):
 def _cov_gap(X, y, b, b0, lam):
     """Relative duality gap of the squared-loss refit (dual point: the rescaled residual)."""
     n = X.shape[0]
-    r = y - b0 - jnp.dot(X, b, precision=lax.Precision.HIGHEST)
+    res = y - b0 - jnp.dot(X, b, precision=lax.Precision.HIGHEST)
+    r = res - res.mean()  # the intercept's dual constraint: zero mean
     mu = X.mean(0)
     xr = (jnp.dot(r, X, precision=lax.Precision.HIGHEST) - mu * r.sum()) / n
     s = jnp.minimum(1.0, lam / jnp.maximum(jnp.max(jnp.abs(xr)), jnp.finfo(X.dtype).tiny))
     yc = y - y.mean()
-    primal = 0.5 * (r @ r) / n + lam * jnp.abs(b).sum()
+    primal = 0.5 * (res @ res) / n + lam * jnp.abs(b).sum()
     theta = s * r
     dual = (theta @ yc) / n - 0.5 * (theta @ theta) / n
     return (primal - dual) / jnp.maximum(0.5 * (yc @ yc) / n, jnp.finfo(X.dtype).tiny)
@@ -442,6 +443,14 @@ def _prepare(X, y, loss):
         raise ValueError(f"y must have shape {X.shape[:-1]}, got {y.shape}")
     if loss not in ("squared", "logistic"):
         raise ValueError(f"loss must be 'squared' or 'logistic', got {loss!r}")
+    _checks.check_finite_on_device(X, "X")
+    if _checks.is_concrete(y):
+        _checks.check_finite_on_device(y, "y")
+        # each distinct response (a batch usually repeats one y): the checks of lasso_cv, with an intercept
+        for row in np.unique(np.asarray(jax.device_get(y)).reshape(-1, y.shape[-1]), axis=0):
+            _checks.check_model_response(row, loss=loss, fit_intercept=True)
+    if loss == "logistic":
+        y = _checks.as_binary_labels(y, X.dtype)  # {-1, 1} -> {0, 1}, as lasso_cv
     return X, y
 
 
