@@ -110,6 +110,18 @@ def test_bad_inputs():
     X[:, 3] = 0.1
     with pytest.raises(ValueError, match=r"1 constant column\(s\) \(first: \[3\]\)"):
         factor_model_from_data(jax.random.key(0), X, rank=2)
+    # max_steps <= 0 returned the raw sketch (diag(D + U U^T) up to 4133, not 1), a negative oversample
+    # a U of fewer than rank columns; a NumPy integer rank was refused
+    X = np.random.default_rng(1).standard_normal((60, 8))
+    for kwargs, name in (
+        ({"max_steps": 0}, "max_steps"),
+        ({"max_steps": -1}, "max_steps"),
+        ({"oversample": -2}, "oversample"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            factor_model_from_data(jax.random.key(0), X, rank=3, **kwargs)
+    model, _ = factor_model_from_data(jax.random.key(0), X, rank=np.int64(3))
+    assert model.U.shape == (8, 3)
 
 
 def test_named_results_unpack_like_tuples(key):

@@ -108,6 +108,15 @@ def test_certificate_upper_bounds_suboptimality(kind):
     # an infeasible point has no certificate
     f, gap = mrc.mrc_objective_and_gap(jnp.asarray(C20), jnp.full(P, 2.5), method=kind)
     assert np.isinf(float(f)) and np.isinf(float(gap))
+    # a non-symmetric Sigma: eager calls raise; under jit it gave a finite (f, gap), now NaN
+    A = np.array(C20)
+    A[0, 1] += 0.3
+    f, gap = jax.jit(lambda S, s: mrc.mrc_objective_and_gap(S, s, method=kind))(A, s_ref * 0.9)
+    assert np.isnan(float(f)) and np.isnan(float(gap))
+    with pytest.raises(ValueError, match="s must be a 1-D vector"):
+        mrc.mrc_objective_and_gap(jnp.asarray(C20), np.diag(s_ref), method=kind)
+    with pytest.raises(ValueError, match="s has length"):
+        mrc.mrc_objective_and_gap(jnp.asarray(C20), s_ref[:3], method=kind)
 
 
 def test_closed_forms_and_covariance_scale():

@@ -410,6 +410,23 @@ def test_sdp_step_is_the_step_sdp_coordinate_drives():
     np.testing.assert_allclose(float(st.gap), float(sol.stats["gap"]), rtol=1e-6, atol=1e-12)
 
 
+def test_step_apis_check_their_start_like_sdp():
+    """newton_init(lam0=-1) never moved (s = 0 after 30 steps); sdp_init(block_size=0) ran as the default and
+    block_size=-1 crashed in XLA; a wrong-length s0 gave a broadcasting TypeError naming nothing."""
+    C = factor_correlation(6, 2, 1)
+    for bad in (-1.0, 0.0, float("nan")):
+        with pytest.raises(ValueError, match="lam0"):
+            newton_init(C, lam0=bad)
+        with pytest.raises(ValueError, match="lam0"):
+            sdp_init(C, lam0=bad)
+    for init in (newton_init, lambda C, **k: sdp_init(C, **k)):
+        with pytest.raises(ValueError, match="s0 must be a vector of length p = 6"):
+            init(C, s0=np.zeros(3))
+    for b in (0, -1, 2.5):
+        with pytest.raises(ValueError, match="block_size"):
+            sdp_init(C, block_size=b)
+
+
 def test_sdp_factor_step_is_the_step_sdp_factor_drives():
     rng = np.random.default_rng(0)
     model = FactorModel(jnp.asarray(rng.uniform(0.1, 1.0, 40)), jnp.asarray(0.5 * rng.standard_normal((40, 3))))

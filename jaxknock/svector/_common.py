@@ -75,6 +75,21 @@ def check_settings(tol, max_steps, decay, lam0):
         raise ValueError(f"lam0 must be positive, got {lam0}")
 
 
+def check_start(lam0, s0, p: int, block_size=None) -> None:
+    """The start of the step-by-step APIs (``newton_init``, ``sdp_init``), checked as :func:`~jaxknock.sdp` does."""
+    if lam0 is not None and _checks.is_concrete(lam0) and not (np.isfinite(lam0) and lam0 > 0):
+        raise ValueError(f"lam0 must be positive and finite, got {lam0}")
+    if s0 is not None:
+        s0 = _checks.as_float_array(s0, "s0")
+        if s0.shape != (p,):
+            raise ValueError(f"s0 must be a vector of length p = {p}, got shape {tuple(s0.shape)}")
+        _checks.check_finite(s0, "s0")
+    if block_size is not None and not (
+        isinstance(block_size, (int, np.integer)) and not isinstance(block_size, bool) and block_size >= 1
+    ):
+        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+
+
 # --------------------------------------------------------------------------
 # dense linear algebra
 # --------------------------------------------------------------------------

@@ -261,7 +261,8 @@ def sdp_init(Sigma, *, lam0=None, block_size=None, s0=None, num_knockoffs: int =
     Sigma = _checks.validate_sigma(Sigma, batch_ok=False)
     m = _checks.check_num_knockoffs(num_knockoffs)
     p = Sigma.shape[-1]
-    b = block_size or default_block(p)
+    _common.check_start(lam0, s0, p, block_size)  # block_size = 0 ran as the default, -1 crashed in XLA
+    b = int(block_size) if block_size is not None else default_block(p)
     C = pad_correlation(_common.multi_scale(m) * to_correlation(Sigma), b)
     n = C.shape[-1]
     s = jnp.zeros(n, C.dtype) if s0 is None else jnp.zeros(n, C.dtype).at[:p].set(s0 / jnp.diagonal(Sigma))

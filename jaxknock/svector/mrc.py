@@ -393,7 +393,11 @@ def mrc_objective_and_gap(Sigma, s, *, method: str = "mvr", num_knockoffs: int =
     _checks.check_choice(method, MRC_METHODS, "method")
     m = _checks.check_num_knockoffs(num_knockoffs)
     Sigma = _checks.validate_sigma(Sigma, batch_ok=False)
-    return _objective_gap_jit(Sigma, jnp.asarray(s, Sigma.dtype), float(m), kind=method)
+    s = _checks.as_float_array(s, "s")
+    _checks.check_ndim(s, 1, "s", f"a 1-D vector of length p = {Sigma.shape[0]}")
+    if s.shape[0] != Sigma.shape[0]:
+        raise ValueError(f"s has length {s.shape[0]} but Sigma is {Sigma.shape[0]} x {Sigma.shape[0]}")
+    return _objective_gap_jit(Sigma, s.astype(Sigma.dtype), float(m), kind=method)
 
 
 @functools.partial(jax.jit, static_argnames=("kind",))
@@ -403,4 +407,6 @@ def _objective_gap_jit(Sigma, s, m, *, kind):
     c = (m + 1.0) / m
     _, f, gap, feasible = _dense_certificate(kind, c * C, s / jnp.diagonal(Sigma), m, p)
     bad = ~feasible | jnp.any(s <= 0)
-    return jnp.where(bad, jnp.inf, f), jnp.where(bad, jnp.inf, gap)
+    f, gap = jnp.where(bad, jnp.inf, f), jnp.where(bad, jnp.inf, gap)
+    # a Sigma that validate_sigma would refuse (traced: non-symmetric, NaN, non-positive diagonal): NaN
+    return _checks.poison(_checks.traced_sigma_code(Sigma) == 0, f, gap)

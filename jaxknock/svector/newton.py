@@ -257,6 +257,7 @@ def newton_init(Sigma, *, lam0: float | None = None, s0=None, num_knockoffs: int
     Sigma = _checks.validate_sigma(Sigma, batch_ok=False)
     m = _checks.check_num_knockoffs(num_knockoffs)
     p = Sigma.shape[-1]
+    _common.check_start(lam0, s0, p)
     C2, cap = _problem(Sigma, _common.multi_scale(m))
     s = jnp.zeros(p, C2.dtype) if s0 is None else jnp.asarray(s0, C2.dtype) / jnp.diagonal(Sigma)
     lam = jnp.asarray((0.5 if lam0 is None else float(lam0)) / p, C2.dtype)
