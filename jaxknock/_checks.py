@@ -57,7 +57,7 @@ def require_eager(fn: str, why: str, hint: str, **arrays):
     """Raise a ``TypeError`` naming ``fn`` and the first traced entry of ``arrays``.
 
     For the host-level drivers (``knockoff_filter``, ``stability_selection``,
-    ``randsel``, ``greedy_kta_selection``): they read values on the host
+    ``randsel``, ``greedy_kta_selection``, ``fit_lifted``, ``tune_lifted``): they read values on the host
     (``why``) between jitted stages, so they cannot run inside ``jax.jit`` /
     ``jax.vmap`` / ``jax.grad``. Called first, before any work, so a traced call
     fails with this message instead of JAX's generic tracer error; ``hint``

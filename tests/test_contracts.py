@@ -1171,6 +1171,8 @@ def _driver_calls():
     X = rng.standard_normal((40, 6))
     y = X[:, 0] + rng.standard_normal(40)
     yb = (y > 0).astype(float)
+    labels = (y > 0).astype(np.int32)
+    spec = jaxknock.LiftedSpec((6, 4, 2))
     key = jax.random.key(0)
     return {
         "knockoff_filter": (lambda key, X, y: jaxknock.knockoff_filter(key, X, y).mask, (key, X, y)),
@@ -1180,10 +1182,19 @@ def _driver_calls():
         ),
         "randsel": (lambda key, X, y: jaxknock.randsel(key, X, y, num_subsamples=4).selected, (key, X, yb)),
         "greedy_kta_selection": (lambda key, X, y: jaxknock.greedy_kta_selection(X, y, jnp.arange(6))[0], (key, X, y)),
+        # an obscure TracerArrayConversionError before
+        "fit_lifted": (lambda key, X, y: jaxknock.fit_lifted(key, X, y, spec).value, (key, X, labels)),
+        "tune_lifted": (
+            lambda key, X, y: jaxknock.tune_lifted(key, X, y, spec, lam=[0.1, 1.0]).value,
+            (key, X, labels),
+        ),
     }
 
 
-@pytest.mark.parametrize("name", ["knockoff_filter", "stability_selection", "randsel", "greedy_kta_selection"])
+DRIVERS = ["knockoff_filter", "stability_selection", "randsel", "greedy_kta_selection", "fit_lifted", "tune_lifted"]
+
+
+@pytest.mark.parametrize("name", DRIVERS)
 def test_drivers_say_they_run_eagerly(name):
     fn, args = _driver_calls()[name]
     args = tuple(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args)

@@ -545,6 +545,8 @@ def test_bad_inputs_raise_specific_errors(key):
         fit_lifted(key, X, y, LiftedSpec((6, 8, 3)))
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
         fit_lifted(key, X, y.at[0].set(3), spec)
+    with pytest.raises(ValueError, match="X has no rows"):  # was a ZeroDivisionError
+        fit_lifted(key, X[:0], y[:0], spec)
     with pytest.raises(ValueError, match="labels must lie"):
         fit_lifted(key, X, y.at[0].set(-1), spec)
     with pytest.raises(ValueError, match="non-finite"):

@@ -21,6 +21,8 @@ def prepare_xy(X, y, spec: LiftedSpec, xname="X", yname="y"):
     X = as_float_array(X, xname)
     check_ndim(X, 2, xname, "a 2-D (samples x features) array")
     N, p0 = X.shape
+    if N == 0:  # was a ZeroDivisionError in the batch arithmetic
+        raise ValueError(f"{xname} has no rows: there is nothing to train on")
     if p0 != spec.sizes[0]:
         raise ValueError(
             f"spec.sizes[0] = {spec.sizes[0]} but {xname} has {p0} features per row "

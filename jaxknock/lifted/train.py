@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock import _backend, _memory, _mesh
+from jaxknock import _backend, _checks, _memory, _mesh
 from jaxknock._checks import as_float_array
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.lifted._inputs import check_hyper_values, check_params, prepare_xy
@@ -399,6 +399,12 @@ def fit_lifted(
       >>> sol.stats["train_accuracy"].shape
       (3,)
     """
+    _checks.require_eager(
+        "fit_lifted",
+        "it sizes the mini-batches and runs its epochs from the host",
+        "jit the pieces instead: epoch steps via jaxknock.lifted.bcd, predictions via predict_lifted",
+        key=key, X=X, y=y, X_test=X_test, y_test=y_test,
+    )  # fmt: skip
     if hyper is None:
         hyper = spec.hyper(as_float_array(X, "X").dtype) if isinstance(spec, LiftedSpec) else None
     return _train(
@@ -485,6 +491,12 @@ def tune_lifted(
       >>> sol.stats["objective"].shape
       (2, 2)
     """
+    _checks.require_eager(
+        "tune_lifted",
+        "it sizes the mini-batches and runs its epochs from the host",
+        "jit the pieces instead: epoch steps via jaxknock.lifted.bcd, predictions via predict_lifted",
+        key=key, X=X, y=y,
+    )  # fmt: skip
     if not isinstance(spec, LiftedSpec):
         raise TypeError(f"spec must be a LiftedSpec, got {type(spec).__name__}")
     dtype = as_float_array(X, "X").dtype
