@@ -200,6 +200,8 @@ def _lw_shrinkage(X):
     delta = (fro2 - 2.0 * mu * jnp.trace(S) + p * mu**2) / p
     beta = jnp.minimum(beta, delta)
     shrink = jnp.where(delta > 0, beta / jnp.where(delta > 0, delta, 1.0), 0.0)
+    if p == 1:  # S = mu I exactly: delta is 0 up to rounding, and beta / delta was noise (1.0 seen); scikit-learn: 0
+        shrink = jnp.zeros_like(shrink)
     return S, mu, shrink
 
 

@@ -39,6 +39,17 @@ def test_ledoit_wolf_matches_sklearn(shape):
     assert np.linalg.eigvalsh(np.asarray(S))[0] > 0
 
 
+@pytest.mark.parametrize("centred", [False, True])
+def test_ledoit_wolf_one_feature_has_no_shrinkage(centred):
+    """p = 1: S = mu I exactly, so delta = 0 / 0; the rounding gave shrinkage 1.0 on seed 3 (scikit-learn: 0)."""
+    for seed in range(6):
+        X = np.random.default_rng(seed).standard_normal((30, 1)) + 2.0
+        S, delta = ledoit_wolf(X, assume_centered=centred)
+        S_ref, delta_ref = sk_lw(X, assume_centered=centred)
+        assert float(delta) == delta_ref == 0.0
+        np.testing.assert_allclose(S, S_ref, atol=1e-12, rtol=0)
+
+
 def test_to_correlation(X):
     C = to_correlation(jnp.asarray(np.cov(X.T)))
     np.testing.assert_array_equal(np.diag(C), 1.0)
