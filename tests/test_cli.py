@@ -73,6 +73,14 @@ def assert_error(argv, capsys, *fragments):
 # ---------------------------------------------------------------- select
 
 
+def test_an_unwritable_report_path_fails_before_the_work(reg_csv, tmp_path, capsys):
+    """--out into a missing folder ran the whole selection, printed it, then failed on the write."""
+    missing = tmp_path / "no" / "such" / "r.json"
+    line = assert_error(["select", reg_csv, "--target", "y", "--out", str(missing)], capsys, "does not exist")
+    assert "selected" not in line
+    assert_error(["stability", reg_csv, "--target", "y", "--out", str(tmp_path)], capsys, "is a directory")
+
+
 def test_select_csv_finds_signals_and_writes_report(reg_csv, tmp_path, capsys):
     out_json = tmp_path / "result.json"
     code, out, err = run(

@@ -8,6 +8,7 @@ import sys
 from jaxknock.cli.bench import run_bench
 from jaxknock.cli.common import CLIError, enable_compile_cache
 from jaxknock.cli.demo import run_demo
+from jaxknock.cli.report import check_writable
 from jaxknock.cli.select import METHODS, run_select
 from jaxknock.cli.snb import run_snb
 from jaxknock.cli.stability import add_parsers as add_stability_parsers
@@ -110,6 +111,8 @@ def main(argv=None) -> int:
         return int(exc.code or 0)
     enable_compile_cache(not args.no_compile_cache)
     try:
+        if getattr(args, "out", None):
+            check_writable(args.out)  # before the work, not after it (the selection ran, then --out failed)
         return args.func(args)
     except CLIError as err:
         msg = " ".join(str(err).split())

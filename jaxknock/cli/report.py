@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
+from pathlib import Path
 
 from jaxknock.cli.common import CLIError
 
@@ -62,6 +64,18 @@ def sha256(path):
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def check_writable(path) -> None:
+    """Raise :class:`CLIError` unless a report can be written at ``path`` (its folder exists and is writable)."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise CLIError(f"cannot write the report to {path}: it is a directory")
+    if not folder.is_dir():
+        raise CLIError(f"cannot write the report to {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise CLIError(f"cannot write the report to {path}: permission denied")
 
 
 def write_json(path, report):
