@@ -339,8 +339,17 @@ def process_replicates(
         >>> process_replicates(10, process_index=1, process_count=3)
         slice(4, 7, None)
     """
+    for name, v in (
+        ("num_replicates", num_replicates),
+        ("process_index", process_index),
+        ("process_count", process_count),
+    ):
+        if v is not None and not (isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))):
+            raise TypeError(f"{name} must be an integer, got {v!r}")  # 2.7 and "3" were truncated / accepted
     i = jax.process_index() if process_index is None else int(process_index)
     n = jax.process_count() if process_count is None else int(process_count)
+    if n < 1:
+        raise ValueError(f"process_count must be >= 1, got {n}")
     if not 0 <= i < n:
         raise ValueError(f"process_index must lie in [0, {n}), got {i}")
     R = int(num_replicates)

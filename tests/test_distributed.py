@@ -222,6 +222,13 @@ def test_process_replicates_partition():
         parts = [jaxknock.process_replicates(R, process_index=i, process_count=n) for i in range(n)]
         assert sum((list(range(R))[s] for s in parts), []) == list(range(R))
     assert jaxknock.process_replicates(5) == slice(0, 5)
+    assert jaxknock.process_replicates(np.int64(5)) == slice(0, 5)
+    # 2.7 was truncated to 2 and "3" accepted; process_count = 0 blamed process_index
+    for bad, name in ((2.7, "num_replicates"), ("3", "num_replicates")):
+        with pytest.raises(TypeError, match=name):
+            jaxknock.process_replicates(bad)
+    with pytest.raises(ValueError, match="process_count must be >= 1"):
+        jaxknock.process_replicates(4, process_index=0, process_count=0)
 
 
 def test_aggregate_across_processes_single_process_equals_aggregate_ebh():
