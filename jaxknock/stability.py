@@ -371,12 +371,14 @@ def _run_lockstep(idx, X, y, lambdas, *, max_steps, chunk, mixed):
     B, m = idx.shape
     p = X.shape[1]
     slots = _stability_path.phase_slots(p, m)
+    mixed = bool(mixed) and X.dtype == jnp.float64
+    if chunk is None:  # the per-backend choice and its measurement: _backend.lockstep_chunk
+        chunk = _backend.lockstep_chunk(X.size * (X.dtype.itemsize + (4 if mixed else 0)))
     if chunk is None:
         per_item = X.dtype.itemsize * (2 * slots[-1] ** 2 + 12 * p + 4 * X.shape[0])
         chunk = _memory.plan_chunk(B, per_item, shared_bytes=X.dtype.itemsize * X.size, what="subsample")
     counts, union, failed, over, _ = _stability_path.lockstep_counts(
-        X, y, lambdas, idx, jnp.int32(max_steps), chunk=int(min(chunk, B)), slots=slots,
-        mixed=bool(mixed) and X.dtype == jnp.float64,
+        X, y, lambdas, idx, jnp.int32(max_steps), chunk=int(min(chunk, B)), slots=slots, mixed=mixed,
     )  # fmt: skip
     del over  # cannot happen: at most min(p, m) features are active on m centred rows
     return counts, union, failed
@@ -490,8 +492,14 @@ def stability_selection(
         max_steps: iteration limit of the solver; for the lockstep homotopy the
             kinks per chunk (default ``8 m + 100``; subsamples still running are
             counted in ``num_failed`` at the penalties they did not reach).
-        chunk_size: subsamples per batch (lockstep: per lockstep chunk, default from
-            memory; else per ``vmap`` batch, default 1 on the CPU, from memory otherwise).
+        chunk_size: subsamples per batch (lockstep: per lockstep chunk, default 8 on
+            the CPU for a design of at most 8 MiB, where the chunk's active-set
+            inverses then stay in the processor cache, else from memory
+            (:func:`jaxknock._backend.lockstep_chunk`); else per ``vmap`` batch,
+            default 1 on the CPU, from memory otherwise). With
+            ``mixed_precision`` the chunking can move a kink that falls within
+            float32 rounding of a grid penalty, so counts may differ by a few
+            selections between chunk sizes (far below the Monte-Carlo error).
         devices, mesh: shard the subsamples over devices (:func:`jaxknock.distributed.shard_batch`).
         mixed_precision: lockstep homotopy with a float64 ``X``: the two
             products per kink that give the direction of the correlations run

@@ -40,6 +40,10 @@ def test_backend_choices(monkeypatch):
     assert _backend.loop_over_batch("lifted_models", "cpu") and not _backend.loop_over_batch("lifted_models", "gpu")
     assert _backend.loop_over_batch("svector_problems", "cpu")
     assert not _backend.loop_over_batch("svector_problems", "gpu")
+    assert _backend.loop_over_batch("cv_replicates", "cpu") and not _backend.loop_over_batch("cv_replicates", "gpu")
+    # stability lockstep: a cache-sized chunk for a small design on CPU, the memory plan otherwise
+    assert _backend.lockstep_chunk(2**20, "cpu") == 8 and _backend.lockstep_chunk(2**30, "cpu") is None
+    assert _backend.lockstep_chunk(2**20, "gpu") is None
     with pytest.raises(ValueError, match="no check stride for loop 'nope'"):
         _backend.check_every("nope")
     with pytest.raises(ValueError, match="unknown batch"):
