@@ -19,7 +19,10 @@ Rows (full sizes; ``--medium`` / ``--small`` scale them down):
 * ``lcd``: :func:`jaxknock.lcd` cross-validated lasso statistics on a batch of R = 10
   designs ``(R, n, 2p)``, n = 2000, 2p = 2000: the default working-set engine, then
   the classic engine with ``solver="cd"`` and ``"fista"`` side by side (the
-  measurement behind ``solver="auto"``, ``jaxknock/_backend.py``).
+  measurement behind ``solver="auto"``, ``jaxknock/_backend.py``), and
+  :func:`jaxknock.l1.working_set.l1_cv` on the same batch with
+  ``batch_mode="sequential"`` and ``"lockstep"`` (the measurement behind
+  ``_backend.loop_over_batch("cv_replicates")``).
 
 Every timing is bracketed by ``block_until_ready`` on every output leaf. Per row:
 ``first`` is the first call (tracing + compilation + run), ``warm`` the best of
@@ -66,6 +69,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jaxknock  # noqa: E402
 from jaxknock import FactorModel  # noqa: E402
+from jaxknock.l1.working_set import l1_cv  # noqa: E402
 
 # --------------------------------------------------------------------------
 # sizes
@@ -383,6 +387,18 @@ def rows_for(sizes, dtype):
                 "lcd",
                 lcd_setup,
                 lambda Xk, y, engine=engine, solver=solver: jaxknock.lcd(Xk, y, engine=engine, solver=solver),
+                lambda sol, a, n=n, p=p: solution_info(sol, 4.0 * n * 2 * p),
+            )
+        )
+    # the working-set engine's two ways of running a batch (l1_cv batch_mode, _backend "cv_replicates"):
+    # replicates one after another, or all in lock step (the accelerator default)
+    for mode in ("sequential", "lockstep"):
+        rows.append(
+            (
+                f"l1_cv {mode} R={R} n={n} 2p={2 * p}",
+                "lcd",
+                lcd_setup,
+                lambda Xk, y, mode=mode: l1_cv(Xk, jnp.broadcast_to(y, Xk.shape[:2]), batch_mode=mode),
                 lambda sol, a, n=n, p=p: solution_info(sol, 4.0 * n * 2 * p),
             )
         )

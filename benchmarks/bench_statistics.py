@@ -10,7 +10,10 @@ rows. Anchors, in the same run: scikit-learn ``LassoCV`` /
 ``LogisticRegressionCV`` (saga, l1) in this venv, and adelie ``cv_grpnet``
 (+ ``fit``, the refit) in its own venv (``_anchors.py``), once with the same
 grid (``min_ratio=1e-3``) and once with adelie's default (``min_ratio=0.1``).
-Times are best of ``--repeats`` after a warm-up call; the KKT residual is
+The ``R``-replicate rows run the batch one replicate after another
+(``batch_mode="sequential"``, the CPU default) and in lock step (one path
+loop for all replicates, the accelerator default). Times are best of
+``--repeats`` after a warm-up call; the KKT residual is
 ``max_j dist(g_j, lam d|b_j|) / lam`` of the returned full-data fit,
 computed here in float64 for every method.
 
@@ -242,8 +245,10 @@ def main(argv=None):
                 print(fmt(k, v, {}))
             if si == 0 and args.R > 1:
                 Xs, ys = zip(*[make_design(s, n, m // 2, loss=loss)[:2] for s in range(args.R)])
-                rR = run_jaxknock(np.stack(Xs), np.stack(ys), loss, args.repeats)
-                print(fmt(f"jaxknock l1_cv R={args.R} (batched)", rR, {"R=1": r["time"]}))
+                # batch_mode="auto" is sequential on the CPU; the lock step is the homotopy engine's (squared loss)
+                for mode in ("sequential", "lockstep") if loss == "squared" else ("sequential",):
+                    rR = run_jaxknock(np.stack(Xs), np.stack(ys), loss, args.repeats, batch_mode=mode)
+                    print(fmt(f"jaxknock l1_cv R={args.R} {mode}", rR, {"R=1": r["time"]}))
             if si == 0 and args.old and loss == "squared":
                 print("  jaxknock.lasso_cv (old): " + time_old(X, y))
 

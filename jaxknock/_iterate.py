@@ -23,10 +23,11 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.custom_batching import custom_vmap
 
 from jaxknock._solution import RESULTS, Solution
 
-__all__ = ["Iteration", "iterative_solve", "all_finite", "make_solution"]
+__all__ = ["Iteration", "iterative_solve", "all_finite", "make_solution", "lockstep_while_loop"]
 
 
 class Iteration(NamedTuple):
@@ -115,3 +116,51 @@ def make_solution(value, iteration: Iteration, max_steps, **stats) -> Solution:
     """
     stats = {"num_steps": iteration.num_steps, "max_steps": max_steps, **stats}
     return Solution(value, iteration.result, stats, iteration.state)
+
+
+def lockstep_while_loop(cond_fun, body_fun, operands, init):
+    """``lax.while_loop`` whose ``vmap`` runs the batch in lock step *without* a select on the carry.
+
+    Unbatched, this is ``lax.while_loop(lambda c: cond_fun(operands, c),
+    lambda c: body_fun(operands, c), init)``. Under ``jax.vmap``, JAX's own
+    rule for a batched predicate runs the body on every element and then
+    selects, leaf by leaf, between the new and the old carry of each element:
+    a full copy of the carry per iteration. For loops whose carry holds large
+    caches (the lasso engine's Gram blocks and inverses) that copy costs more
+    than the iteration. This rule instead loops while *any* element's
+    ``cond_fun`` holds and keeps the body's output as it is, so it relies on a
+    contract the caller guarantees:
+
+        ``body_fun(operands, c) == c`` for every element whose ``cond_fun`` is false
+
+    (a finished element is a no-op: the body gates its own updates, typically
+    by a ``done`` mask it already carries). ``cond_fun`` / ``body_fun`` must not
+    close over traced values: everything traced goes through ``operands``
+    (a pytree, batched or not, leaf by leaf). Nested calls nest the lock step.
+
+    Example:
+        >>> def cond(n, c):
+        ...     return c[0] < n
+        >>> def body(n, c):  # a no-op once i >= n
+        ...     go = c[0] < n
+        ...     return (c[0] + go, c[1] + 2 * go)
+        >>> jax.vmap(lambda n: lockstep_while_loop(cond, body, n, (0, 0)))(jnp.array([1, 3]))[1]
+        Array([2, 6], dtype=int32, weak_type=True)
+    """
+
+    @custom_vmap
+    def loop(operands, init):
+        return lax.while_loop(lambda c: cond_fun(operands, c), lambda c: body_fun(operands, c), init)
+
+    @loop.def_vmap
+    def _rule(axis_size, in_batched, operands, init):
+        ops_axes = jax.tree_util.tree_map(lambda b: 0 if b else None, in_batched[0])
+        init = jax.tree_util.tree_map(
+            lambda x, b: x if b else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x)), init, in_batched[1]
+        )
+        vcond = jax.vmap(cond_fun, in_axes=(ops_axes, 0))
+        vbody = jax.vmap(body_fun, in_axes=(ops_axes, 0))
+        out = lax.while_loop(lambda c: jnp.any(vcond(operands, c)), lambda c: vbody(operands, c), init)
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    return loop(operands, init)

@@ -292,3 +292,36 @@ def test_l1_cv_checks_and_maps_the_response():
         l1_cv(X, np.ones(40))
     with pytest.raises(ValueError, match="y is constant"):
         l1_cv(np.stack([X, X]), np.stack([y, np.ones(40)]))  # one constant response in a batch
+
+
+def test_lockstep_replicates_equal_sequential_replicates():
+    """``batch_mode="lockstep"`` (one path loop, finished replicates idle) gives the sequential answers.
+
+    The replicates stop at different grid steps (one has a pure-noise response), so the gating of
+    finished replicates in every loop of the lock step is exercised; a small slot / working-set
+    start forces the capacity regrowth on the batch.
+    """
+    data = [_data(150, 60, seed=s) for s in range(3)]
+    rng = np.random.default_rng(9)
+    data.append((data[0][0], rng.standard_normal(150)))  # null response: stops early
+    Xs, ys = np.stack([d[0] for d in data]), np.stack([d[1] for d in data])
+    kw = dict(folds=5, num_lambdas=40, method="homotopy")
+    seq = l1_cv(Xs, ys, batch_mode="sequential", **kw)
+    lock = l1_cv(Xs, ys, batch_mode="lockstep", **kw)
+    solved = np.asarray(seq.stats["num_lambdas_solved"])
+    assert len(set(solved.tolist())) > 1, solved  # the replicates do finish at different steps
+    np.testing.assert_array_equal(np.asarray(lock.stats["num_lambdas_solved"]), solved)
+    np.testing.assert_array_equal(np.asarray(lock.stats["lam_index"]), np.asarray(seq.stats["lam_index"]))
+    np.testing.assert_array_equal(np.asarray(lock.result), np.asarray(seq.result))
+    assert np.all(np.asarray(seq.result) == RESULTS.successful)
+    np.testing.assert_allclose(np.asarray(lock.value), np.asarray(seq.value), rtol=0, atol=1e-12)
+    for k in ("cv_error", "coef_path", "intercept_path", "train_loss"):
+        a, b = np.asarray(lock.stats[k]), np.asarray(seq.stats[k])
+        np.testing.assert_array_equal(np.isfinite(a), np.isfinite(b))
+        np.testing.assert_allclose(a[np.isfinite(a)], b[np.isfinite(b)], rtol=0, atol=1e-12)
+    for r in range(len(data)):  # and each equals its own single-design fit
+        one = l1_cv(Xs[r], ys[r], **kw)
+        assert int(one.stats["lam_index"]) == int(lock.stats["lam_index"][r])
+        np.testing.assert_allclose(np.asarray(lock.value[r]), np.asarray(one.value), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="batch_mode"):
+        l1_cv(Xs, ys, batch_mode="parallel", **kw)

@@ -40,6 +40,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxknock._iterate import lockstep_while_loop
+
 _HI = lax.Precision.HIGHEST
 NEWTON = True
 
@@ -193,19 +195,24 @@ def _add_chunk(d: CovData, st: CovState, score, chunk: int, W: int) -> CovState:
 # of a fresh process's first call of the engine
 @functools.partial(jax.jit, static_argnums=(4, 5))
 def add_features(d: CovData, st: CovState, cand, score, chunk: int, W: int) -> CovState:
-    """Move every candidate feature (``cand``) into the working set, chunk by chunk."""
+    """Move every candidate feature (``cand``) into the working set, chunk by chunk.
 
-    def pending(s):
-        return cand & ~s.inws
+    A design with no candidate left (or a full working set) is left as it is by
+    a chunk step (nothing joins; zeros are written onto the zero columns past
+    ``size``), so a batch of designs runs in lock step without copying its
+    caches (:func:`jaxknock._iterate.lockstep_while_loop`).
+    """
 
-    def cond(s):
-        return jnp.any(pending(s)) & (s.size < W)
+    def cond(ops, s):
+        _, cand, _ = ops
+        return jnp.any(cand & ~s.inws) & (s.size < W)
 
-    def body(s):
-        return _add_chunk(d, s, jnp.where(pending(s), score, -1.0), chunk, W)
+    def body(ops, s):
+        dd, cand, score = ops
+        return _add_chunk(dd, s, jnp.where(cand & ~s.inws, score, -1.0), chunk, W)
 
-    st = lax.while_loop(cond, body, st)
-    return st._replace(overflow=st.overflow | jnp.any(pending(st)))
+    st = lockstep_while_loop(cond, body, (d, cand, score), st)
+    return st._replace(overflow=st.overflow | jnp.any(cand & ~st.inws))
 
 
 def _soft(z, t):

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxknock._homotopy import entry_times
+from jaxknock._iterate import lockstep_while_loop
 from jaxknock.l1 import _ws_covariance as _cov
 
 _HI = lax.Precision.HIGHEST
@@ -186,17 +187,40 @@ def _refine(mem: Member, Gr, qc):
     return mem._replace(sbeta=jnp.where(mem.used, mem.sbeta + jnp.dot(mem.Ginv, r, precision=_HI), 0))
 
 
-def solve_ws(d, st: HomState, lam, tol, max_epochs):
+def _follow_cond(ops, c):
+    max_epochs = ops[-1]
+    done, k, over = c[-3:]
+    return ~jnp.all(done) & (k < max_epochs) & ~over
+
+
+def _follow_body(ops, c):
+    """One kink of every member; a no-op once the loop's condition fails (see ``lockstep_while_loop``)."""
+    C, valid, lam, _ = ops
+    mem, v, Gr, g, act, skip, banned, done, k, over = c
+    go = _follow_cond(ops, c)
+    kink = jax.vmap(_kink, in_axes=(0, 0, 0, 0, 0, 0, 0, None, None, 0, 0))
+    mem, v, Gr, g, act, skip, banned, done_new, full = kink(mem, v, C, Gr, g, act, skip, valid, lam, banned, done | ~go)
+    return mem, v, Gr, g, act, skip, banned, jnp.where(go, done_new, done), k + go, over | (go & jnp.any(full))
+
+
+def solve_ws(d, st: HomState, lam, tol, max_epochs, active=True):
     """Follow every member's path from the last accepted grid penalty to ``lam``.
 
     Returns the new state, the number of kinks and a flag that is false when
     the kink budget ``max_epochs`` ran out or a slot overflow occurred.
+    ``active=False`` (traced) leaves the state as it is (the current point,
+    not the anchor, and no kink): the lock step of a batch of designs
+    (:func:`jaxknock._iterate.lockstep_while_loop`) runs this on designs that
+    have finished.
     """
     del tol
     Wc = st.idx.shape[0]
     valid = jnp.arange(Wc) < st.size
     qc = jnp.take(d.q, st.idx, axis=1)
-    mem = st.anchor
+    if active is True:
+        mem = st.anchor
+    else:
+        mem = jax.tree_util.tree_map(lambda a, c: jnp.where(active, a, c), st.anchor, st.cur)
     # Gram rows of the active features on the cache columns (contiguous row gathers)
     Gr = jax.vmap(lambda C, f, u: jnp.where(u[:, None], jnp.take(C, f, axis=0, mode="clip"), 0))(
         st.C, mem.slot_c, mem.used
@@ -204,24 +228,15 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs):
     g = qc - jnp.einsum("fa,faw->fw", mem.sbeta, Gr, precision=_HI)
     act = jax.vmap(lambda sc, u: jnp.zeros((Wc,), bool).at[sc].max(u))(mem.slot_c, mem.used)
     M = act.shape[0]
-
-    kink = jax.vmap(_kink, in_axes=(0, 0, 0, 0, 0, 0, 0, None, None, 0, 0))
-
-    def cond(c):
-        done, k, over = c[-3:]
-        return ~jnp.all(done) & (k < max_epochs) & ~over
-
-    def body(c):
-        mem, v, Gr, g, act, skip, banned, done, k, over = c
-        mem, v, Gr, g, act, skip, banned, done, full = kink(mem, v, st.C, Gr, g, act, skip, valid, lam, banned, done)
-        return mem, v, Gr, g, act, skip, banned, done, k + 1, over | jnp.any(full)
-
     skip0 = jnp.zeros_like(act)
     ban0 = (jnp.full((M,), -1, jnp.int32), jnp.zeros((M,), g.dtype))
     v0 = jnp.where(mem.used, jnp.einsum("fab,fb->fa", mem.Ginv, mem.sgn, precision=_HI), 0)
-    c0 = (mem, v0, Gr, g, act, skip0, ban0, jnp.zeros((M,), bool), jnp.int32(0), jnp.bool_(False))
-    mem, _, Gr, g, act, _, _, done, k, over = lax.while_loop(cond, body, c0)
-    mem = jax.vmap(_refine)(mem, Gr, qc)
+    done0 = jnp.broadcast_to(~jnp.asarray(active), (M,))
+    c0 = (mem, v0, Gr, g, act, skip0, ban0, done0, jnp.int32(0), jnp.bool_(False))
+    ops = (st.C, valid, lam, max_epochs)
+    mem, _, Gr, g, act, _, _, done, k, over = lockstep_while_loop(_follow_cond, _follow_body, ops, c0)
+    refined = jax.vmap(_refine)(mem, Gr, qc)
+    mem = mem._replace(sbeta=jnp.where(active, refined.sbeta, mem.sbeta))
     beta = jax.vmap(lambda sc, u, b: jnp.zeros((Wc,), b.dtype).at[sc].add(jnp.where(u, b, 0)))(
         mem.slot_c, mem.used, mem.sbeta
     )

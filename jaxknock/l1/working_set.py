@@ -87,7 +87,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _aot, _capacity, _checks
+from jaxknock import _aot, _backend, _capacity, _checks
+from jaxknock._iterate import lockstep_while_loop
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.l1 import _ws_covariance as _cov
 from jaxknock.l1 import _ws_homotopy as _hom
@@ -152,6 +153,14 @@ def use_engine(engine, X, fit_intercept, *, solver="auto", screen=True) -> bool:
     return engine == "working_set"
 
 
+def _batch_for(batch_mode: str, engine: str) -> str:
+    """How a batch of replicates runs: ``"sequential"`` or ``"lockstep"`` (homotopy engine only)."""
+    _checks.check_choice(batch_mode, ("auto", "sequential", "lockstep"), "batch_mode")
+    if batch_mode == "auto":
+        batch_mode = "sequential" if _backend.loop_over_batch("cv_replicates") else "lockstep"
+    return batch_mode if engine == "homotopy" else "sequential"
+
+
 def _engine_for(loss: str, method: str, n: int, m: int) -> str:
     if loss == "logistic":
         return "naive"
@@ -160,6 +169,11 @@ def _engine_for(loss: str, method: str, n: int, m: int) -> str:
     if method not in ("homotopy", "cov", "naive"):
         raise ValueError(f"method must be 'auto', 'homotopy', 'cov' or 'naive', got {method!r}")
     return method
+
+
+def _plain_while_loop(cond_fun, body_fun, operands, init):
+    """``lax.while_loop`` with :func:`~jaxknock._iterate.lockstep_while_loop`'s signature (JAX's own vmap rule)."""
+    return lax.while_loop(lambda c: cond_fun(operands, c), lambda c: body_fun(operands, c), init)
 
 
 # fmt: off
@@ -207,10 +221,41 @@ def _path_core(
     if keep_members:
         out0.update(members=jnp.zeros((L, M, Wc), dt), ok=jnp.zeros((L,), bool))
 
-    def body(c):
+    # Both loops are lockstep_while_loop: under vmap (a batch of designs, homotopy engine) the batch
+    # runs in lock step without copying the caches each iteration, so every step below is gated by
+    # ``go`` (a finished design is left exactly as it is).
+    # The other engines' inner solvers are not gated: they keep JAX's own rule (a select per iteration).
+    lock = engine == "homotopy"
+    loop = lockstep_while_loop if lock else _plain_while_loop
+
+    def icond(ops, ic):
+        st, it, clean, _, _ = ic
+        return ~clean & ~st.overflow & (it < max_steps)
+
+    def ibody(ops, ic):
+        d, lam, tol = ops
+        st, it, clean, ep, conv = ic
+        go = icond(ops, ic)
+        if lock:
+            st, e, done = mod.solve_ws(d, st, lam, tol, max_steps, active=go)
+        else:
+            st, e, done = mod.solve_ws(d, st, lam, tol, max_steps, **extra)
+        g = jnp.where(go, mod.full_gradient(d, st, **extra), st.grad)
+        st = st._replace(grad=g)
+        sc = jnp.max(jnp.abs(g), axis=0) / lam
+        viol = (sc > 1.0) & ~st.inws & go
+        st = mod.add_features(d, st, viol, sc, chunk, W)
+        return st, it + go, jnp.where(go, ~jnp.any(viol), clean), ep + jnp.where(go, e, 0), jnp.where(go, done, conv)
+
+    def cond(ops, c):
+        return (c[1] < L) & ~c[2]
+
+    def body(ops, c):
+        d, lambdas, lam0, tol = ops
         st, k, stop, out, best, steps, ok_all = c
-        lam = lambdas[k]
-        lam_prev = jnp.where(k == 0, lam0, lambdas[jnp.maximum(k - 1, 0)])
+        go = cond(ops, c)
+        lam = lambdas[jnp.minimum(k, L - 1)]
+        lam_prev = jnp.where(k == 0, lam0, lambdas[jnp.clip(k - 1, 0, L - 1)])
         thr = 2 * lam - lam_prev
         score = jnp.max(jnp.abs(st.grad), axis=0) / jnp.maximum(thr, lam * 1e-3)
         # strong-rule candidates: only the top chunk joins up front (the union over members of
@@ -218,45 +263,32 @@ def _path_core(
         out_ws = jnp.where(st.inws, -1.0, score)
         few = jnp.sum(out_ws >= 1) <= chunk  # then all of them join: no sort needed
         top = lax.cond(few, lambda s: jnp.asarray(-jnp.inf, s.dtype), lambda s: lax.top_k(s, chunk)[0][-1], out_ws)
-        st = mod.add_features(d, st, (score >= 1) & (score >= top), score, chunk, W)
+        st = mod.add_features(d, st, (score >= 1) & (score >= top) & go, score, chunk, W)
 
-        def icond(ic):
-            st, it, clean, _, _ = ic
-            return ~clean & ~st.overflow & (it < max_steps)
-
-        def ibody(ic):
-            st, it, _, ep, conv = ic
-            st, e, done = mod.solve_ws(d, st, lam, tol, max_steps, **extra)
-            g = mod.full_gradient(d, st, **extra)
-            st = st._replace(grad=g)
-            sc = jnp.max(jnp.abs(g), axis=0) / lam
-            viol = (sc > 1.0) & ~st.inws
-            st = mod.add_features(d, st, viol, sc, chunk, W)
-            return st, it + 1, ~jnp.any(viol), ep + e, done
-
-        st, _, clean, ep, conv = lax.while_loop(
-            icond, ibody, (st, jnp.int32(0), jnp.bool_(False), jnp.int32(0), jnp.bool_(True))
-        )
+        ic0 = (st, jnp.int32(0), ~go, jnp.int32(0), jnp.bool_(True))
+        st, _, clean, ep, conv = loop(icond, ibody, (d, lam, tol), ic0)
         if engine == "homotopy":
-            st = mod.accept(st)
+            st = mod.accept(st)  # a finished design: its current point is already its anchor
         if keep_members:  # member_paths: no CV / deviance statistics (saves two passes over the cache)
             train, test, b0 = jnp.zeros((M,), dt), jnp.full((M,), jnp.inf, dt), jnp.zeros((M,), dt)
         else:
             train, test, b0 = mod.fit_stats(d, st, **extra)
         out_prev = out
+        at = jnp.where(go, k, L)  # a finished design records nothing (out of range: dropped)
         nnz = jnp.sum((st.beta[K] != 0) & (jnp.arange(Wc) < st.size)).astype(jnp.int32)
         out = dict(
-            test=out["test"].at[k].set(test),
-            train=out["train"].at[k].set(train),
-            beta=out["beta"].at[k].set(st.beta[K]),
-            b0=out["b0"].at[k].set(b0[K]),
-            kkt=out["kkt"].at[k].set(kkt_violation(st, lam)),
-            nnz=out["nnz"].at[k].set(nnz),
+            test=out["test"].at[at].set(test, mode="drop"),
+            train=out["train"].at[at].set(train, mode="drop"),
+            beta=out["beta"].at[at].set(st.beta[K], mode="drop"),
+            b0=out["b0"].at[at].set(b0[K], mode="drop"),
+            kkt=out["kkt"].at[at].set(kkt_violation(st, lam), mode="drop"),
+            nnz=out["nnz"].at[at].set(nnz, mode="drop"),
         )
         if keep_members:
             finite_k = jnp.all(jnp.isfinite(st.beta))
             out.update(
-                members=out_prev["members"].at[k].set(st.beta), ok=out_prev["ok"].at[k].set(conv & clean & finite_k)
+                members=out_prev["members"].at[at].set(st.beta, mode="drop"),
+                ok=out_prev["ok"].at[at].set(conv & clean & finite_k, mode="drop"),
             )
         # early exits
         best_k, best_m, best_se = best
@@ -264,40 +296,40 @@ def _path_core(
             errs = test[:K]
             cvm = errs.mean()
             se = errs.std(ddof=1) / float(np.sqrt(K))  # a weak Python float: float32 stays float32 under x64
-            better = cvm < best_m
+            better = go & (cvm < best_m)
             best = (jnp.where(better, k, best_k), jnp.where(better, cvm, best_m), jnp.where(better, se, best_se))
             stop_cv = (k - best[0] >= patience) & (cvm > best[1] + best[2])
         else:
             stop_cv = jnp.bool_(False)
         r2 = 1 - train[K] / d.yvar[K]
-        r2_prev = 1 - out["train"][jnp.maximum(k - 1, 0), K] / d.yvar[K]
+        r2_prev = 1 - out["train"][jnp.clip(k - 1, 0, L - 1), K] / d.yvar[K]
         stop_dev = (k >= _MIN_LAMBDAS_BEFORE_EXIT - 1) & ((r2 > _DEV_MAX) | (r2 - r2_prev < _DEV_REL * r2))
-        stop = early_stop & (stop_cv | stop_dev)
+        new_stop = early_stop & (stop_cv | stop_dev)
         finite = jnp.all(jnp.isfinite(st.beta))
-        stop = stop | st.overflow | ~finite
-        ok_all = ok_all & conv & clean & finite
-        return st, k + 1, stop, out, best, steps + ep, ok_all
-
-    def cond(c):
-        return (c[1] < L) & ~c[2]
+        new_stop = new_stop | st.overflow | ~finite
+        ok_all = jnp.where(go, ok_all & conv & clean & finite, ok_all)
+        return st, k + go, jnp.where(go, new_stop, stop), out, best, steps + jnp.where(go, ep, 0), ok_all
 
     inf = jnp.asarray(jnp.inf, dt)
     c0 = (st, jnp.int32(0), jnp.bool_(False), out0, (jnp.int32(0), inf, inf), jnp.int32(0), jnp.bool_(True))
-    st, nsolved, _, out, _, steps, ok_all = lax.while_loop(cond, body, c0)
+    st, nsolved, _, out, _, steps, ok_all = loop(cond, body, (d, lambdas, lam0, tol), c0)
     return st, nsolved, out, steps, ok_all
 
 
 @functools.partial(
     jax.jit,
     static_argnames=(
-        "engine", "loss", "W", "chunk", "max_steps", "patience", "early_stop", "rule", "slots", "num_lambdas"
+        "engine", "loss", "W", "chunk", "max_steps", "patience", "early_stop", "rule", "slots", "num_lambdas", "batch"
     ),
 )  # fmt: skip
 def _cv_jit(
     X, y, lambdas, rows, excl, tol, eps=None, *, engine, loss, W, chunk, max_steps, patience, early_stop, rule, slots,
-    num_lambdas=None,
+    num_lambdas=None, batch="sequential",
 ):  # fmt: skip
-    """The engine on one design or a batch; ``lambdas=None``: the default grid (``eps``, ``num_lambdas``) inside."""
+    """The engine on one design or a batch; ``lambdas=None``: the default grid (``eps``, ``num_lambdas``) inside.
+
+    A batch runs ``"sequential"`` (``lax.map``) or, homotopy engine only, in ``"lockstep"`` (``vmap``).
+    """
     if lambdas is None:  # in the same program: a fresh process compiles every program it runs
         lambdas = _default_grid(X, y, eps, num_lambdas)
 
@@ -321,10 +353,12 @@ def _cv_jit(
         )
 
     if X.ndim == 3:
-        # replicates one after another (lax.map), not vmap: a vmapped while-loop selects
-        # between old and new carry for every member on every kink, and the carry holds the
-        # (M, W, W) Gram cache (measured: R = 10 at n = 2000, m = 2000 did not finish in
-        # 10 min under vmap; one replicate takes 1.7 s)
+        if batch == "lockstep":
+            # one path loop for the whole batch: every loop of the homotopy engine is a
+            # lockstep_while_loop whose finished designs are no-ops, so no carry is copied
+            return jax.vmap(one)(X, y, lambdas)
+        # replicates one after another (lax.map): on the CPU each replicate's caches stay in
+        # the processor cache (see _backend.loop_over_batch("cv_replicates"))
         return lax.map(lambda a: one(*a), (X, y, lambdas))
     return one(X, y, lambdas)
 
@@ -461,11 +495,12 @@ def _scalar(v, dtype):
 
 def _run(
     X, y, lambdas, rows, excl, *, loss, method, tol, max_steps, patience, early_stop, rule, max_features, throw,
-    grid=None,
+    grid=None, batch_mode="auto",
 ):  # fmt: skip
     """The engine with capacity growth; ``lambdas=None``: the default grid ``grid = (eps, num_lambdas)``."""
     n, m = X.shape[-2:]
     engine = _engine_for(loss, method, n, m)
+    batch = _batch_for(batch_mode, engine)
     chunk = min(32 if m >= 256 else 8, m)  # top_k needs chunk <= m
     key = (X.shape, str(X.dtype), loss, engine, rows.shape)
     per_problem = ("any batch",) + (X.shape[-2:],) + key[1:]
@@ -494,6 +529,7 @@ def _run(
             early_stop=early_stop,
             rule=rule,
             slots=A if engine == "homotopy" else 0,
+            batch=batch,
         )
         over = sol.stats["overflow"]
         if isinstance(over, jax.core.Tracer) or not np.any(np.asarray(over)):
@@ -551,6 +587,7 @@ def l1_cv(
     method: str = "auto",
     max_features: int | None = None,
     throw: bool = False,
+    batch_mode: str = "auto",
 ) -> Solution:
     r"""K-fold cross-validated lasso / l1-logistic regression, refitted on all rows.
 
@@ -585,6 +622,13 @@ def l1_cv(
         max_features: working-set capacity ``W``; ``None`` starts at 512 and
             doubles (re-running the path) whenever it is exceeded.
         throw: raise ``RuntimeError`` if a solve did not succeed.
+        batch_mode: how ``R`` replicates run: ``"sequential"`` (one after
+            another in one program, ``lax.map``), ``"lockstep"`` (the homotopy
+            engine only: one path loop for all replicates, every kink of every
+            replicate in one batched step; a finished replicate idles until the
+            last one is done) or ``"auto"``: sequential on the CPU, where it is
+            faster, lockstep on accelerators
+            (:func:`jaxknock._backend.loop_over_batch`). Same results either way.
 
     Returns:
         :class:`~jaxknock.Solution` with ``value`` the ``(m,)`` coefficients
@@ -625,6 +669,7 @@ def l1_cv(
         max_features=max_features,
         throw=throw,
         grid=(eps, num_lambdas),
+        batch_mode=batch_mode,
     )
 
 
