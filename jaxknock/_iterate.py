@@ -144,8 +144,8 @@ def lockstep_while_loop(cond_fun, body_fun, operands, init):
         >>> def body(n, c):  # a no-op once i >= n
         ...     go = c[0] < n
         ...     return (c[0] + go, c[1] + 2 * go)
-        >>> jax.vmap(lambda n: lockstep_while_loop(cond, body, n, (0, 0)))(jnp.array([1, 3]))[1]
-        Array([2, 6], dtype=int32, weak_type=True)
+        >>> jax.vmap(lambda n: lockstep_while_loop(cond, body, n, (0, 0)))(jnp.array([1, 3]))[1].tolist()
+        [2, 6]
     """
 
     @custom_vmap
