@@ -103,3 +103,31 @@ def test_the_capacity_file_keeps_the_most_recent_keys(tmp_path, monkeypatch):
         store.remember((i,), 10 + i, 1)
     assert list(json.loads(path.read_text())["entries"]) == ["(2,)", "(3,)", "(4,)"]
     assert CapacityStore(lambda: path).start((0,), (1, 1)) == (1, 1)  # forgotten: the default again
+
+
+def test_a_sequential_batch_reruns_only_the_replicates_that_outgrow_its_capacity(monkeypatch):
+    """The batch keeps the capacity most replicates fit; the one that needs more runs again alone.
+
+    Three replicates with two strong features (small working sets) and one with 30 features in
+    the signal (a large one); each result equals the replicate's own fit.
+    """
+    rng = np.random.default_rng(4)
+    n, p, R = 120, 60, 4
+    X = rng.standard_normal((R, n, p))
+    y = np.stack([X[r, :, :2] @ [2.0, -1.5] + 0.05 * rng.standard_normal(n) for r in range(R - 1)])
+    y = np.concatenate([y, (X[-1, :, :30] @ rng.uniform(0.5, 1.5, 30) + rng.standard_normal(n))[None]])
+    kw = dict(folds=3, num_lambdas=30, batch_mode="sequential")
+    monkeypatch.setattr(_capacity, "STORE", CapacityStore(lambda: None))
+    alone = [working_set.l1_cv(X[r], y[r], **kw) for r in range(R)]
+    store = CapacityStore(lambda: None)
+    monkeypatch.setattr(_capacity, "STORE", store)
+    batch_key = ((R, n, p), "float64", "squared", "homotopy", (3, 40))
+    family = ("any batch", (n, p)) + batch_key[1:]
+    store.remember(batch_key, 16, 16, family=family)  # the sparse replicates fit, the dense one does not
+    sol = working_set.l1_cv(X, y, **kw)
+    assert store.start(batch_key, (0, 0)) == (16, 16)  # the batch did not grow: only replicate 3 re-ran
+    assert store.start(family, (0, 0))[0] > 16  # ... at a capacity of its own
+    assert np.all(np.asarray(sol.result) == 0) and not np.any(np.asarray(sol.stats["overflow"]))
+    for r in range(R):
+        np.testing.assert_allclose(np.asarray(sol.value[r]), np.asarray(alone[r].value), rtol=1e-10, atol=1e-12)
+        assert int(sol.stats["lam_index"][r]) == int(alone[r].stats["lam_index"])

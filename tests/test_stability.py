@@ -218,6 +218,22 @@ def test_engine_equals_explicit_loop_and_sklearn(pairs):
     assert np.abs(np.asarray(fista.probabilities) - np.asarray(res.probabilities)).max() <= 2 / B
 
 
+def test_working_set_engine_vmapped_chunks_equal_one_at_a_time():
+    """``chunk_size > 1`` vmaps the working-set homotopy over pairs: its loops then run in lock step
+    (``_iterate.lockstep_while_loop``, finished pairs gated); the counts equal one pair at a time and the
+    explicit per-subsample paths."""
+    X, y = _data(2)
+    key = jax.random.key(5)
+    lambdas = np.asarray(jaxknock.lambda_grid(X, y, num=L, eps=0.05))
+    kw = dict(lambdas=lambdas, num_subsamples=B, solver="working_set", assumption="none", threshold=0.6)
+    one = _stability_selection(key, X, y, chunk_size=1, **kw)
+    batched = _stability_selection(key, X, y, chunk_size=3, **kw)  # B / 2 pairs: the last chunk is padded
+    np.testing.assert_array_equal(np.asarray(batched.probabilities), np.asarray(one.probabilities))
+    idx = np.asarray(stability_subsamples(key, N, B))
+    np.testing.assert_array_equal(np.asarray(one.probabilities), _explicit_supports(X, y, idx, lambdas).sum(0).T / B)
+    assert int(batched.num_failed.sum()) == 0
+
+
 def test_engine_logistic_matches_explicit_loop():
     rng = np.random.default_rng(6)
     X = rng.standard_normal((N, P))
