@@ -72,9 +72,15 @@ gradients on ``G_AA b_A = q_A - lambda s_A`` (the minimiser on the current
 orthant), taken up to the first sign change, which removes coordinate
 descent's slow tail on correlated designs.
 
-Everything is written for one design and batches with ``jax.vmap``: pass
-``X`` of shape ``(R, n, m)`` and ``y`` of shape ``(R, n)`` for ``R``
-replicates (one compiled program, one path loop).
+Everything is written for one design: pass ``X`` of shape ``(R, n, m)`` and
+``y`` of shape ``(R, n)`` for ``R`` replicates, one compiled program that
+runs them one after another (``batch_mode="sequential"``, the CPU default:
+each replicate's caches stay in the processor cache) or, homotopy engine, in
+lock step (``"lockstep"``, the accelerator default: one path loop whose every
+kink is one batched step for all replicates; the loops are
+:func:`jaxknock._iterate.lockstep_while_loop`, so no carry is copied). In a
+sequential batch a replicate that outgrows the batch's capacity runs again
+alone at its own.
 """
 
 from __future__ import annotations
