@@ -203,13 +203,13 @@ def _follow_body(ops, c):
     return mem, v, Gr, g, act, skip, banned, jnp.where(go, done_new, done), k + go, over | (go & jnp.any(full))
 
 
-def solve_ws(d, st: HomState, lam, tol, max_epochs, active=True):
+def solve_ws(d, st: HomState, lam, tol, max_epochs, active):
     """Follow every member's path from the last accepted grid penalty to ``lam``.
 
     Returns the new state, the number of kinks and a flag that is false when
     the kink budget ``max_epochs`` ran out or a slot overflow occurred.
-    ``active=False`` (traced) leaves the state as it is (the current point,
-    not the anchor, and no kink): the lock step of a batch of designs
+    ``active`` false (a traced flag) leaves the state as it is (the current
+    point, not the anchor, and no kink): the lock step of a batch of designs
     (:func:`jaxknock._iterate.lockstep_while_loop`) runs this on designs that
     have finished.
     """
@@ -217,10 +217,7 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs, active=True):
     Wc = st.idx.shape[0]
     valid = jnp.arange(Wc) < st.size
     qc = jnp.take(d.q, st.idx, axis=1)
-    if active is True:
-        mem = st.anchor
-    else:
-        mem = jax.tree_util.tree_map(lambda a, c: jnp.where(active, a, c), st.anchor, st.cur)
+    mem = jax.tree_util.tree_map(lambda a, c: jnp.where(active, a, c), st.anchor, st.cur)
     # Gram rows of the active features on the cache columns (contiguous row gathers)
     Gr = jax.vmap(lambda C, f, u: jnp.where(u[:, None], jnp.take(C, f, axis=0, mode="clip"), 0))(
         st.C, mem.slot_c, mem.used

@@ -242,10 +242,8 @@ def _path_core(
         d, lam, tol = ops
         st, it, clean, ep, conv = ic
         go = icond(ops, ic)
-        if lock:
-            st, e, done = mod.solve_ws(d, st, lam, tol, max_steps, active=go)
-        else:
-            st, e, done = mod.solve_ws(d, st, lam, tol, max_steps, **extra)
+        gate = {"active": go} if lock else {}  # only the homotopy's solver is gated
+        st, e, done = mod.solve_ws(d, st, lam, tol, max_steps, **extra, **gate)
         g = jnp.where(go, mod.full_gradient(d, st, **extra), st.grad)
         st = st._replace(grad=g)
         sc = jnp.max(jnp.abs(g), axis=0) / lam
