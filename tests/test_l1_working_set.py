@@ -38,11 +38,12 @@ def _data(n, m, seed=0, dup=0, loss="squared"):
         (120, 30, 0, "cov"),
         (120, 30, 0, "homotopy"),
         (60, 300, 0, "auto"),
+        (60, 300, 0, "naive"),
         (80, 40, 5, "cov"),
         (80, 40, 5, "homotopy"),
         (80, 40, 0, "naive"),
     ],
-    ids=["dense", "dense-homotopy", "p>>n", "collinear", "collinear-homotopy", "naive"],
+    ids=["dense", "dense-homotopy", "p>>n", "p>>n-naive", "collinear", "collinear-homotopy", "naive"],
 )
 def test_path_matches_sklearn(n, m, dup, method):
     X, y = _data(n, m, dup=dup)
@@ -74,6 +75,24 @@ def test_cv_matches_lassocv(method):
     assert float(sol.stats["intercept"]) == pytest.approx(sk.intercept_, abs=1e-5)
     assert float(sol.stats["gap"]) < 1e-6
     assert int(sol.result) == RESULTS.successful
+
+
+def test_auto_is_the_homotopy_when_p_exceeds_n_unless_its_cache_does_not_fit(monkeypatch):
+    # m > 4 n ran coordinate descent with residual updates ("naive"): 31-77x slower than the
+    # homotopy at n = 300-600, m = 2000-4000 (issue 17, session 18)
+    from jaxknock import _memory
+
+    X, y = _data(60, 400, seed=4)
+    kw = dict(folds=5, num_lambdas=40)
+    auto, hom, naive = (l1_cv(X, y, method=m, **kw) for m in ("auto", "homotopy", "naive"))
+    np.testing.assert_array_equal(np.asarray(auto.value), np.asarray(hom.value))
+    assert float(auto.stats["kkt"]) < 1e-10  # exact between kinks; coordinate descent stops at tol
+    assert not np.array_equal(np.asarray(auto.value), np.asarray(naive.value))
+    # a Gram cache that would take more than a quarter of free memory: residual updates instead
+    monkeypatch.setattr(_memory, "device_memory_bytes", lambda devices=None: 1 << 20)
+    small = l1_cv(X, y, method="auto", **kw)
+    np.testing.assert_array_equal(np.asarray(small.value), np.asarray(naive.value))
+    assert int(small.stats["lam_index"]) == int(hom.stats["lam_index"])
 
 
 def test_cv_early_stop_same_choice():

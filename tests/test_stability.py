@@ -1,11 +1,13 @@
 """Stability selection: probabilities against an explicit loop, error bounds, null / signal simulations."""
 
+import contextlib
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import count_compiles
 
 import jaxknock
 from jaxknock.stability import stability_bound, stability_subsamples
@@ -249,17 +251,28 @@ def test_engine_logistic_matches_explicit_loop():
 
 
 def test_engine_choice_and_errors():
-    from jaxknock import stability
-
     X, y = _data(0)
     with pytest.raises(ValueError, match="fit_intercept=False"):
         _stability_selection(jax.random.key(0), X, y, solver="working_set", fit_intercept=False)
     with pytest.raises(ValueError, match="one device"):
         _stability_selection(jax.random.key(0), X, y, solver="working_set", devices=2)
-    # solver="auto": the engine where it applies; FISTA without an intercept or when sharded
-    assert stability._use_engine("auto", True, False)
-    assert not stability._use_engine("auto", False, False) and not stability._use_engine("auto", True, True)
-    assert not stability._use_engine("fista", True, False)
+    # solver="auto": the lockstep homotopy (squared loss) or the working-set engine (logistic) where they
+    # apply, FISTA without an intercept; which one ran shows in the programs compiled
+    names = ("lockstep_counts", "_engine_counts", "_counts")
+    for kw, ran in [
+        (dict(), "lockstep_counts"),
+        (dict(loss="logistic"), "_engine_counts"),
+        (dict(fit_intercept=False), "_counts"),
+        (dict(solver="fista"), "_counts"),
+    ]:
+        jax.clear_caches()
+        with contextlib.ExitStack() as stack:
+            seen = {name: stack.enter_context(count_compiles(name)) for name in names}
+            target = (y > 0).astype(float) if kw.get("loss") == "logistic" else y
+            _stability_selection(
+                jax.random.key(0), X, target, num_subsamples=4, num_lambdas=3, **{"solver": "auto", **kw}
+            )
+        assert [name for name in names if seen[name]] == [ran], kw
 
 
 # ---- the lockstep homotopy (squared loss, solver="auto" / "lockstep") -------------------------

@@ -249,14 +249,16 @@ def test_lcd_honours_explicit_solver_screen_and_max_steps(monkeypatch):
     rng = np.random.default_rng(5)
     Xk = rng.standard_normal((80, 20))
     y = Xk[:, :3].sum(1) + rng.standard_normal(80)
+    from jaxknock.l1 import working_set
+
     calls = []
-    real = S._working_set.l1_cv
+    real = working_set.l1_cv
 
     def spy(X, *args, **kwargs):
         calls.append((X.dtype, kwargs.get("max_steps")))
         return real(X, *args, **kwargs)
 
-    monkeypatch.setattr(S._working_set, "l1_cv", spy)
+    monkeypatch.setattr(working_set, "l1_cv", spy)
     sol = S.lcd(Xk, y, solver="fista", screen=False, max_steps=3, num_lambdas=10)
     ref = L.lasso_cv(Xk, y, solver="fista", screen=False, max_steps=3, num_lambdas=10)
     assert not calls

@@ -1,4 +1,4 @@
-r"""Homotopy (LARS-lasso) engine of :mod:`jaxknock.l1.working_set`: squared loss, ``n >= ~m/4``.
+r"""Homotopy (LARS-lasso) engine of :mod:`jaxknock.l1.working_set`: the squared loss, any shape.
 
 Same problem, sufficient statistics and working-set Gram cache as
 :mod:`jaxknock.l1._ws_covariance` (the cache of working-set columns is shared

@@ -260,7 +260,7 @@ def lasso_cv(
             see :mod:`jaxknock.l1.working_set`.)
         engine: ``"auto"`` (default): the working-set engine
             (:func:`jaxknock.l1.working_set.l1_cv`: exact homotopy on Gram
-            columns for least squares with ``4 n >= m``, strong rules and a KKT
+            columns for least squares, strong rules and a KKT
             certificate over all features) whenever it applies, that is with
             ``fit_intercept=True``, ``solver="auto"``, ``screen=True`` and
             concrete (not traced) inputs; otherwise ``"classic"``, the solver of

@@ -26,7 +26,7 @@ folds. Design (see the notes of glmnet, adelie, celer/skglm):
   coordinate descent with active-set cycling solves the working-set problem,
   and a KKT check on *all* features (:math:`|g_j| \le \lambda`) adds the
   violators and resumes; at exit every member is KKT-optimal;
-* **exact homotopy** (squared loss, ``n >= m / 4``, the default
+* **exact homotopy** (squared loss, every shape: the default
   ``method="homotopy"``): between two grid penalties every member follows
   its piecewise-linear solution path (LARS-lasso), one rank-one update of
   the active Gram inverse per kink, on the cached Gram block; the grid
@@ -39,7 +39,9 @@ folds. Design (see the notes of glmnet, adelie, celer/skglm):
   product serves all ``K + 1`` members), and each coordinate update is
   ``O(W)``; the KKT check is two products with the design, ``M`` right-hand sides
   (see ``jaxknock.l1._ws_covariance``);
-* **naive updates** (logistic loss, and squared loss when ``m > 4 n``):
+* **naive updates** (logistic loss; squared loss when asked for, or when the
+  homotopy's ``(W + chunk)^2`` Gram cache per member would not fit in a quarter
+  of free memory):
   the working-set columns are gathered once; proximal Newton (IRLS) outer
   steps, each a weighted coordinate-descent solve of the quadratic model on
   the working set; KKT check by one ``X^T R`` product for all members (see
@@ -93,7 +95,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _aot, _backend, _capacity, _checks
+from jaxknock import _aot, _backend, _capacity, _checks, _memory
 from jaxknock._iterate import lockstep_while_loop
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.l1 import _ws_covariance as _cov
@@ -167,14 +169,35 @@ def _batch_for(batch_mode: str, engine: str) -> str:
     return batch_mode if engine == "homotopy" else "sequential"
 
 
-def _engine_for(loss: str, method: str, n: int, m: int) -> str:
+def _engine_for(loss: str, method: str) -> str:
+    """``method="auto"``: the homotopy for the squared loss at every shape, the naive engine for the logistic loss.
+
+    Measured (issue 17, session 18, ``benchmarks/measured/NOTES.md``; CV, 5 folds x 100
+    lambdas, float64, warm): the homotopy beat coordinate descent with residual updates
+    (``"naive"``) at every ``m > 4 n`` tried, 1.4x at n = 1000, m = 20000 and 31-77x at
+    n = 300-600, m = 2000-4000, where coordinate descent crawls as the folds' active sets
+    approach their rank.
+    """
     if loss == "logistic":
         return "naive"
     if method == "auto":
-        return "homotopy" if 4 * n >= m else "naive"
+        return "homotopy"
     if method not in ("homotopy", "cov", "naive"):
         raise ValueError(f"method must be 'auto', 'homotopy', 'cov' or 'naive', got {method!r}")
     return method
+
+
+def _gram_cache_fits(X, members: int, W: int, chunk: int, slots: int, batch: str) -> bool:
+    """Whether the Gram-column engines' caches at capacity ``W`` take at most a quarter of free memory.
+
+    Per member the homotopy keeps ``(W + chunk)^2`` cached Gram entries and two
+    ``slots x slots`` inverses (current and restart point); a lock-step batch keeps
+    them for every replicate at once. Counted twice for the loop's working copies.
+    """
+    Wc = W + chunk
+    per_design = 2 * X.dtype.itemsize * members * (Wc * Wc + 2 * slots * slots)
+    designs = X.shape[0] if X.ndim == 3 and batch == "lockstep" else 1
+    return per_design * designs <= _memory.device_memory_bytes() // 4
 
 
 def _plain_while_loop(cond_fun, body_fun, operands, init):
@@ -503,7 +526,7 @@ def _run(
 ):  # fmt: skip
     """The engine with capacity growth; ``lambdas=None``: the default grid ``grid = (eps, num_lambdas)``."""
     n, m = X.shape[-2:]
-    engine = _engine_for(loss, method, n, m)
+    engine = _engine_for(loss, method)
     batch = _batch_for(batch_mode, engine)
     chunk = min(32 if m >= 256 else 8, m)  # top_k needs chunk <= m
     key = (X.shape, str(X.dtype), loss, engine, rows.shape)
@@ -514,6 +537,11 @@ def _run(
     W = min(max_features or W, m)
     A = min(A, W + chunk)
     while True:
+        if engine == "homotopy" and method == "auto" and not _gram_cache_fits(X, excl.size, W, chunk, A, batch):
+            # a working set whose Gram cache would not fit: residual updates keep no W x W cache
+            engine, batch = "naive", "sequential"
+            key = (X.shape, str(X.dtype), loss, engine, rows.shape)
+            per_problem = ("any batch",) + (X.shape[-2:],) + key[1:]
         sol = _aot.call(  # a fresh process loads the traced program (jaxknock/_aot.py)
             _cv_jit,
             X,
@@ -645,8 +673,9 @@ def l1_cv(
         max_steps: epochs per working-set solve (for the logistic loss summed over
             its proximal Newton steps; for the homotopy, kinks) and KKT rounds per lambda.
         patience, early_stop: the early exits of the module docstring.
-        method: ``"auto"`` (``"homotopy"`` for the squared loss when
-            ``4 n >= m``, else ``"naive"``), ``"homotopy"`` (exact path on
+        method: ``"auto"`` (``"homotopy"`` for the squared loss, at every
+            shape, unless its Gram cache would take more than a quarter of
+            free memory, then ``"naive"``), ``"homotopy"`` (exact path on
             Gram columns), ``"cov"`` (coordinate descent on Gram columns) or
             ``"naive"`` (residual updates; the logistic loss always).
         max_features: working-set capacity ``W``; ``None`` starts at 512 and
@@ -790,7 +819,7 @@ def member_paths(
         ((2, 2, 10), True, False)
     """
     n, m = X.shape
-    engine = _engine_for(loss, method, n, m)
+    engine = _engine_for(loss, method)
     chunk = min(chunk or (32 if m >= 256 else 8), m)
     W = min(W, m)
     st, _, out, _, _ = _path_core(
