@@ -20,6 +20,7 @@ FDP of the warm call. Ratios are jaxknock / knockpy (< 1: jaxknock faster).
 
     python benchmarks/bench_filter_default.py --small     # n=300, p=100
     python benchmarks/bench_filter_default.py             # the issue-17 table
+    python benchmarks/bench_filter_default.py --sizes 300:1000   # p > n: jaxknock's sdp_factor
 """
 
 from __future__ import annotations
@@ -65,8 +66,9 @@ if len(sys.argv) > 3:
     jaxknock.enable_compilation_cache(sys.argv[3])
 t_import = time.perf_counter() - t0
 d = np.load(sys.argv[1]); X, y, fdr, repeats = d["X"], d["y"], float(d["fdr"]), int(d["repeats"])
+kw = {} if str(d["s_method"]) == "default" else dict(s_method=str(d["s_method"]))
 def run(seed):
-    return jaxknock.knockoff_filter(jax.random.key(seed), X, y, fdr=fdr)
+    return jaxknock.knockoff_filter(jax.random.key(seed), X, y, fdr=fdr, **kw)
 t0 = time.perf_counter(); sel = run(0); t_first = time.perf_counter() - t0
 ts = []
 for r in range(repeats):
@@ -125,13 +127,21 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--fdr", type=float, default=0.1)
     ap.add_argument("--no-knockpy", action="store_true")
+    ap.add_argument(
+        "--s-method",
+        default="auto",
+        help="jaxknock's s_method: 'auto' = the library default where p < n, 'sdp_factor' where p >= n "
+        "(a dense covariance estimate is refused there); knockpy always runs its default",
+    )
     args = ap.parse_args(argv)
     sizes = [(300, 100)] if args.small else [tuple(map(int, s.split(":"))) for s in args.sizes.split(",")]
     kp = None if args.no_knockpy else _anchors.anchor_python("knockpy")
     rows = []
     for n, p in sizes:
         X, y, truth = make_data(0, n, p)
-        arrays = dict(X=X, y=y, fdr=np.array(args.fdr), repeats=np.array(args.repeats))
+        s_method = args.s_method if args.s_method != "auto" else ("sdp_factor" if p >= n else "default")
+        arrays = dict(X=X, y=y, fdr=np.array(args.fdr), repeats=np.array(args.repeats), s_method=np.array(s_method))
+        print(f"n={n} p={p}: jaxknock s_method={s_method}", flush=True)
         with tempfile.TemporaryDirectory() as cache:
             res = {"jaxknock": fresh_process(sys.executable, _JAXKNOCK, arrays, cache)}
             res["jaxknock+cache"] = fresh_process(sys.executable, _JAXKNOCK, arrays, cache)
