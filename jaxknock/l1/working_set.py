@@ -187,6 +187,12 @@ def _engine_for(loss: str, method: str) -> str:
     return method
 
 
+def _capacity_keys(X, loss: str, engine: str, rows):
+    """The capacity store's keys: this batch shape, and one problem of the same shape (``family``)."""
+    key = (X.shape, str(X.dtype), loss, engine, rows.shape)
+    return key, ("any batch",) + (X.shape[-2:],) + key[1:]
+
+
 def _gram_cache_fits(X, members: int, W: int, chunk: int, slots: int, batch: str) -> bool:
     """Whether the Gram-column engines' caches at capacity ``W`` take at most a quarter of free memory.
 
@@ -525,12 +531,11 @@ def _run(
     grid=None, batch_mode="auto",
 ):  # fmt: skip
     """The engine with capacity growth; ``lambdas=None``: the default grid ``grid = (eps, num_lambdas)``."""
-    n, m = X.shape[-2:]
+    m = X.shape[-1]
     engine = _engine_for(loss, method)
     batch = _batch_for(batch_mode, engine)
     chunk = min(32 if m >= 256 else 8, m)  # top_k needs chunk <= m
-    key = (X.shape, str(X.dtype), loss, engine, rows.shape)
-    per_problem = ("any batch",) + (X.shape[-2:],) + key[1:]
+    key, per_problem = _capacity_keys(X, loss, engine, rows)
     # a repeated call starts where the last one of its shape ended; a new batch size where one
     # problem of the same shape ended: each growth step is one more compilation (jaxknock/_capacity.py)
     W, A = _capacity.STORE.start(key, (min(m, 512), 256), family=per_problem)
@@ -540,8 +545,7 @@ def _run(
         if engine == "homotopy" and method == "auto" and not _gram_cache_fits(X, excl.size, W, chunk, A, batch):
             # a working set whose Gram cache would not fit: residual updates keep no W x W cache
             engine, batch = "naive", "sequential"
-            key = (X.shape, str(X.dtype), loss, engine, rows.shape)
-            per_problem = ("any batch",) + (X.shape[-2:],) + key[1:]
+            key, per_problem = _capacity_keys(X, loss, engine, rows)
         sol = _aot.call(  # a fresh process loads the traced program (jaxknock/_aot.py)
             _cv_jit,
             X,
@@ -818,7 +822,7 @@ def member_paths(
         >>> coefs.shape, bool(ok.all()), bool(over)
         ((2, 2, 10), True, False)
     """
-    n, m = X.shape
+    m = X.shape[1]
     engine = _engine_for(loss, method)
     chunk = min(chunk or (32 if m >= 256 else 8), m)
     W = min(W, m)
