@@ -108,30 +108,6 @@ def accept(st: HomState) -> HomState:
     return st._replace(anchor=st.cur)
 
 
-_ROW_BLOCK = 32
-
-
-def _used_rows_dot(v, Gr, used):
-    """``v @ Gr`` over the row blocks up to the last used slot (``v`` is zero on free slots).
-
-    Additions take the first free slot, so the used slots are nearly a prefix of the
-    ``A`` slots, and a kink reads about ``|A_used| x Wc`` Gram entries instead of all
-    ``A x Wc`` (the capacity's slack is then paid only by the ``O(A^2)`` updates).
-    """
-    A, Wc = Gr.shape
-    if A % _ROW_BLOCK or A <= _ROW_BLOCK:
-        return jnp.dot(v, Gr, precision=_HI)
-    top = jnp.max(jnp.where(used, jnp.arange(A), -1)) + 1
-    nblocks = (top + _ROW_BLOCK - 1) // _ROW_BLOCK
-
-    def body(b, acc):
-        rows = lax.dynamic_slice_in_dim(Gr, b * _ROW_BLOCK, _ROW_BLOCK, axis=0)
-        vb = lax.dynamic_slice_in_dim(v, b * _ROW_BLOCK, _ROW_BLOCK)
-        return acc + jnp.dot(vb, rows, precision=_HI)
-
-    return lax.fori_loop(0, nblocks, body, jnp.zeros((Wc,), Gr.dtype))
-
-
 def _kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done):
     """One kink of one member: move to the next event, then add / drop one feature.
 
@@ -149,7 +125,7 @@ def _kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done):
     inf = jnp.asarray(jnp.inf, dt)
     A = mem.used.shape[0]
     lam = mem.lam
-    w = _used_rows_dot(v, Gr, mem.used)
+    w = jnp.dot(v, Gr, precision=_HI)
     tg = jnp.maximum(lam - lam_t, 0)
     ban_j, ban_s = banned
     tin = jnp.where(valid & ~act & ~skip, entry_times(g, w, lam, ban_j, ban_s), inf)
