@@ -78,7 +78,7 @@ def test_cv_matches_lassocv(method):
 
 
 def test_auto_is_the_homotopy_when_p_exceeds_n_unless_its_cache_does_not_fit(monkeypatch):
-    # m > 4 n ran coordinate descent with residual updates ("naive"): 31-77x slower than the
+    # m > 4 n ran coordinate descent with residual updates ("naive"): 15-77x slower than the
     # homotopy at n = 300-600, m = 2000-4000 (issue 17, session 18)
     from jaxknock import _memory
 

@@ -174,7 +174,7 @@ def _engine_for(loss: str, method: str) -> str:
 
     Measured (issue 17, session 18, ``benchmarks/measured/NOTES.md``; CV, 5 folds x 100
     lambdas, float64, warm): the homotopy beat coordinate descent with residual updates
-    (``"naive"``) at every ``m > 4 n`` tried, 1.4x at n = 1000, m = 20000 and 31-77x at
+    (``"naive"``) at every ``m > 4 n`` tried, 1.4x at n = 1000, m = 20000 and 15-77x at
     n = 300-600, m = 2000-4000, where coordinate descent crawls as the folds' active sets
     approach their rank.
     """
