@@ -5,7 +5,8 @@
 devices), :func:`plan_chunk` turns a per-item byte estimate into a chunk size.
 The per-item estimates live here too: :func:`knockoff_bytes` (one knockoff
 replicate of the dense or factor-model sampler), :func:`statistic_bytes` (the
-feature statistics of one replicate), and :func:`replicate_chunk` plans the
+feature statistics of one replicate), :func:`gram_cache_bytes` (the lasso
+homotopy engine's caches of one design), and :func:`replicate_chunk` plans the
 single-device replicate loop of ``jaxknock.sample_replicates``.
 """
 
@@ -19,6 +20,7 @@ from jax.sharding import Mesh
 __all__ = [
     "ACCELERATOR_FALLBACK_BYTES",
     "device_memory_bytes",
+    "gram_cache_bytes",
     "host_available_bytes",
     "knockoff_bytes",
     "plan_chunk",
@@ -178,6 +180,16 @@ def statistic_bytes(n: int, p: int, itemsize: int, *, lasso: bool) -> int:
     forms (correlation, centroid).
     """
     return (8 * 2 * n * p if lasso else 4 * n * p) * int(itemsize)
+
+
+def gram_cache_bytes(members: int, cache: int, slots: int, itemsize: int) -> int:
+    """Bytes of the lasso homotopy engine's caches for one design (``jaxknock.l1.working_set``).
+
+    Per member a ``cache x cache`` block of Gram entries and two ``slots x slots``
+    inverses (the current point and the restart point), counted twice for the
+    loop's working copies: ``2 b M (c^2 + 2 s^2)``.
+    """
+    return 2 * int(itemsize) * members * (cache * cache + 2 * slots * slots)
 
 
 def replicate_chunk(

@@ -194,16 +194,11 @@ def _capacity_keys(X, loss: str, engine: str, rows):
 
 
 def _gram_cache_fits(X, members: int, W: int, chunk: int, slots: int, batch: str) -> bool:
-    """Whether the Gram-column engines' caches at capacity ``W`` take at most a quarter of free memory.
-
-    Per member the homotopy keeps ``(W + chunk)^2`` cached Gram entries and two
-    ``slots x slots`` inverses (current and restart point); a lock-step batch keeps
-    them for every replicate at once. Counted twice for the loop's working copies.
-    """
-    Wc = W + chunk
-    per_design = 2 * X.dtype.itemsize * members * (Wc * Wc + 2 * slots * slots)
+    """Whether the homotopy's caches at capacity ``W`` (:func:`jaxknock._memory.gram_cache_bytes`) take
+    at most a quarter of free memory; a lock-step batch keeps them for every replicate at once."""
     designs = X.shape[0] if X.ndim == 3 and batch == "lockstep" else 1
-    return per_design * designs <= _memory.device_memory_bytes() // 4
+    need = designs * _memory.gram_cache_bytes(members, W + chunk, slots, X.dtype.itemsize)
+    return need <= _memory.device_memory_bytes() // 4
 
 
 def _plain_while_loop(cond_fun, body_fun, operands, init):
