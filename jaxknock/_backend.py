@@ -143,7 +143,7 @@ def loop_over_batch(what: str, plat: str | None = None) -> bool:
     return _is_cpu(plat)
 
 
-_LOCKSTEP_SMALL_DESIGN = 8 * 2**20
+_LOCKSTEP_SMALL_DESIGN = 40 * 2**20
 _LOCKSTEP_CACHE_CHUNK = 8
 
 
@@ -152,22 +152,23 @@ def lockstep_chunk(design_bytes: int, plat: str | None = None) -> int | None:
 
     ``design_bytes``: the bytes of ``X`` in every precision the lockstep
     holds (float64 and its float32 copy in mixed precision). Each lockstep
-    iteration reads every subsample's ``(A, A)`` active-set inverse and three
-    products with the shared ``X``. On the CPU a design that stays in the
-    processor cache makes the products cheap, and then the inverses decide:
-    a chunk of 8 keeps them in cache too. A larger design is streamed from
-    memory once per iteration *per chunk*, so there the largest chunk wins.
-    Measured (issue 21, session 17, 2-core CPU with a 32 MB L3, 50 lambdas,
-    warm, best of 2-5; ``chunk_size=8`` against the memory plan, which takes
-    all subsamples): n = 500, p = 1000 (6 MB with the float32 copy), 100
-    subsamples: 1.87-1.95 s against 2.42-2.74 s; n = 300, p = 1000 (3.6 MB):
-    0.84 s against 1.00 s; n = 500, p = 2000 (12 MB): 4.61 s against 4.20 s;
-    n = 1000, p = 2000 (24 MB), 40 subsamples: 8.43 s against 5.54 s. Hence 8
-    up to 8 MiB of design, the memory plan above. Accelerators: the memory
+    iteration reads every subsample's ``(A, A)`` active-set inverse and
+    ``(A, m)`` active columns, and makes one product with the shared ``X``.
+    On the CPU a chunk of 8 keeps the per-subsample arrays in the processor
+    cache; a design too large for the cache is streamed from memory once per
+    iteration *per chunk*, so there the largest chunk wins. Measured (issue
+    21, session 19, 2-core CPU with a 32 MB L3, float64 with the float32
+    copy, 50 lambdas, warm, best of 3; ``chunk_size=8`` against the memory
+    plan, which takes all subsamples): n = 500, p = 1000 (6 MB), 100
+    subsamples: 1.31-1.37 s against 2.85 s; n = 500, p = 2000 (12 MB): 2.00 s
+    against 3.27 s; n = 1000, p = 2000 (24 MB), 40 subsamples: 4.40 s against
+    5.55 s; n = 1000, p = 3000 (36 MB), 40 subsamples: 5.79 s against 6.65 s;
+    n = 1000, p = 5000 (60 MB), 20 subsamples: 5.92 s against 3.95 s. Hence 8
+    up to 40 MiB of design, the memory plan above. Accelerators: the memory
     plan (one wide batch; not measured, no GPU).
 
     Example:
-        >>> lockstep_chunk(6 * 2**20, "cpu"), lockstep_chunk(24 * 2**20, "cpu"), lockstep_chunk(6 * 2**20, "gpu")
+        >>> lockstep_chunk(6 * 2**20, "cpu"), lockstep_chunk(64 * 2**20, "cpu"), lockstep_chunk(6 * 2**20, "gpu")
         (8, None, None)
     """
     if _is_cpu(plat) and design_bytes <= _LOCKSTEP_SMALL_DESIGN:

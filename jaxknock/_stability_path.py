@@ -13,19 +13,22 @@ intercept. Every subsample ``b`` (a row mask ``d_b`` of ``m`` rows of the
 (centred on the subsample: the intercept is unpenalised), kink by kink, from
 its own :math:`\lambda_{\max}` down past the smallest grid penalty. All
 subsamples of a chunk take their kinks *together*: one loop iteration is one
-kink of every subsample, and the three products with ``X`` it needs are one
-matrix product each for the whole chunk on the shared ``X`` (the subsamples
-are row masks of it):
+kink of every subsample. Each subsample keeps its active columns, centred and
+restricted to its ``m`` rows, in a ``(A, m)`` buffer ``X^c_A`` (a column is
+written when its feature enters), so that only one product per kink touches
+the whole shared ``X``:
 
-* the Gram column of the feature that entered at the previous kink,
-  :math:`G_{\cdot j} = X^\top (d_b \odot (x_j - \bar x_{j,b})) / m` (its
-  active entries border the inverse :math:`G_{AA}^{-1}`, a rank-one update;
-  a removal is the rank-one Schur downdate, both ``O(A^2)``);
-* the equiangular direction :math:`u_b = d_b \odot X^c_{A} v`,
-  :math:`v = G_{AA}^{-1} s_A` (``X @ V`` with ``V`` the scattered ``v``);
-* its correlations :math:`w = X^\top u_b / m`, from which the next event
-  follows (an inactive feature reaching :math:`|c_j| = \lambda`, or an active
-  coefficient crossing zero), as in :mod:`jaxknock.l1._ws_homotopy`.
+* the Gram entries of the feature ``j`` that entered at the previous kink,
+  :math:`G_{Aj} = X^{c\top}_A x^c_j / m` and :math:`G_{jj}`, from the stored
+  columns (``O(A m)``; they border the inverse :math:`G_{AA}^{-1}`, a rank-one
+  update; a removal is the rank-one Schur downdate, both ``O(A^2)``);
+* the equiangular direction :math:`u_b = X^c_{A} v`,
+  :math:`v = G_{AA}^{-1} s_A`, also from the stored columns (``O(A m)``);
+* its correlations :math:`w = X^\top u_b / m` with every feature: one
+  ``(C, n) x (n, p)`` product for the whole chunk on the shared ``X`` (the
+  subsamples are row masks of it), from which the next event follows (an
+  inactive feature reaching :math:`|c_j| = \lambda`, or an active coefficient
+  crossing zero), as in :mod:`jaxknock.l1._ws_homotopy`.
 
 Only supports are needed: the support is constant between two kinks, so
 the selection counts at the grid penalties are recorded per *interval*: a
@@ -39,16 +42,20 @@ grid penalties it has not reached. A feature in the span of the active ones
 (Schur complement below ``1e-10`` of its variance) is skipped for the rest of
 the path, as in the working-set engine.
 
-Cost per kink: the three products (``2 n p C`` flops each) and one read of
-the ``(C, A, A)`` inverse for :math:`G_{AA}^{-1} g_{Aj}`. The rank-one terms
-of the inverse are not written into it one by one: ``K = 16`` of them are kept
-apart (applied as ``Ginv0 b + X_K (a * X_K^T b)``) and folded in with one
-batched product, so the whole inverse is rewritten once per 16 kinks.
-With ``mixed=True`` (float64 ``X``) the two direction products run in
-float32; the Gram columns, the inverse and the kink arithmetic stay in
+Cost per kink: the one product with ``X`` (``2 n p C`` flops), two reads of
+the ``(C, A, m)`` column buffers and one of the ``(C, A, A)`` inverse. (Forming
+the Gram column and the direction with ``X`` too, as this engine did before
+session 19, costs three such products: the stored columns made a warm call
+1.4x faster at n = 500, p = 1000, see ``benchmarks/measured/NOTES.md``.) The
+rank-one terms of the inverse are not written into it one by one: ``K = 16``
+of them are kept apart (applied as ``Ginv0 b + X_K (a * X_K^T b)``) and folded
+in with one batched product, so the whole inverse is rewritten once per 16
+kinks. With ``mixed=True`` (float64 ``X``) the correlation product runs in
+float32; the stored columns, the inverse and the kink arithmetic stay in
 float64, and at every fold the correlations are recomputed exactly,
-:math:`c = c_0 - G_{\cdot A}\beta_A` (two float64 products per 16 kinks), so the
-float32 rounding of the directions does not accumulate along the path.
+:math:`c = c_0 - G_{\cdot A}\beta_A` (one float64 product per 16 kinks), so
+the float32 rounding of the directions' correlations does not accumulate
+along the path.
 """
 
 from __future__ import annotations
@@ -75,12 +82,16 @@ def _first_index(lambdas, hi):
     return jnp.sum(lambdas[None] > hi[:, None], axis=1).astype(jnp.int32)
 
 
-def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, mixed=False):
-    """One chunk in lockstep; ``real`` ``(C,)`` false on padding; ``slots``: increasing capacities, one loop each."""
-    """Selection counts ``(L, p)``, union sizes ``(L,)``, failures ``(L,)`` of the subsamples ``mask`` ``(C, n)``."""
+def _chunk_counts(X, y, lambdas, ridx, real, max_steps, *, slots, mixed=False):
+    """One chunk in lockstep; ``real`` ``(C,)`` false on padding; ``slots``: increasing capacities, one loop each.
+
+    Selection counts ``(L, p)``, union sizes ``(L,)``, failures ``(L,)`` of the subsamples whose
+    rows are ``ridx`` ``(C, m)``.
+    """
     dt = X.dtype
     n, p = X.shape
-    C = mask.shape[0]
+    C, mr = ridx.shape
+    mask = jnp.zeros((C, n), dt).at[jnp.arange(C)[:, None], ridx].set(1)
     A = slots[0]
     L = lambdas.shape[0]
     m = jnp.sum(mask[0])
@@ -105,6 +116,7 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, mixed=False):
         sgn=jnp.zeros((C, A), dt),
         beta=jnp.zeros((C, A), dt),
         Ginv=jnp.zeros((C, A, A), dt),
+        Xa=jnp.zeros((C, A, mr), dt),  # the centred active columns on the subsample's rows, one per slot
         Xk=jnp.zeros((C, K, A), dt),
         ak=jnp.zeros((C, K), dt),
         nk=jnp.int32(0),
@@ -139,11 +151,10 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, mixed=False):
         return s["Ginv"][rows, ic] + jnp.einsum("cka,ck->ca", s["Xk"], coef, precision=_HI)
 
     def gram_times(s, coef, low):
-        """``G_{.A} coef`` for slot coefficients ``coef`` ``(C, A)``: two chunk-wide products with ``X``."""
-        full = jnp.zeros((C, p), dt).at[rows[:, None], s["feat"]].add(jnp.where(s["used"], coef, 0))
+        """``G_{.A} coef`` for slot coefficients ``coef`` ``(C, A)``: ``u = X^c_A coef`` (stored), then ``X^T u``."""
+        uc = jnp.einsum("cam,ca->cm", s["Xa"], jnp.where(s["used"], coef, 0), precision=_HI)
+        u = jnp.zeros((C, n), dt).at[rows[:, None], ridx].set(uc)
         Xp = X32 if low else X
-        z = jnp.dot(full.astype(Xp.dtype), Xp.T, precision=_HI).astype(dt)  # (C, n)
-        u = mask * (z - jnp.sum(full * mu, axis=1)[:, None])
         return jnp.dot(u.astype(Xp.dtype), Xp, precision=_HI).astype(dt) * inv_m
 
     def flush(s):
@@ -163,12 +174,10 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, mixed=False):
         pend = s["pend"]
         has = (pend >= 0) & ~s["done"]
         jj = jnp.maximum(pend, 0)
-        xj = jnp.take(X, jj, axis=1).T  # (C, n)
-        xjc = mask * (xj - mu[rows, jj][:, None])
-        gj = jnp.dot(xjc, X, precision=_HI) * inv_m  # (C, p) Gram column of the entering feature
-        b = jnp.where(s["used"], jnp.take_along_axis(gj, s["feat"], axis=1), 0)
+        xjc = X[ridx, jj[:, None]] - mu[rows, jj][:, None]  # (C, m) the entering column, centred, on the rows
+        b = jnp.where(s["used"], jnp.einsum("cam,cm->ca", s["Xa"], xjc, precision=_HI) * inv_m, 0)
         u = jnp.where(s["used"], ginv_mv(s, b), 0)
-        gjj = gj[rows, jj]
+        gjj = jnp.sum(xjc * xjc, axis=1) * inv_m
         sigma = gjj - jnp.sum(b * u, axis=1)
         sat = sigma <= 1e-10 * jnp.maximum(gjj, jnp.finfo(dt).tiny)
         slot = jnp.argmin(s["used"], axis=1).astype(jnp.int32)
@@ -192,12 +201,13 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, mixed=False):
         s_for_v = jnp.where(leave[:, None], s["sgn"], sgn)
         v = jnp.where(used, s["v"] + (alpha * jnp.sum(x * s_for_v, axis=1))[:, None] * x, 0)
         feat = jnp.where(add, jj[:, None], s["feat"])
+        Xa = s["Xa"].at[rows, jnp.where(enter, slot, A)].set(xjc, mode="drop")
         gone = jnp.where(leave, s["feat"][rows, ic], p)
         act = s["act"].at[rows, gone].set(False, mode="drop").at[rows, jnp.where(enter, jj, p)].set(True, mode="drop")
         skip = s["skip"].at[rows, jnp.where(has & sat, jj, p)].set(True, mode="drop")
         s = dict(
             s,
-            Xk=Xk, ak=ak, nk=s["nk"] + 1, used=used, sgn=sgn, v=v, feat=feat, act=act, skip=skip,
+            Xk=Xk, ak=ak, nk=s["nk"] + 1, used=used, sgn=sgn, v=v, feat=feat, act=act, skip=skip, Xa=Xa,
             beta=jnp.where(used & ~add, s["beta"], 0),
             lam_in=jnp.where(add, s["lam"][:, None], s["lam_in"]),
             over=s["over"] | jnp.any(has & ~sat & full),
@@ -256,6 +266,7 @@ def _chunk_counts(X, y, lambdas, mask, real, max_steps, *, slots, mixed=False):
         out = {k: jnp.pad(s[k], pad) for k in ("feat", "used", "sgn", "beta", "v", "lam_in")}
         out["Ginv"] = jnp.pad(s["Ginv"], ((0, 0), (0, A_new - A_old), (0, A_new - A_old)))
         out["Xk"] = jnp.pad(s["Xk"], ((0, 0), (0, 0), (0, A_new - A_old)))
+        out["Xa"] = jnp.pad(s["Xa"], ((0, 0), (0, A_new - A_old), (0, 0)))
         out["drop"] = jnp.where(s["drop"] >= A_old, A_new, s["drop"])
         return dict(s, **out)
 
@@ -321,13 +332,13 @@ def lockstep_counts(X, y, lambdas, idx, max_steps, *, chunk, slots, mixed=False)
     L = lambdas.shape[0]
     nb = -(-B // chunk)
     pad = nb * chunk - B
-    mask = jnp.zeros((B, n), X.dtype).at[jnp.arange(B)[:, None], idx].set(1)
-    mask = jnp.concatenate([mask, jnp.broadcast_to(mask[-1:], (pad, n))]).reshape(nb, chunk, n)
+    m = idx.shape[1]
+    ridx = jnp.concatenate([idx, jnp.broadcast_to(idx[-1:], (pad, m))]).reshape(nb, chunk, m)
     real = (jnp.arange(nb * chunk) < B).reshape(nb, chunk)
 
     def body(b, acc):
         counts, union, failed, over, live = _chunk_counts(
-            X, y, lambdas, mask[b], real[b], max_steps, slots=slots, mixed=mixed
+            X, y, lambdas, ridx[b], real[b], max_steps, slots=slots, mixed=mixed
         )
         return (acc[0] + counts, acc[1] + union, acc[2] + failed, acc[3] | over, acc[4].at[b].set(live))
 

@@ -40,11 +40,12 @@ device from the key (:func:`stability_subsamples`). With the squared loss and
 an intercept (``solver="auto"``, the default) every subsample follows its
 *exact* lasso path (LARS-lasso homotopy) and all subsamples take their kinks
 in lockstep on the shared ``X`` (:mod:`jaxknock._stability_path`): one loop
-iteration is one kink of every subsample of a chunk, made of three matrix
-products with ``X`` for the whole chunk, and the supports at the grid
-penalties are recorded per interval between kinks (the supports are exact,
-not subject to a solver tolerance; for a float64 ``X`` two of the three
-products run in float32 with exact float64 corrections, see ``mixed_precision``). The logistic loss (or
+iteration is one kink of every subsample of a chunk, made of one matrix
+product with ``X`` for the whole chunk (each subsample keeps its active
+columns), and the supports at the grid penalties are recorded per interval
+between kinks (the supports are exact, not subject to a solver tolerance; for
+a float64 ``X`` that product runs in float32 with exact float64 corrections,
+see ``mixed_precision``). The logistic loss (or
 ``solver="working_set"``) uses the working-set engine of
 :mod:`jaxknock.l1.working_set` (:func:`~jaxknock.l1.working_set.member_paths`:
 a complementary pair is one design of its ``2 m`` rows, its halves the two
@@ -375,7 +376,7 @@ def _run_lockstep(idx, X, y, lambdas, *, max_steps, chunk, mixed):
     if chunk is None:  # the per-backend choice and its measurement: _backend.lockstep_chunk
         chunk = _backend.lockstep_chunk(X.size * (X.dtype.itemsize + (4 if mixed else 0)))
     if chunk is None:
-        per_item = X.dtype.itemsize * (2 * slots[-1] ** 2 + 12 * p + 4 * X.shape[0])
+        per_item = X.dtype.itemsize * (2 * slots[-1] ** 2 + slots[-1] * m + 12 * p + 4 * X.shape[0])
         chunk = _memory.plan_chunk(B, per_item, shared_bytes=X.dtype.itemsize * X.size, what="subsample")
     counts, union, failed, over, _ = _stability_path.lockstep_counts(
         X, y, lambdas, idx, jnp.int32(max_steps), chunk=int(min(chunk, B)), slots=slots, mixed=mixed,
@@ -493,17 +494,17 @@ def stability_selection(
             kinks per chunk (default ``8 m + 100``; subsamples still running are
             counted in ``num_failed`` at the penalties they did not reach).
         chunk_size: subsamples per batch (lockstep: per lockstep chunk, default 8 on
-            the CPU for a design of at most 8 MiB, where the chunk's active-set
-            inverses then stay in the processor cache, else from memory
+            the CPU for a design of at most 40 MiB, where the chunk's active-set
+            inverses and columns then stay in the processor cache, else from memory
             (:func:`jaxknock._backend.lockstep_chunk`); else per ``vmap`` batch,
             default 1 on the CPU, from memory otherwise). With
             ``mixed_precision`` the chunking can move a kink that falls within
             float32 rounding of a grid penalty, so counts may differ by a few
             selections between chunk sizes (far below the Monte-Carlo error).
         devices, mesh: shard the subsamples over devices (:func:`jaxknock.distributed.shard_batch`).
-        mixed_precision: lockstep homotopy with a float64 ``X``: the two
-            products per kink that give the direction of the correlations run
-            in float32, while the Gram columns, the active-set inverse and the
+        mixed_precision: lockstep homotopy with a float64 ``X``: the product
+            per kink that gives the direction of the correlations runs in
+            float32, while the Gram entries, the active-set inverse and the
             kink arithmetic stay in float64 and the correlations are recomputed
             exactly every 16 kinks (the supports equal the all-float64 path
             unless two events fall within ~1e-6 relative of each other: none in

@@ -331,6 +331,22 @@ def test_lockstep_sign_flip_badly_scaled_columns():
         assert int(res.num_failed.sum()) == 0
 
 
+def test_lockstep_duplicated_column_is_skipped_and_the_rest_unchanged():
+    """An exact copy of a column (appended last) is in the span of the active set once its twin enters:
+    the Schur complement of its stored column is zero, so it is skipped, never selected, and every other
+    feature's selection counts equal those on the design without the copy."""
+    X, y = _data(3)
+    Xd = np.concatenate([X, X[:, 1:2]], axis=1)  # column P duplicates the planted signal 1
+    lambdas = np.asarray(jaxknock.lambda_grid(X, y, num=L, eps=0.01))
+    key = jax.random.key(2)
+    kw = dict(lambdas=lambdas, num_subsamples=B, solver="lockstep", chunk_size=4, mixed_precision=False)
+    base = _stability_selection(key, X, y, **kw)
+    dup = _stability_selection(key, Xd, y, **kw)
+    np.testing.assert_array_equal(np.asarray(dup.probabilities)[:P], np.asarray(base.probabilities))
+    assert np.all(np.asarray(dup.probabilities)[P] == 0) and np.asarray(base.probabilities)[1, -1] == 1
+    assert int(dup.num_failed.sum()) == 0
+
+
 def test_lockstep_rejects_logistic():
     X, y = _data(0)
     with pytest.raises(ValueError, match="lockstep"):
