@@ -16,6 +16,12 @@ Rows (full sizes; ``--medium`` / ``--small`` scale them down):
   (k = 50) and dense ``Sigma`` (both use the feasible ``s = d``);
 * ``filter``: :func:`jaxknock.knockoff_filter` with ``num_replicates`` R = 100, n = p = 1000
   (the whole replicate pipeline: Ledoit-Wolf, SDP, R knockoffs, R CV-lasso statistics, e-BH);
+* ``stability``: :func:`jaxknock.stability.stability_selection` (issue 21), B = 1000
+  complementary half-samples x L = 100 lambdas at n = 1000, p = 10 000 (default solver:
+  the lockstep homotopy; ``code`` 1 and ``(bad)`` count subsample fits that did not finish);
+* ``randsel``: :func:`jaxknock.kernels.randsel` (issue 21), 10 000 random feature subsets x
+  subsamples at n = 2000 on the thesis' XOR design (y = sign(x1 x2), 25 irrelevant
+  features); ``code`` 1 unless features 0 and 1 rank on top;
 * ``lcd``: :func:`jaxknock.lcd` cross-validated lasso statistics on a batch of R = 10
   designs ``(R, n, 2p)``, n = 2000, 2p = 2000: the default working-set engine, then
   the classic engine with ``solver="cd"`` and ``"fista"`` side by side (the
@@ -69,7 +75,9 @@ jax.config.update("jax_enable_x64", True)
 
 import jaxknock  # noqa: E402
 from jaxknock import FactorModel  # noqa: E402
+from jaxknock.kernels import randsel  # noqa: E402
 from jaxknock.l1.working_set import l1_cv  # noqa: E402
+from jaxknock.stability import stability_selection  # noqa: E402
 
 # --------------------------------------------------------------------------
 # sizes
@@ -83,6 +91,8 @@ SIZES = {
         "sampling": (100, 1000, 10_000, 50),
         "filter": (100, 1000, 1000),
         "lcd": (10, 2000, 1000),
+        "stability": (1000, 100, 1000, 10_000),
+        "randsel": (10_000, 2000, 27),
     },
     "medium": {
         "sdp": [300, 600],
@@ -91,6 +101,8 @@ SIZES = {
         "sampling": (10, 500, 2000, 20),
         "filter": (5, 300, 150),
         "lcd": (2, 500, 250),
+        "stability": (100, 50, 500, 1000),
+        "randsel": (1000, 500, 27),
     },
     "small": {
         "sdp": [30],
@@ -99,6 +111,8 @@ SIZES = {
         "sampling": (2, 40, 60, 4),
         "filter": (2, 60, 20),
         "lcd": (2, 40, 10),
+        "stability": (8, 5, 40, 30),
+        "randsel": (40, 60, 7),
     },
 }
 
@@ -111,6 +125,7 @@ TARGETS_S = {
     "sampling dense R=100 n=1000 p=10000": 1.0,
     "filter R=100 n=1000 p=1000": 10.0,
 }
+# issue 21 sets no time for its GPU rows: "absolute times go in the closing note"
 
 # (FP64 flop/s, FP32 flop/s, bytes/s) from the data sheets, matched on device_kind
 PEAKS = {
@@ -402,6 +417,37 @@ def rows_for(sizes, dtype):
                 lambda sol, a, n=n, p=p: solution_info(sol, 4.0 * n * 2 * p),
             )
         )
+    B, L, n, p = sizes["stability"]
+    rows.append(
+        (
+            f"stability B={B} L={L} n={n} p={p}",
+            "stability",
+            lambda n=n, p=p: linear_data(key, n, p, dt),
+            lambda X, y, B=B, L=L: stability_selection(
+                jax.random.key(5), X, y, lambdas=jaxknock.lambda_grid(X, y, num=L, eps=1e-2), num_subsamples=B
+            ),
+            lambda res, a: {
+                "code": int(np.sum(np.asarray(res.num_failed)) > 0),
+                "bad": int(np.sum(np.asarray(res.num_failed))),
+                "selected": int(np.sum(res.selected)),
+            },
+        )
+    )
+    S, n, p = sizes["randsel"]
+
+    def xor_setup(n=n, p=p):
+        X = jax.random.normal(jax.random.key(6), (n, p), dt)
+        return X, jnp.sign(X[:, 0] * X[:, 1])
+
+    rows.append(
+        (
+            f"randsel subsets={S} n={n} p={p}",
+            "randsel",
+            xor_setup,
+            lambda X, y, S=S: randsel(jax.random.key(7), X, y, num_subsamples=S),
+            lambda res, a: {"code": int(set(np.asarray(res.ranking)[:2].tolist()) != {0, 1})},
+        )
+    )
     return rows
 
 

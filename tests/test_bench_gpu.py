@@ -36,6 +36,15 @@ def test_small_sampling_rows(bench, tmp_path, capsys):
     assert saved["level"] == "small" and len(saved["rows"]) == 2
 
 
+def test_small_stability_row(bench, capsys):
+    """Issue 21's GPU row: stability selection runs at the smoke size, without warm recompiles."""
+    rows = bench.main(["--small", "--only", "stability", "--repeats", "1"])
+    assert [r["name"] for r in rows] == ["stability B=8 L=5 n=40 p=30"]
+    assert "error" not in rows[0], rows[0]
+    assert rows[0]["compiles_warm"] == 0 and rows[0]["code"] == 0 and rows[0]["bad"] == 0
+    assert "FAILED" not in capsys.readouterr().out
+
+
 def test_failing_row_is_reported_and_the_rest_runs(bench, monkeypatch, capsys):
     def boom():
         raise MemoryError("RESOURCE_EXHAUSTED: out of memory")
