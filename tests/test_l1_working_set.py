@@ -95,6 +95,27 @@ def test_auto_is_the_homotopy_when_p_exceeds_n_unless_its_cache_does_not_fit(mon
     assert int(small.stats["lam_index"]) == int(hom.stats["lam_index"])
 
 
+def test_lockstep_batch_too_large_for_memory_runs_in_chunks(monkeypatch):
+    """A lock-step batch whose homotopy caches do not fit together runs in balanced chunks of
+    replicates (the last one padded), with the answers of the whole batch in lock step; before,
+    ``method="auto"`` fell back to coordinate descent with residual updates for the whole batch."""
+    from jaxknock import _memory
+
+    data = [_data(150, 60, seed=s) for s in range(3)]
+    Xs, ys = np.stack([d[0] for d in data]), np.stack([d[1] for d in data])
+    kw = dict(folds=5, num_lambdas=40, batch_mode="lockstep")
+    whole = l1_cv(Xs, ys, method="homotopy", **kw)
+    # room for the caches of two designs (W + chunk = 68 columns and 68 slots, 6 members), not three
+    one = _memory.gram_cache_bytes(6, 68, 68, 8)
+    monkeypatch.setattr(_memory, "device_memory_bytes", lambda devices=None: 4 * (2 * one + one // 2))
+    chunked = l1_cv(Xs, ys, method="auto", **kw)  # chunks of 2: the second padded with a copy
+    np.testing.assert_array_equal(np.asarray(chunked.value), np.asarray(whole.value))
+    np.testing.assert_array_equal(np.asarray(chunked.stats["lam_index"]), np.asarray(whole.stats["lam_index"]))
+    np.testing.assert_array_equal(np.asarray(chunked.stats["cv_error"]), np.asarray(whole.stats["cv_error"]))
+    assert np.all(np.asarray(chunked.result) == RESULTS.successful)
+    assert np.all(np.asarray(chunked.stats["kkt"]) < 1e-10)  # the homotopy, not coordinate descent
+
+
 def test_cv_early_stop_same_choice():
     X, y = _data(200, 60, seed=2)
     full = l1_cv(X, y, folds=5, early_stop=False)

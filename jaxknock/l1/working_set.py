@@ -80,7 +80,9 @@ runs them one after another (``batch_mode="sequential"``, the CPU default:
 each replicate's caches stay in the processor cache) or, homotopy engine, in
 lock step (``"lockstep"``, the accelerator default: one path loop whose every
 kink is one batched step for all replicates; the loops are
-:func:`jaxknock._iterate.lockstep_while_loop`, so no carry is copied). In a
+:func:`jaxknock._iterate.lockstep_while_loop`, so no carry is copied; when the
+caches of all replicates would take more than a quarter of free memory, the
+lock step runs on balanced chunks of replicates, one chunk after another). In a
 sequential batch a replicate that outgrows the batch's capacity runs again
 alone at its own.
 """
@@ -193,12 +195,19 @@ def _capacity_keys(X, loss: str, engine: str, rows):
     return key, ("any batch",) + (X.shape[-2:],) + key[1:]
 
 
-def _gram_cache_fits(X, members: int, W: int, chunk: int, slots: int, batch: str) -> bool:
-    """Whether the homotopy's caches at capacity ``W`` (:func:`jaxknock._memory.gram_cache_bytes`) take
-    at most a quarter of free memory; a lock-step batch keeps them for every replicate at once."""
-    designs = X.shape[0] if X.ndim == 3 and batch == "lockstep" else 1
-    need = designs * _memory.gram_cache_bytes(members, W + chunk, slots, X.dtype.itemsize)
-    return need <= _memory.device_memory_bytes() // 4
+def _designs_that_fit(X, members: int, W: int, chunk: int, slots: int) -> int:
+    """How many designs' homotopy caches at capacity ``W`` (:func:`jaxknock._memory.gram_cache_bytes`) take at
+    most a quarter of free memory together: ``0`` when not even one does."""
+    one = _memory.gram_cache_bytes(members, W + chunk, slots, X.dtype.itemsize)
+    return int(_memory.device_memory_bytes() // 4 // max(one, 1))
+
+
+def _lock_chunk(num_designs: int, fit: int) -> int:
+    """Designs per lock-step chunk: all of them when they fit, else balanced chunks of at most ``fit``."""
+    if fit >= num_designs:
+        return num_designs
+    chunks = -(-num_designs // fit)
+    return -(-num_designs // chunks)
 
 
 def _plain_while_loop(cond_fun, body_fun, operands, init):
@@ -347,16 +356,19 @@ def _path_core(
 @functools.partial(
     jax.jit,
     static_argnames=(
-        "engine", "loss", "W", "chunk", "max_steps", "patience", "early_stop", "rule", "slots", "num_lambdas", "batch"
+        "engine", "loss", "W", "chunk", "max_steps", "patience", "early_stop", "rule", "slots", "num_lambdas", "batch",
+        "lock_chunk",
     ),
 )  # fmt: skip
 def _cv_jit(
     X, y, lambdas, rows, excl, tol, eps=None, *, engine, loss, W, chunk, max_steps, patience, early_stop, rule, slots,
-    num_lambdas=None, batch="sequential",
+    num_lambdas=None, batch="sequential", lock_chunk=None,
 ):  # fmt: skip
     """The engine on one design or a batch; ``lambdas=None``: the default grid (``eps``, ``num_lambdas``) inside.
 
-    A batch runs ``"sequential"`` (``lax.map``) or, homotopy engine only, in ``"lockstep"`` (``vmap``).
+    A batch runs ``"sequential"`` (``lax.map``) or, homotopy engine only, in ``"lockstep"`` (``vmap``;
+    ``lock_chunk`` designs at a time, one chunk after another, the last one padded with copies of the
+    last design: the caches of a whole batch need not fit in memory at once).
     """
     if lambdas is None:  # in the same program: a fresh process compiles every program it runs
         lambdas = _default_grid(X, y, eps, num_lambdas)
@@ -384,7 +396,17 @@ def _cv_jit(
         if batch == "lockstep":
             # one path loop for the whole batch: every loop of the homotopy engine is a
             # lockstep_while_loop whose finished designs are no-ops, so no carry is copied
-            return jax.vmap(one)(X, y, lambdas)
+            R = X.shape[0]
+            if lock_chunk is None or lock_chunk >= R:
+                return jax.vmap(one)(X, y, lambdas)
+            nc = -(-R // lock_chunk)
+
+            def chunked(a):
+                a = jnp.concatenate([a, jnp.broadcast_to(a[-1:], (nc * lock_chunk - R,) + a.shape[1:])])
+                return a.reshape((nc, lock_chunk) + a.shape[1:])
+
+            out = lax.map(lambda a: jax.vmap(one)(*a), (chunked(X), chunked(y), chunked(lambdas)))
+            return jax.tree.map(lambda a: a.reshape((nc * lock_chunk,) + a.shape[2:])[:R], out)
         # replicates one after another (lax.map): on the CPU each replicate's caches stay in
         # the processor cache (see _backend.loop_over_batch("cv_replicates"))
         return lax.map(lambda a: one(*a), (X, y, lambdas))
@@ -537,10 +559,15 @@ def _run(
     W = min(max_features or W, m)
     A = min(A, W + chunk)
     while True:
-        if engine == "homotopy" and method == "auto" and not _gram_cache_fits(X, excl.size, W, chunk, A, batch):
-            # a working set whose Gram cache would not fit: residual updates keep no W x W cache
-            engine, batch = "naive", "sequential"
-            key, per_problem = _capacity_keys(X, loss, engine, rows)
+        lock_chunk = None
+        if engine == "homotopy":
+            fit = _designs_that_fit(X, excl.size, W, chunk, A)
+            if fit >= 1 and X.ndim == 3 and batch == "lockstep":
+                lock_chunk = _lock_chunk(X.shape[0], fit)  # the batch's caches in chunks that fit
+            elif fit < 1 and method == "auto":
+                # a working set whose Gram cache would not fit: residual updates keep no W x W cache
+                engine, batch = "naive", "sequential"
+                key, per_problem = _capacity_keys(X, loss, engine, rows)
         sol = _aot.call(  # a fresh process loads the traced program (jaxknock/_aot.py)
             _cv_jit,
             X,
@@ -561,6 +588,7 @@ def _run(
             rule=rule,
             slots=A if engine == "homotopy" else 0,
             batch=batch,
+            lock_chunk=lock_chunk,
         )
         over = sol.stats["overflow"]
         if isinstance(over, jax.core.Tracer) or not np.any(np.asarray(over)):
@@ -687,8 +715,9 @@ def l1_cv(
             another in one program, ``lax.map``), ``"lockstep"`` (the homotopy
             engine only: one path loop for all replicates, every kink of every
             replicate in one batched step; a finished replicate idles until the
-            last one is done) or ``"auto"``: sequential on the CPU, where it is
-            faster, lockstep on accelerators
+            last one is done; in balanced chunks of replicates when the whole
+            batch's caches would take more than a quarter of free memory) or
+            ``"auto"``: sequential on the CPU, where it is faster, lockstep on accelerators
             (:func:`jaxknock._backend.loop_over_batch`). Same results either way.
 
     Returns:
