@@ -341,16 +341,38 @@ def _engine_counts(gidx, X, y, lambdas, blocks, excl, tol, *, chunk, loss, W, sl
     return lax.fori_loop(0, nb, body, acc0)
 
 
+def _engine_chunk(G, m, p, L, itemsize, *, loss, members, W, A):
+    """Designs per ``vmap`` batch of the working-set engine at capacity ``(W, A)``: 1 on the CPU, else from memory.
+
+    As :func:`_default_chunk`, plus, for the squared loss (the homotopy), each design's Gram cache and
+    slot inverses (:func:`jaxknock._memory.gram_cache_bytes`, ``W`` plus one chunk of new columns).
+    """
+    if _backend.loop_over_batch("stability_subsamples"):
+        return 1
+    per_item = itemsize * (4 * m * p + 2 * L * p) + L * p * 4
+    if loss == "squared":
+        cache = W + min(32 if p >= 256 else 8, p)  # as member_paths: W plus one chunk, slots at most that
+        per_item += _memory.gram_cache_bytes(members, cache, min(A, cache), itemsize)
+    return _memory.plan_chunk(G, per_item, shared_bytes=itemsize * 2 * m * p, what="subsample", knob="chunk_size")
+
+
 def _run_engine(idx, X, y, lambdas, *, complementary_pairs, loss, tol, max_steps, chunk):
-    """The selection counts on the working-set engine, growing its capacities until nothing overflows."""
+    """The selection counts on the working-set engine, growing its capacities until nothing overflows.
+
+    ``chunk`` (designs per ``vmap`` batch) ``None``: planned at every capacity (:func:`_engine_chunk`).
+    """
     gidx, blocks, excl = _group_layout(idx, complementary_pairs)
+    G = gidx.shape[0]
     p = X.shape[1]
     key = (gidx.shape, X.shape, str(X.dtype), loss)
     W, A = _capacity.STORE.start(("stability",) + key, (min(p, 512), 256))
     while True:
+        c = chunk or _engine_chunk(
+            G, gidx.shape[1], p, lambdas.shape[0], X.dtype.itemsize, loss=loss, members=len(excl), W=W, A=A
+        )
         counts, union, failed, over, sover = _engine_counts(
             gidx, X, y, lambdas, jnp.asarray(blocks), jnp.asarray(excl), jnp.asarray(tol, X.dtype),
-            chunk=chunk, loss=loss, W=W, slots=A, max_steps=max_steps,
+            chunk=int(min(c, G)), loss=loss, W=W, slots=A, max_steps=max_steps,
         )  # fmt: skip
         if bool(sover) and A < W:
             A = min(2 * A, W + 32)
@@ -563,11 +585,9 @@ def stability_selection(
             mixed=mixed_precision,
         )  # fmt: skip
     elif use_engine:
-        chunk = chunk_size or _default_chunk(B, m, p, L, X.dtype.itemsize, devices)
-        G = B // 2 if complementary_pairs else B
         counts, union, failed = _run_engine(
             idx, X, y, lambdas, complementary_pairs=complementary_pairs, loss=loss, tol=tol,
-            max_steps=10_000 if max_steps is None else int(max_steps), chunk=int(min(chunk, G)),
+            max_steps=10_000 if max_steps is None else int(max_steps), chunk=chunk_size,
         )  # fmt: skip
     elif sharded:
         mesh_ = _mesh.resolve_mesh(devices, mesh, None)

@@ -236,6 +236,29 @@ def test_working_set_engine_vmapped_chunks_equal_one_at_a_time():
     assert int(batched.num_failed.sum()) == 0
 
 
+def test_working_set_engine_plans_its_batches_with_the_gram_cache(monkeypatch):
+    """On an accelerator the working-set engine vmaps pairs in batches sized from memory; the plan
+    counts each pair's homotopy Gram cache and inverses at the current capacity (it did not)."""
+    from jaxknock import _backend, _memory
+    from jaxknock import stability as stab
+
+    X, y = _data(0)
+    kw = dict(num_subsamples=B, solver="working_set", lambdas=jaxknock.lambda_grid(X, y, num=L, eps=0.05))
+    ref = _stability_selection(jax.random.key(3), X, y, chunk_size=1, **kw)
+    # "an accelerator" with room for the data and about three pairs' caches (W + 8 = 28 columns, 28 slots)
+    monkeypatch.setattr(_backend, "loop_over_batch", lambda what, plat=None: False)
+    rows = N  # a pair is one design of both halves' rows
+    room = 8 * (4 * rows * P + 2 * L * P) + 4 * L * P + _memory.gram_cache_bytes(2, P + 8, P + 8, 8)
+    free = 2 * (8 * 2 * rows * P + 3 * room + room // 2)  # the plan uses half of free memory
+    monkeypatch.setattr(_memory, "device_memory_bytes", lambda devices=None: free)
+    chunks = []
+    engine = stab._engine_counts
+    monkeypatch.setattr(stab, "_engine_counts", lambda *a, **k: chunks.append(k["chunk"]) or engine(*a, **k))
+    res = _stability_selection(jax.random.key(3), X, y, **kw)
+    assert chunks and max(chunks) == 3, chunks  # of B / 2 = 10 pairs
+    np.testing.assert_array_equal(np.asarray(res.probabilities), np.asarray(ref.probabilities))
+
+
 def test_engine_logistic_matches_explicit_loop():
     rng = np.random.default_rng(6)
     X = rng.standard_normal((N, P))
