@@ -144,7 +144,19 @@ def _to_numpy(tree):
     return jax.tree_util.tree_map(lambda a: np.asarray(a) if isinstance(a, jax.Array) else a, tree)
 
 
-class KnockoffSelector(SelectorMixin, BaseEstimator):
+class _RandomisedSelector(SelectorMixin, BaseEstimator):
+    """Shared tags of the selectors that draw random numbers (dense ``X``, a target, ``random_state``)."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        tags.input_tags.allow_nan = False
+        tags.input_tags.sparse = False
+        tags.non_deterministic = self.random_state is None
+        return tags
+
+
+class KnockoffSelector(_RandomisedSelector):
     r"""Model-X knockoff feature selection with false discovery rate control.
 
     ``fit(X, y)`` runs :func:`jaxknock.knockoff_filter`: standardise ``X``,
@@ -225,14 +237,6 @@ class KnockoffSelector(SelectorMixin, BaseEstimator):
         self.asdp_block_size = asdp_block_size
         self.groups = groups
         self.num_knockoffs = num_knockoffs
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.target_tags.required = True
-        tags.input_tags.allow_nan = False
-        tags.input_tags.sparse = False
-        tags.non_deterministic = self.random_state is None
-        return tags
 
     def _check_params(self):
         if not isinstance(self.fdr, numbers.Real) or not (0 < self.fdr < 1):
@@ -464,7 +468,7 @@ def _standardise(X):
     return (X - X.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
 
 
-class StabilitySelector(SelectorMixin, BaseEstimator):
+class StabilitySelector(_RandomisedSelector):
     r"""Stability selection (Meinshausen & Bühlmann 2010) with error control.
 
     ``fit(X, y)`` standardises the columns of ``X`` and runs
@@ -516,14 +520,6 @@ class StabilitySelector(SelectorMixin, BaseEstimator):
         self.loss = loss
         self.solver = solver
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.target_tags.required = True
-        tags.input_tags.allow_nan = False
-        tags.input_tags.sparse = False
-        tags.non_deterministic = self.random_state is None
-        return tags
-
     def fit(self, X, y):
         """Run stability selection on ``(X, y)`` and store the stable set."""
         from jaxknock.stability import stability_selection
@@ -568,7 +564,7 @@ class StabilitySelector(SelectorMixin, BaseEstimator):
         return self.support_
 
 
-class RandSelSelector(SelectorMixin, BaseEstimator):
+class RandSelSelector(_RandomisedSelector):
     r"""randSel: randomised HSIC feature selection that finds interactions (Athanasakis, Algorithm 6).
 
     ``fit(X, y)`` runs :func:`jaxknock.kernels.randsel` (Gaussian kernel on
@@ -612,14 +608,6 @@ class RandSelSelector(SelectorMixin, BaseEstimator):
         self.fix_after = fix_after
         self.bandwidth = bandwidth
         self.estimator = estimator
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.target_tags.required = True
-        tags.input_tags.allow_nan = False
-        tags.input_tags.sparse = False
-        tags.non_deterministic = self.random_state is None
-        return tags
 
     def fit(self, X, y):
         """Run randSel on ``(X, y)`` and store the ranking and selection."""
