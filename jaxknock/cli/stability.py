@@ -115,7 +115,15 @@ def _inputs(args, target, features, n):
     }
 
 
-def _run(args, desc, fn):
+def _run(args, header, desc, fn):
+    """``fn()`` in float64 under a progress bar, after printing ``header``: ``(result, seconds, say)``.
+
+    ``say`` prints unless ``--quiet``; a ``ValueError`` from ``fn`` becomes a one-line CLI error.
+    """
+    enable_x64()
+    say = (lambda *a, **k: None) if args.quiet else print
+    say(header)
+    t0 = time.perf_counter()
     bar = Progress(1, desc, enabled=progress_enabled(sys.stderr, args.quiet))
     with bar, Ticker(bar):
         try:
@@ -123,7 +131,7 @@ def _run(args, desc, fn):
         except ValueError as err:
             raise CLIError(str(err)) from None
         bar.update(desc="done")
-    return out
+    return out, time.perf_counter() - t0, say
 
 
 def run_stability(args) -> int:
@@ -153,12 +161,9 @@ def run_stability(args) -> int:
     threshold = args.threshold
     if threshold is None and args.expected_false is None:
         raise CLIError("--threshold auto needs a number for --expected-false")
-    enable_x64()
-    say = (lambda *a, **k: None) if args.quiet else print
-    say(f"{len(features)} features, {X.shape[0]} rows, target {target!r}; {loss} loss, {args.subsamples} subsamples")
-    t0 = time.perf_counter()
-    res = _run(
+    res, t_fit, say = _run(
         args,
+        f"{len(features)} features, {X.shape[0]} rows, target {target!r}; {loss} loss, {args.subsamples} subsamples",
         f"stability selection ({args.subsamples} subsamples x {args.lambdas} lambdas, batched)",
         lambda: stability_selection(
             jax.random.key(args.seed),
@@ -171,7 +176,6 @@ def run_stability(args) -> int:
             loss=loss,
         ),
     )
-    t_fit = time.perf_counter() - t0
     prob = np.asarray(res.max_probability)
     order = sorted(np.flatnonzero(res.selected).tolist(), key=lambda i: -prob[i])
     print(
@@ -232,12 +236,9 @@ def run_randsel(args) -> int:
         raise CLIError(
             f"--subsample-size must be an integer in [4, {X.shape[0]}] (the rows), got {args.subsample_size}"
         )
-    enable_x64()
-    say = (lambda *a, **k: None) if args.quiet else print
-    say(f"{len(features)} features, {X.shape[0]} rows, target {target!r}; {args.subsamples} draws per round")
-    t0 = time.perf_counter()
-    res = _run(
+    res, t_fit, say = _run(
         args,
+        f"{len(features)} features, {X.shape[0]} rows, target {target!r}; {args.subsamples} draws per round",
         f"randSel ({args.subsamples} draws per round, batched)",
         lambda: randsel(
             jax.random.key(args.seed),
@@ -248,7 +249,6 @@ def run_randsel(args) -> int:
             drop=args.drop,
         ),
     )
-    t_fit = time.perf_counter() - t0
     sel = np.flatnonzero(res.selected).tolist()
     rank_of = {int(f): r for r, f in enumerate(res.ranking)}
     sel.sort(key=lambda i: rank_of[i])
