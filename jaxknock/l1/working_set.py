@@ -562,8 +562,9 @@ def _run(
         lock_chunk = None
         if engine == "homotopy":
             fit = _designs_that_fit(X, excl.size, W, chunk, A)
-            if fit >= 1 and X.ndim == 3 and batch == "lockstep":
-                lock_chunk = _lock_chunk(X.shape[0], fit)  # the batch's caches in chunks that fit
+            if 1 <= fit < X.shape[0] and X.ndim == 3 and batch == "lockstep":
+                # the batch's caches in chunks that fit (None when all fit: one program for the common case)
+                lock_chunk = _lock_chunk(X.shape[0], fit)
             elif fit < 1 and method == "auto":
                 # a working set whose Gram cache would not fit: residual updates keep no W x W cache
                 engine, batch = "naive", "sequential"
