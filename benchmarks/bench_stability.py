@@ -54,7 +54,7 @@ def bench_stability(n, p, B, L, seed=0, lockstep_only=False):
     idx = np.asarray(stability_subsamples(key, n, B))
 
     rows = [
-        (np.float64, 1e-4, "auto", True, "lockstep homotopy of all subsamples (float32 direction products)"),
+        (np.float64, 1e-4, "auto", True, "lockstep homotopy of all subsamples (float32 correlation products)"),
         (np.float64, 1e-4, "auto", False, "lockstep homotopy of all subsamples, all products float64"),
         (np.float32, 1e-4, "auto", True, "lockstep homotopy of all subsamples"),
         (np.float64, 1e-4, "working_set", True, "working-set homotopy per pair (exact supports)"),
