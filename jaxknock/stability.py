@@ -274,14 +274,15 @@ def _sharded_counts(idx, X, y, lambdas, settings, mesh, chunk):
     return sel.sum(0), union, jnp.asarray(failed, jnp.int32).sum(0)
 
 
-def _default_chunk(B, m, p, L, itemsize, devices):
+def _default_chunk(B, m, p, L, itemsize, extra_bytes=0):
     """Subsamples per ``vmap`` batch: 1 on the CPU (sequential paths are fastest), else from memory.
 
+    ``extra_bytes``: per item on top of the path's own arrays (the working-set engine's caches).
     The per-backend choice and its measurement: :func:`jaxknock._backend.loop_over_batch`.
     """
     if _backend.loop_over_batch("stability_subsamples"):
         return 1
-    per_item = itemsize * (4 * m * p + 2 * L * p) + L * p * 4
+    per_item = itemsize * (4 * m * p + 2 * L * p) + L * p * 4 + extra_bytes
     return _memory.plan_chunk(B, per_item, shared_bytes=itemsize * 2 * m * p, what="subsample", knob="chunk_size")
 
 
@@ -342,18 +343,17 @@ def _engine_counts(gidx, X, y, lambdas, blocks, excl, tol, *, chunk, loss, W, sl
 
 
 def _engine_chunk(G, m, p, L, itemsize, *, loss, members, W, A):
-    """Designs per ``vmap`` batch of the working-set engine at capacity ``(W, A)``: 1 on the CPU, else from memory.
+    """Designs per ``vmap`` batch of the working-set engine at capacity ``(W, A)`` (:func:`_default_chunk`).
 
-    As :func:`_default_chunk`, plus, for the squared loss (the homotopy), each design's Gram cache and
-    slot inverses (:func:`jaxknock._memory.gram_cache_bytes`, ``W`` plus one chunk of new columns).
+    For the squared loss (the homotopy) each design also holds its Gram cache and slot
+    inverses (:func:`jaxknock._memory.gram_cache_bytes`; ``W`` plus one chunk of new
+    columns, as :func:`~jaxknock.l1.working_set.member_paths`, and at most that many slots).
     """
-    if _backend.loop_over_batch("stability_subsamples"):
-        return 1
-    per_item = itemsize * (4 * m * p + 2 * L * p) + L * p * 4
+    extra = 0
     if loss == "squared":
-        cache = W + min(32 if p >= 256 else 8, p)  # as member_paths: W plus one chunk, slots at most that
-        per_item += _memory.gram_cache_bytes(members, cache, min(A, cache), itemsize)
-    return _memory.plan_chunk(G, per_item, shared_bytes=itemsize * 2 * m * p, what="subsample", knob="chunk_size")
+        cache = W + working_set.cache_chunk(p)
+        extra = _memory.gram_cache_bytes(members, cache, min(A, cache), itemsize)
+    return _default_chunk(G, m, p, L, itemsize, extra_bytes=extra)
 
 
 def _run_engine(idx, X, y, lambdas, *, complementary_pairs, loss, tol, max_steps, chunk):
@@ -593,7 +593,7 @@ def stability_selection(
         mesh_ = _mesh.resolve_mesh(devices, mesh, None)
         counts, union, failed = _sharded_counts(idx, X, y, lambdas, settings, mesh_, chunk_size)
     else:
-        chunk = chunk_size or _default_chunk(B, m, p, L, X.dtype.itemsize, devices)
+        chunk = chunk_size or _default_chunk(B, m, p, L, X.dtype.itemsize)
         counts, union, failed = _counts(idx, X, y, lambdas, settings, int(min(chunk, B)))
     probabilities = jnp.asarray((np.asarray(counts, np.float64) / B).T, X.dtype)  # exactly count / B, rounded once
     q_path = np.asarray(union, np.float64) / B

@@ -104,7 +104,7 @@ from jaxknock.l1 import _ws_covariance as _cov
 from jaxknock.l1 import _ws_homotopy as _hom
 from jaxknock.l1 import _ws_naive as _naive
 
-__all__ = ["l1_cv", "l1_path", "fold_rows", "member_paths", "use_engine"]
+__all__ = ["cache_chunk", "l1_cv", "l1_path", "fold_rows", "member_paths", "use_engine"]
 
 _DEV_MAX = 0.999
 _DEV_REL = 1e-5
@@ -189,6 +189,19 @@ def _engine_for(loss: str, method: str) -> str:
     return method
 
 
+def cache_chunk(m: int) -> int:
+    """Features that join the Gram-column cache per step by default: 32, or 8 below 256 features, at most ``m``.
+
+    (``lax.top_k`` picks them, so the chunk cannot exceed ``m``.) The cache holds
+    ``W + cache_chunk(m)`` columns (:func:`jaxknock._memory.gram_cache_bytes`).
+
+    Example:
+        >>> cache_chunk(1000), cache_chunk(100), cache_chunk(5)
+        (32, 8, 5)
+    """
+    return min(32 if m >= 256 else 8, m)
+
+
 def _capacity_keys(X, loss: str, engine: str, rows):
     """The capacity store's keys: this batch shape, and one problem of the same shape (``family``)."""
     key = (X.shape, str(X.dtype), loss, engine, rows.shape)
@@ -203,9 +216,7 @@ def _designs_that_fit(X, members: int, W: int, chunk: int, slots: int) -> int:
 
 
 def _lock_chunk(num_designs: int, fit: int) -> int:
-    """Designs per lock-step chunk: all of them when they fit, else balanced chunks of at most ``fit``."""
-    if fit >= num_designs:
-        return num_designs
+    """Designs per lock-step chunk when only ``fit`` designs' caches fit at once: balanced chunks of at most ``fit``."""
     chunks = -(-num_designs // fit)
     return -(-num_designs // chunks)
 
@@ -551,7 +562,7 @@ def _run(
     m = X.shape[-1]
     engine = _engine_for(loss, method)
     batch = _batch_for(batch_mode, engine)
-    chunk = min(32 if m >= 256 else 8, m)  # top_k needs chunk <= m
+    chunk = cache_chunk(m)
     key, per_problem = _capacity_keys(X, loss, engine, rows)
     # a repeated call starts where the last one of its shape ended; a new batch size where one
     # problem of the same shape ended: each growth step is one more compilation (jaxknock/_capacity.py)
@@ -562,7 +573,7 @@ def _run(
         lock_chunk = None
         if engine == "homotopy":
             fit = _designs_that_fit(X, excl.size, W, chunk, A)
-            if 1 <= fit < X.shape[0] and X.ndim == 3 and batch == "lockstep":
+            if X.ndim == 3 and batch == "lockstep" and 1 <= fit < X.shape[0]:
                 # the batch's caches in chunks that fit (None when all fit: one program for the common case)
                 lock_chunk = _lock_chunk(X.shape[0], fit)
             elif fit < 1 and method == "auto":
@@ -849,7 +860,7 @@ def member_paths(
     """
     m = X.shape[1]
     engine = _engine_for(loss, method)
-    chunk = min(chunk or (32 if m >= 256 else 8), m)
+    chunk = min(chunk or cache_chunk(m), m)
     W = min(W, m)
     st, _, out, _, _ = _path_core(
         X, y, lambdas, lambdas[0], rows, excl, engine=engine, loss=loss, W=W, chunk=chunk,
