@@ -36,9 +36,17 @@ from jaxknock.l1 import cv as _cv
 from jaxknock.svector import asdp, equicorrelated, maxent, mvr, sdp, sdp_factor
 from jaxknock.svector.group import group_index, group_s_matrix
 
-__all__ = ["Selection", "knockoff_filter", "explain_empty_selection", "S_METHODS", "STATISTICS", "AGGREGATES"]
+__all__ = [
+    "Selection",
+    "knockoff_filter",
+    "resolve_s_method",
+    "explain_empty_selection",
+    "S_METHODS",
+    "STATISTICS",
+    "AGGREGATES",
+]
 
-S_METHODS = ("sdp", "sdp_factor", "asdp", "equicorrelated", "mvr", "maxent")
+S_METHODS = ("auto", "sdp", "sdp_factor", "asdp", "equicorrelated", "mvr", "maxent")  # "auto": resolve_s_method
 STATISTICS = ("lcd", "lsm", "correlation", "centroid")
 AGGREGATES = ("ebh", "frequency")
 _CV_FOLDS = 5  # folds of the cross-validated lasso statistics (lam=None)
@@ -162,6 +170,29 @@ def _check_cv_rows(y, binary, n):
                 f"y has {int(counts.min())} row(s) of one class: the cross-validated l1-logistic statistic "
                 "(lam=None) needs at least 2 rows of each class; pass a fixed lam= or statistic='correlation'"
             )
+
+
+def resolve_s_method(s_method: str, shape, *, known: bool = False, groups=None, rank=None) -> str:
+    """The S-vector method :func:`knockoff_filter` runs for ``s_method`` on a design of ``shape`` ``(n, p)``.
+
+    ``"auto"`` resolves to ``"sdp_factor"`` when ``p >= n`` or a factor ``rank``
+    is given (with neither a known ``Sigma`` nor ``groups``, which need a dense
+    ``p x p`` law): a rank-``k`` factor model of the data is well posed where
+    the dense estimate of a ``p x p`` correlation from ``n <= p`` rows is
+    singular up to its shrinkage. Otherwise ``"sdp"`` (the certified dense
+    SDP). Any other value is returned as given (validated by the caller).
+
+    Example:
+        >>> resolve_s_method("auto", (600, 200)), resolve_s_method("auto", (300, 1000))
+        ('sdp', 'sdp_factor')
+        >>> resolve_s_method("mvr", (300, 1000))
+        'mvr'
+    """
+    if s_method != "auto":
+        return s_method
+    dense_law = known or groups is not None
+    wide = len(shape) == 2 and shape[1] >= shape[0]
+    return "sdp_factor" if not dense_law and (wide or rank is not None) else "sdp"
 
 
 def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=False, *, lam=None, plus=True):
@@ -309,7 +340,7 @@ def knockoff_filter(
     y,
     *,
     fdr: float = 0.1,
-    s_method: str = "sdp",
+    s_method: str = "auto",
     rank: int | None = None,
     statistic: str = "lcd",
     num_replicates: int = 1,
@@ -365,7 +396,12 @@ def knockoff_filter(
         X: ``(n, p)`` design; ``y``: ``(n,)`` response.
         fdr: target FDR in (0, 1).
         s_method: ``"sdp"``, ``"sdp_factor"``, ``"asdp"``, ``"equicorrelated"``,
-            ``"mvr"`` or ``"maxent"`` (:func:`~jaxknock.mvr` / :func:`~jaxknock.maxent`).
+            ``"mvr"`` or ``"maxent"`` (:func:`~jaxknock.mvr` / :func:`~jaxknock.maxent`),
+            or ``"auto"`` (default, :func:`resolve_s_method`): ``"sdp"`` when
+            ``n > p`` (or with a known ``Sigma`` or ``groups``), and
+            ``"sdp_factor"`` when ``p >= n`` or ``rank`` is given, where the
+            dense Ledoit-Wolf estimate is too close to singular for Gaussian
+            knockoffs. ``Selection.settings["s_method"]`` records the method used.
         rank: factor-model rank for ``"sdp_factor"`` (default ``min(50, min(n, p) // 4)``).
         statistic: ``"lcd"`` (lasso coefficient difference, CV lambda when
             ``lam`` is None), ``"lsm"`` (lasso signed max), ``"correlation"``
@@ -438,6 +474,7 @@ def knockoff_filter(
         key=key, X=X, y=y, Sigma=Sigma, mu=mu,
     )  # fmt: skip
     _checks.check_key(key)  # before any program: an int seed fails deep inside JAX otherwise
+    s_method = resolve_s_method(s_method, np.shape(X), known=Sigma is not None, groups=groups, rank=rank)
     if groups is not None or num_knockoffs != 1:
         if Sigma is not None:
             raise ValueError("Sigma= (a known law) is not supported yet with groups= or num_knockoffs > 1")

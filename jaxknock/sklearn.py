@@ -181,7 +181,9 @@ class KnockoffSelector(_RandomisedSelector):
     Args:
         fdr: target false discovery rate in (0, 1).
         method: S-vector method: ``"asdp"``, ``"sdp"``, ``"sdp_factor"``,
-            ``"mvr"``, ``"maxent"`` or ``"equicorrelated"`` (aliases ``"equi"``, ``"sdp-factor"``).
+            ``"mvr"``, ``"maxent"`` or ``"equicorrelated"`` (aliases ``"equi"``, ``"sdp-factor"``),
+            or ``"auto"`` (``"sdp"``, or ``"sdp_factor"`` when ``p >= n``; see
+            :func:`jaxknock.pipeline.resolve_s_method`).
         statistic: ``"lcd"``, ``"lsm"``, ``"correlation"`` or ``"centroid"``.
         num_replicates: knockoff replicates (aggregated by ``aggregate``).
         random_state: ``None``, int, ``RandomState`` or ``Generator``.

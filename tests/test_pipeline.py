@@ -55,8 +55,8 @@ def test_bad_inputs(key):
         knockoff_filter(key, X, np.ones(50))
     with pytest.raises(ValueError, match="fdr"):
         knockoff_filter(key, X, y, fdr=1.5)
-    with pytest.raises(ValueError, match="sdp_factor"):
-        knockoff_filter(key, X[:8], y[:8])
+    with pytest.raises(ValueError, match="p = 10 >= n = 8: .* use s_method='sdp_factor'"):
+        knockoff_filter(key, X[:8], y[:8], s_method="sdp")  # a dense method asked for by name
     bad = X.copy()
     bad[3, 2] = np.nan
     with pytest.raises(ValueError, match="non-finite"):
@@ -78,6 +78,29 @@ def test_bad_inputs(key):
         knockoff_filter(key, X, y, plus="no")
     with pytest.raises(ValueError, match="s_method='sdp_factor' needs a factor rank"):
         knockoff_filter(key, X[:, :1], y, s_method="sdp_factor")
+
+
+def test_default_s_method_is_dense_for_tall_and_factor_for_wide_designs(key):
+    """``s_method="auto"`` (the default): the dense SDP when n > p, the factor model when p >= n
+    (before, the default raised for p >= n: a user had to know to ask for sdp_factor)."""
+    X, y, beta = make_data(n=300, p=30, amp=1.5)
+    tall = knockoff_filter(key, X, y, fdr=0.2, statistic="lcd", lam=0.05)
+    assert tall.settings["s_method"] == "sdp"
+    same = knockoff_filter(key, X, y, fdr=0.2, s_method="sdp", statistic="lcd", lam=0.05)
+    np.testing.assert_array_equal(np.asarray(tall.W), np.asarray(same.W))
+    Xw, yw, beta_w = make_data(n=100, p=120, k=6, amp=1.5, seed=4)
+    wide = knockoff_filter(key, Xw, yw, fdr=0.2)
+    assert wide.settings["s_method"] == "sdp_factor" and wide.settings["rank"] == 25  # min(50, n // 4)
+    assert int(wide.s_solution.result) == 0
+    power, fdp = power_fdp(wide.selected, beta_w)
+    assert power >= 0.5 and fdp <= 0.5
+    # a rank asks for the factor model; a known Sigma or groups keep the dense law
+    assert knockoff_filter(key, X, y, fdr=0.2, rank=3, statistic="correlation").settings["s_method"] == "sdp_factor"
+    from jaxknock.pipeline import resolve_s_method
+
+    assert resolve_s_method("auto", (100, 120), known=True) == "sdp"
+    assert resolve_s_method("auto", (100, 120), groups=np.arange(120) // 2) == "sdp"
+    assert resolve_s_method("equicorrelated", (100, 120)) == "equicorrelated"
 
 
 @pytest.mark.parametrize("p", [1])
