@@ -37,6 +37,8 @@ __all__ = ["NewtonState", "newton_init", "newton_step"]
 # stall score at which the path stops (see path_step): 8 centred or 32 uncentred
 # steps without a smaller certified gap
 PATIENCE = 32
+# power iterations of the line search's positive-definiteness bound (_pd_step_bound)
+_PD_POWER_STEPS = 8
 
 
 class NewtonState(NamedTuple):
@@ -80,7 +82,7 @@ def _interior_start(C2, s, cap, lam):
     return jnp.where(_common.is_pd(C2, x), x, jnp.where(_common.is_pd(C2, half), half, safe))
 
 
-def _newton_direction(C2, s, z0, z1, lam, cap):
+def _newton_direction(C2, s, z0, z1, lam, cap, L=None):
     """Primal-dual Newton direction for the barrier problem at ``lam``.
 
     Centrality conditions: ``1 - lam diag(A^{-1}) + z0 - z1 = 0``,
@@ -91,10 +93,12 @@ def _newton_direction(C2, s, z0, z1, lam, cap):
     solved by a diagonally scaled Cholesky factorisation (the Hadamard square
     of a positive definite matrix is positive definite). Also returns
     ``h = diag(A^{-1})`` for the certificate and the Newton decrement.
+    ``L``: the Cholesky factor of ``A`` when the caller has it (the path's
+    line search computed it for the accepted step, :func:`_path_step`).
     """
     p = s.shape[-1]
     eye = jnp.eye(p, dtype=s.dtype)
-    L = jnp.linalg.cholesky(C2 - jnp.diag(s))
+    L = jnp.linalg.cholesky(C2 - jnp.diag(s)) if L is None else L
     Linv = lax.linalg.triangular_solve(L, eye, left_side=True, lower=True)
     Ai = jnp.matmul(Linv.T, Linv, precision=HIGHEST)
     h = jnp.diagonal(Ai)
@@ -106,7 +110,34 @@ def _newton_direction(C2, s, z0, z1, lam, cap):
     dz0 = (lam - s * z0 - z0 * ds) / s
     dz1 = (lam - (cap - s) * z1 + z1 * ds) / (cap - s)
     dec = jnp.sqrt(jnp.maximum(jnp.dot(g, ds), 0.0) / lam)
-    return ds, dz0, dz1, h, dec
+    return ds, dz0, dz1, h, dec, Linv
+
+
+def _pd_step_bound(Linv, ds, iters=_PD_POWER_STEPS):
+    r"""An upper bound on the largest ``t`` with ``A - t diag(ds)`` positive definite (``A = L L^T``).
+
+    ``A - t diag(ds)`` is positive definite exactly for ``t < 1 / mu`` with
+    ``mu`` the largest eigenvalue of ``M = L^{-1} diag(ds) L^{-T}``. Every
+    Rayleigh quotient of ``M`` is at most ``mu``, so ``1 / max(RQ)`` over a few
+    power iterations (``O(p^2)`` each with the explicit ``L^{-1}``) bounds the
+    step from above: a step at least that long cannot be positive definite,
+    and the line search skips its Cholesky test. ``inf`` when no quotient is
+    positive (no bound found).
+    """
+
+    def matvec(x):
+        return jnp.dot(Linv, ds * jnp.dot(x, Linv, precision=HIGHEST), precision=HIGHEST)
+
+    def body(_, c):
+        x, best = c
+        y = matvec(x)
+        rq = jnp.dot(x, y) / jnp.maximum(jnp.dot(x, x), jnp.finfo(x.dtype).tiny)
+        return y / jnp.maximum(jnp.linalg.norm(y), jnp.finfo(x.dtype).tiny), jnp.maximum(best, rq)
+
+    x0 = jnp.dot(Linv, jnp.maximum(ds, 0.0), precision=HIGHEST)
+    _, mu = lax.fori_loop(0, iters, body, (x0, jnp.zeros((), ds.dtype)))
+    # rounding margin: a quotient may exceed mu by a few ulps
+    return jnp.where(mu > 0, 1.0 / (mu * (1.0 + 1e-6)), jnp.inf)
 
 
 def path_init(C2, s0, lam0, cap) -> NewtonState:
@@ -119,6 +150,25 @@ def path_init(C2, s0, lam0, cap) -> NewtonState:
 def path_step(st: NewtonState, C2, cap, tol, mu=0.1, center=0.3, patience=PATIENCE) -> NewtonState:
     r"""One primal-dual Newton step of the path follower (``C2 = 2C``, correlation scale).
 
+    The step of :func:`_path_step` from a state alone (it factors ``2C - diag s`` itself).
+    """
+    return _path_step(st, jnp.linalg.cholesky(C2 - jnp.diag(st.s)), C2, cap, tol, mu, center, patience)[0]
+
+
+def _cholesky_if_pd(C2, s):
+    """``(pd, L)``: whether ``C2 - diag(s)`` is positive definite (Cholesky succeeds), and its factor."""
+    L = jnp.linalg.cholesky(C2 - jnp.diag(s))
+    return jnp.all(jnp.isfinite(L)), L
+
+
+def _path_step(st: NewtonState, L, C2, cap, tol, mu=0.1, center=0.3, patience=PATIENCE):
+    r"""One primal-dual Newton step from ``st`` and the Cholesky factor ``L`` of ``2C - diag(st.s)``.
+
+    Returns ``(new state, Cholesky factor of 2C - diag(new.s))``: the line
+    search's positive-definiteness test of the accepted step is that
+    factorisation, so :func:`solve_path` passes it to the next step instead of
+    factoring the same matrix again (one Cholesky factorisation of three per step).
+
     Solves for the direction of :func:`_newton_direction`; the step goes 99%
     of the way to the box boundary and is shortened (factor 0.7) until
     ``2C - diag s`` is positive definite (Cholesky test); ``lam <- mu lam``
@@ -128,23 +178,38 @@ def path_step(st: NewtonState, C2, cap, tol, mu=0.1, center=0.3, patience=PATIEN
     gap, reset by one that does (:func:`path_terminate` stops at ``patience``,
     the rounding floor of the certificate, typically ~1e-6 relative).
     Each step costs about ``3 p^3`` flops (two Cholesky factorisations, a
-    triangular inverse, one product), so ``O(p^3)`` like a coordinate sweep.
+    triangular inverse, one product), so ``O(p^3)`` like a coordinate sweep:
+    the factorisation of the Newton system, and the test of the accepted step,
+    which is the next step's factor of ``2C - diag s``. Shortenings that a
+    Rayleigh-quotient bound (:func:`_pd_step_bound`) proves infeasible are
+    skipped without a factorisation, so the accepted step is the one the tests
+    would reach. Measured (issue 17, session 20, 2-core CPU, Ledoit-Wolf
+    correlation of the block design): p = 1000, 40 steps, 4.32-4.42 s -> 3.46-3.54 s
+    (the line search had run 93 factorisations beyond the 40 accepted ones, and
+    the direction one more per step); p = 200: 0.074 -> 0.057 s; the same ``s``, bitwise.
     """
     inf = jnp.asarray(jnp.inf, st.s.dtype)
-    ds, dz0, dz1, h, dec = _newton_direction(C2, st.s, st.z0, st.z1, st.lam, cap)
+    ds, dz0, dz1, h, dec, Linv = _newton_direction(C2, st.s, st.z0, st.z1, st.lam, cap, L)
     dual, _ = gap_from_inverse_diag(st.s, h, st.lam)
     dual = jnp.where(jnp.isfinite(dual), dual, inf)
     tp = jnp.minimum(_common.max_step(st.s, ds), _common.max_step(cap - st.s, -ds))
 
     def shrink(c):
-        t, k, _ = c
-        return t * 0.7, k + 1, _common.is_pd(C2, st.s + 0.7 * t * ds)
+        t, k, _, _ = c
+        return (t * 0.7, k + 1, *_cholesky_if_pd(C2, st.s + 0.7 * t * ds))
 
-    init = (tp, jnp.int32(0), _common.is_pd(C2, st.s + tp * ds))
-    tp, _, pd = lax.while_loop(lambda c: (c[1] < 40) & ~c[2], shrink, init)
+    # shortenings that provably end outside the PD cone are skipped without a factorisation
+    # (the same sequence of step lengths: the accepted step is the one the tests would reach)
+    t_pd = _pd_step_bound(Linv, ds)
+    tp, k0 = lax.while_loop(
+        lambda c: (c[1] < 40) & (c[0] >= t_pd), lambda c: (c[0] * 0.7, c[1] + 1), (tp, jnp.int32(0))
+    )
+    init = (tp, k0, *_cholesky_if_pd(C2, st.s + tp * ds))
+    tp, _, pd, L_new = lax.while_loop(lambda c: (c[1] < 40) & ~c[2], shrink, init)
     # the iterate never leaves the PD cone: a step that is still not PD after
     # 40 shortenings (near-singular 2C, rounding) is not taken
     tp = jnp.where(pd, tp, 0.0)
+    L_new = jnp.where(pd, L_new, L)
     td = jnp.minimum(_common.max_step(st.z0, dz0), _common.max_step(st.z1, dz1))
     s_new = st.s + tp * ds
     best = jnp.minimum(st.dual, dual)
@@ -178,7 +243,8 @@ def path_step(st: NewtonState, C2, cap, tol, mu=0.1, center=0.3, patience=PATIEN
     )
     ok = jnp.all(jnp.isfinite(new.s)) & jnp.all(jnp.isfinite(ds))
     # a non-finite step keeps the last iterate and stops the path (stall = patience)
-    return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, st._replace(stall=jnp.int32(patience)))
+    kept = st._replace(stall=jnp.int32(patience))
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, kept), jnp.where(ok, L_new, L)
 
 
 def relative_gap(st) -> jax.Array:
@@ -213,14 +279,16 @@ def solve_path(C, s0, lam0, cap, tol, max_steps) -> Iteration:
     an array.
     """
     C2 = 2.0 * C
+    st0 = path_init(C2, s0, lam0, cap)
+    # the state carries the Cholesky factor of 2C - diag s (see _path_step)
     it = iterative_solve(
-        path_init(C2, s0, lam0, cap),
-        lambda st: path_step(st, C2, cap, tol),
-        lambda st: path_terminate(st, tol),
+        (st0, jnp.linalg.cholesky(C2 - jnp.diag(st0.s))),
+        lambda c: _path_step(c[0], c[1], C2, cap, tol),
+        lambda c: path_terminate(c[0], tol),
         max_steps=max_steps,
-        finite=lambda st: jnp.all(jnp.isfinite(st.s)),
+        finite=lambda c: jnp.all(jnp.isfinite(c[0].s)),
     )
-    st = it.state
+    st = it.state[0]
     return it._replace(state=st._replace(s=_snap_to_cap(C2, st.s, st.z0, st.z1, cap)))
 
 
