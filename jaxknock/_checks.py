@@ -95,7 +95,9 @@ def as_float_array(x, name: str):
         if jnp.issubdtype(x.dtype, jnp.complexfloating) or x.dtype == bool:
             raise TypeError(f"{name} must be a real floating array, got dtype {x.dtype}")
         x = jnp.asarray(x, dtype=jnp.result_type(float))
-    return jnp.asarray(x)
+    # a host array is copied to the device as it is: jnp.asarray compiles a copy program per
+    # new shape (10-30 ms of a fresh process's first call), device_put does not
+    return jax.device_put(x) if isinstance(x, np.ndarray) else jnp.asarray(x)
 
 
 def require_x64(x, name: str, why: str):
