@@ -277,6 +277,9 @@ def _path_core(
     # The other engines' inner solvers are not gated: they keep JAX's own rule (a select per iteration).
     lock = engine == "homotopy"
     loop = lockstep_while_loop if lock else _plain_while_loop
+    # the naive engine's active-set Newton steps (a lax.cond), except in member_paths, which
+    # stability selection vmaps (there the cond would run both branches on every sweep)
+    accel = {"accel": not keep_members} if engine == "naive" else {}
 
     def icond(ops, ic):
         st, it, clean, _, _ = ic
@@ -287,7 +290,7 @@ def _path_core(
         st, it, clean, ep, conv = ic
         go = icond(ops, ic)
         gate = {"active": go} if lock else {}  # only the homotopy's solver is gated
-        st, e, done = mod.solve_ws(d, st, lam, tol, max_steps, **extra, **gate)
+        st, e, done = mod.solve_ws(d, st, lam, tol, max_steps, **extra, **gate, **accel)
         g = jnp.where(go, mod.full_gradient(d, st, **extra), st.grad)
         st = st._replace(grad=g)
         sc = jnp.max(jnp.abs(g), axis=0) / lam
