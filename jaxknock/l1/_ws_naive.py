@@ -197,21 +197,21 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=
     penalty is linear in it, not quadratic.
 
     ``accel`` (static): when ``_NEWTON_AFTER`` sweeps over the active set have
-    not converged (then 16, 32, ... more), and at most ``_NEWTON_MAX_ACTIVE``
-    columns are active, an exact Newton step on the active set
-    (:func:`_active_newton`, on a system of 32, 128 or 256 columns,
-    ``O(M n c^2)``) replaces the slow tail of the coordinate descent on
-    strongly correlated columns. Measured (issue 17, session 20, 2-core CPU,
-    ``l1_cv`` logistic, 5 folds, warm, plain / with the steps, one noisy run
-    each): equicorrelated rho 0.8, n = 500, m = 200: 5.44 / 1.10 s (21 268 /
-    3 724 epochs); n = 1000, m = 240: 13.1 / 4.0 s; rho 0.5: 1.53 / 0.45 s and
-    3.83 / 2.27 s; the knockoff-augmented equicorrelated design of
-    ``benchmarks/measured/NOTES.md`` (n = 500, 2p = 200): 44 s and
-    ``max_steps_reached`` / 4.2 s, converged; AR(1) 0.9: 0.26 / 0.29 s and
-    2.19 / 1.92 s; the cost: iid and AR(1) 0.5 columns, where coordinate
-    descent alone is fast, 0.20-0.26 / 0.25-0.28 s at n = 500 and 0.26-0.40 /
-    0.32-0.59 s at n = 1000. Not under ``vmap`` (stability selection's member
-    paths): there the ``lax.cond`` would run both branches on every sweep.
+    not converged (then 16, 32, ... more), the sweeps done cost at least an
+    eighth of the step, and at most ``_NEWTON_MAX_ACTIVE`` columns are active,
+    an exact Newton step on the active set (:func:`_active_newton`, on a
+    system of 32, 128 or 256 columns, ``O(M n c^2)``) replaces the slow tail of
+    the coordinate descent on strongly correlated columns. Measured (issue 17,
+    session 20, 2-core CPU, ``l1_cv`` logistic, 5 folds, warm, without / with
+    the steps, one run each, ``benchmarks/measured/NOTES.md``): equicorrelated
+    rho 0.8 at n = 500, m = 200: 6.34 / 1.34 s (21 268 / 4 530 epochs), at
+    n = 1000, m = 240: 12.6 / 4.2 s; rho 0.5: 1.60 / 0.50 s and 4.11 / 2.35 s;
+    AR(1) 0.9: 0.29 / 0.30 s and 2.28 / 1.90 s; iid and AR(1) 0.5 columns:
+    no step is taken (the same epochs, the same times within noise); the
+    knockoff-augmented equicorrelated design (n = 500, 2p = 200): 44 s and
+    ``max_steps_reached`` / 5.2 s, converged. Not under ``vmap`` (stability
+    selection's member paths): there the ``lax.cond`` would run both branches
+    on every sweep.
     """
     M, Wc = st.beta.shape
     valid = jnp.arange(Wc) < st.size
@@ -275,13 +275,18 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=
             g, small = kkt_small(beta, vr, mask)
             if newton:
                 # only when every active column fits in the Newton system
-                # (after 8, 16, 32, ... stalled sweeps: a step cut short by a sign change is retried later)
-                due = stall >= _NEWTON_AFTER * 2 ** jnp.minimum(tries, 6)
-                trigger = (phase == 1) & ~small & due & (nz.sum() <= cap)
+                # after 8, 16, 32, ... stalled sweeps (a step cut short by a sign change is retried later),
+                # and not before the sweeps done cost an eighth of the step: a sweep over the active set
+                # costs ~M n |A|, the step on a c-column system ~M n c^2
+                count = nz.sum()
+                size = jnp.searchsorted(jnp.asarray(caps), count)  # the smallest system that holds them
+                c_sel = jnp.asarray(caps)[jnp.minimum(size, len(caps) - 1)]
+                worth = 8 * stall * jnp.maximum(count, 1) >= c_sel * c_sel
+                due = (stall >= _NEWTON_AFTER * 2 ** jnp.minimum(tries, 6)) & worth
+                trigger = (phase == 1) & ~small & due & (count <= cap)
 
                 def accelerate(a):
                     beta, b0, vr, eta, _ = a
-                    size = jnp.searchsorted(jnp.asarray(caps), nz.sum())  # the smallest system that holds them
                     args = (g, lam, v, XW, xm, d.nf, sv, valid)
                     steps = [lambda b, b0, vr, eta, c=c: _active_newton(b, b0, vr, eta, *args, c) for c in caps]
                     beta, b0, vr, eta = lax.switch(size, steps, beta, b0, vr, eta)
