@@ -53,6 +53,11 @@ def is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def call_scalar(v, dtype):
+    """``v`` as a ``dtype`` scalar argument: a numpy one when concrete (it goes in with the call, no program)."""
+    return np.asarray(v, dtype) if is_concrete(v) else jnp.asarray(v, dtype)
+
+
 def require_eager(fn: str, why: str, hint: str, **arrays):
     """Raise a ``TypeError`` naming ``fn`` and the first traced entry of ``arrays``.
 

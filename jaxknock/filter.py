@@ -67,10 +67,7 @@ def knockoff_threshold(W, fdr, *, plus: bool = True):
     """
     _checks.check_fdr(fdr)
     W = _checks.check_statistics(W)
-    # a concrete level goes in with the call (jnp.asarray would be a program of its own)
-    on_host = isinstance(fdr, (int, float, np.generic, np.ndarray))
-    level = np.asarray(fdr, W.dtype) if on_host else jnp.asarray(fdr, W.dtype)
-    return _threshold(W, level, plus=bool(plus))
+    return _threshold(W, _checks.call_scalar(fdr, W.dtype), plus=bool(plus))
 
 
 def _valid_level(fdr):

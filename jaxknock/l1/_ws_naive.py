@@ -278,12 +278,13 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=
                 # after 8, 16, 32, ... stalled sweeps (a step cut short by a sign change is retried later),
                 # and not before the sweeps done cost an eighth of the step: a sweep over the active set
                 # costs ~M n |A|, the step on a c-column system ~M n c^2
-                count = nz.sum()
-                size = jnp.searchsorted(jnp.asarray(caps), count)  # the smallest system that holds them
-                c_sel = jnp.asarray(caps)[jnp.minimum(size, len(caps) - 1)]
-                worth = 8 * stall * jnp.maximum(count, 1) >= c_sel * c_sel
+                n_active = nz.sum()
+                sizes = jnp.asarray(caps)
+                size = jnp.searchsorted(sizes, n_active)  # the smallest system that holds them
+                c_sel = sizes[jnp.minimum(size, len(caps) - 1)]
+                worth = 8 * stall * jnp.maximum(n_active, 1) >= c_sel * c_sel
                 due = (stall >= _NEWTON_AFTER * 2 ** jnp.minimum(tries, 6)) & worth
-                trigger = (phase == 1) & ~small & due & (count <= cap)
+                trigger = (phase == 1) & ~small & due & (n_active <= cap)
 
                 def accelerate(a):
                     beta, b0, vr, eta, _ = a

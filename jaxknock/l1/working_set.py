@@ -552,11 +552,6 @@ def _prepare(X, y, loss):
     return X, y
 
 
-def _scalar(v, dtype):
-    """``v`` as a ``dtype`` scalar: a numpy one when concrete (it goes in with the call, no program of its own)."""
-    return np.asarray(v, dtype) if _checks.is_concrete(v) else jnp.asarray(v, dtype)
-
-
 def _run(
     X, y, lambdas, rows, excl, *, loss, method, tol, max_steps, patience, early_stop, rule, max_features, throw,
     grid=None, batch_mode="auto",
@@ -590,8 +585,8 @@ def _run(
             lambdas,
             np.asarray(rows, np.int32),  # host arrays go in with the call (jnp.asarray would be a program)
             np.asarray(excl, np.int32),
-            _scalar(tol, X.dtype),
-            None if grid is None else _scalar(grid[0], X.dtype),
+            _checks.call_scalar(tol, X.dtype),
+            None if grid is None else _checks.call_scalar(grid[0], X.dtype),
             num_lambdas=None if grid is None else int(grid[1]),
             engine=engine,
             loss=loss,

@@ -115,9 +115,15 @@ def lam_floor(dtype) -> float:
     return 1e3 * float(jnp.finfo(dtype).eps)
 
 
+def cholesky_if_pd(C2, s):
+    """``(pd, L)``: whether ``C2 - diag(s)`` is positive definite (Cholesky succeeds), and its factor."""
+    L = jnp.linalg.cholesky(C2 - jnp.diag(s))
+    return jnp.all(jnp.isfinite(L)), L
+
+
 def is_pd(C2, s):
     """Is ``C2 - diag(s)`` positive definite? (Cholesky succeeds.)"""
-    return jnp.all(jnp.isfinite(jnp.linalg.cholesky(C2 - jnp.diag(s))))
+    return cholesky_if_pd(C2, s)[0]
 
 
 def off_centre(s_old, s_new, sigma, lam, cap):

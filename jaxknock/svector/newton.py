@@ -155,12 +155,6 @@ def path_step(st: NewtonState, C2, cap, tol, mu=0.1, center=0.3, patience=PATIEN
     return _path_step(st, jnp.linalg.cholesky(C2 - jnp.diag(st.s)), C2, cap, tol, mu, center, patience)[0]
 
 
-def _cholesky_if_pd(C2, s):
-    """``(pd, L)``: whether ``C2 - diag(s)`` is positive definite (Cholesky succeeds), and its factor."""
-    L = jnp.linalg.cholesky(C2 - jnp.diag(s))
-    return jnp.all(jnp.isfinite(L)), L
-
-
 def _path_step(st: NewtonState, L, C2, cap, tol, mu=0.1, center=0.3, patience=PATIENCE):
     r"""One primal-dual Newton step from ``st`` and the Cholesky factor ``L`` of ``2C - diag(st.s)``.
 
@@ -196,7 +190,7 @@ def _path_step(st: NewtonState, L, C2, cap, tol, mu=0.1, center=0.3, patience=PA
 
     def shrink(c):
         t, k, _, _ = c
-        return (t * 0.7, k + 1, *_cholesky_if_pd(C2, st.s + 0.7 * t * ds))
+        return (t * 0.7, k + 1, *_common.cholesky_if_pd(C2, st.s + 0.7 * t * ds))
 
     # shortenings that provably end outside the PD cone are skipped without a factorisation
     # (the same sequence of step lengths: the accepted step is the one the tests would reach)
@@ -204,12 +198,11 @@ def _path_step(st: NewtonState, L, C2, cap, tol, mu=0.1, center=0.3, patience=PA
     tp, k0 = lax.while_loop(
         lambda c: (c[1] < 40) & (c[0] >= t_pd), lambda c: (c[0] * 0.7, c[1] + 1), (tp, jnp.int32(0))
     )
-    init = (tp, k0, *_cholesky_if_pd(C2, st.s + tp * ds))
+    init = (tp, k0, *_common.cholesky_if_pd(C2, st.s + tp * ds))
     tp, _, pd, L_new = lax.while_loop(lambda c: (c[1] < 40) & ~c[2], shrink, init)
     # the iterate never leaves the PD cone: a step that is still not PD after
     # 40 shortenings (near-singular 2C, rounding) is not taken
     tp = jnp.where(pd, tp, 0.0)
-    L_new = jnp.where(pd, L_new, L)
     td = jnp.minimum(_common.max_step(st.z0, dz0), _common.max_step(st.z1, dz1))
     s_new = st.s + tp * ds
     best = jnp.minimum(st.dual, dual)
@@ -244,7 +237,8 @@ def _path_step(st: NewtonState, L, C2, cap, tol, mu=0.1, center=0.3, patience=PA
     ok = jnp.all(jnp.isfinite(new.s)) & jnp.all(jnp.isfinite(ds))
     # a non-finite step keeps the last iterate and stops the path (stall = patience)
     kept = st._replace(stall=jnp.int32(patience))
-    return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, kept), jnp.where(ok, L_new, L)
+    # the next step's factor: the accepted step's, or the current one when no step was taken
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, kept), jnp.where(ok & pd, L_new, L)
 
 
 def relative_gap(st) -> jax.Array:
