@@ -1,6 +1,7 @@
 """Tests of jaxknock.l1.working_set against scikit-learn (lasso_path, LassoCV, LogisticRegression)."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from sklearn.linear_model import LassoCV, LogisticRegression, lasso_path
@@ -302,6 +303,66 @@ def test_homotopy_float32_same_choice_as_float64():
     if int(s32.stats["lam_index"]) == int(s64.stats["lam_index"]):
         big = np.abs(b64) > 1e-3 * np.abs(b64).max()
         assert np.array_equal(b32[big] != 0, b64[big] != 0)
+
+
+def _homotopy_rows(monkeypatch, X, y, rows_dtype, guard=True):
+    """The homotopy CV with the kinks of a float64 design reading their Gram rows in ``rows_dtype``."""
+    from jaxknock.l1 import _ws_homotopy
+
+    monkeypatch.setattr(_ws_homotopy, "_FAST_ROWS", rows_dtype)
+    if not guard:  # no grid step is ever judged off the path, so none is redone in float64
+        monkeypatch.setattr(_ws_homotopy, "_off_path", lambda mem, *_: jnp.zeros(mem.used.shape[:1], bool))
+    jax.clear_caches()  # the dtype is read when the engine is traced
+    return l1_cv(X, y, folds=4, num_lambdas=40, eps=1e-3, method="homotopy", early_stop=False)
+
+
+@pytest.mark.parametrize("n, m, dup", [(150, 60, 0), (60, 240, 5)], ids=["dense", "wide-collinear"])
+def test_homotopy_kinks_on_float32_rows_follow_the_float64_path(monkeypatch, n, m, dup):
+    """The default (float32 Gram rows in the kinks of a float64 design) gives the all-float64 path."""
+    X, y = _data(n, m, seed=5, dup=dup)
+    exact = _homotopy_rows(monkeypatch, X, y, jnp.float64)
+    fast = _homotopy_rows(monkeypatch, X, y, jnp.float32)
+    for sol in (exact, fast):
+        assert int(sol.result) == RESULTS.successful and float(sol.stats["kkt"]) < 1e-10
+    assert int(fast.stats["lam_index"]) == int(exact.stats["lam_index"])
+    np.testing.assert_allclose(np.asarray(fast.stats["cv_error"]), np.asarray(exact.stats["cv_error"]), rtol=1e-9)
+    pf, pe = np.asarray(fast.stats["coef_path"]), np.asarray(exact.stats["coef_path"])
+    np.testing.assert_allclose(pf @ X.T, pe @ X.T, atol=1e-9)  # fitted values (duplicates: not the split)
+    if not dup:
+        np.testing.assert_allclose(pf, pe, atol=1e-10)
+
+
+def test_homotopy_grid_steps_off_the_path_are_redone_in_float64(monkeypatch):
+    """Kinks on bfloat16 rows (8-bit mantissa) end many grid steps off the path; the exact check after each
+    grid step redoes them with float64 rows, so the result is the float64 path's. Without the check the
+    same run is visibly wrong (this is what makes the float32 default safe)."""
+    X, y = _data(150, 60, seed=6)
+    exact = _homotopy_rows(monkeypatch, X, y, jnp.float64)
+    rough = _homotopy_rows(monkeypatch, X, y, jnp.bfloat16)
+    assert int(rough.result) == RESULTS.successful and float(rough.stats["kkt"]) < 1e-10
+    assert int(rough.stats["num_steps"]) > int(exact.stats["num_steps"])  # the redone grid steps' kinks
+    np.testing.assert_allclose(np.asarray(rough.stats["coef_path"]), np.asarray(exact.stats["coef_path"]), atol=1e-10)
+    unguarded = _homotopy_rows(monkeypatch, X, y, jnp.bfloat16, guard=False)
+    off = np.abs(np.asarray(unguarded.stats["coef_path"]) - np.asarray(exact.stats["coef_path"])).max()
+    assert off > 1e-6 or float(unguarded.stats["kkt"]) > 1e-6
+
+
+def test_extrapolated_gradients_admit_the_joining_features_up_front(monkeypatch):
+    """On a coarse grid many features join per grid step; admitting the ones whose extrapolated gradient
+    reaches the next penalty saves the redone grid steps (fewer kinks), with the same path."""
+    from jaxknock.l1 import working_set
+
+    X, y = _data(300, 600, seed=2)
+    sols = {}
+    for margin in (-np.inf, working_set._AHEAD_MARGIN):
+        monkeypatch.setattr(working_set, "_AHEAD_MARGIN", margin)
+        jax.clear_caches()
+        sols[margin] = l1_cv(X, y, folds=5, num_lambdas=15, eps=1e-2, method="homotopy", early_stop=False)
+    strong, ahead = sols.values()
+    assert int(ahead.result) == RESULTS.successful and float(ahead.stats["kkt"]) < 1e-10
+    assert int(ahead.stats["num_steps"]) < 0.8 * int(strong.stats["num_steps"])
+    np.testing.assert_allclose(np.asarray(ahead.stats["cv_error"]), np.asarray(strong.stats["cv_error"]), rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(ahead.stats["coef_path"]), np.asarray(strong.stats["coef_path"]), atol=1e-10)
 
 
 @pytest.mark.parametrize("method, m", [("homotopy", 1), ("cov", 3), ("naive", 5)])

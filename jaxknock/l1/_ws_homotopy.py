@@ -52,6 +52,10 @@ from jaxknock._iterate import lockstep_while_loop
 from jaxknock.l1 import _ws_covariance as _cov
 
 _HI = lax.Precision.HIGHEST
+# the dtype in which the kinks of a float64 design read their Gram rows (see solve_ws)
+_FAST_ROWS = jnp.float32
+# an inactive cached feature this far (relative) above the penalty after a fast grid step: redo it exactly
+_OFF_PATH_RTOL = 1e-9
 
 cov_data = _cov.cov_data
 add_features = _cov.add_features
@@ -125,7 +129,7 @@ def _kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done):
     inf = jnp.asarray(jnp.inf, dt)
     A = mem.used.shape[0]
     lam = mem.lam
-    w = jnp.dot(v, Gr, precision=_HI)
+    w = jnp.dot(v.astype(Gr.dtype), Gr, precision=_HI).astype(dt)
     tg = jnp.maximum(lam - lam_t, 0)
     ban_j, ban_s = banned
     tin = jnp.where(valid & ~act & ~skip, entry_times(g, w, lam, ban_j, ban_s), inf)
@@ -164,7 +168,7 @@ def _kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done):
     sbeta = sbeta.at[drop].set(0, mode="drop")
     v = jnp.where(used, v + alpha * jnp.dot(x, jnp.where(leave, mem.sgn, sg)) * x, 0)
     slot_c = mem.slot_c.at[add].set(j.astype(jnp.int32), mode="drop")
-    Gr = Gr.at[add, :].set(col, mode="drop")
+    Gr = Gr.at[add, :].set(col.astype(Gr.dtype), mode="drop")
     Wc = act.shape[0]
     act = act.at[jnp.where(leave, mem.slot_c[i], Wc)].set(False, mode="drop")
     act = act.at[jnp.where(do_enter, j, Wc)].set(True, mode="drop")
@@ -203,8 +207,56 @@ def _follow_body(ops, c):
     return mem, v, Gr, g, act, skip, banned, jnp.where(go, done_new, done), k + go, over | (go & jnp.any(full))
 
 
+def _gram_rows(C, mem: Member):
+    """``(M, A, Wc)`` Gram rows of every member's active slots on the cache columns (zero on free slots)."""
+
+    def rows(C, f, u):
+        return jnp.where(u[:, None], jnp.take(C, f, axis=0, mode="clip"), 0)
+
+    return jax.vmap(rows)(C, mem.slot_c, mem.used)
+
+
+def _follow(st: HomState, mem: Member, valid, qc, lam, max_epochs, done0, rows_dtype):
+    """Every member not ``done0`` follows its path from ``mem`` to ``lam``, reading Gram rows in ``rows_dtype``.
+
+    Returns the members, their active and skipped cache columns, ``done``, the
+    number of kinks and the slot-overflow flag.
+    """
+    Wc = st.idx.shape[0]
+    Gr = _gram_rows(st.C, mem)
+    g = qc - jnp.einsum("fa,faw->fw", mem.sbeta, Gr, precision=_HI)
+    act = jax.vmap(lambda sc, u: jnp.zeros((Wc,), bool).at[sc].max(u))(mem.slot_c, mem.used)
+    M = act.shape[0]
+    skip0 = jnp.zeros_like(act)
+    ban0 = (jnp.full((M,), -1, jnp.int32), jnp.zeros((M,), g.dtype))
+    v0 = jnp.where(mem.used, jnp.einsum("fab,fb->fa", mem.Ginv, mem.sgn, precision=_HI), 0)
+    c0 = (mem, v0, Gr.astype(rows_dtype), g, act, skip0, ban0, done0, jnp.int32(0), jnp.bool_(False))
+    ops = (st.C, valid, lam, max_epochs)
+    mem, _, _, _, act, skip, _, done, k, over = lockstep_while_loop(_follow_cond, _follow_body, ops, c0)
+    return mem, act, skip, done, k, over
+
+
+def _settle(st: HomState, mem: Member, qc):
+    """The members after one step of iterative refinement, and their exact (working-precision) cache gradients."""
+    Gr = _gram_rows(st.C, mem)
+    mem = jax.vmap(_refine)(mem, Gr, qc)
+    return mem, qc - jnp.einsum("fa,faw->fw", mem.sbeta, Gr, precision=_HI)
+
+
+def _off_path(mem: Member, g, act, skip, valid, lam):
+    """Members whose refined grid solution breaks the path's optimality on the cache (``(M,)`` bool).
+
+    An inactive (not skipped) cached feature above the penalty by more than a
+    relative ``1e-9``, or an active coefficient whose sign is not the sign it
+    entered with. The exact float64 path meets both to rounding (``~1e-13``).
+    """
+    above = valid & ~act & ~skip & (jnp.abs(g) > lam * (1 + _OFF_PATH_RTOL))
+    flipped = mem.used & (mem.sbeta * mem.sgn < 0)
+    return jnp.any(above, axis=1) | jnp.any(flipped, axis=1)
+
+
 def solve_ws(d, st: HomState, lam, tol, max_epochs, active):
-    """Follow every member's path from the last accepted grid penalty to ``lam``.
+    r"""Follow every member's path from the last accepted grid penalty to ``lam``.
 
     Returns the new state, the number of kinks and a flag that is false when
     the kink budget ``max_epochs`` ran out or a slot overflow occurred.
@@ -212,30 +264,50 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs, active):
     point, not the anchor, and no kink): the lock step of a batch of designs
     (:func:`jaxknock._iterate.lockstep_while_loop`) runs this on designs that
     have finished.
+
+    Mixed precision (float64 designs): a kink is bound by reading its
+    ``(A, W)`` Gram rows for :math:`w = G_{\cdot A} v`, so the kinks read a
+    float32 copy of them (half the bytes); everything else (the inverse, the
+    direction, the coefficients and the event times' other terms) stays in
+    float64. The float32 ``w`` can only move an inactive feature's entry
+    time by a rounding error, so the path reaches the grid penalty with the
+    right active set except when an entry falls within that error of it. After
+    the refinement the exact float64 gradients on the cache decide
+    (:func:`_off_path`); a member that is off the path redoes the grid step from
+    its anchor with float64 rows, so the result is the exact path's either way.
     """
     del tol
     Wc = st.idx.shape[0]
     valid = jnp.arange(Wc) < st.size
     qc = jnp.take(d.q, st.idx, axis=1)
-    mem = jax.tree_util.tree_map(lambda a, c: jnp.where(active, a, c), st.anchor, st.cur)
-    # Gram rows of the active features on the cache columns (contiguous row gathers)
-    Gr = jax.vmap(lambda C, f, u: jnp.where(u[:, None], jnp.take(C, f, axis=0, mode="clip"), 0))(
-        st.C, mem.slot_c, mem.used
-    )
-    g = qc - jnp.einsum("fa,faw->fw", mem.sbeta, Gr, precision=_HI)
-    act = jax.vmap(lambda sc, u: jnp.zeros((Wc,), bool).at[sc].max(u))(mem.slot_c, mem.used)
-    M = act.shape[0]
-    skip0 = jnp.zeros_like(act)
-    ban0 = (jnp.full((M,), -1, jnp.int32), jnp.zeros((M,), g.dtype))
-    v0 = jnp.where(mem.used, jnp.einsum("fab,fb->fa", mem.Ginv, mem.sgn, precision=_HI), 0)
+    start = jax.tree_util.tree_map(lambda a, c: jnp.where(active, a, c), st.anchor, st.cur)
+    M = st.beta.shape[0]
     done0 = jnp.broadcast_to(~jnp.asarray(active), (M,))
-    c0 = (mem, v0, Gr, g, act, skip0, ban0, done0, jnp.int32(0), jnp.bool_(False))
-    ops = (st.C, valid, lam, max_epochs)
-    mem, _, Gr, g, act, _, _, done, k, over = lockstep_while_loop(_follow_cond, _follow_body, ops, c0)
-    refined = jax.vmap(_refine)(mem, Gr, qc)
-    mem = mem._replace(sbeta=jnp.where(active, refined.sbeta, mem.sbeta))
+    exact = qc.dtype
+    fast = _FAST_ROWS if exact == jnp.float64 else exact
+    mem, act, skip, done, k, over = _follow(st, start, valid, qc, lam, max_epochs, done0, fast)
+    mem, g = _settle(st, mem, qc)
+    if fast != exact:
+        redo = _off_path(mem, g, act, skip, valid, lam) & done & ~done0 & ~over
+
+        def again(_):
+            mem2, _, _, done2, k2, over2 = _follow(st, start, valid, qc, lam, max_epochs, ~redo, exact)
+            mem2, _ = _settle(st, mem2, qc)
+            pick = jax.tree_util.tree_map(lambda a, b: jnp.where(_bcast(redo, a), a, b), mem2, mem)
+            return pick, jnp.where(redo, done2, done), k2, over2
+
+        mem, done, k2, over2 = lax.cond(
+            jnp.any(redo), again, lambda _: (mem, done, jnp.int32(0), jnp.bool_(False)), None
+        )
+        k, over = k + k2, over | over2
+    mem = mem._replace(sbeta=jnp.where(active, mem.sbeta, start.sbeta))
     beta = jax.vmap(lambda sc, u, b: jnp.zeros((Wc,), b.dtype).at[sc].add(jnp.where(u, b, 0)))(
         mem.slot_c, mem.used, mem.sbeta
     )
     ok = jnp.all(done) & ~over
     return st._replace(cur=mem, beta=beta, overflow=st.overflow | over, slot_over=st.slot_over | over), k, ok
+
+
+def _bcast(flag, a):
+    """``(M,)`` ``flag`` shaped to broadcast against the member-batched leaf ``a``."""
+    return flag.reshape(flag.shape + (1,) * (a.ndim - 1))

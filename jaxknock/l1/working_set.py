@@ -22,7 +22,9 @@ folds. Design (see the notes of glmnet, adelie, celer/skglm):
 
 * **working sets** of static capacity ``W`` (doubled on the host and re-run
   when exceeded): the sequential strong rule
-  :math:`|g_j(\hat\beta_{k-1})| \ge 2\lambda_k - \lambda_{k-1}` proposes features,
+  :math:`|g_j(\hat\beta_{k-1})| \ge 2\lambda_k - \lambda_{k-1}` proposes features
+  (the top chunk of them, and those whose gradient, extrapolated linearly
+  from the last two grid solutions, comes within 3% of :math:`\lambda_k`),
   coordinate descent with active-set cycling solves the working-set problem,
   and a KKT check on *all* features (:math:`|g_j| \le \lambda`) adds the
   violators and resumes; at exit every member is KKT-optimal;
@@ -189,6 +191,14 @@ def _engine_for(loss: str, method: str) -> str:
     return method
 
 
+# A strong-rule candidate also joins up front when the gradients of the last two grid solutions,
+# extrapolated linearly to the next penalty, put it within this relative margin of it (``-inf``: never).
+# n = 5000, m = 10000: 2253 kinks and 55 KKT checks before (most grid steps solved three times), 911 and
+# 29 with 0.03 (once each); a margin of 0.06 admitted enough more features at n = 1000, m = 20000 to
+# double the working-set capacity (benchmarks/measured/NOTES.md, session 21).
+_AHEAD_MARGIN = 0.03
+
+
 def cache_chunk(m: int) -> int:
     """Features that join the Gram-column cache per step by default: 32, or 8 below 256 features, at most ``m``.
 
@@ -303,18 +313,25 @@ def _path_core(
 
     def body(ops, c):
         d, lambdas, lam0, tol = ops
-        st, k, stop, out, best, steps, ok_all = c
+        st, k, stop, out, best, steps, ok_all, gprev = c
         go = cond(ops, c)
         lam = lambdas[jnp.minimum(k, L - 1)]
         lam_prev = jnp.where(k == 0, lam0, lambdas[jnp.clip(k - 1, 0, L - 1)])
+        lam_prev2 = jnp.where(k <= 1, lam0, lambdas[jnp.clip(k - 2, 0, L - 1)])
         thr = 2 * lam - lam_prev
         score = jnp.max(jnp.abs(st.grad), axis=0) / jnp.maximum(thr, lam * 1e-3)
         # strong-rule candidates: only the top chunk joins up front (the union over members of
-        # near-threshold noise features is large); the KKT check adds every true violator later
+        # near-threshold noise features is large), with every candidate that the gradients of the
+        # last two grid solutions, extrapolated linearly in lambda, put above this penalty (the
+        # features that will join, nearly all: each one the KKT check finds later costs a redo)
+        slope = jnp.where(k >= 2, (lam - lam_prev) / jnp.where(k >= 2, lam_prev - lam_prev2, 1), 0)
+        ahead = jnp.max(jnp.abs(st.grad + slope * (st.grad - gprev)), axis=0) / lam
         out_ws = jnp.where(st.inws, -1.0, score)
         few = jnp.sum(out_ws >= 1) <= chunk  # then all of them join: no sort needed
         top = lax.cond(few, lambda s: jnp.asarray(-jnp.inf, s.dtype), lambda s: lax.top_k(s, chunk)[0][-1], out_ws)
-        st = mod.add_features(d, st, (score >= 1) & (score >= top) & go, score, chunk, W)
+        join = (score >= 1) & ((score >= top) | (ahead >= 1 - _AHEAD_MARGIN))
+        gprev = jnp.where(go, st.grad, gprev)
+        st = mod.add_features(d, st, join & go, jnp.maximum(score, ahead), chunk, W)
 
         ic0 = (st, jnp.int32(0), ~go, jnp.int32(0), jnp.bool_(True))
         st, _, clean, ep, conv = loop(icond, ibody, (d, lam, tol), ic0)
@@ -359,11 +376,11 @@ def _path_core(
         finite = jnp.all(jnp.isfinite(st.beta))
         new_stop = new_stop | st.overflow | ~finite
         ok_all = jnp.where(go, ok_all & conv & clean & finite, ok_all)
-        return st, k + go, jnp.where(go, new_stop, stop), out, best, steps + jnp.where(go, ep, 0), ok_all
+        return st, k + go, jnp.where(go, new_stop, stop), out, best, steps + jnp.where(go, ep, 0), ok_all, gprev
 
     inf = jnp.asarray(jnp.inf, dt)
-    c0 = (st, jnp.int32(0), jnp.bool_(False), out0, (jnp.int32(0), inf, inf), jnp.int32(0), jnp.bool_(True))
-    st, nsolved, _, out, _, steps, ok_all = loop(cond, body, (d, lambdas, lam0, tol), c0)
+    c0 = (st, jnp.int32(0), jnp.bool_(False), out0, (jnp.int32(0), inf, inf), jnp.int32(0), jnp.bool_(True), st.grad)
+    st, nsolved, _, out, _, steps, ok_all, _ = loop(cond, body, (d, lambdas, lam0, tol), c0)
     return st, nsolved, out, steps, ok_all
 
 
