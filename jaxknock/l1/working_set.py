@@ -637,10 +637,23 @@ def _run(
             continue
         if max_features is not None or W >= m:
             break
-        W = min(2 * W, m)
+        W = min(_grown(W), m)
     if max_features is None:
         _capacity.STORE.remember(key, W, A, family=per_problem)
     return raise_if_failed(sol, throw, "lasso_working_set")
+
+
+def _grown(W: int) -> int:
+    """The next working-set capacity: doubled up to 1024, then the next of 1536, 2048, 3072, 4096, 6144, ...
+
+    Every kink and coordinate sweep pays for the whole capacity, and large paths
+    overflow a power of two by a little: n = 5000, m = 10000 ends with 2298 cached
+    features, which a doubling served at W = 4096 (benchmarks/measured/NOTES.md, session 21).
+    """
+    if W < 1024:
+        return 2 * W
+    p = 1 << (W.bit_length() - 1)  # the largest power of two <= W
+    return p + p // 2 if W < p + p // 2 else 2 * p
 
 
 def _rerun_replicates(sol, which, X, y, lambdas, rows, excl, **kw):
