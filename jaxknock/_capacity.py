@@ -31,11 +31,29 @@ from pathlib import Path
 
 import jax
 
-__all__ = ["CapacityStore", "MAX_ENTRIES", "STORE"]
+__all__ = ["CapacityStore", "MAX_ENTRIES", "STORE", "next_capacity"]
 
 _FILE = "jaxknock-capacity.json"
 _VERSION = 1
 MAX_ENTRIES = 2048  # shapes kept on disk: a process sweeping many shapes does not grow the file forever
+
+
+def next_capacity(W: int) -> int:
+    """The working-set capacity after ``W`` overflowed: doubled up to 1024, then the next of 1536, 2048, 3072, ...
+
+    Every kink and coordinate sweep pays for the whole capacity, and large paths
+    overflow a power of two by a little: the lasso CV at n = 5000, m = 10000 ends
+    with 2298 cached features, which a doubling served at W = 4096
+    (benchmarks/measured/NOTES.md, session 21).
+
+    Example:
+        >>> [next_capacity(W) for W in (512, 1024, 1536, 2048, 3072, 1000, 1100)]
+        [1024, 1536, 2048, 3072, 4096, 2000, 1536]
+    """
+    if W < 1024:
+        return 2 * W
+    p = 1 << (W.bit_length() - 1)  # the largest power of two <= W
+    return p + p // 2 if W < p + p // 2 else 2 * p
 
 
 def _cache_file() -> Path | None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxknock import _capacity
-from jaxknock._capacity import CapacityStore
+from jaxknock._capacity import CapacityStore, next_capacity
 from jaxknock.l1 import working_set
 
 
@@ -131,3 +131,14 @@ def test_a_sequential_batch_reruns_only_the_replicates_that_outgrow_its_capacity
     for r in range(R):
         np.testing.assert_allclose(np.asarray(sol.value[r]), np.asarray(alone[r].value), rtol=1e-10, atol=1e-12)
         assert int(sol.stats["lam_index"][r]) == int(alone[r].stats["lam_index"])
+
+
+def test_working_set_capacity_grows_by_powers_of_two_and_their_halfway_points():
+    """Past 1024 the capacity takes the next of 1536, 2048, 3072, ...: a path that needs a little over a
+    power of two does not pay for twice that on every kink."""
+    ladder = [512]
+    while ladder[-1] < 8192:
+        ladder.append(next_capacity(ladder[-1]))
+    assert ladder == [512, 1024, 1536, 2048, 3072, 4096, 6144, 8192]
+    # a capacity off the ladder (from max_features or m) rejoins it
+    assert next_capacity(1000) == 2000 and next_capacity(1100) == 1536

@@ -449,15 +449,3 @@ def test_lockstep_replicates_equal_sequential_replicates():
         np.testing.assert_allclose(np.asarray(lock.value[r]), np.asarray(one.value), rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="batch_mode"):
         l1_cv(Xs, ys, batch_mode="parallel", **kw)
-
-
-def test_working_set_capacity_grows_by_powers_of_two_and_their_halfway_points():
-    """Past 1024 the capacity takes the next of 1536, 2048, 3072, ...: a path that needs a little over a
-    power of two does not pay for twice that on every kink."""
-    from jaxknock.l1.working_set import _grown
-
-    ladder = [512]
-    while ladder[-1] < 8192:
-        ladder.append(_grown(ladder[-1]))
-    assert ladder == [512, 1024, 1536, 2048, 3072, 4096, 6144, 8192]
-    assert _grown(1000) == 2000 and _grown(1100) == 1536  # a capacity off the ladder (max_features, m) rejoins it

@@ -20,8 +20,8 @@ along one path, so the path loop, the strong-rule screening and the KKT checks
 are shared, and every ``O(n m)`` product is one matrix-matrix product for all
 folds. Design (see the notes of glmnet, adelie, celer/skglm):
 
-* **working sets** of static capacity ``W`` (doubled on the host and re-run
-  when exceeded): the sequential strong rule
+* **working sets** of static capacity ``W`` (grown on the host and re-run
+  when exceeded, :func:`jaxknock._capacity.next_capacity`): the sequential strong rule
   :math:`|g_j(\hat\beta_{k-1})| \ge 2\lambda_k - \lambda_{k-1}` proposes features
   (the top chunk of them, and those whose gradient, extrapolated linearly
   from the last two grid solutions, comes within 3% of :math:`\lambda_k`),
@@ -637,23 +637,10 @@ def _run(
             continue
         if max_features is not None or W >= m:
             break
-        W = min(_grown(W), m)
+        W = min(_capacity.next_capacity(W), m)
     if max_features is None:
         _capacity.STORE.remember(key, W, A, family=per_problem)
     return raise_if_failed(sol, throw, "lasso_working_set")
-
-
-def _grown(W: int) -> int:
-    """The next working-set capacity: doubled up to 1024, then the next of 1536, 2048, 3072, 4096, 6144, ...
-
-    Every kink and coordinate sweep pays for the whole capacity, and large paths
-    overflow a power of two by a little: n = 5000, m = 10000 ends with 2298 cached
-    features, which a doubling served at W = 4096 (benchmarks/measured/NOTES.md, session 21).
-    """
-    if W < 1024:
-        return 2 * W
-    p = 1 << (W.bit_length() - 1)  # the largest power of two <= W
-    return p + p // 2 if W < p + p // 2 else 2 * p
 
 
 def _rerun_replicates(sol, which, X, y, lambdas, rows, excl, **kw):
@@ -746,7 +733,8 @@ def l1_cv(
             Gram columns), ``"cov"`` (coordinate descent on Gram columns) or
             ``"naive"`` (residual updates; the logistic loss always).
         max_features: working-set capacity ``W``; ``None`` starts at 512 and
-            doubles (re-running the path) whenever it is exceeded. In a
+            grows (re-running the path) whenever it is exceeded: doubled up
+            to 1024, then 1536, 2048, 3072, 4096, ... In a
             sequential batch, when at most half of the replicates exceed the
             batch's capacity, only those run again, each alone at a capacity
             of its own (the others keep the smaller, faster one).
