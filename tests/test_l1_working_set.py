@@ -310,6 +310,7 @@ def _homotopy_rows(monkeypatch, X, y, rows_dtype, guard=True):
     from jaxknock.l1 import _ws_homotopy
 
     monkeypatch.setattr(_ws_homotopy, "_FAST_ROWS", rows_dtype)
+    monkeypatch.setattr(_ws_homotopy, "_FAST_ROWS_MIN_BYTES", 0)  # these small rows would stay float64
     if not guard:  # no grid step is ever judged off the path, so none is redone in float64
         monkeypatch.setattr(_ws_homotopy, "_off_path", lambda mem, *_: jnp.zeros(mem.used.shape[:1], bool))
     jax.clear_caches()  # the dtype is read when the engine is traced

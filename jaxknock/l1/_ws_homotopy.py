@@ -52,8 +52,11 @@ from jaxknock._iterate import lockstep_while_loop
 from jaxknock.l1 import _ws_covariance as _cov
 
 _HI = lax.Precision.HIGHEST
-# the dtype in which the kinks of a float64 design read their Gram rows (see solve_ws)
+# the dtype in which the kinks of a float64 design read their Gram rows (see solve_ws) ...
 _FAST_ROWS = jnp.float32
+# ... once its members' float64 rows (M, A, W) take more than this: smaller blocks stay in cache, where
+# float64 rows cost the kinks nothing, and the program leaves out the float64 redo (a smaller compile)
+_FAST_ROWS_MIN_BYTES = 16 << 20
 # an inactive cached feature this far (relative) above the penalty after a fast grid step: redo it exactly
 _OFF_PATH_RTOL = 1e-9
 
@@ -265,9 +268,10 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs, active):
     (:func:`jaxknock._iterate.lockstep_while_loop`) runs this on designs that
     have finished.
 
-    Mixed precision (float64 designs): a kink is bound by reading its
-    ``(A, W)`` Gram rows for :math:`w = G_{\cdot A} v`, so the kinks read a
-    float32 copy of them (half the bytes); everything else (the inverse, the
+    Mixed precision (float64 designs whose members' rows leave the cache,
+    :func:`rows_dtype`): a kink is bound by reading its ``(A, W)`` Gram rows
+    for :math:`w = G_{\cdot A} v`, so the kinks read a float32 copy of them
+    (half the bytes); everything else (the inverse, the
     direction, the coefficients and the event times' other terms) stays in
     float64. The float32 ``w`` can only move an inactive feature's entry
     time by a rounding error, so the path reaches the grid penalty with the
@@ -284,7 +288,7 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs, active):
     M = st.beta.shape[0]
     done0 = jnp.broadcast_to(~jnp.asarray(active), (M,))
     exact = qc.dtype
-    fast = _FAST_ROWS if exact == jnp.float64 else exact
+    fast = rows_dtype(exact, M, start.slot_c.shape[-1], Wc)
     mem, act, skip, done, k, over = _follow(st, start, valid, qc, lam, max_epochs, done0, fast)
     mem, g = _settle(st, mem, qc)
     if fast != exact:
@@ -306,6 +310,23 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs, active):
     )
     ok = jnp.all(done) & ~over
     return st._replace(cur=mem, beta=beta, overflow=st.overflow | over, slot_over=st.slot_over | over), k, ok
+
+
+def rows_dtype(exact, members: int, slots: int, width: int):
+    """The dtype the kinks read Gram rows in: ``_FAST_ROWS`` for float64 rows over ``_FAST_ROWS_MIN_BYTES``.
+
+    The rows are ``(members, slots, width)`` (the members' active slots on the
+    cache columns); the decision is static (the shapes are known when the
+    engine is traced). Other dtypes are read as they are.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> rows_dtype(jnp.float64, 6, 256, 432), rows_dtype(jnp.float64, 6, 896, 2080)
+        (dtype('float64'), dtype('float32'))
+    """
+    exact = jnp.dtype(exact)
+    big = members * slots * width * exact.itemsize > _FAST_ROWS_MIN_BYTES
+    return jnp.dtype(_FAST_ROWS) if exact == jnp.float64 and big else exact
 
 
 def _bcast(flag, a):
