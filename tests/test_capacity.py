@@ -1,6 +1,7 @@
 """The l1 engines' capacity store (jaxknock/_capacity.py): in memory, on disk, and its use by the engine."""
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -142,3 +143,48 @@ def test_working_set_capacity_grows_by_powers_of_two_and_their_halfway_points():
     assert ladder == [512, 1024, 1536, 2048, 3072, 4096, 6144, 8192]
     # a capacity off the ladder (from max_features or m) rejoins it
     assert next_capacity(1000) == 2000 and next_capacity(1100) == 1536
+
+
+def _stats_only(used_W, used_A, R=None):
+    shape = () if R is None else (R,)
+    return SimpleNamespace(stats=dict(working_set_size=np.full(shape, used_W), peak_active=np.full(shape, used_A)))
+
+
+def test_a_call_that_filled_its_capacities_leaves_the_next_call_headroom():
+    """knockoff_filter at n = 2000, p = 1000: the first call used 1001 of W = 1024 features and 386 of A = 416
+    slots; the second then grew W and the third A (a compilation each). Now the next call starts at
+    (1536, 544): one compilation. A batch keeps its capacities (its overflowing replicates re-run alone)."""
+    one, batch = SimpleNamespace(ndim=2, shape=(2000, 2000)), SimpleNamespace(ndim=3, shape=(3, 2000, 2000))
+    start = working_set._next_start
+    assert start(_stats_only(1001, 386), one, 1024, 416, 64, "homotopy") == (1536, 544)
+    assert start(_stats_only(700, 386), one, 1024, 416, 64, "homotopy") == (1024, 544)
+    assert start(_stats_only(1001, 300), one, 1024, 416, 64, "homotopy") == (1536, 416)
+    assert start(_stats_only(900, 300), one, 1024, 416, 64, "homotopy") == (1024, 416)  # 88%: not tight
+    assert start(_stats_only(1001, 0), one, 1024, 0, 64, "naive") == (1536, 0)  # no slots
+    assert start(_stats_only(1001, 386, R=3), batch, 1024, 416, 64, "homotopy") == (1024, 416)
+    assert start(_stats_only(2000, 386), SimpleNamespace(ndim=2, shape=(2000, 1500)), 1500, 416, 64, "homotopy") == (
+        1500,
+        544,
+    )  # W = m: only the slots can grow
+
+
+def test_peak_active_is_the_largest_active_set_of_any_fold_or_the_full_fit():
+    """``peak_active`` (what the slot headroom reads) against scikit-learn's lasso path on every training fold;
+    on this design a training fold's active set (26) is larger than the full fit's (21)."""
+    from sklearn.linear_model import lasso_path
+
+    rng = np.random.default_rng(10)
+    n, p, K = 120, 80, 3
+    X = rng.standard_normal((n, p))
+    y = X[:, :25] @ rng.uniform(0.5, 1.5, 25) + rng.standard_normal(n)
+    lambdas = np.abs((X - X.mean(0)).T @ (y - y.mean())).max() / n * np.geomspace(1, 0.2, 12)
+    sol = working_set.l1_cv(X, y, folds=K, lambdas=lambdas, early_stop=False)
+    fold = np.repeat(np.arange(K), n // K)
+    sizes = []
+    for train in [fold != k for k in range(K)] + [np.ones(n, bool)]:
+        Xt, yt = X[train] - X[train].mean(0), y[train] - y[train].mean()
+        _, coefs, _ = lasso_path(Xt, yt, alphas=lambdas, tol=1e-12, max_iter=100_000)
+        sizes.append(int((np.abs(coefs) > 1e-9).sum(0).max()))
+    assert max(sizes[:K]) > sizes[K]  # a fold, not the full fit, holds the largest active set
+    assert int(sol.stats["peak_active"]) == max(sizes)
+    assert int(sol.stats["peak_active"]) <= int(sol.stats["working_set_size"])

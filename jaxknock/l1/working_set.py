@@ -20,8 +20,8 @@ along one path, so the path loop, the strong-rule screening and the KKT checks
 are shared, and every ``O(n m)`` product is one matrix-matrix product for all
 folds. Design (see the notes of glmnet, adelie, celer/skglm):
 
-* **working sets** of static capacity ``W`` (grown on the host and re-run
-  when exceeded, :func:`jaxknock._capacity.next_capacity`): the sequential strong rule
+* **working sets** of static capacity ``W`` (grown on the host and re-run when exceeded,
+  :func:`jaxknock._capacity.next_capacity` and ``headroom``): the sequential strong rule
   :math:`|g_j(\hat\beta_{k-1})| \ge 2\lambda_k - \lambda_{k-1}` proposes features
   (the top chunk of them, and those whose gradient, extrapolated linearly
   from the last two grid solutions, comes within 3% of :math:`\lambda_k`),
@@ -92,7 +92,6 @@ alone at its own.
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -277,6 +276,7 @@ def _path_core(
         b0=jnp.zeros((L,), dt),
         kkt=jnp.zeros((L,), dt),
         nnz=jnp.zeros((L,), jnp.int32),
+        active=jnp.zeros((L,), jnp.int32),
     )
     if keep_members:
         out0.update(members=jnp.zeros((L, M, Wc), dt), ok=jnp.zeros((L,), bool))
@@ -343,7 +343,8 @@ def _path_core(
             train, test, b0 = mod.fit_stats(d, st, **extra)
         out_prev = out
         at = jnp.where(go, k, L)  # a finished design records nothing (out of range: dropped)
-        nnz = jnp.sum((st.beta[K] != 0) & (jnp.arange(Wc) < st.size)).astype(jnp.int32)
+        nonzero = (st.beta != 0) & (jnp.arange(Wc) < st.size)
+        nnz = jnp.sum(nonzero[K]).astype(jnp.int32)
         out = dict(
             test=out["test"].at[at].set(test, mode="drop"),
             train=out["train"].at[at].set(train, mode="drop"),
@@ -351,6 +352,7 @@ def _path_core(
             b0=out["b0"].at[at].set(b0[K], mode="drop"),
             kkt=out["kkt"].at[at].set(kkt_violation(st, lam), mode="drop"),
             nnz=out["nnz"].at[at].set(nnz, mode="drop"),
+            active=out["active"].at[at].set(jnp.max(jnp.sum(nonzero, axis=1)).astype(jnp.int32), mode="drop"),
         )
         if keep_members:
             finite_k = jnp.all(jnp.isfinite(st.beta))
@@ -479,6 +481,7 @@ def _cv_one(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps
         overflow=st.overflow,
         slot_overflow=getattr(st, "slot_over", jnp.bool_(False)),
         working_set_size=st.size,
+        peak_active=jnp.max(out["active"]),
         train_loss=jnp.where(solved, out["train"][:, K], jnp.nan),
         nnz=out["nnz"],
     )
@@ -622,35 +625,38 @@ def _run(
             break
         few = np.flatnonzero(np.asarray(over))
         if X.ndim == 3 and batch == "sequential" and max_features is None and few.size <= X.shape[0] // 2:
-            # a few replicates outgrew the batch's capacity: only those run again, one at a time at
-            # a capacity of their own, instead of the whole batch at the largest any one needs
+            # a few replicates outgrew the batch's capacity: only those run again, each alone at its own
             sol = _rerun_replicates(
                 sol, few, X, y, lambdas, rows, excl, loss=loss, method=method, tol=tol, max_steps=max_steps,
                 patience=patience, early_stop=early_stop, rule=rule, grid=grid,
             )  # fmt: skip
             break
         if engine == "homotopy" and np.any(np.asarray(sol.stats["slot_overflow"])) and A < W + chunk:
-            # slots grow by a quarter, not a doubling: every kink costs O(A^2 + A W) per member
-            # whatever the number of slots in use, so slack capacity is paid on every kink
-            # (measured at n = 2000, m = 2000: A = 320 instead of 512 halves the CV time)
-            A = min(32 * math.ceil(1.25 * A / 32), W + chunk)
+            A = _capacity.next_slots(A, W + chunk)  # a quarter more: every kink pays for all its slots
             continue
         if max_features is not None or W >= m:
             break
         W = min(_capacity.next_capacity(W), m)
     if max_features is None:
-        _capacity.STORE.remember(key, W, A, family=per_problem)
+        _capacity.STORE.remember(key, *_next_start(sol, X, W, A, chunk, engine), family=per_problem)
     return raise_if_failed(sol, throw, "lasso_working_set")
+
+
+def _next_start(sol, X, W, A, chunk, engine):
+    """``(W, A)`` for the next call: :func:`jaxknock._capacity.headroom` for one problem; a batch keeps its own."""
+    st = sol.stats
+    if X.ndim == 3 and X.shape[0] > 1 or isinstance(st["working_set_size"], jax.core.Tracer):
+        return W, A  # a batch's few overflowing replicates re-run alone (_rerun_replicates)
+    used_W, used_A = (int(np.max(np.asarray(st[k]))) for k in ("working_set_size", "peak_active"))
+    return _capacity.headroom(W, A, used_W, used_A if engine == "homotopy" else 0, max_W=X.shape[-1], chunk=chunk)
 
 
 def _rerun_replicates(sol, which, X, y, lambdas, rows, excl, **kw):
     """``sol`` of a sequential batch with the replicates ``which`` solved again alone, each growing its own capacity.
 
-    A replicate runs alone exactly as it does inside a sequential batch (the same program
-    per replicate), so the spliced results are those of a batch at a capacity that fits it.
-    Measured (issue 17, session 17, ``knockoff_filter`` defaults, n = 2000, p = 1000, R = 10,
-    2-core CPU): the whole batch climbed to (W, A) = (2000, 544), where one replicate needs
-    (1024, 416), and its warm statistics took 36.7-42.4 s against 1.9 s for one replicate.
+    A replicate runs alone exactly as inside a sequential batch (the same program), so the spliced
+    results are those of a batch at a capacity that fits it. Measured (issue 17, session 17, n = 2000,
+    p = 1000, R = 10): the whole batch had climbed to (W, A) = (2000, 544), its statistics 36.7-42.4 s.
     """
     for r in which:
         one = _run(
@@ -732,12 +738,12 @@ def l1_cv(
             free memory, then ``"naive"``), ``"homotopy"`` (exact path on
             Gram columns), ``"cov"`` (coordinate descent on Gram columns) or
             ``"naive"`` (residual updates; the logistic loss always).
-        max_features: working-set capacity ``W``; ``None`` starts at 512 and
-            grows (re-running the path) whenever it is exceeded: doubled up
-            to 1024, then 1536, 2048, 3072, 4096, ... In a
-            sequential batch, when at most half of the replicates exceed the
-            batch's capacity, only those run again, each alone at a capacity
-            of its own (the others keep the smaller, faster one).
+        max_features: working-set capacity ``W``; ``None`` starts at 512 (or where
+            the last call of this shape ended, one step more where it filled over
+            90%, :func:`jaxknock._capacity.headroom`) and grows, re-running the
+            path, whenever it is exceeded: doubled up to 1024, then 1536, 2048,
+            3072, ... In a sequential batch, when at most half of the replicates
+            exceed its capacity, only those run again, each alone at its own.
         throw: raise ``RuntimeError`` if a solve did not succeed.
         batch_mode: how ``R`` replicates run: ``"sequential"`` (one after
             another in one program, ``lax.map``), ``"lockstep"`` (the homotopy
@@ -754,7 +760,8 @@ def l1_cv(
         ``lam_index_1se``), ``intercept``, ``lambdas``, ``cv_error`` ``(L, K)``
         (``inf`` past an early exit), ``cv_mean``, ``cv_se``, ``kkt``,
         ``gap``, ``num_steps``, ``max_steps``, ``num_lambdas_solved``,
-        ``coef_path`` ``(L, m)`` of the full-data fit, ``nnz``.
+        ``coef_path`` ``(L, m)`` of the full-data fit, ``nnz``; the capacity
+        used: ``working_set_size`` and ``peak_active`` (largest member active set).
 
     Example:
         >>> X = jax.random.normal(jax.random.key(0), (100, 20))
