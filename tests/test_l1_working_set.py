@@ -319,7 +319,8 @@ def _homotopy_rows(monkeypatch, X, y, rows_dtype, guard=True):
 
 @pytest.mark.parametrize("n, m, dup", [(150, 60, 0), (60, 240, 5)], ids=["dense", "wide-collinear"])
 def test_homotopy_kinks_on_float32_rows_follow_the_float64_path(monkeypatch, n, m, dup):
-    """The default (float32 Gram rows in the kinks of a float64 design) gives the all-float64 path."""
+    """Float32 Gram rows in the kinks of a float64 design (the default once the rows leave the cache,
+    ``_ws_homotopy.rows_dtype``; forced here on small rows) give the all-float64 path."""
     X, y = _data(n, m, seed=5, dup=dup)
     exact = _homotopy_rows(monkeypatch, X, y, jnp.float64)
     fast = _homotopy_rows(monkeypatch, X, y, jnp.float32)
@@ -336,7 +337,7 @@ def test_homotopy_kinks_on_float32_rows_follow_the_float64_path(monkeypatch, n, 
 def test_homotopy_grid_steps_off_the_path_are_redone_in_float64(monkeypatch):
     """Kinks on bfloat16 rows (8-bit mantissa) end many grid steps off the path; the exact check after each
     grid step redoes them with float64 rows, so the result is the float64 path's. Without the check the
-    same run is visibly wrong (this is what makes the float32 default safe)."""
+    same run is visibly wrong (this is what makes the float32 rows safe)."""
     X, y = _data(150, 60, seed=6)
     exact = _homotopy_rows(monkeypatch, X, y, jnp.float64)
     rough = _homotopy_rows(monkeypatch, X, y, jnp.bfloat16)
