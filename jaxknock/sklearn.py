@@ -180,10 +180,11 @@ class KnockoffSelector(_RandomisedSelector):
 
     Args:
         fdr: target false discovery rate in (0, 1).
-        method: S-vector method: ``"asdp"``, ``"sdp"``, ``"sdp_factor"``,
-            ``"mvr"``, ``"maxent"`` or ``"equicorrelated"`` (aliases ``"equi"``, ``"sdp-factor"``),
-            or ``"auto"`` (``"sdp"``, or ``"sdp_factor"`` when ``p >= n``; see
-            :func:`jaxknock.pipeline.resolve_s_method`).
+        method: S-vector method: ``"auto"`` (default, as :func:`~jaxknock.knockoff_filter`
+            and the CLI: ``"sdp"``, or ``"sdp_factor"`` when ``p >= n`` or with ``rank``; see
+            :func:`jaxknock.pipeline.resolve_s_method`), ``"asdp"`` (faster for thousands
+            of features), ``"sdp"``, ``"sdp_factor"``, ``"mvr"``, ``"maxent"`` or
+            ``"equicorrelated"`` (aliases ``"equi"``, ``"sdp-factor"``).
         statistic: ``"lcd"``, ``"lsm"``, ``"correlation"`` or ``"centroid"``.
         num_replicates: knockoff replicates (aggregated by ``aggregate``).
         random_state: ``None``, int, ``RandomState`` or ``Generator``.
@@ -216,7 +217,7 @@ class KnockoffSelector(_RandomisedSelector):
     def __init__(
         self,
         fdr=0.1,
-        method="asdp",
+        method="auto",
         statistic="lcd",
         num_replicates=1,
         random_state=None,

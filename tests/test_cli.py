@@ -172,6 +172,28 @@ def test_select_sdp_factor_and_npy_index_target(tmp_path, capsys):
     assert "of 20 features" in out
 
 
+@pytest.mark.parametrize(
+    "shape, extra, resolved",
+    [((120, 20), [], "sdp"), ((40, 60), [], "sdp_factor"), ((120, 20), ["--rank", "3"], "sdp_factor")],
+)
+def test_select_default_method_is_the_librarys_auto(tmp_path, capsys, shape, extra, resolved):
+    """The CLI's default S-vector method was ``asdp`` while its help promised sdp-factor for p >= n:
+    a table with more features than rows was refused unless ``--method sdp-factor`` was typed. The
+    default is now ``auto``, as :func:`knockoff_filter` and ``KnockoffSelector``: the report records
+    what it resolved to, and a wide table runs."""
+    n, p = shape
+    X, y = regression_table(n=n, p=p, signals=5, seed=2)
+    path = write_csv(tmp_path / "t.csv", [f"g{j}" for j in range(p)] + ["y"], np.column_stack([X, y]).tolist())
+    out_json = tmp_path / "r.json"
+    argv = ["select", path, "--target", "y", "--statistic", "correlation", "--out", str(out_json), *extra]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    assert f"method auto ({resolved.replace('_', '-')})" in out
+    report = json.loads(out_json.read_text())
+    assert report["settings"]["method"] == "auto" and report["settings"]["s_method"] == resolved
+    assert report["s_vector"]["result"] == "successful"
+
+
 def test_select_subprocess_no_traceback(tmp_path):
     bad = write_csv(tmp_path / "bad.csv", ["a", "b", "y"], [[1, 2, 3]] * 20)
     proc = subprocess.run(
@@ -274,10 +296,11 @@ def bad_files(tmp_path):
         ("const", [], ["constant column(s) d", "drop them"]),
         ("const_target", [], ["target column 'y' is constant"]),
         ("few", [], ["only 6 rows", "at least 10"]),
-        ("wide", [], ["20 rows for 30 features", "--method sdp-factor"]),
+        ("wide", ["--method", "asdp"], ["20 rows for 30 features", "--method sdp-factor"]),
         ("text", ["--fdr", "1.5"], ["--fdr must lie strictly between 0 and 1"]),
         ("text", ["--replicates", "0"], ["--replicates must be a positive integer"]),
-        ("text", ["--rank", "3"], ["--rank only applies to --method sdp-factor"]),
+        ("text", ["--method", "sdp", "--rank", "3"], ["--rank only applies to --method sdp-factor"]),
+        ("wide", ["--knockoffs", "2"], ["--knockoffs > 1 need a dense method"]),  # auto chose sdp-factor
         ("wide", ["--method", "sdp-factor", "--rank", "25"], ["--rank must be smaller than min(rows, features) = 20"]),
         ("text", ["--lam", "-1"], ["--lam must be positive"]),
     ],

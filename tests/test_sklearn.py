@@ -65,6 +65,19 @@ def test_exemptions_have_reasons():
     assert SparseNaiveBayes().__sklearn_tags__().input_tags.positive_only
 
 
+@pytest.mark.parametrize("n, p, resolved", [(120, 20, "sdp"), (40, 60, "sdp_factor")])
+def test_knockoff_selector_default_method_is_the_librarys(n, p, resolved):
+    """The default S-vector method is ``knockoff_filter``'s ``"auto"`` (it was ``"asdp"``, which
+    refuses a design with ``p >= n``): the same method and the same ``W`` as the function."""
+    X, y = regression(n=n, p=p, signals=5, seed=3)
+    sel = KnockoffSelector(statistic="correlation", random_state=0).fit(X, y)
+    assert sel.selection_.settings["s_method"] == resolved
+    with jax.enable_x64(True):
+        ref = jk.knockoff_filter(jax.random.key(0), X, y, statistic="correlation")
+    assert ref.settings["s_method"] == resolved
+    np.testing.assert_allclose(sel.statistics_, np.asarray(ref.W[0]), rtol=1e-8, atol=1e-10)
+
+
 def test_knockoff_selector_matches_knockoff_filter():
     X, y = regression(n=300)
     sel = KnockoffSelector(fdr=0.25, **FAST).fit(X, y)

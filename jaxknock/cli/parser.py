@@ -60,8 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument(
         "--method",
         choices=sorted(METHODS),
-        default="asdp",
-        help="S-vector method (default asdp; sdp-factor for p >= n)",
+        default="auto",
+        help="S-vector method (default auto, as knockoff_filter: sdp with more rows than features, "
+        "sdp-factor otherwise or with --rank; asdp is faster for thousands of features)",
     )
     sel.add_argument("--rank", type=int, default=None, help="factor-model rank for --method sdp-factor")
     sel.add_argument("--replicates", type=int, default=1, help="knockoff replicates, aggregated by e-BH")

@@ -50,6 +50,7 @@ def _check_design(path, names, X, j_target, *, method):
 
 
 METHODS = {
+    "auto": "auto",  # the library's default (jaxknock.pipeline.resolve_s_method), resolved on the table's shape
     "sdp": "sdp",
     "sdp-factor": "sdp_factor",
     "asdp": "asdp",
@@ -65,8 +66,8 @@ def _check_select_args(args, method) -> None:
         raise CLIError(f"--fdr must lie strictly between 0 and 1, got {args.fdr}")
     if args.replicates < 1:
         raise CLIError(f"--replicates must be a positive integer, got {args.replicates}")
-    if args.rank is not None and method != "sdp_factor":
-        raise CLIError("--rank only applies to --method sdp-factor")
+    if args.rank is not None and method not in ("sdp_factor", "auto"):
+        raise CLIError("--rank only applies to --method sdp-factor (or auto, which it turns into sdp-factor)")
     if args.rank is not None and args.rank < 1:
         raise CLIError(f"--rank must be a positive integer, got {args.rank}")
     if args.lam is not None and args.lam <= 0:
@@ -93,20 +94,36 @@ def _load_groups(path, p):
     return g.astype(np.int64) if g.dtype.kind == "f" else g
 
 
-def _load_design(args, method):
-    """Read the table and split it into ``(names, j, X, y, features, levels)``, checking the target.
+def _resolve_method(args, method, shape):
+    """``--method auto``: the library's choice for a design of ``shape`` (:func:`~jaxknock.pipeline.resolve_s_method`).
 
-    ``levels``: the two text labels of a binary target coded 0/1 (``None`` for a numeric target).
+    ``sdp`` with more rows than features, ``sdp-factor`` otherwise or with ``--rank``;
+    ``sdp`` with ``--groups`` (a group law is dense). Any other method is kept.
+    """
+    if method != "auto":
+        return method
+    from jaxknock.pipeline import resolve_s_method
+
+    return resolve_s_method("auto", shape, groups=getattr(args, "groups", None), rank=args.rank)
+
+
+def _load_design(args, method):
+    """Read the table and split it into ``(names, j, X, y, features, levels, method)``, checking the target.
+
+    ``levels``: the two text labels of a binary target coded 0/1 (``None`` for a numeric target);
+    ``method``: the S-vector method, ``auto`` resolved on the table's shape.
     """
     names, table, levels = load_table(args.data, target=args.target)
     j = resolve_target(names, args.target, args.data)
+    method = _resolve_method(args, method, (table.shape[0], table.shape[1] - 1))
+    _check_select_args(args, method)  # --knockoffs > 1 where auto chose sdp-factor
     X, y, features = _check_design(args.data, names, table, j, method=method)
     n, p = X.shape
     if args.rank is not None and args.rank >= min(n, p):
         raise CLIError(f"--rank must be smaller than min(rows, features) = {min(n, p)}, got {args.rank}")
     if args.statistic == "centroid" and len(set(y.tolist())) != 2:
         raise CLIError("--statistic centroid needs a binary target (two distinct values)")
-    return names, j, X, y, features, levels
+    return names, j, X, y, features, levels, method
 
 
 def _run_filter(args, method, X, y):
@@ -240,7 +257,7 @@ def run_select(args) -> int:
     method = METHODS[args.method]
     _check_select_args(args, method)
     t0 = time.perf_counter()
-    names, j, X, y, features, levels = _load_design(args, method)
+    names, j, X, y, features, levels, method = _load_design(args, method)
     n, p = X.shape
     t_load = time.perf_counter() - t0
 
@@ -249,7 +266,9 @@ def run_select(args) -> int:
     say(
         f"{len(features)} features, {n} rows, target {names[j]!r}"
         + (f" (coded 0 = {levels[0]!r}, 1 = {levels[1]!r})" if levels else "")
-        + f"; method {args.method}, "
+        + f"; method {args.method}"
+        + (f" ({method.replace('_', '-')})" if args.method == "auto" else "")
+        + ", "
         f"statistic {args.statistic}, {args.replicates} replicate(s), FDR {args.fdr}"
     )
     t0 = time.perf_counter()
