@@ -39,6 +39,10 @@ __all__ = ["NewtonState", "newton_init", "newton_step"]
 PATIENCE = 32
 # power iterations of the line search's positive-definiteness bound (_pd_step_bound)
 _PD_POWER_STEPS = 8
+# fraction to the boundary of the PD cone: a step t is taken only if t / _PD_FRACTION is
+# still positive definite, so 2C - diag(s) >= (1 - _PD_FRACTION) times its previous value
+# (see _path_step)
+_PD_FRACTION = 0.7
 
 
 class NewtonState(NamedTuple):
@@ -158,29 +162,40 @@ def path_step(st: NewtonState, C2, cap, tol, mu=0.1, center=0.3, patience=PATIEN
 def _path_step(st: NewtonState, L, C2, cap, tol, mu=0.1, center=0.3, patience=PATIENCE):
     r"""One primal-dual Newton step from ``st`` and the Cholesky factor ``L`` of ``2C - diag(st.s)``.
 
-    Returns ``(new state, Cholesky factor of 2C - diag(new.s))``: the line
-    search's positive-definiteness test of the accepted step is that
-    factorisation, so :func:`solve_path` passes it to the next step instead of
-    factoring the same matrix again (one Cholesky factorisation of three per step).
+    Returns ``(new state, Cholesky factor of 2C - diag(new.s))``, which the
+    next step's direction uses (:func:`solve_path`).
 
     Solves for the direction of :func:`_newton_direction`; the step goes 99%
-    of the way to the box boundary and is shortened (factor 0.7) until
-    ``2C - diag s`` is positive definite (Cholesky test); ``lam <- mu lam``
-    once the Newton decrement is below ``center``. The certificate at the
-    current iterate updates the best dual bound and the stall score:
-    4 per centred and 1 per uncentred step that does not shrink the certified
-    gap, reset by one that does (:func:`path_terminate` stops at ``patience``,
-    the rounding floor of the certificate, typically ~1e-6 relative).
-    Each step costs about ``3 p^3`` flops (two Cholesky factorisations, a
-    triangular inverse, one product), so ``O(p^3)`` like a coordinate sweep:
-    the factorisation of the Newton system, and the test of the accepted step,
-    which is the next step's factor of ``2C - diag s``. Shortenings that a
-    Rayleigh-quotient bound (:func:`_pd_step_bound`) proves infeasible are
-    skipped without a factorisation, so the accepted step is the one the tests
-    would reach. Measured (issue 17, session 20, 2-core CPU, Ledoit-Wolf
-    correlation of the block design): p = 1000, 40 steps, 4.32-4.42 s -> 3.46-3.54 s
-    (the line search had run 93 factorisations beyond the 40 accepted ones, and
-    the direction one more per step); p = 200: 0.074 -> 0.057 s; the same ``s``, bitwise.
+    of the way to the box boundary and is shortened (factor 0.7) until it
+    keeps a fraction to the boundary of the positive definite cone: ``t`` is
+    taken only if ``2C - diag(s + t ds / f)`` is positive definite (Cholesky
+    test, ``f = 0.7``), so that ``2C - diag(s_new) >= (1 - f) (2C - diag s)``
+    (the matrix is affine in ``t``). ``lam <- mu lam`` once the Newton
+    decrement is below ``center``. The certificate at the current iterate
+    updates the best dual bound and the stall score: 4 per centred and 1 per
+    uncentred step that does not shrink the certified gap, reset by one that
+    does (:func:`path_terminate` stops at ``patience``, the rounding floor of
+    the certificate, typically ~1e-6 relative).
+
+    Why the fraction: a step to the edge of the cone (the test at ``t``
+    itself, before session 23) could leave ``2C - diag s`` with eigenvalues
+    of 1e-9 while ``lam`` was still 1e-3. There the Newton directions shrink
+    to nothing, the certificate (built from ``(2C - diag s)^{-1}``) is
+    useless, and the path stalled. On raw sample correlations (a valid,
+    ill-conditioned input), 10 of 24 designs (block, AR(1), factor and
+    equicorrelated laws, p = 200 and 400, n/p = 1.15, 1.5 and 3) stopped
+    ``stagnated``, some with a certified gap of 70% (p = 400, n = 1200
+    block design: 88.1 against a bound of 152.0; cvxpy + SCS gives 36.577 at
+    p = 300, n = 600 where the path had stopped at 36.481). With the fraction
+    21 of 24 are certified and the other 3 stop within 1e-4 of their bound;
+    the 24 took 1572 steps against 1907.
+
+    Each step costs three Cholesky factorisations (the Newton system, the
+    test of the accepted step, the factor of the new iterate), a triangular
+    inverse and one product, ``O(p^3)`` like a coordinate sweep. Shortenings
+    that a Rayleigh-quotient bound (:func:`_pd_step_bound`) proves infeasible
+    are skipped without a factorisation, so the accepted step is the one the
+    tests would reach.
     """
     inf = jnp.asarray(jnp.inf, st.s.dtype)
     ds, dz0, dz1, h, dec, Linv = _newton_direction(C2, st.s, st.z0, st.z1, st.lam, cap, L)
@@ -188,23 +203,30 @@ def _path_step(st: NewtonState, L, C2, cap, tol, mu=0.1, center=0.3, patience=PA
     dual = jnp.where(jnp.isfinite(dual), dual, inf)
     tp = jnp.minimum(_common.max_step(st.s, ds), _common.max_step(cap - st.s, -ds))
 
+    ds_far = ds / _PD_FRACTION  # the test direction: PD at t / _PD_FRACTION (fraction to the boundary)
+
     def shrink(c):
         t, k, _, _ = c
-        return (t * 0.7, k + 1, *_common.cholesky_if_pd(C2, st.s + 0.7 * t * ds))
+        return (t * 0.7, k + 1, *_common.cholesky_if_pd(C2, st.s + 0.7 * t * ds_far))
 
     # shortenings that provably end outside the PD cone are skipped without a factorisation
     # (the same sequence of step lengths: the accepted step is the one the tests would reach)
-    t_pd = _pd_step_bound(Linv, ds)
+    t_pd = _pd_step_bound(Linv, ds_far)
     tp, k0 = lax.while_loop(
         lambda c: (c[1] < 40) & (c[0] >= t_pd), lambda c: (c[0] * 0.7, c[1] + 1), (tp, jnp.int32(0))
     )
-    init = (tp, k0, *_common.cholesky_if_pd(C2, st.s + tp * ds))
-    tp, _, pd, L_new = lax.while_loop(lambda c: (c[1] < 40) & ~c[2], shrink, init)
+    init = (tp, k0, *_common.cholesky_if_pd(C2, st.s + tp * ds_far))
+    tp, _, pd, _ = lax.while_loop(lambda c: (c[1] < 40) & ~c[2], shrink, init)
+    # the accepted iterate's own factor (the test's is further out); PD at t / f makes
+    # 2C - diag(s + t ds) PD, but near-singular 2C can still fail its Cholesky in rounding
+    pd_here, L_try = _common.cholesky_if_pd(C2, st.s + jnp.where(pd, tp, 0.0) * ds)
     # the iterate never leaves the PD cone: a step that is still not PD after
-    # 40 shortenings (near-singular 2C, rounding) is not taken
+    # 40 shortenings (near-singular 2C, rounding), or whose own factorisation fails, is not taken
+    pd = pd & pd_here
     tp = jnp.where(pd, tp, 0.0)
     td = jnp.minimum(_common.max_step(st.z0, dz0), _common.max_step(st.z1, dz1))
     s_new = st.s + tp * ds
+    L_new = jnp.where(pd, L_try, L)
     best = jnp.minimum(st.dual, dual)
     sum_new = jnp.sum(s_new)
     # progress = the certified gap shrinks (a better bound or a better iterate)
