@@ -284,3 +284,16 @@ def test_equicorrelated_num_knockoffs():
     np.testing.assert_allclose(np.asarray(s3), min(1.0, 4 / 3 * lmin), rtol=1e-8)
     with pytest.raises(ValueError, match="num_knockoffs"):
         jaxknock.equicorrelated(jnp.asarray(C20), num_knockoffs=0)
+
+
+def test_maxent_default_budget_certifies_a_raw_sample_correlation():
+    """A raw sample correlation from n = 1.15 p rows (block law, lambda_min ~ 5e-3): maximum
+    entropy needs 610 sweeps here and stopped ``max_steps_reached`` (gap 1.3e-2) at the former
+    default of 500; with the default budget it is certified."""
+    rng = np.random.default_rng(1)
+    p, n = 200, 229
+    B = np.full((20, 20), 0.5) + 0.5 * np.eye(20)
+    X = (rng.standard_normal((n, p // 20, 20)) @ np.linalg.cholesky(B).T).reshape(n, p)
+    sol = jaxknock.maxent(np.corrcoef(X, rowvar=False))
+    assert RESULTS(int(sol.result)) == RESULTS.successful
+    assert int(sol.stats["num_steps"]) > 500
