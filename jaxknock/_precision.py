@@ -28,15 +28,14 @@ from jaxknock.covariance import FactorModel
 __all__ = ["cast_floats", "solve_s_float64"]
 
 
+def _needs_cast(a, dtype) -> bool:
+    """``a`` is a floating array of another dtype than ``dtype``."""
+    return hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating) and a.dtype != dtype
+
+
 def cast_floats(tree, dtype):
     """Every floating leaf of ``tree`` (arrays, ``BlockDiagonal``, ...) cast to ``dtype``; others untouched."""
-
-    def cast(a):
-        if hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating) and a.dtype != dtype:
-            return jnp.asarray(a, dtype)
-        return a
-
-    return jax.tree_util.tree_map(cast, tree)
+    return jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype) if _needs_cast(a, dtype) else a, tree)
 
 
 # one small program each (eager casts compile one program per operation: in a fresh process
@@ -46,11 +45,10 @@ _cast_floats = jax.jit(cast_floats, static_argnums=1)
 
 @jax.jit
 def _upcast(Sigma):
-    """``Sigma`` (matrix or :class:`FactorModel`) in float64; a lower-precision matrix is symmetrised exactly."""
+    """``Sigma`` (matrix or :class:`FactorModel`, not already float64: see :func:`_is_float64`) in float64;
+    a lower-precision matrix is symmetrised exactly."""
     if isinstance(Sigma, FactorModel):
         return FactorModel(jnp.asarray(Sigma.d, jnp.float64), jnp.asarray(Sigma.U, jnp.float64))
-    if Sigma.dtype == jnp.float64:
-        return Sigma
     # a float32 estimate is symmetric only up to its own rounding; the solvers check symmetry to 1e-8
     S64 = Sigma.astype(jnp.float64)
     return 0.5 * (S64 + jnp.swapaxes(S64, -1, -2))
@@ -62,9 +60,8 @@ def _is_float64(Sigma) -> bool:
 
 
 def _all_of(tree, dtype) -> bool:
-    """No floating leaf of ``tree`` needs a cast to ``dtype``."""
-    leaves = jax.tree_util.tree_leaves(tree)
-    return all(not jnp.issubdtype(a.dtype, jnp.floating) or a.dtype == dtype for a in leaves if hasattr(a, "dtype"))
+    """No leaf of ``tree`` needs a cast to ``dtype`` (:func:`cast_floats` would change nothing)."""
+    return not any(_needs_cast(a, dtype) for a in jax.tree_util.tree_leaves(tree))
 
 
 def solve_s_float64(solver, Sigma, *args, dtype, **kwargs) -> Solution:
