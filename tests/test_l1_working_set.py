@@ -451,3 +451,29 @@ def test_lockstep_replicates_equal_sequential_replicates():
         np.testing.assert_allclose(np.asarray(lock.value[r]), np.asarray(one.value), rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="batch_mode"):
         l1_cv(Xs, ys, batch_mode="parallel", **kw)
+
+
+def test_slot_tiers_follow_the_untiered_path():
+    """A design run alone does each grid step on the fewest quarters of its ``A`` active slots that hold its
+    active sets, and moves up a tier in the middle of a step when a member needs a free slot; the answers are
+    the untiered lock step's (``vmap``, every kink on all ``A`` slots) to rounding.
+
+    The active sets cross the tiers (``A = 158``: tiers 64, 96, 128, 158) within coarse grid steps, so members
+    run out of slots mid-step (without the move up a tier the fit stops at 64 active and reports the overflow).
+    """
+    from jaxknock.l1._ws_homotopy import slot_tiers
+
+    X, y = _data(120, 150, seed=3)  # n_f = 96 training rows < m: active sets grow to the rank
+    kw = dict(folds=5, num_lambdas=6, method="homotopy", early_stop=False)  # many entries per grid step
+    alone = l1_cv(X, y, **kw)
+    lock = l1_cv(np.stack([X, X]), np.stack([y, y]), batch_mode="lockstep", **kw)
+    tiers = slot_tiers(150 + 8)
+    assert tiers == (64, 96, 128, 158)
+    assert int(alone.stats["peak_active"]) > tiers[1]  # the path climbed through the tiers
+    assert int(alone.result) == RESULTS.successful
+    assert int(alone.stats["lam_index"]) == int(lock.stats["lam_index"][0])
+    np.testing.assert_array_equal(np.asarray(alone.stats["num_lambdas_solved"]), lock.stats["num_lambdas_solved"][0])
+    np.testing.assert_allclose(np.asarray(alone.value), np.asarray(lock.value[0]), rtol=0, atol=1e-10)
+    for k in ("cv_error", "coef_path"):
+        a, b = np.asarray(alone.stats[k]), np.asarray(lock.stats[k][0])
+        np.testing.assert_allclose(a[np.isfinite(a)], b[np.isfinite(b)], rtol=1e-9, atol=1e-10)

@@ -27,8 +27,9 @@ size when few features join). Along the path:
   from the design (two products with ``M`` right-hand sides for all members);
   violators join the working set and the solve resumes.
 
-Held-out errors come from the same sufficient statistics and the KKT
-gradient, so the CV statistics cost one ``(W x W)`` product per grid point.
+Held-out errors are the residuals of the held-out rows, from the fitted values
+``X_W \beta`` that the KKT check computes anyway (:func:`kkt_refresh`), so the CV
+statistics cost ``O(n M)`` per grid point.
 """
 
 from __future__ import annotations
@@ -57,11 +58,9 @@ class CovData(NamedTuple):
     yvar: jax.Array  # (M,) ||y_c||^2 / n_f
     ybar: jax.Array  # (M,)
     # held-out block statistics (indexed by member; zeros for the full member)
-    nt: jax.Array  # (M,)
-    st: jax.Array  # (M, m) X_t^T 1
-    ut: jax.Array  # (M, m) X_t^T y_t
-    syt: jax.Array  # (M,)
-    syyt: jax.Array  # (M,)
+    nt: jax.Array  # (M,) held-out rows
+    yb: jax.Array  # (B, rows) the response in the block layout, zero padded
+    real: jax.Array  # (B, rows) bool: a row of the data (not padding)
 
 
 class CovState(NamedTuple):
@@ -73,6 +72,7 @@ class CovState(NamedTuple):
     grad: jax.Array  # (M, m) full gradient q - C beta at the last check
     overflow: jax.Array  # () bool: a feature could not join (capacity W)
     XW: jax.Array  # (B, r, Wc) design columns of the working set, in the block layout
+    fit: jax.Array  # (B, r, M) X_W beta of every member on every row, at the last KKT check
 
 
 def cov_data(X, y, rows, excl) -> CovData:
@@ -99,7 +99,7 @@ def cov_data(X, y, rows, excl) -> CovData:
     ybar = (sy.sum() - syt) / nf
     q = (u.sum(0) - ut) / nf[:, None] - mu * ybar[:, None]
     yvar = (syy.sum() - syyt) / nf - ybar**2
-    return CovData(Xb, excl, nf, mu, q, yvar, ybar, nt, st, ut, syt, syyt)
+    return CovData(Xb, excl, nf, mu, q, yvar, ybar, nt, yb, rows < n)
 
 
 def init_state(d: CovData, Wc: int) -> CovState:
@@ -114,6 +114,7 @@ def init_state(d: CovData, Wc: int) -> CovState:
         grad=d.q,
         overflow=jnp.bool_(False),
         XW=jnp.zeros(d.Xb.shape[:2] + (Wc,), dt),
+        fit=jnp.zeros(d.Xb.shape[:2] + (M,), dt),
     )
 
 
@@ -336,13 +337,13 @@ def solve_ws(d: CovData, st: CovState, lam, tol, max_epochs, newton_cap: int = 2
     return st._replace(beta=beta), k, done
 
 
-def full_gradient(d: CovData, st: CovState):
-    r"""``g = q - C b`` for all ``m`` features and members, from the design.
+def _gradient_and_fit(d: CovData, st: CovState):
+    r"""``g = q - C b`` for all ``m`` features and members, from the design, and the fitted values ``X_W b``.
 
     ``C_f b = X^T (t_f \odot X_W b) / n_f - \mu_f (\mu_{f,W}^\top b)`` with
     ``t_f`` the member's training rows: two products with ``M`` right-hand
     sides (``n m + n W`` numbers read), so the cache only holds the
-    ``W x W`` block of the working set.
+    ``W x W`` block of the working set. The fitted values are ``(B, r, M)``.
     """
     B, r, m = d.Xb.shape
     M, Wc = st.beta.shape
@@ -352,35 +353,36 @@ def full_gradient(d: CovData, st: CovState):
     R = (eta * train[:, None, :]).reshape(B * r, M)
     XtR = lax.dot_general(R, d.Xb.reshape(B * r, m), (((0,), (0,)), ((), ())), precision=_HI)  # (M, m)
     mub = (jnp.take(d.mu, st.idx, axis=1) * st.beta).sum(1)  # (M,) mu_{f,W} . b_f
-    return d.q - (XtR / d.nf[:, None] - d.mu * mub[:, None])
+    return d.q - (XtR / d.nf[:, None] - d.mu * mub[:, None]), eta
+
+
+def kkt_refresh(d: CovData, st: CovState, go):
+    """``st`` with the gradient and fitted values at ``st.beta`` (a design with ``go`` false is left as it is)."""
+    g, eta = _gradient_and_fit(d, st)
+    return st._replace(grad=jnp.where(go, g, st.grad), fit=jnp.where(go, eta, st.fit))
 
 
 def fit_stats(d: CovData, st: CovState):
     """Per member: training loss ``||y_c - X_c b||^2 / n_f`` and held-out mean squared error.
 
-    ``st.grad`` must be the gradient ``q - C b`` at ``st.beta`` (the KKT check
-    leaves it so), which gives each member's own Gram times ``b`` for free; the
-    only product is the full-data Gram block ``(W x W)`` times every member's ``b``.
+    ``st.grad`` must be the gradient ``q - C b`` at ``st.beta`` and ``st.fit``
+    the fitted values ``X_W b`` (:func:`kkt_refresh` leaves them so): the
+    training loss is ``var(y) - 2 b^T q + b^T C b`` with ``C b = q - g`` on the
+    working set, and the held-out error is the mean squared residual of the
+    member's held-out rows, ``y_i - b_0 - x_i^T b``, computed as it is (no
+    difference of large sums, which cancels in float32).
     """
     b = st.beta
-    full = d.excl.shape[0] - 1  # the last member is the full data
     Cbw = jnp.take(d.q - st.grad, st.idx, axis=1)  # own Gram times b, on the working set
-    Gfull = st.C[full]  # (W, W) full-data Gram block
-    Fbw = jnp.einsum("vw,fw->fv", Gfull, b, precision=_HI)  # full-data Gram times b
     bGb = (b * Cbw).sum(1)
     qw = jnp.take(d.q, st.idx, axis=1)
     bq = (b * qw).sum(1)
     train = d.yvar - 2 * bq + bGb
-    # held-out: T_test = T_all - T_train with T = n (C + mu mu^T) restricted to the working set
     mu_w = jnp.take(d.mu, st.idx, axis=1)
-    mua = mu_w[full]
-    b_all_quad = (b * Fbw).sum(1) + (b @ mua) ** 2
-    ntot = d.nf[full]
-    tr_quad = bGb + (b * mu_w).sum(1) ** 2
-    tquad = ntot * b_all_quad - d.nf * tr_quad
     b0 = d.ybar - (b * mu_w).sum(1)
-    utw = jnp.take(d.ut, st.idx, axis=1)
-    stw = jnp.take(d.st, st.idx, axis=1)
-    sse = d.syyt - 2 * b0 * d.syt + d.nt * b0**2 - 2 * (b * (utw - b0[:, None] * stw)).sum(1) + tquad
-    test = sse / jnp.maximum(d.nt, 1)
+    M = b.shape[0]
+    e = jnp.maximum(d.excl, 0)
+    res = d.yb[e] - b0[:, None] - st.fit[e, :, jnp.arange(M)]  # (M, r): each member's held-out rows
+    sse = jnp.sum(jnp.where(d.real[e], res * res, 0), axis=1)
+    test = jnp.where(d.excl >= 0, sse / jnp.maximum(d.nt, 1), 0)
     return train, test, b0

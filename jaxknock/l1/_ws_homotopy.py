@@ -37,10 +37,22 @@ rank when ``n_f < m``) cannot join: its Schur complement vanishes and it is
 skipped for the rest of the grid step (its gradient follows the active
 ones'); the KKT check over all features still certifies the result, and
 ``stats["kkt"]`` reports it.
+
+A kink costs ``O(a^2 + a W)`` per member on its ``a`` active slots, used or not.
+A design that is not under ``vmap`` (alone, or one replicate after another) runs
+each grid step on the smallest of four *tiers* of slots (:func:`slot_tiers`,
+quarters of the capacity ``A``) that holds its members' active sets, and a member
+that needs a free slot in the middle of the step hands the step on to the next
+tier where it stopped (:func:`_follow`). Measured on a 2-core CPU (n = 600,
+m = 400, 10 replicates, float32): 0.61-0.64 s against 0.90-1.06 s on all 256
+slots, for 2.3 s more of XLA compilation in a fresh process
+(``benchmarks/measured/NOTES.md``, session 24). Under ``vmap`` (the lock step
+of a batch) the tier switch would run every tier, so every kink uses all ``A``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -62,7 +74,7 @@ _OFF_PATH_RTOL = 1e-9
 
 cov_data = _cov.cov_data
 add_features = _cov.add_features
-full_gradient = _cov.full_gradient
+kkt_refresh = _cov.kkt_refresh
 fit_stats = _cov.fit_stats
 
 
@@ -87,6 +99,7 @@ class HomState(NamedTuple):
     grad: jax.Array  # (M, m)
     overflow: jax.Array  # ()
     XW: jax.Array  # (B, r, Wc)
+    fit: jax.Array  # (B, r, M)
     # homotopy fields
     slot_over: jax.Array  # () bool: a member needed more than A active slots
     cur: Member  # current
@@ -126,7 +139,9 @@ def _kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done):
     ``alpha = 1 / sigma``. The direction ``v = Ginv s`` follows in ``O(A)``:
     ``Ginv e_k = 0`` on a free slot and ``Ginv_new e_i = 0`` on a dropped one,
     so ``v_new = v + alpha x (x^T s)`` with the signs after an addition and
-    before a removal (zero on the dropped slot). A member that is ``done`` does not move.
+    before a removal (zero on the dropped slot). A member that is ``done`` does not move, nor
+    one whose next event is an addition with every slot in use (the last output, ``blocked``:
+    :func:`_follow` gives it more slots, or reports the overflow).
     """
     dt = g.dtype
     inf = jnp.asarray(jnp.inf, dt)
@@ -141,7 +156,6 @@ def _kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done):
     tl = jnp.where(shrink, -mem.sbeta / jnp.where(shrink, v, 1), inf)
     i = jnp.argmin(tl)
     grid = tg <= jnp.minimum(tin[j], tl[i])
-    t = jnp.where(done, 0, jnp.minimum(tg, jnp.minimum(tin[j], tl[i])))
     leave = ~done & ~grid & (tl[i] < tin[j])
     enter = ~done & ~grid & ~(tl[i] < tin[j])
 
@@ -154,6 +168,8 @@ def _kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done):
     sigma = col[j] - b @ u
     sat = sigma <= 1e-10 * jnp.maximum(col[j], jnp.finfo(dt).tiny)
     do_enter = enter & ~sat & ~full
+    blocked = enter & ~sat & full  # no free slot: stay put (the caller gives more slots, or reports the overflow)
+    t = jnp.where(done | blocked, 0, jnp.minimum(tg, jnp.minimum(tin[j], tl[i])))
     e = (jnp.arange(A) == slot).astype(dt)
     gi = mem.Ginv[:, i]
     x = jnp.where(leave, gi, jnp.where(do_enter, u - e, 0))
@@ -164,7 +180,7 @@ def _kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done):
 
     sbeta = jnp.where(mem.used, mem.sbeta + t * v, 0)
     g = g - t * w
-    lam_new = jnp.where(done, lam, jnp.where(grid, lam_t, lam - t))
+    lam_new = jnp.where(done | blocked, lam, jnp.where(grid, lam_t, lam - t))
     add = jnp.where(do_enter, slot, A)
     used = mem.used.at[drop].set(False, mode="drop").at[add].set(True, mode="drop")
     sg = mem.sgn.at[drop].set(0, mode="drop").at[add].set(jnp.sign(g[j]), mode="drop")
@@ -176,14 +192,14 @@ def _kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done):
     act = act.at[jnp.where(leave, mem.slot_c[i], Wc)].set(False, mode="drop")
     act = act.at[jnp.where(do_enter, j, Wc)].set(True, mode="drop")
     banned = (
-        jnp.where(leave, mem.slot_c[i], jnp.where(done, ban_j, -1)),
-        jnp.where(leave, mem.sgn[i], jnp.where(done, ban_s, 0)),
+        jnp.where(leave, mem.slot_c[i], jnp.where(done | blocked, ban_j, -1)),
+        jnp.where(leave, mem.sgn[i], jnp.where(done | blocked, ban_s, 0)),
     )
     # a feature in the span of the active ones (duplicates, or |A| = rank) cannot join:
     # it is skipped for the rest of this grid step (its gradient follows the active ones')
     skip = skip.at[jnp.where(enter & sat, j, Wc)].set(True, mode="drop")
     mem = Member(slot_c, used, sg, sbeta, Ginv, lam_new)
-    return mem, v, Gr, g, act, skip, banned, done | grid | (enter & full), enter & full
+    return mem, v, Gr, g, act, skip, banned, done | grid, blocked
 
 
 def _refine(mem: Member, Gr, qc):
@@ -219,31 +235,124 @@ def _gram_rows(C, mem: Member):
     return jax.vmap(rows)(C, mem.slot_c, mem.used)
 
 
-def _follow(st: HomState, mem: Member, valid, qc, lam, max_epochs, done0, rows_dtype):
-    """Every member not ``done0`` follows its path from ``mem`` to ``lam``, reading Gram rows in ``rows_dtype``.
+def _follow_at(st: HomState, mem: Member, valid, qc, lam, max_epochs, done0, skip0, ban0, k0, rows_dtype):
+    """Every member not ``done0`` follows its path from ``mem`` towards ``lam`` on ``mem``'s slots.
 
-    Returns the members, their active and skipped cache columns, ``done``, the
-    number of kinks and the slot-overflow flag.
+    Returns the members, their active and skipped cache columns, the features they
+    must not re-enter at once, ``done``, the kink count (from ``k0``) and whether a
+    member stopped for want of a free slot.
     """
     Wc = st.idx.shape[0]
     Gr = _gram_rows(st.C, mem)
     g = qc - jnp.einsum("fa,faw->fw", mem.sbeta, Gr, precision=_HI)
     act = jax.vmap(lambda sc, u: jnp.zeros((Wc,), bool).at[sc].max(u))(mem.slot_c, mem.used)
-    M = act.shape[0]
-    skip0 = jnp.zeros_like(act)
-    ban0 = (jnp.full((M,), -1, jnp.int32), jnp.zeros((M,), g.dtype))
     v0 = jnp.where(mem.used, jnp.einsum("fab,fb->fa", mem.Ginv, mem.sgn, precision=_HI), 0)
-    c0 = (mem, v0, Gr.astype(rows_dtype), g, act, skip0, ban0, done0, jnp.int32(0), jnp.bool_(False))
+    c0 = (mem, v0, Gr.astype(rows_dtype), g, act, skip0, ban0, done0, k0, jnp.bool_(False))
     ops = (st.C, valid, lam, max_epochs)
-    mem, _, _, _, act, skip, _, done, k, over = lockstep_while_loop(_follow_cond, _follow_body, ops, c0)
-    return mem, act, skip, done, k, over
+    mem, _, _, _, act, skip, ban, done, k, over = lockstep_while_loop(_follow_cond, _follow_body, ops, c0)
+    return mem, act, skip, ban, done, k, over
 
 
-def _settle(st: HomState, mem: Member, qc):
-    """The members after one step of iterative refinement, and their exact (working-precision) cache gradients."""
-    Gr = _gram_rows(st.C, mem)
-    mem = jax.vmap(_refine)(mem, Gr, qc)
-    return mem, qc - jnp.einsum("fa,faw->fw", mem.sbeta, Gr, precision=_HI)
+def slot_tiers(A: int) -> tuple[int, ...]:
+    """The active-slot counts a sequential path runs its kinks at: quarters of ``A``, in multiples of 32.
+
+    A kink costs ``O(a^2 + a W)`` per member on ``a`` slots, used or not, and the
+    active sets of a CV path stay well below their capacity ``A`` for most of it
+    (n = 600, m = 400: 124-180 of 256 at the end, far fewer on the first half).
+    So each grid step runs on the fewest slots that hold its active sets, and
+    moves up a tier when a member needs a free slot (:func:`_follow`).
+
+    Example:
+        >>> slot_tiers(256), slot_tiers(320), slot_tiers(40)
+        ((64, 128, 192, 256), (96, 160, 256, 320), (32, 40))
+    """
+    return tuple(sorted({min(A, 32 * max(1, math.ceil(A * q / 128))) for q in (1, 2, 3, 4)}))
+
+
+def _tier(mem: Member, tiers) -> jax.Array:
+    """Index of the smallest tier with a free slot above every member's highest used one."""
+    A = mem.used.shape[-1]
+    top = jnp.max(jnp.where(mem.used, jnp.arange(1, A + 1), 0))
+    return jnp.minimum(jnp.sum(top >= jnp.asarray(tiers)), len(tiers) - 1).astype(jnp.int32)
+
+
+def _slots(mem: Member, a: int) -> Member:
+    """The first ``a`` slots of every member (all its used ones: see :func:`_tier`)."""
+    return Member(mem.slot_c[:, :a], mem.used[:, :a], mem.sgn[:, :a], mem.sbeta[:, :a], mem.Ginv[:, :a, :a], mem.lam)
+
+
+def _into(small: Member, mem: Member) -> Member:
+    """``mem`` with its first slots replaced by ``small``'s (the others are unused and zero)."""
+    a = small.used.shape[-1]
+    return Member(
+        mem.slot_c.at[:, :a].set(small.slot_c),
+        mem.used.at[:, :a].set(small.used),
+        mem.sgn.at[:, :a].set(small.sgn),
+        mem.sbeta.at[:, :a].set(small.sbeta),
+        mem.Ginv.at[:, :a, :a].set(small.Ginv),
+        small.lam,
+    )
+
+
+def _follow(st: HomState, mem: Member, valid, qc, lam, max_epochs, done0, rows_dtype, tiers):
+    """Every member not ``done0`` follows its path from ``mem`` to ``lam``, reading Gram rows in ``rows_dtype``.
+
+    With several ``tiers`` (:func:`slot_tiers`; not under ``vmap``, where the
+    switch would run every tier) the kinks run on the smallest tier of slots
+    that holds the active sets, and go on from where they stopped on the next
+    tier when a member needs a free slot; only the last tier's lack of one is
+    an overflow. Returns the members, their active and skipped cache columns,
+    ``done``, the number of kinks, the slot-overflow flag and the tier reached.
+    """
+    M, Wc = mem.used.shape[0], st.idx.shape[0]
+    skip0 = jnp.zeros((M, Wc), bool)
+    ban0 = (jnp.full((M,), -1, jnp.int32), jnp.zeros((M,), qc.dtype))
+    if len(tiers) == 1:
+        mem, act, skip, _, done, k, over = _follow_at(
+            st, mem, valid, qc, lam, max_epochs, done0, skip0, ban0, jnp.int32(0), rows_dtype
+        )
+        return mem, act, skip, done, k, over, jnp.int32(0)
+
+    def on(a):
+        def run(c):
+            mem, _, skip, ban, done, k, _, _, _ = c
+            small, act, skip, ban, done, k, over = _follow_at(
+                st, _slots(mem, a), valid, qc, lam, max_epochs, done, skip, ban, k, rows_dtype
+            )
+            return _into(small, mem), act, skip, ban, done, k, over
+
+        return run
+
+    def body(c):
+        tier = c[-2]
+        mem, act, skip, ban, done, k, over = lax.switch(tier, [on(a) for a in tiers], c)
+        up = over & (tier < len(tiers) - 1)  # a member needs a free slot: go on with more
+        return mem, act, skip, ban, done, k, over & ~up, tier + up, up
+
+    act0 = jnp.zeros((M, Wc), bool)
+    c0 = (mem, act0, skip0, ban0, done0, jnp.int32(0), jnp.bool_(False), _tier(mem, tiers), jnp.bool_(True))
+    mem, act, skip, _, done, k, over, tier, _ = lax.while_loop(lambda c: c[-1], body, c0)
+    return mem, act, skip, done, k, over, tier
+
+
+def _settle(st: HomState, mem: Member, qc, tiers, tier):
+    """The members after one step of iterative refinement, and their exact (working-precision) cache gradients.
+
+    On the slots of ``tiers[tier]``, which hold every used one.
+    """
+
+    def on(a):
+        def run(mem):
+            small = _slots(mem, a)
+            Gr = _gram_rows(st.C, small)
+            small = jax.vmap(_refine)(small, Gr, qc)
+            return _into(small, mem), qc - jnp.einsum("fa,faw->fw", small.sbeta, Gr, precision=_HI)
+
+        return run
+
+    if len(tiers) == 1:
+        return on(tiers[0])(mem)
+    return lax.switch(tier, [on(a) for a in tiers], mem)
 
 
 def _off_path(mem: Member, g, act, skip, valid, lam):
@@ -258,7 +367,7 @@ def _off_path(mem: Member, g, act, skip, valid, lam):
     return jnp.any(above, axis=1) | jnp.any(flipped, axis=1)
 
 
-def solve_ws(d, st: HomState, lam, tol, max_epochs, active):
+def solve_ws(d, st: HomState, lam, tol, max_epochs, active, tiered=False):
     r"""Follow every member's path from the last accepted grid penalty to ``lam``.
 
     Returns the new state, the number of kinks and a flag that is false when
@@ -279,6 +388,9 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs, active):
     the refinement the exact float64 gradients on the cache decide
     (:func:`_off_path`); a member that is off the path redoes the grid step from
     its anchor with float64 rows, so the result is the exact path's either way.
+
+    ``tiered`` (static; a design that is not under ``vmap``): the kinks run on
+    the fewest active slots that hold the active sets (:func:`slot_tiers`).
     """
     del tol
     Wc = st.idx.shape[0]
@@ -288,15 +400,17 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs, active):
     M = st.beta.shape[0]
     done0 = jnp.broadcast_to(~jnp.asarray(active), (M,))
     exact = qc.dtype
-    fast = rows_dtype(exact, M, start.slot_c.shape[-1], Wc)
-    mem, act, skip, done, k, over = _follow(st, start, valid, qc, lam, max_epochs, done0, fast)
-    mem, g = _settle(st, mem, qc)
+    A = start.slot_c.shape[-1]
+    fast = rows_dtype(exact, M, A, Wc)
+    tiers = slot_tiers(A) if tiered else (A,)
+    mem, act, skip, done, k, over, tier = _follow(st, start, valid, qc, lam, max_epochs, done0, fast, tiers)
+    mem, g = _settle(st, mem, qc, tiers, tier)
     if fast != exact:
         redo = _off_path(mem, g, act, skip, valid, lam) & done & ~done0 & ~over
 
         def again(_):
-            mem2, _, _, done2, k2, over2 = _follow(st, start, valid, qc, lam, max_epochs, ~redo, exact)
-            mem2, _ = _settle(st, mem2, qc)
+            mem2, _, _, done2, k2, over2, tier2 = _follow(st, start, valid, qc, lam, max_epochs, ~redo, exact, tiers)
+            mem2, _ = _settle(st, mem2, qc, tiers, tier2)
             pick = jax.tree_util.tree_map(lambda a, b: jnp.where(_bcast(redo, a), a, b), mem2, mem)
             return pick, jnp.where(redo, done2, done), k2, over2
 

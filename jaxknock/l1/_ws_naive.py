@@ -333,6 +333,11 @@ def full_gradient(d: NaiveData, st: NaiveState, *, loss):
     return _gradient(d, st.eta, loss)
 
 
+def kkt_refresh(d: NaiveData, st: NaiveState, go, *, loss):
+    """``st`` with the gradient at its coefficients (a design with ``go`` false is left as it is)."""
+    return st._replace(grad=jnp.where(go, full_gradient(d, st, loss=loss), st.grad))
+
+
 def fit_stats(d: NaiveData, st: NaiveState, *, loss):
     """Training deviance per row and held-out mean deviance (MSE for squared loss)."""
     dev = _dev(loss, d.y[None], st.eta)

@@ -33,9 +33,9 @@ folds. Design (see the notes of glmnet, adelie, celer/skglm):
   its piecewise-linear solution path (LARS-lasso), one rank-one update of
   the active Gram inverse per kink, on the cached Gram block; the grid
   solutions are exact up to rounding (KKT residuals ~1e-13), see
-  ``jaxknock.l1._ws_homotopy``. Its ``A`` active slots per member start at
-  256 and grow by a quarter when a member fills them (a kink costs
-  ``O(A^2 + A W)`` however many slots are in use, so slack is paid on every kink);
+  ``jaxknock.l1._ws_homotopy``. Its ``A`` active slots per member start at 256 and
+  grow by a quarter when a member fills them; a design run alone or in a sequential
+  batch runs each grid step on the fewest quarters of them that hold its active sets;
 * **covariance updates** (``method="cov"``): only the Gram
   columns of the working set are formed, from per-fold block products (one
   product serves all ``K + 1`` members), and each coordinate update is
@@ -238,7 +238,7 @@ def _plain_while_loop(cond_fun, body_fun, operands, init):
 # fmt: off
 def _path_core(
     X, y, lambdas, lam0, rows, excl, *, engine, loss, W, chunk, tol, max_steps, patience, early_stop, slots=0,
-    keep_members=False,
+    keep_members=False, tiered=False,
 ):
     # fmt: on
     """One design, all members, the whole path (traceable); ``keep_members``: every member's path too."""
@@ -299,11 +299,10 @@ def _path_core(
         d, lam, tol = ops
         st, it, clean, ep, conv = ic
         go = icond(ops, ic)
-        gate = {"active": go} if lock else {}  # only the homotopy's solver is gated
+        gate = {"active": go, "tiered": tiered} if lock else {}  # only the homotopy's solver is gated
         st, e, done = mod.solve_ws(d, st, lam, tol, max_steps, **extra, **gate, **accel)
-        g = jnp.where(go, mod.full_gradient(d, st, **extra), st.grad)
-        st = st._replace(grad=g)
-        sc = jnp.max(jnp.abs(g), axis=0) / lam
+        st = mod.kkt_refresh(d, st, go, **extra)
+        sc = jnp.max(jnp.abs(st.grad), axis=0) / lam
         viol = (sc > 1.0) & ~st.inws & go
         st = mod.add_features(d, st, viol, sc, chunk, W)
         return st, it + go, jnp.where(go, ~jnp.any(viol), clean), ep + jnp.where(go, e, 0), jnp.where(go, done, conv)
@@ -406,39 +405,27 @@ def _cv_jit(
     if lambdas is None:  # in the same program: a fresh process compiles every program it runs
         lambdas = _default_grid(X, y, eps, num_lambdas)
 
-    def one(X, y, lambdas):
+    def one(X, y, lambdas, tiered=True):
         return _cv_one(
-            X,
-            y,
-            lambdas,
-            rows,
-            excl,
-            tol,
-            engine=engine,
-            loss=loss,
-            W=W,
-            chunk=chunk,
-            max_steps=max_steps,
-            patience=patience,
-            early_stop=early_stop,
-            rule=rule,
-            slots=slots,
-        )
+            X, y, lambdas, rows, excl, tol, engine=engine, loss=loss, W=W, chunk=chunk, max_steps=max_steps,
+            patience=patience, early_stop=early_stop, rule=rule, slots=slots, tiered=tiered,
+        )  # fmt: skip
 
     if X.ndim == 3:
         if batch == "lockstep":
             # one path loop for the whole batch: every loop of the homotopy engine is a
             # lockstep_while_loop whose finished designs are no-ops, so no carry is copied
             R = X.shape[0]
+            lock = functools.partial(one, tiered=False)  # under vmap, a switch of slot tiers runs every tier
             if lock_chunk is None or lock_chunk >= R:
-                return jax.vmap(one)(X, y, lambdas)
+                return jax.vmap(lock)(X, y, lambdas)
             nc = -(-R // lock_chunk)
 
             def chunked(a):
                 a = jnp.concatenate([a, jnp.broadcast_to(a[-1:], (nc * lock_chunk - R,) + a.shape[1:])])
                 return a.reshape((nc, lock_chunk) + a.shape[1:])
 
-            out = lax.map(lambda a: jax.vmap(one)(*a), (chunked(X), chunked(y), chunked(lambdas)))
+            out = lax.map(lambda a: jax.vmap(lock)(*a), (chunked(X), chunked(y), chunked(lambdas)))
             return jax.tree.map(lambda a: a.reshape((nc * lock_chunk,) + a.shape[2:])[:R], out)
         # replicates one after another (lax.map): on the CPU each replicate's caches stay in
         # the processor cache (see _backend.loop_over_batch("cv_replicates"))
@@ -446,7 +433,9 @@ def _cv_jit(
     return one(X, y, lambdas)
 
 
-def _cv_one(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps, patience, early_stop, rule, slots):
+def _cv_one(
+    X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps, patience, early_stop, rule, slots, tiered,
+):  # fmt: skip
     m = X.shape[1]
     M = excl.shape[0]
     K = M - 1
@@ -467,6 +456,7 @@ def _cv_one(X, y, lambdas, rows, excl, tol, *, engine, loss, W, chunk, max_steps
         patience=patience,
         early_stop=early_stop,
         slots=slots,
+        tiered=tiered,
     )
     L = lambdas.shape[0]
     Wc = W + chunk
