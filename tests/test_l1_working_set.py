@@ -454,12 +454,12 @@ def test_lockstep_replicates_equal_sequential_replicates():
 
 
 def test_slot_tiers_follow_the_untiered_path():
-    """A design run alone does each grid step on the fewest quarters of its ``A`` active slots that hold its
-    active sets, and moves up a tier in the middle of a step when a member needs a free slot; the answers are
-    the untiered lock step's (``vmap``, every kink on all ``A`` slots) to rounding.
+    """A design run alone does each grid step on half of its ``A`` active slots while they hold its active
+    sets, and moves up a tier in the middle of a step when a member needs a free slot; the answers are the
+    untiered lock step's (``vmap``, every kink on all ``A`` slots) to rounding.
 
-    The active sets cross the tiers (``A = 158``: tiers 64, 96, 128, 158) within coarse grid steps, so members
-    run out of slots mid-step (without the move up a tier the fit stops at 64 active and reports the overflow).
+    The active sets cross the tiers (``A = 158``: tiers 96 and 158) within coarse grid steps, so members run
+    out of slots mid-step (without the move up a tier the fit stops at 96 active and reports the overflow).
     """
     from jaxknock.l1._ws_homotopy import slot_tiers
 
@@ -468,8 +468,8 @@ def test_slot_tiers_follow_the_untiered_path():
     alone = l1_cv(X, y, **kw)
     lock = l1_cv(np.stack([X, X]), np.stack([y, y]), batch_mode="lockstep", **kw)
     tiers = slot_tiers(150 + 8)
-    assert tiers == (64, 96, 128, 158)
-    assert int(alone.stats["peak_active"]) > tiers[1]  # the path climbed through the tiers
+    assert tiers == (96, 158)
+    assert int(alone.stats["peak_active"]) > tiers[0]  # the path climbed through the tiers
     assert int(alone.result) == RESULTS.successful
     assert int(alone.stats["lam_index"]) == int(lock.stats["lam_index"][0])
     np.testing.assert_array_equal(np.asarray(alone.stats["num_lambdas_solved"]), lock.stats["num_lambdas_solved"][0])

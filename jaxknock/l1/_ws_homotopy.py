@@ -40,14 +40,13 @@ ones'); the KKT check over all features still certifies the result, and
 
 A kink costs ``O(a^2 + a W)`` per member on its ``a`` active slots, used or not.
 A design that is not under ``vmap`` (alone, or one replicate after another) runs
-each grid step on the smallest of four *tiers* of slots (:func:`slot_tiers`,
-quarters of the capacity ``A``) that holds its members' active sets, and a member
-that needs a free slot in the middle of the step hands the step on to the next
-tier where it stopped (:func:`_follow`). Measured on a 2-core CPU (n = 600,
-m = 400, 10 replicates, float32): 0.61-0.64 s against 0.90-1.06 s on all 256
-slots, for 2.3 s more of XLA compilation in a fresh process
-(``benchmarks/measured/NOTES.md``, session 24). Under ``vmap`` (the lock step
-of a batch) the tier switch would run every tier, so every kink uses all ``A``.
+a grid step on half of the capacity ``A`` while that holds its members' active
+sets (:func:`slot_tiers`), and a member that needs a free slot in the middle of
+the step hands the step on to all ``A`` slots where it stopped (:func:`_follow`).
+Measured on a 2-core CPU (n = 600, m = 400, 10 replicates, float32): 0.70-0.71 s
+against 0.83-0.85 s on all 256 slots, for 0.5-0.9 s more XLA compilation per
+program (``benchmarks/measured/NOTES.md``, session 24). Under ``vmap`` (the lock
+step of a batch) the gate of a tier would be per design, so every kink uses all ``A``.
 """
 
 from __future__ import annotations
@@ -254,19 +253,21 @@ def _follow_at(st: HomState, mem: Member, valid, qc, lam, max_epochs, done0, ski
 
 
 def slot_tiers(A: int) -> tuple[int, ...]:
-    """The active-slot counts a sequential path runs its kinks at: quarters of ``A``, in multiples of 32.
+    """The active-slot counts a sequential path runs its kinks at: half of ``A`` (in multiples of 32), then ``A``.
 
     A kink costs ``O(a^2 + a W)`` per member on ``a`` slots, used or not, and the
     active sets of a CV path stay well below their capacity ``A`` for most of it
     (n = 600, m = 400: 124-180 of 256 at the end, far fewer on the first half).
-    So each grid step runs on the fewest slots that hold its active sets, and
-    moves up a tier when a member needs a free slot (:func:`_follow`).
+    So a grid step whose active sets fit in the first tier runs its kinks there,
+    and moves up when a member needs a free slot (:func:`_follow`). Each tier
+    is one more copy of the kink loop to compile (about 0.6 s on a 2-core CPU),
+    so there are two.
 
     Example:
-        >>> slot_tiers(256), slot_tiers(320), slot_tiers(40)
-        ((64, 128, 192, 256), (96, 160, 256, 320), (32, 40))
+        >>> slot_tiers(256), slot_tiers(158), slot_tiers(40)
+        ((128, 256), (96, 158), (32, 40))
     """
-    return tuple(sorted({min(A, 32 * max(1, math.ceil(A * q / 128))) for q in (1, 2, 3, 4)}))
+    return tuple(sorted({min(A, 32 * math.ceil(A / 64)), A}))
 
 
 def _tier(mem: Member, tiers) -> jax.Array:
@@ -298,10 +299,11 @@ def _follow(st: HomState, mem: Member, valid, qc, lam, max_epochs, done0, rows_d
     """Every member not ``done0`` follows its path from ``mem`` to ``lam``, reading Gram rows in ``rows_dtype``.
 
     With several ``tiers`` (:func:`slot_tiers`; not under ``vmap``, where the
-    switch would run every tier) the kinks run on the smallest tier of slots
+    tier's gate would be per design) the kinks run on the smallest tier of slots
     that holds the active sets, and go on from where they stopped on the next
     tier when a member needs a free slot; only the last tier's lack of one is
-    an overflow. Returns the members, their active and skipped cache columns,
+    an overflow. A tier that does not run costs its setup (the Gram rows of
+    its slots), not a kink. Returns the members, their active and skipped cache columns,
     ``done``, the number of kinks, the slot-overflow flag and the tier reached.
     """
     M, Wc = mem.used.shape[0], st.idx.shape[0]
@@ -313,25 +315,24 @@ def _follow(st: HomState, mem: Member, valid, qc, lam, max_epochs, done0, rows_d
         )
         return mem, act, skip, done, k, over, jnp.int32(0)
 
-    def on(a):
-        def run(c):
-            mem, _, skip, ban, done, k, _, _, _ = c
-            small, act, skip, ban, done, k, over = _follow_at(
-                st, _slots(mem, a), valid, qc, lam, max_epochs, done, skip, ban, k, rows_dtype
-            )
-            return _into(small, mem), act, skip, ban, done, k, over
-
-        return run
-
-    def body(c):
-        tier = c[-2]
-        mem, act, skip, ban, done, k, over = lax.switch(tier, [on(a) for a in tiers], c)
-        up = over & (tier < len(tiers) - 1)  # a member needs a free slot: go on with more
-        return mem, act, skip, ban, done, k, over & ~up, tier + up, up
-
-    act0 = jnp.zeros((M, Wc), bool)
-    c0 = (mem, act0, skip0, ban0, done0, jnp.int32(0), jnp.bool_(False), _tier(mem, tiers), jnp.bool_(True))
-    mem, act, skip, _, done, k, over, tier, _ = lax.while_loop(lambda c: c[-1], body, c0)
+    act = jnp.zeros((M, Wc), bool)
+    skip, ban, done, k, over = skip0, ban0, done0, jnp.int32(0), jnp.bool_(False)
+    pending = jnp.bool_(True)  # no tier has finished the step yet
+    first = _tier(mem, tiers)
+    tier = first
+    for t, a in enumerate(tiers):
+        # the smallest tier with a free slot runs; one that runs out of slots hands on to the next
+        go = pending & (t >= first)
+        small, act_t, skip, ban, done_t, k, over = _follow_at(
+            st, _slots(mem, a), valid, qc, lam, max_epochs, done | ~go, skip, ban, k, rows_dtype
+        )
+        mem = _into(small, mem)
+        act = jnp.where(go, act_t, act)
+        done = jnp.where(go, done_t, done)
+        tier = jnp.where(go, t, tier)
+        pending = pending & ~(go & ~over)
+        if t < len(tiers) - 1:
+            over = jnp.bool_(False)  # a member needs a free slot: the next tier goes on from here
     return mem, act, skip, done, k, over, tier
 
 

@@ -35,7 +35,7 @@ folds. Design (see the notes of glmnet, adelie, celer/skglm):
   solutions are exact up to rounding (KKT residuals ~1e-13), see
   ``jaxknock.l1._ws_homotopy``. Its ``A`` active slots per member start at 256 and
   grow by a quarter when a member fills them; a design run alone or in a sequential
-  batch runs each grid step on the fewest quarters of them that hold its active sets;
+  batch runs a grid step on half of them while they hold its active sets;
 * **covariance updates** (``method="cov"``): only the Gram
   columns of the working set are formed, from per-fold block products (one
   product serves all ``K + 1`` members), and each coordinate update is
