@@ -32,12 +32,12 @@ from pathlib import Path
 
 import jax
 
-__all__ = ["CapacityStore", "MAX_ENTRIES", "STORE", "TIGHT", "headroom", "next_capacity", "next_slots"]
+__all__ = ["CapacityStore", "MAX_ENTRIES", "STORE", "TIGHT", "grow", "headroom", "next_capacity", "next_slots"]
 
 _FILE = "jaxknock-capacity.json"
 _VERSION = 1
 MAX_ENTRIES = 2048  # shapes kept on disk: a process sweeping many shapes does not grow the file forever
-TIGHT = 0.9  # a call that filled more of a capacity than this leaves the next call one step more (headroom)
+TIGHT = 0.85  # a call that filled more of a capacity than this leaves the next call one step more (headroom)
 
 
 def next_capacity(W: int) -> int:
@@ -70,6 +70,45 @@ def next_slots(A: int, limit: int) -> int:
         (320, 544, 500)
     """
     return min(32 * math.ceil(1.25 * A / 32), limit)
+
+
+def grow(W: int, A: int, used_W: int, used_A: int, *, slots_full: bool, max_W: int, chunk: int) -> tuple[int, int]:
+    """The capacities to re-run at after a call overflowed, having used ``(used_W, used_A)`` of ``(W, A)``.
+
+    Each re-run is one more compilation (3-6 s on a 2-core CPU at n = 2000,
+    m = 2000) plus a partial path, so a step grows every capacity the rest of
+    the path will need, not only the one that ran out:
+
+    * the active slots ran out (``slots_full``): ``A`` by :func:`next_slots`, and
+      ``W`` too when it is over ``TIGHT`` full (at most ``max_W``);
+    * the working set ran out: ``W`` by :func:`next_capacity` (at most
+      ``max_W``), and ``A`` in proportion, ``used_A * W' / used_W`` in multiples
+      of 32 (at most ``W' + chunk``): the active sets grow with the working set
+      as the path goes on. ``used_A = 0`` (an engine without slots) keeps ``A``.
+
+    Measured (benchmarks/measured/NOTES.md, session 25): ``knockoff_filter``
+    defaults at n = 2000, p = 1000 ran its engine 5 times on the first call,
+    one capacity at a time from ``(512, 256)`` to ``(1536, 416)``, and compiled
+    once more on the second, for ``(1536, 544)``; growing both, the first call
+    runs ``(512, 256)``, ``(1024, 384)``, ``(1536, 576)`` and the second call
+    compiles nothing. The lasso CV at n = 5000, m = 10000: 10 runs, 5 now.
+
+    Example:
+        >>> grow(512, 256, 512, 178, slots_full=False, max_W=2000, chunk=32)
+        (1024, 384)
+        >>> grow(1024, 320, 901, 320, slots_full=True, max_W=2000, chunk=32)  # W 88% full: stays
+        (1024, 416)
+        >>> grow(1024, 320, 1000, 320, slots_full=True, max_W=2000, chunk=32)
+        (1536, 416)
+        >>> grow(512, 0, 512, 0, slots_full=False, max_W=700, chunk=32)  # no slots
+        (700, 0)
+    """
+    if slots_full:
+        W2 = min(next_capacity(W), max_W) if used_W > TIGHT * W and W < max_W else W
+        return W2, next_slots(A, W2 + chunk)
+    W2 = min(next_capacity(W), max_W)
+    A2 = min(32 * math.ceil(used_A * W2 / max(used_W, 1) / 32), W2 + chunk)
+    return W2, max(A, A2)
 
 
 def headroom(W: int, A: int, used_W: int, used_A: int, *, max_W: int, chunk: int) -> tuple[int, int]:

@@ -134,6 +134,42 @@ def test_a_sequential_batch_reruns_only_the_replicates_that_outgrow_its_capacity
         assert int(sol.stats["lam_index"][r]) == int(alone[r].stats["lam_index"])
 
 
+def test_a_working_set_overflow_grows_the_slots_with_it(monkeypatch):
+    """After the working set runs out, the re-run also gets slots in proportion to it (the active sets
+    grow with the working set as the path goes on): from a small start, 6 runs (compilations) where
+    growing one capacity at a time took 8, and the answer of a call that started large enough."""
+    rng = np.random.default_rng(5)
+    n, p = 200, 160
+    X = rng.standard_normal((n, p))
+    y = X[:, :40] @ rng.uniform(0.5, 1.5, 40) + rng.standard_normal(n)
+    runs = []
+    call = working_set._aot.call
+
+    def recording(f, *a, **k):
+        sol = call(f, *a, **k)
+        if f is working_set._cv_jit:
+            st = {s: int(np.asarray(sol.stats[s])) for s in ("overflow", "slot_overflow", "working_set_size")}
+            runs.append((k["W"], k["slots"], st["overflow"], st["slot_overflow"], int(sol.stats["peak_active"])))
+        return sol
+
+    monkeypatch.setattr(working_set._aot, "call", recording)
+    monkeypatch.setattr(_capacity, "STORE", CapacityStore(lambda: None))
+    reference = working_set.l1_cv(X, y, folds=3, num_lambdas=40)
+    assert len(runs) == 1 and not runs[0][2]
+    runs.clear()
+    small = CapacityStore(lambda: None)
+    monkeypatch.setattr(small, "start", lambda key, default, family=None: (32, 32))
+    monkeypatch.setattr(_capacity, "STORE", small)
+    again = working_set.l1_cv(X, y, folds=3, num_lambdas=40)
+    np.testing.assert_allclose(np.asarray(again.value), np.asarray(reference.value), rtol=1e-10, atol=1e-12)
+    assert float(again.stats["lam"]) == float(reference.stats["lam"])
+    assert len(runs) == 6, runs
+    for (W, _, over, slots_full, peak), (W2, A2, *_) in zip(runs, runs[1:]):
+        assert over
+        if not slots_full:  # the working set ran out: the slots grow with it
+            assert W2 > W and A2 >= peak * W2 / W
+
+
 def test_working_set_capacity_grows_by_powers_of_two_and_their_halfway_points():
     """Past 1024 the capacity takes the next of 1536, 2048, 3072, ...: a path that needs a little over a
     power of two does not pay for twice that on every kink."""
@@ -159,7 +195,7 @@ def test_a_call_that_filled_its_capacities_leaves_the_next_call_headroom():
     assert start(_stats_only(1001, 386), one, 1024, 416, 64, "homotopy") == (1536, 544)
     assert start(_stats_only(700, 386), one, 1024, 416, 64, "homotopy") == (1024, 544)
     assert start(_stats_only(1001, 300), one, 1024, 416, 64, "homotopy") == (1536, 416)
-    assert start(_stats_only(900, 300), one, 1024, 416, 64, "homotopy") == (1024, 416)  # 88%: not tight
+    assert start(_stats_only(850, 300), one, 1024, 416, 64, "homotopy") == (1024, 416)  # 83%: not tight
     assert start(_stats_only(1001, 0), one, 1024, 0, 64, "naive") == (1536, 0)  # no slots
     assert start(_stats_only(1001, 386, R=3), batch, 1024, 416, 64, "homotopy") == (1024, 416)
     assert start(_stats_only(2000, 386), SimpleNamespace(ndim=2, shape=(2000, 1500)), 1500, 416, 64, "homotopy") == (

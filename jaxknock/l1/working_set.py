@@ -621,12 +621,14 @@ def _run(
                 patience=patience, early_stop=early_stop, rule=rule, grid=grid,
             )  # fmt: skip
             break
-        if engine == "homotopy" and np.any(np.asarray(sol.stats["slot_overflow"])) and A < W + chunk:
-            A = _capacity.next_slots(A, W + chunk)  # a quarter more: every kink pays for all its slots
-            continue
-        if max_features is not None or W >= m:
+        slots_full = engine == "homotopy" and bool(np.any(np.asarray(sol.stats["slot_overflow"]))) and A < W + chunk
+        if not slots_full and (max_features is not None or W >= m):
             break
-        W = min(_capacity.next_capacity(W), m)
+        used_W, used_A = _used(sol)
+        W, A = _capacity.grow(
+            W, A, used_W, used_A if engine == "homotopy" else 0, slots_full=slots_full,
+            max_W=m if max_features is None else W, chunk=chunk,
+        )  # fmt: skip
     if max_features is None:
         _capacity.STORE.remember(key, *_next_start(sol, X, W, A, chunk, engine), family=per_problem)
     return raise_if_failed(sol, throw, "lasso_working_set")
@@ -637,8 +639,13 @@ def _next_start(sol, X, W, A, chunk, engine):
     st = sol.stats
     if X.ndim == 3 and X.shape[0] > 1 or isinstance(st["working_set_size"], jax.core.Tracer):
         return W, A  # a batch's few overflowing replicates re-run alone (_rerun_replicates)
-    used_W, used_A = (int(np.max(np.asarray(st[k]))) for k in ("working_set_size", "peak_active"))
+    used_W, used_A = _used(sol)
     return _capacity.headroom(W, A, used_W, used_A if engine == "homotopy" else 0, max_W=X.shape[-1], chunk=chunk)
+
+
+def _used(sol) -> tuple[int, int]:
+    """The largest working set and active set (``peak_active``) a call (or any replicate of a batch) used."""
+    return tuple(int(np.max(np.asarray(sol.stats[k]))) for k in ("working_set_size", "peak_active"))
 
 
 def _rerun_replicates(sol, which, X, y, lambdas, rows, excl, **kw):
@@ -730,9 +737,10 @@ def l1_cv(
             ``"naive"`` (residual updates; the logistic loss always).
         max_features: working-set capacity ``W``; ``None`` starts at 512 (or where
             the last call of this shape ended, one step more where it filled over
-            90%, :func:`jaxknock._capacity.headroom`) and grows, re-running the
+            85%, :func:`jaxknock._capacity.headroom`) and grows, re-running the
             path, whenever it is exceeded: doubled up to 1024, then 1536, 2048,
-            3072, ... In a sequential batch, when at most half of the replicates
+            3072, ..., with the active slots in proportion
+            (:func:`jaxknock._capacity.grow`). In a sequential batch, when at most half of the replicates
             exceed its capacity, only those run again, each alone at its own.
         throw: raise ``RuntimeError`` if a solve did not succeed.
         batch_mode: how ``R`` replicates run: ``"sequential"`` (one after
