@@ -96,7 +96,7 @@ def grow(W: int, A: int, used_W: int, used_A: int, *, slots_full: bool, max_W: i
     Example:
         >>> grow(512, 256, 512, 178, slots_full=False, max_W=2000, chunk=32)
         (1024, 384)
-        >>> grow(1024, 320, 901, 320, slots_full=True, max_W=2000, chunk=32)  # W 88% full: stays
+        >>> grow(1024, 320, 850, 320, slots_full=True, max_W=2000, chunk=32)  # W 83% full: stays
         (1024, 416)
         >>> grow(1024, 320, 1000, 320, slots_full=True, max_W=2000, chunk=32)
         (1536, 416)
