@@ -624,11 +624,9 @@ def _run(
         slots_full = engine == "homotopy" and bool(np.any(np.asarray(sol.stats["slot_overflow"]))) and A < W + chunk
         if not slots_full and (max_features is not None or W >= m):
             break
-        used_W, used_A = _used(sol)
         W, A = _capacity.grow(
-            W, A, used_W, used_A if engine == "homotopy" else 0, slots_full=slots_full,
-            max_W=m if max_features is None else W, chunk=chunk,
-        )  # fmt: skip
+            W, A, *_used(sol, engine), slots_full=slots_full, max_W=m if max_features is None else W, chunk=chunk
+        )
     if max_features is None:
         _capacity.STORE.remember(key, *_next_start(sol, X, W, A, chunk, engine), family=per_problem)
     return raise_if_failed(sol, throw, "lasso_working_set")
@@ -639,13 +637,16 @@ def _next_start(sol, X, W, A, chunk, engine):
     st = sol.stats
     if X.ndim == 3 and X.shape[0] > 1 or isinstance(st["working_set_size"], jax.core.Tracer):
         return W, A  # a batch's few overflowing replicates re-run alone (_rerun_replicates)
-    used_W, used_A = _used(sol)
-    return _capacity.headroom(W, A, used_W, used_A if engine == "homotopy" else 0, max_W=X.shape[-1], chunk=chunk)
+    return _capacity.headroom(W, A, *_used(sol, engine), max_W=X.shape[-1], chunk=chunk)
 
 
-def _used(sol) -> tuple[int, int]:
-    """The largest working set and active set (``peak_active``) a call (or any replicate of a batch) used."""
-    return tuple(int(np.max(np.asarray(sol.stats[k]))) for k in ("working_set_size", "peak_active"))
+def _used(sol, engine: str) -> tuple[int, int]:
+    """The largest working set and active set (``peak_active``) a call (or any replicate of a batch) used.
+
+    The active set counts only for the homotopy engine (the others have no slots): 0 otherwise.
+    """
+    used_W = int(np.max(np.asarray(sol.stats["working_set_size"])))
+    return used_W, int(np.max(np.asarray(sol.stats["peak_active"]))) if engine == "homotopy" else 0
 
 
 def _rerun_replicates(sol, which, X, y, lambdas, rows, excl, **kw):
