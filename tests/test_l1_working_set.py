@@ -477,3 +477,37 @@ def test_slot_tiers_follow_the_untiered_path():
     for k in ("cv_error", "coef_path"):
         a, b = np.asarray(alone.stats[k]), np.asarray(lock.stats[k][0])
         np.testing.assert_allclose(a[np.isfinite(a)], b[np.isfinite(b)], rtol=1e-9, atol=1e-10)
+
+
+def test_float32_pairs_equal_to_rounding_keep_the_cv_path_certified():
+    """Two pairs of columns equal to 1e-6 (a knockoff next to its original), float32, the default engine.
+
+    The pivot of the second column of a pair is pure float32 rounding; with the float64
+    threshold (1e-10 of G_jj) it entered, and the path left the lasso solution: the KKT
+    certificate failed on all six seeds tried (violations 2 to 4e6, result max_steps_reached).
+    Now it counts as in the active span (``_collinear_rtol``). Reference: scikit-learn's
+    LassoCV in float64 on the same folds and grid with each pair merged into one column
+    (the lasso only sees the pair's summed coefficient), and a float64 KKT check.
+    """
+    n, m = 200, 60
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((n, m))
+    X[:, 1] = X[:, 0] + 1e-6 * rng.standard_normal(n)
+    X[:, 31] = X[:, 30] + 1e-6 * rng.standard_normal(n)
+    y = X[:, 0] - X[:, 30] + 0.5 * X[:, 5] + rng.standard_normal(n)
+    ids, _ = fold_rows(5, n)
+    sol = l1_cv(jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32), folds=ids, early_stop=False)
+    assert int(sol.result) == RESULTS.successful
+    assert float(sol.stats["kkt"]) < 1e-3
+    b = np.asarray(sol.value, np.float64)
+    lam = float(sol.stats["lam"])
+    assert _kkt(X, y, b, float(sol.stats["intercept"]), lam) < 1e-2  # float32 fit, float64 check
+    keep = np.setdiff1d(np.arange(m), [1, 31])
+    cv = [(np.flatnonzero(ids != k), np.flatnonzero(ids == k)) for k in range(5)]
+    lams = np.asarray(sol.stats["lambdas"], np.float64)
+    sk = LassoCV(alphas=lams, cv=cv, tol=1e-12, max_iter=200_000).fit(X[:, keep], y)
+    assert abs(int(np.argmin(sk.mse_path_.mean(1))) - int(sol.stats["lam_index"])) <= 1  # one grid step
+    merged = b[keep].copy()
+    merged[0], merged[29] = b[0] + b[1], b[30] + b[31]
+    ref = LassoCV(alphas=[lam], cv=cv, tol=1e-12, max_iter=200_000).fit(X[:, keep], y).coef_
+    np.testing.assert_allclose(merged, ref, atol=2e-3)

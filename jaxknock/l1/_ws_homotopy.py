@@ -33,8 +33,8 @@ the previous grid solution. Before the check, one step of iterative
 refinement (:math:`\beta_A \mathrel{+}= G_{AA}^{-1}(q_A - \lambda s_A - G_{AA}\beta_A)`)
 removes the rounding drift of the updated inverse. A feature in the span of the
 active ones (an exact duplicate, or any feature once ``|A|`` reaches the
-rank when ``n_f < m``) cannot join: its Schur complement vanishes and it is
-skipped for the rest of the grid step (its gradient follows the active
+rank when ``n_f < m``) cannot join: its Schur complement vanishes (to
+rounding: :func:`_collinear_rtol`) and it is skipped for the rest of the grid step (its gradient follows the active
 ones'); the KKT check over all features still certifies the result, and
 ``stats["kkt"]`` reports it.
 
@@ -165,7 +165,7 @@ def _kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done):
     b = jnp.where(mem.used, col[mem.slot_c], 0)
     u = jnp.dot(mem.Ginv, b, precision=_HI)
     sigma = col[j] - b @ u
-    sat = sigma <= 1e-10 * jnp.maximum(col[j], jnp.finfo(dt).tiny)
+    sat = sigma <= _collinear_rtol(dt) * jnp.maximum(col[j], jnp.finfo(dt).tiny)
     do_enter = enter & ~sat & ~full
     blocked = enter & ~sat & full  # no free slot: stay put (the caller gives more slots, or reports the overflow)
     t = jnp.where(done | blocked, 0, jnp.minimum(tg, jnp.minimum(tin[j], tl[i])))
@@ -199,6 +199,24 @@ def _kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done):
     skip = skip.at[jnp.where(enter & sat, j, Wc)].set(True, mode="drop")
     mem = Member(slot_c, used, sg, sbeta, Ginv, lam_new)
     return mem, v, Gr, g, act, skip, banned, done | grid, blocked
+
+
+def _collinear_rtol(dtype) -> float:
+    r"""The relative Schur complement ``sigma / G_jj`` below which a feature counts as in the active span.
+
+    ``sigma = G_jj - b^T G_AA^{-1} b`` is a difference of two numbers of size
+    ``G_jj``, with ``G_AA^{-1}`` carried by rank-one updates, so its rounding
+    error is at least a few ``eps G_jj``. ``max(1e-10, 100 eps)``: ``1e-10`` in float64
+    (exact duplicates), ``1.2e-5`` in float32, where a pair of columns equal to
+    about 1e-6 (a knockoff next to its original) otherwise enters with a pivot of
+    pure rounding and the path leaves the lasso solution (KKT violations of 2).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> _collinear_rtol(jnp.float64), round(_collinear_rtol(jnp.float32), 7)
+        (1e-10, 1.19e-05)
+    """
+    return max(1e-10, 100 * float(jnp.finfo(dtype).eps))
 
 
 def _refine(mem: Member, Gr, qc):
