@@ -390,6 +390,10 @@ def knockoff_filter(
     and ``s`` cast back. Sampling, statistics and selection follow ``X``'s
     dtype: a float32 ``X`` gives float32 knockoffs and a float32 ``W``
     (8-60x faster on GPUs, half the memory per replicate), float64 stays float64.
+    A float32 cross-validated lasso whose fit fails its KKT certificate (nearly
+    collinear columns of ``[X, X~]``, e.g. a knockoff almost equal to its
+    original) is solved again in float64 for that replicate only
+    (:func:`jaxknock.l1.working_set.l1_cv`, ``stats["float64_refit"]``).
 
     Args:
         key: ``jax.random`` key (the result is a deterministic function of it).

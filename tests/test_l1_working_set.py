@@ -511,3 +511,43 @@ def test_float32_pairs_equal_to_rounding_keep_the_cv_path_certified():
     merged[0], merged[29] = b[0] + b[1], b[30] + b[31]
     ref = LassoCV(alphas=[lam], cv=cv, tol=1e-12, max_iter=200_000).fit(X[:, keep], y).coef_
     np.testing.assert_allclose(merged, ref, atol=2e-3)
+
+
+def test_an_uncertified_float32_replicate_is_solved_again_in_float64(monkeypatch):
+    """The engine's failure on one replicate of a float32 batch (injected): that replicate alone is
+    solved again in float64 and cast back; the others are untouched, and the x64 flag is as it was."""
+    from jaxknock.l1 import working_set
+
+    X, y = _data(120, 30, seed=4)
+    Xb = jnp.asarray(np.stack([X, X[::-1], X[:, ::-1]]), jnp.float32)
+    yb = jnp.asarray(np.stack([y, y[::-1], y]), jnp.float32)
+    clean = l1_cv(Xb, yb, num_lambdas=20, batch_mode="sequential")
+    assert not np.any(clean.stats["float64_refit"])
+    run, dtypes = working_set._run, []
+
+    def failing(X, *a, **k):
+        sol = run(X, *a, **k)
+        dtypes.append(X.dtype)
+        if X.dtype == jnp.float32:  # replicate 1 "failed its certificate"
+            sol = sol._replace(result=sol.result.at[1].set(RESULTS.max_steps_reached))
+        return sol
+
+    monkeypatch.setattr(working_set, "_run", failing)
+    x64 = jax.config.jax_enable_x64
+    sol = l1_cv(Xb, yb, num_lambdas=20, batch_mode="sequential")
+    assert dtypes == [jnp.float32, jnp.float64]
+    assert jax.config.jax_enable_x64 == x64  # a scoped switch
+    np.testing.assert_array_equal(sol.stats["float64_refit"], [False, True, False])
+    np.testing.assert_array_equal(sol.result, [RESULTS.successful] * 3)
+    assert sol.value.dtype == jnp.float32
+    for r in (0, 2):
+        np.testing.assert_array_equal(sol.value[r], clean.value[r])
+    with jax.enable_x64(True):  # the same program as the refit's (a batch of one)
+        ref = l1_cv(
+            jnp.asarray(Xb[1:2], jnp.float64),
+            jnp.asarray(yb[1:2], jnp.float64),
+            num_lambdas=20,
+            batch_mode="sequential",
+        )
+    np.testing.assert_array_equal(sol.value[1], np.asarray(ref.value[0], np.float32))
+    assert int(sol.stats["lam_index"][1]) == int(ref.stats["lam_index"][0])

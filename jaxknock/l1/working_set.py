@@ -101,6 +101,7 @@ from jax import lax
 from jaxknock import _aot, _backend, _capacity, _checks, _memory
 from jaxknock._iterate import lockstep_while_loop
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
+from jaxknock.l1 import _resolve
 from jaxknock.l1 import _ws_covariance as _cov
 from jaxknock.l1 import _ws_homotopy as _hom
 from jaxknock.l1 import _ws_naive as _naive
@@ -563,7 +564,7 @@ def _prepare(X, y, loss):
 
 
 def _run(
-    X, y, lambdas, rows, excl, *, loss, method, tol, max_steps, patience, early_stop, rule, max_features, throw,
+    X, y, lambdas, rows, excl, *, loss, method, tol, max_steps, patience, early_stop, rule, max_features,
     grid=None, batch_mode="auto",
 ):  # fmt: skip
     """The engine with capacity growth; ``lambdas=None``: the default grid ``grid = (eps, num_lambdas)``."""
@@ -616,10 +617,9 @@ def _run(
         few = np.flatnonzero(np.asarray(over))
         if X.ndim == 3 and batch == "sequential" and max_features is None and few.size <= X.shape[0] // 2:
             # a few replicates outgrew the batch's capacity: only those run again, each alone at its own
-            sol = _rerun_replicates(
-                sol, few, X, y, lambdas, rows, excl, loss=loss, method=method, tol=tol, max_steps=max_steps,
-                patience=patience, early_stop=early_stop, rule=rule, grid=grid,
-            )  # fmt: skip
+            kw = dict(loss=loss, method=method, tol=tol, max_steps=max_steps, patience=patience, early_stop=early_stop)
+            solve = _solver(rows, excl, rule=rule, grid=grid, max_features=None, **kw)
+            sol = _resolve.rerun_alone(sol, few, X, y, lambdas, solve)
             break
         slots_full = engine == "homotopy" and bool(np.any(np.asarray(sol.stats["slot_overflow"]))) and A < W + chunk
         if not slots_full and (max_features is not None or W >= m):
@@ -629,14 +629,25 @@ def _run(
         )
     if max_features is None:
         _capacity.STORE.remember(key, *_next_start(sol, X, W, A, chunk, engine), family=per_problem)
+    return sol
+
+
+def _run_certified(X, y, lambdas, rows, excl, *, throw, **kw):
+    """:func:`_run`, then float32 designs whose fit failed its certificate solved again in float64."""
+    sol = _resolve.refit_float64(_run(X, y, lambdas, rows, excl, **kw), X, y, lambdas, _solver(rows, excl, **kw))
     return raise_if_failed(sol, throw, "lasso_working_set")
+
+
+def _solver(rows, excl, **kw):
+    """``(X, y, lambdas) -> _run(X, y, lambdas, rows, excl, **kw)``."""
+    return lambda X, y, lambdas: _run(X, y, lambdas, rows, excl, **kw)
 
 
 def _next_start(sol, X, W, A, chunk, engine):
     """``(W, A)`` for the next call: :func:`jaxknock._capacity.headroom` for one problem; a batch keeps its own."""
     st = sol.stats
     if X.ndim == 3 and X.shape[0] > 1 or isinstance(st["working_set_size"], jax.core.Tracer):
-        return W, A  # a batch's few overflowing replicates re-run alone (_rerun_replicates)
+        return W, A  # a batch's few overflowing replicates re-run alone (_resolve.rerun_alone)
     return _capacity.headroom(W, A, *_used(sol, engine), max_W=X.shape[-1], chunk=chunk)
 
 
@@ -647,21 +658,6 @@ def _used(sol, engine: str) -> tuple[int, int]:
     """
     used_W = int(np.max(np.asarray(sol.stats["working_set_size"])))
     return used_W, int(np.max(np.asarray(sol.stats["peak_active"]))) if engine == "homotopy" else 0
-
-
-def _rerun_replicates(sol, which, X, y, lambdas, rows, excl, **kw):
-    """``sol`` of a sequential batch with the replicates ``which`` solved again alone, each growing its own capacity.
-
-    A replicate runs alone exactly as inside a sequential batch (the same program), so the spliced
-    results are those of a batch at a capacity that fits it. Measured (issue 17, session 17, n = 2000,
-    p = 1000, R = 10): the whole batch had climbed to (W, A) = (2000, 544), its statistics 36.7-42.4 s.
-    """
-    for r in which:
-        one = _run(
-            X[r], y[r], None if lambdas is None else lambdas[r], rows, excl, max_features=None, throw=False, **kw
-        )
-        sol = jax.tree_util.tree_map(lambda b, o, r=r: b.at[r].set(o), sol, one)
-    return sol
 
 
 @functools.partial(jax.jit, static_argnums=3)
@@ -760,7 +756,10 @@ def l1_cv(
         (``inf`` past an early exit), ``cv_mean``, ``cv_se``, ``kkt``,
         ``gap``, ``num_steps``, ``max_steps``, ``num_lambdas_solved``,
         ``coef_path`` ``(L, m)`` of the full-data fit, ``nnz``; the capacity
-        used: ``working_set_size`` and ``peak_active`` (largest member active set).
+        used: ``working_set_size`` and ``peak_active`` (largest member active set);
+        ``float64_refit``: a float32 design whose fit failed its certificate with
+        steps left (nearly collinear columns) was solved again in float64 and cast
+        back (:mod:`jaxknock.l1._resolve`; not under ``jit``, where the result code says it).
 
     Example:
         >>> X = jax.random.normal(jax.random.key(0), (100, 20))
@@ -777,7 +776,7 @@ def l1_cv(
     K = rows.shape[0]
     excl = np.append(np.arange(K), -1).astype(np.int32)
     lam = _grid(X, y, lambdas, num_lambdas, eps)
-    return _run(
+    return _run_certified(
         X,
         y,
         lam,
@@ -836,7 +835,7 @@ def l1_path(
     rows = np.arange(n, dtype=np.int32)[None]
     excl = np.array([-1], np.int32)
     lam = _grid(X, y, lambdas, num_lambdas, eps)
-    return _run(
+    return _run_certified(
         X,
         y,
         lam,
