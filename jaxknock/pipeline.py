@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import time
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -698,7 +699,29 @@ def _fused_replicates(
     )
 
 
+def _warn_if_uncertified(s_sol, stat_sol) -> None:
+    """A ``RuntimeWarning`` naming the stage whose solver returned a code other than ``successful``.
+
+    The selection still controls the FDR (the knockoffs' s is feasible, and a
+    statistic computed on the canonical column order keeps the flip-sign
+    property whatever its solver's accuracy), but it may have less power than
+    the tight solve the defaults promise, so a caller should know.
+    """
+    for stage, field, sol in (("S-vector", "s_solution", s_sol), ("statistics", "statistic_solution", stat_sol)):
+        codes = None if sol is None else np.asarray(sol.result).reshape(-1)
+        if codes is not None and np.any(codes != RESULTS.successful):
+            bad = int(codes[np.flatnonzero(codes != RESULTS.successful)[0]])
+            warnings.warn(
+                f"knockoff_filter: the {stage} solve of {int(np.sum(codes != 0))} of {codes.size} "
+                f"problem(s) returned {RESULTS(bad).name}: {RESULTS.message(bad)}. The selection keeps "
+                f"its FDR control but may lose power; see Selection.{field}.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+
 def _select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate, settings):
+    _warn_if_uncertified(s_sol, stat_sol)
     t0 = time.perf_counter()
     thresholds = jax.vmap(lambda w: _filter.knockoff_threshold(w, fdr, plus=plus))(W)
     if num_replicates == 1:

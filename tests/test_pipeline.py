@@ -1,4 +1,5 @@
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import ar1_regression as make_data
@@ -239,3 +240,27 @@ def test_binary_response_sorted_by_class_gets_stratified_folds(key):
     sel = knockoff_filter(key, X, y, plus=False)
     assert sel.settings["loss"] == "logistic"
     assert np.all(np.asarray(sel.statistic_solution.result) == 0)
+
+
+def test_a_selection_from_an_uncertified_solve_warns():
+    """A failed result code of the S-vector or the statistics reaches the caller as a RuntimeWarning
+    (the selection itself is returned: it keeps FDR control); all successful: no warning."""
+    import warnings
+
+    from jaxknock import RESULTS, Solution
+    from jaxknock.pipeline import _select
+
+    W = jnp.asarray(np.random.default_rng(0).standard_normal((3, 20)))
+    ok = Solution(jnp.zeros(20), jnp.int32(RESULTS.successful), {})
+    codes = jnp.asarray([RESULTS.successful, RESULTS.max_steps_reached, RESULTS.successful], jnp.int32)
+    stat = Solution(W, codes, {})
+    with pytest.warns(RuntimeWarning, match="statistics solve of 1 of 3 problem.s. returned max_steps_reached"):
+        sel = _select(W, stat, ok, {}, 0.1, True, 3, "ebh", {})
+    assert sel.mask.shape == (20,)
+    bad_s = ok._replace(result=jnp.int32(RESULTS.stagnated))
+    with pytest.warns(RuntimeWarning, match="S-vector solve of 1 of 1 problem.s. returned stagnated"):
+        _select(W, stat._replace(result=jnp.zeros(3, jnp.int32)), bad_s, {}, 0.1, True, 3, "ebh", {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _select(W, stat._replace(result=jnp.zeros(3, jnp.int32)), ok, {}, 0.1, True, 3, "frequency", {})
+        _select(W, None, ok, {}, 0.1, True, 3, "ebh", {})  # a closed-form statistic has no solution
