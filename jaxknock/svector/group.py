@@ -340,8 +340,12 @@ def _group_sdp(norm: _Normalised, c, tol, max_steps):
         grad = w + mu * (-dM + 1.0 / gamma - 1.0 / (1.0 - gamma))
         M2 = (M * M * maskf[:, None] * maskf[None, :]).reshape(G, b, G, b).sum(axis=(1, 3))
         H = mu * (M2 + jnp.diag(1.0 / gamma**2 + 1.0 / (1.0 - gamma) ** 2))  # -Hessian, PD
-        Lh = jnp.linalg.cholesky(0.5 * (H + H.T))
-        d = jax.scipy.linalg.cho_solve((Lh, True), grad)
+        # solved in the scaled variables gamma / (gamma (1 - gamma)): a group next to a bound
+        # has a barrier curvature of mu / gamma^2 (1e18 at gamma = 1e-9), which the scaling evens out
+        sc = gamma * (1.0 - gamma)
+        Hs = sc[:, None] * H * sc[None, :]
+        Lh = jnp.linalg.cholesky(0.5 * (Hs + Hs.T))
+        d = sc * jax.scipy.linalg.cho_solve((Lh, True), sc * grad)
         dec = jnp.dot(grad, d) / mu
         f0 = phi(gamma, L, mu)
 
