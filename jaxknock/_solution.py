@@ -115,7 +115,11 @@ class SolverError(RuntimeError):
 _MARKER = "SolverError: jaxknock."
 
 
-def _failure_message(where: str, codes) -> tuple[str, int, int, int] | None:
+def failure_message(where: str, codes) -> tuple[str, int, int, int] | None:
+    """``(message, first failed code, failed, total)`` for the non-success ``RESULTS`` codes, or ``None``.
+
+    Used by :func:`raise_if_failed` and by the warning of :func:`jaxknock.knockoff_filter`.
+    """
     codes = np.asarray(codes).ravel()
     bad = codes[codes != RESULTS.successful]
     if not bad.size:
@@ -127,7 +131,7 @@ def _failure_message(where: str, codes) -> tuple[str, int, int, int] | None:
 
 
 def _raise_for_codes(codes, where: str = "solver") -> None:
-    failure = _failure_message(where, codes)
+    failure = failure_message(where, codes)
     if failure is not None:
         msg, code, failed, total = failure
         raise SolverError(msg, where=where, code=code, failed=failed, total=total)

@@ -30,7 +30,7 @@ from jaxknock import filter as _filter
 from jaxknock import multi as _multi
 from jaxknock import sampling as _sampling
 from jaxknock import statistics as _stats
-from jaxknock._solution import RESULTS, Solution
+from jaxknock._solution import RESULTS, Solution, failure_message
 from jaxknock.covariance import FactorFit, FactorModel, factor_model_from_data, ledoit_wolf, to_correlation
 from jaxknock.distributed import shard_batch
 from jaxknock.l1 import cv as _cv
@@ -708,13 +708,10 @@ def _warn_if_uncertified(s_sol, stat_sol) -> None:
     the tight solve the defaults promise, so a caller should know.
     """
     for stage, field, sol in (("S-vector", "s_solution", s_sol), ("statistics", "statistic_solution", stat_sol)):
-        codes = None if sol is None else np.asarray(sol.result).reshape(-1)
-        if codes is not None and np.any(codes != RESULTS.successful):
-            bad = int(codes[np.flatnonzero(codes != RESULTS.successful)[0]])
+        failure = None if sol is None else failure_message(f"knockoff_filter ({stage})", sol.result)
+        if failure is not None:
             warnings.warn(
-                f"knockoff_filter: the {stage} solve of {int(np.sum(codes != 0))} of {codes.size} "
-                f"problem(s) returned {RESULTS(bad).name}: {RESULTS.message(bad)}. The selection keeps "
-                f"its FDR control but may lose power; see Selection.{field}.",
+                f"{failure[0]}. The selection keeps its FDR control but may lose power; see Selection.{field}.",
                 RuntimeWarning,
                 stacklevel=3,
             )

@@ -254,11 +254,13 @@ def test_a_selection_from_an_uncertified_solve_warns():
     ok = Solution(jnp.zeros(20), jnp.int32(RESULTS.successful), {})
     codes = jnp.asarray([RESULTS.successful, RESULTS.max_steps_reached, RESULTS.successful], jnp.int32)
     stat = Solution(W, codes, {})
-    with pytest.warns(RuntimeWarning, match="statistics solve of 1 of 3 problem.s. returned max_steps_reached"):
+    with pytest.warns(
+        RuntimeWarning, match=r"\(statistics\): 1 of 3 solve\(s\) failed with result code 1 \(max_steps_reached\)"
+    ):
         sel = _select(W, stat, ok, {}, 0.1, True, 3, "ebh", {})
     assert sel.mask.shape == (20,)
     bad_s = ok._replace(result=jnp.int32(RESULTS.stagnated))
-    with pytest.warns(RuntimeWarning, match="S-vector solve of 1 of 1 problem.s. returned stagnated"):
+    with pytest.warns(RuntimeWarning, match=r"\(S-vector\): the solve failed with result code 4 \(stagnated\)"):
         _select(W, stat._replace(result=jnp.zeros(3, jnp.int32)), bad_s, {}, 0.1, True, 3, "ebh", {})
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -38,9 +38,13 @@ def rerun_alone(sol: Solution, which, X, y, lambdas, solve) -> Solution:
     p = 1000, R = 10): the whole batch had climbed to (W, A) = (2000, 544), its statistics 36.7-42.4 s.
     """
     for r in which:
-        one = solve(X[r], y[r], None if lambdas is None else lambdas[r])
-        sol = jax.tree_util.tree_map(lambda b, o, r=r: b.at[r].set(o), sol, one)
+        sol = _splice(sol, r, solve(X[r], y[r], None if lambdas is None else lambdas[r]))
     return sol
+
+
+def _splice(sol: Solution, at, new: Solution) -> Solution:
+    """``sol`` with the designs ``at`` (an index or an index array of the batch) replaced by ``new``."""
+    return jax.tree_util.tree_map(lambda b, o: b.at[at].set(o), sol, new)
 
 
 def uncertified(sol: Solution) -> np.ndarray:
@@ -68,9 +72,6 @@ def refit_float64(sol: Solution, X, y, lambdas, solve) -> Solution:
         X64, y64, lam64 = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), up)
         new = solve(X64, y64, lam64)
         new = jax.tree_util.tree_map(lambda o, b: jnp.asarray(o, b.dtype), new, sol)
-    if X.ndim == 2:
-        sol = new
-    else:
-        sol = jax.tree_util.tree_map(lambda b, o: b.at[which].set(o), sol, new)
+    sol = new if X.ndim == 2 else _splice(sol, which, new)
     mark[bad] = True
     return sol._replace(stats={**sol.stats, "float64_refit": mark})
