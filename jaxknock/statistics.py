@@ -277,7 +277,10 @@ def lcd(
         :class:`~jaxknock.Solution` with ``value`` the statistics
         ``(..., p)``, ``result`` codes ``(...)`` and ``stats`` holding
         ``coef`` ``(..., 2p)``, ``lam`` ``(...)`` (the penalty used) and
-        ``num_steps`` ``(...)``.
+        ``num_steps`` ``(...)``; with the working-set engine (the default CV
+        path) also ``float64_refit`` ``(...)``, true where a float32 design
+        failed its certificate and was solved again in float64
+        (:func:`jaxknock.l1.working_set.l1_cv`).
 
     Example:
         >>> key1, key2 = jax.random.split(jax.random.key(0))
@@ -319,6 +322,7 @@ def lcd(
             patience=10 if patience is None else patience,
         )
         stats = {"lam": ws.stats["lam"], "num_steps": ws.stats["num_steps"]}
+        stats["float64_refit"] = jnp.asarray(ws.stats["float64_refit"])
         sol = Solution(value=ws.value, result=ws.result, stats=stats)
     else:
         fold_ids, K = resolve_folds(n, folds)

@@ -513,6 +513,41 @@ def test_float32_pairs_equal_to_rounding_keep_the_cv_path_certified():
     np.testing.assert_allclose(merged, ref, atol=2e-3)
 
 
+def test_a_kink_drops_a_coefficient_at_zero_moving_against_its_sign():
+    """Homotopy kink: an active coefficient at zero (or a few eps past it, as the refinement and
+    ``_signed`` leave one) whose direction points against the sign it entered with leaves at once.
+
+    Before, only a coefficient whose *value* times its direction was negative could leave: one at
+    exactly zero (or already on the wrong side) moved on to the wrong side for the whole grid step,
+    and the KKT certificate read a violation of 2. A coefficient on the right side still moves on.
+    """
+    from jaxknock.l1._ws_homotopy import Member, _kink, _signed
+
+    lam = jnp.float32(1.0)
+    mem = Member(
+        slot_c=jnp.array([0, 0], jnp.int32),
+        used=jnp.array([True, False]),
+        sgn=jnp.array([1.0, 0.0], jnp.float32),
+        sbeta=jnp.array([0.0, 0.0], jnp.float32),
+        Ginv=jnp.array([[1.0, 0.0], [0.0, 0.0]], jnp.float32),
+        lam=lam,
+    )
+    C = jnp.eye(2, dtype=jnp.float32)  # cache Gram
+    args = (C, C, jnp.array([1.0, 0.1], jnp.float32), jnp.array([True, False]), jnp.zeros(2, bool))
+    rest = (jnp.ones(2, bool), jnp.float32(0.5), (jnp.int32(-1), jnp.float32(0.0)), jnp.bool_(False))
+    for start in (0.0, -3e-8):
+        out = _kink(mem._replace(sbeta=mem.sbeta.at[0].set(start)), jnp.array([-1.0, 0.0], jnp.float32), *args, *rest)[
+            0
+        ]
+        assert not bool(out.used[0]) and float(out.lam) == 1.0  # left at t = 0
+    out = _kink(mem._replace(sbeta=mem.sbeta.at[0].set(0.8)), jnp.array([-1.0, 0.0], jnp.float32), *args, *rest)[0]
+    assert bool(out.used[0]) and float(out.lam) == 0.5 and np.isclose(float(out.sbeta[0]), 0.3)  # to the grid
+    signed = _signed(
+        mem._replace(used=jnp.array([True, True]), sgn=jnp.array([1.0, -1.0]), sbeta=jnp.array([-1e-7, -2.0]))
+    )
+    np.testing.assert_array_equal(signed, [0.0, -2.0])
+
+
 def test_an_uncertified_float32_replicate_is_solved_again_in_float64(monkeypatch):
     """The engine's failure on one replicate of a float32 batch (injected): that replicate alone is
     solved again in float64 and cast back; the others are untouched, and the x64 flag is as it was."""

@@ -266,3 +266,33 @@ def test_a_selection_from_an_uncertified_solve_warns():
         warnings.simplefilter("error")
         _select(W, stat._replace(result=jnp.zeros(3, jnp.int32)), ok, {}, 0.1, True, 3, "frequency", {})
         _select(W, None, ok, {}, 0.1, True, 3, "ebh", {})  # a closed-form statistic has no solution
+
+
+def _block_design(seed, n, p, *, block=20, rho=0.5, nnz=20, amplitude=8.0):
+    """Block-equicorrelated ``X`` (benchmarks/bench_filter_default.py's design), ``nnz`` signals."""
+    rng = np.random.default_rng(seed)
+    L = np.linalg.cholesky(np.full((block, block), rho) + (1 - rho) * np.eye(block))
+    X = (rng.standard_normal((n, p // block, block)) @ L.T).reshape(n, p)
+    beta = np.zeros(p)
+    signals = rng.choice(p, nnz, replace=False)
+    beta[signals] = rng.choice([-1.0, 1.0], nnz) * amplitude / np.sqrt(n)
+    return X, X @ beta + rng.standard_normal(n)
+
+
+def test_float32_replicates_are_certified_without_a_float64_refit():
+    """The default filter in float32 (jax's default precision), 8 replicates of a plain block design.
+
+    A coefficient that reaches zero at a grid penalty could end the step a few eps on the wrong side
+    of zero after the refinement, and the homotopy only dropped coefficients moving away from zero by
+    the sign of the (wrong-signed) value: the KKT certificate then read a violation of 2. On this
+    design the first replicate failed so, and each such replicate cost a float64 refit (a second
+    compilation of the engine). Now such a coefficient is zero (``_signed``) and leaves at the next
+    kink by the sign it entered with (test_l1_working_set.py).
+    """
+    X, y = _block_design(1, 300, 100)
+    with jax.enable_x64(False):
+        for R in (1, 8):
+            stat = knockoff_filter(jax.random.key(0), X, y, num_replicates=R).statistic_solution
+            assert stat.value.dtype == jnp.float32
+            np.testing.assert_array_equal(np.asarray(stat.result), 0)
+            assert not np.any(np.asarray(stat.stats["float64_refit"])), R
