@@ -189,9 +189,12 @@ def _stats_only(used_W, used_A, R=None):
 def test_a_call_that_filled_its_capacities_leaves_the_next_call_headroom():
     """knockoff_filter at n = 2000, p = 1000: the first call used 1001 of W = 1024 features and 386 of A = 416
     slots; the second then grew W and the third A (a compilation each). Now the next call starts at
-    (1536, 544): one compilation. A batch keeps its capacities (its overflowing replicates re-run alone)."""
+    (1536, 544): one compilation. A batch keeps its capacities (its overflowing replicates re-run alone).
+    Only a call that outgrew an earlier call's capacities (``varies``) leaves headroom: the same problem
+    solved again runs at what it needed (the lasso CV at n = 2000, m = 2000: 0.43 s against 0.75 s)."""
     one, batch = SimpleNamespace(ndim=2, shape=(2000, 2000)), SimpleNamespace(ndim=3, shape=(3, 2000, 2000))
     start = working_set._next_start
+    assert start(_stats_only(1001, 386), one, 1024, 416, 64, "homotopy", varies=False) == (1024, 416)
     assert start(_stats_only(1001, 386), one, 1024, 416, 64, "homotopy") == (1536, 544)
     assert start(_stats_only(700, 386), one, 1024, 416, 64, "homotopy") == (1024, 544)
     assert start(_stats_only(1001, 300), one, 1024, 416, 64, "homotopy") == (1536, 416)

@@ -573,11 +573,11 @@ def _run(
     batch = _batch_for(batch_mode, engine)
     chunk = cache_chunk(m)
     key, per_problem = _capacity_keys(X, loss, engine, rows)
-    # a repeated call starts where the last one of its shape ended; a new batch size where one
-    # problem of the same shape ended: each growth step is one more compilation (jaxknock/_capacity.py)
-    W, A = _capacity.STORE.start(key, (min(m, 512), 256), family=per_problem)
+    # start where the last call of this shape (or batch size) ended: each growth is a compilation (_capacity.py)
+    W, A = _capacity.STORE.start(key, default := (min(m, 512), 256), family=per_problem)
+    remembered = (W, A) != default
     W = min(max_features or W, m)
-    A = min(A, W + chunk)
+    start = W, A = W, min(A, W + chunk)
     while True:
         lock_chunk = None
         if engine == "homotopy":
@@ -628,7 +628,8 @@ def _run(
             W, A, *_used(sol, engine), slots_full=slots_full, max_W=m if max_features is None else W, chunk=chunk
         )
     if max_features is None:
-        _capacity.STORE.remember(key, *_next_start(sol, X, W, A, chunk, engine), family=per_problem)
+        varies = remembered and (W, A) != start  # an earlier call's capacities did not suffice: headroom
+        _capacity.STORE.remember(key, *_next_start(sol, X, W, A, chunk, engine, varies), family=per_problem)
     return sol
 
 
@@ -643,11 +644,12 @@ def _solver(rows, excl, **kw):
     return lambda X, y, lambdas: _run(X, y, lambdas, rows, excl, **kw)
 
 
-def _next_start(sol, X, W, A, chunk, engine):
-    """``(W, A)`` for the next call: :func:`jaxknock._capacity.headroom` for one problem; a batch keeps its own."""
+def _next_start(sol, X, W, A, chunk, engine, varies=True):
+    """``(W, A)`` for the next call: those that sufficed; :func:`jaxknock._capacity.headroom` too for one problem
+    that ``varies`` (outgrew an earlier call's). A batch keeps its own (see :func:`_resolve.rerun_alone`)."""
     st = sol.stats
-    if X.ndim == 3 and X.shape[0] > 1 or isinstance(st["working_set_size"], jax.core.Tracer):
-        return W, A  # a batch's few overflowing replicates re-run alone (_resolve.rerun_alone)
+    if X.ndim == 3 and X.shape[0] > 1 or isinstance(st["working_set_size"], jax.core.Tracer) or not varies:
+        return W, A
     return _capacity.headroom(W, A, *_used(sol, engine), max_W=X.shape[-1], chunk=chunk)
 
 
@@ -733,8 +735,9 @@ def l1_cv(
             Gram columns), ``"cov"`` (coordinate descent on Gram columns) or
             ``"naive"`` (residual updates; the logistic loss always).
         max_features: working-set capacity ``W``; ``None`` starts at 512 (or where
-            the last call of this shape ended, one step more where it filled over
-            85%, :func:`jaxknock._capacity.headroom`) and grows, re-running the
+            the last call of this shape ended; one step more where it filled over
+            85% after outgrowing an earlier call's capacities,
+            :func:`jaxknock._capacity.headroom`) and grows, re-running the
             path, whenever it is exceeded: doubled up to 1024, then 1536, 2048,
             3072, ..., with the active slots in proportion
             (:func:`jaxknock._capacity.grow`). In a sequential batch, when at most half of the replicates
