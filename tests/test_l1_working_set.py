@@ -513,6 +513,42 @@ def test_float32_pairs_equal_to_rounding_keep_the_cv_path_certified():
     np.testing.assert_allclose(merged, ref, atol=2e-3)
 
 
+def test_a_float32_response_far_from_zero_keeps_the_cv_path_certified():
+    """``y = 1e6 + O(1)`` in float32: the sufficient statistics ``q``, ``var(y)`` are differences of sums
+    of size 1e6 (x 1e6 for ``var``), which cancel. The engine read a KKT violation of 0.36 as optimal
+    (result successful). Now the mean of ``y`` is taken out first. Reference: the float64 engine on the
+    same (float32-rounded) response, and a float64 KKT check of the float32 fit."""
+    n, m = 200, 40
+    X, y = _data(n, m, seed=5)
+    X32, y32 = X.astype(np.float32), (y + 1e6).astype(np.float32)
+    ids, _ = fold_rows(5, n)
+    sol = l1_cv(jnp.asarray(X32), jnp.asarray(y32), folds=ids, early_stop=False)
+    ref = l1_cv(jnp.asarray(X32, jnp.float64), jnp.asarray(y32, jnp.float64), folds=ids, early_stop=False)
+    assert int(sol.result) == RESULTS.successful and int(ref.result) == RESULTS.successful
+    assert abs(int(sol.stats["lam_index"]) - int(ref.stats["lam_index"])) <= 1
+    b, b0, lam = np.asarray(sol.value, np.float64), float(sol.stats["intercept"]), float(sol.stats["lam"])
+    assert _kkt(X32.astype(np.float64), y32.astype(np.float64), b, b0, lam) < 1e-3
+    assert abs(b0 - float(ref.stats["intercept"])) < 0.2  # float32 spacing at 1e6 is 0.0625
+
+
+def test_float32_logistic_cv_solves_to_the_rounding_floor_not_past_it():
+    """The proximal-Newton engine solved every grid point to a KKT violation of ``tol * lam`` (1e-5),
+    below what float32 gradients can show at small penalties: the whole-grid logistic CV ran its
+    step budget out (163 027 epochs, max_steps_reached) on a plain design. It now solves to
+    ``max(tol, 1000 eps, 100 eps lam0 / lam)``; the chosen penalty is the float64 engine's (one grid
+    step) and a float64 KKT check of the float32 fit passes."""
+    n, m = 200, 50
+    X, y = _data(n, m, seed=0, loss="logistic")
+    X32, y32 = X.astype(np.float32), y.astype(np.float32)
+    ids, _ = fold_rows(5, n)
+    sol = l1_cv(jnp.asarray(X32), jnp.asarray(y32), folds=ids, loss="logistic", early_stop=False)
+    ref = l1_cv(jnp.asarray(X), jnp.asarray(y), folds=ids, loss="logistic", early_stop=False)
+    assert int(sol.result) == RESULTS.successful and int(ref.result) == RESULTS.successful
+    assert abs(int(sol.stats["lam_index"]) - int(ref.stats["lam_index"])) <= 1
+    b, b0, lam = np.asarray(sol.value, np.float64), float(sol.stats["intercept"]), float(sol.stats["lam"])
+    assert _kkt(X, y, b, b0, lam, loss="logistic") < 1e-3
+
+
 def test_a_kink_drops_a_coefficient_at_zero_moving_against_its_sign():
     """Homotopy kink: an active coefficient at zero (or a few eps past it, as the refinement and
     ``_signed`` leave one) whose direction points against the sign it entered with leaves at once.
