@@ -549,6 +549,25 @@ def test_float32_logistic_cv_solves_to_the_rounding_floor_not_past_it():
     assert _kkt(X, y, b, b0, lam, loss="logistic") < 1e-3
 
 
+def test_float32_logistic_cv_on_columns_far_from_zero():
+    """``X + 1e3`` in float32, logistic loss (the proximal-Newton engine): the coordinate descent's
+    weighted variances ``E[x^2] - xbar^2`` cancelled, and the CV ended max_steps_reached at lambda
+    index 3 (float64: 26). The engine now counts columns from their means; the reported intercept is
+    that of ``X`` itself (checked by a float64 KKT check with it)."""
+    n, m = 200, 50
+    X, y = _data(n, m, seed=2, loss="logistic")
+    X = X + 1e3
+    X32, y32 = X.astype(np.float32), y.astype(np.float32)
+    ids, _ = fold_rows(5, n)
+    sol = l1_cv(jnp.asarray(X32), jnp.asarray(y32), folds=ids, loss="logistic")
+    ref = l1_cv(jnp.asarray(X32, jnp.float64), jnp.asarray(y), folds=ids, loss="logistic")
+    assert int(sol.result) == RESULTS.successful and int(ref.result) == RESULTS.successful
+    assert abs(int(sol.stats["lam_index"]) - int(ref.stats["lam_index"])) <= 1
+    b, b0, lam = np.asarray(sol.value, np.float64), float(sol.stats["intercept"]), float(sol.stats["lam"])
+    assert _kkt(X32.astype(np.float64), y, b, b0, lam, loss="logistic") < 1e-3
+    assert abs(b0 - float(ref.stats["intercept"])) < 1e-3 * abs(float(ref.stats["intercept"]))
+
+
 def test_a_kink_drops_a_coefficient_at_zero_moving_against_its_sign():
     """Homotopy kink: an active coefficient at zero (or a few eps past it, as the refinement and
     ``_signed`` leave one) whose direction points against the sign it entered with leaves at once.
