@@ -321,8 +321,11 @@ def lcd(
             max_steps=10_000 if max_steps is None else max_steps,
             patience=10 if patience is None else patience,
         )
-        stats = {"lam": ws.stats["lam"], "num_steps": ws.stats["num_steps"]}
-        stats["float64_refit"] = jnp.asarray(ws.stats["float64_refit"])
+        stats = {
+            "lam": ws.stats["lam"],
+            "num_steps": ws.stats["num_steps"],
+            "float64_refit": jnp.asarray(ws.stats["float64_refit"]),
+        }
         sol = Solution(value=ws.value, result=ws.result, stats=stats)
     else:
         fold_ids, K = resolve_folds(n, folds)

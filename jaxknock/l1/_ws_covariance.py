@@ -61,7 +61,7 @@ class CovData(NamedTuple):
     nt: jax.Array  # (M,) held-out rows
     yb: jax.Array  # (B, rows) the response less yshift in the block layout, zero padded
     real: jax.Array  # (B, rows) bool: a row of the data (not padding)
-    yshift: jax.Array | float = 0.0  # () the mean of y over all rows, taken out before the sums (see cov_data)
+    yshift: jax.Array  # () the mean of y over all rows, taken out before the sums (see cov_data)
 
 
 class CovState(NamedTuple):

@@ -384,8 +384,7 @@ def _off_path(mem: Member, g, act, skip, valid, lam):
     entered with. The exact float64 path meets both to rounding (``~1e-13``).
     """
     above = valid & ~act & ~skip & (jnp.abs(g) > lam * (1 + _OFF_PATH_RTOL))
-    flipped = mem.used & (mem.sbeta * mem.sgn < 0)
-    return jnp.any(above, axis=1) | jnp.any(flipped, axis=1)
+    return jnp.any(above, axis=1) | jnp.any(_wrong_signed(mem), axis=1)
 
 
 def solve_ws(d, st: HomState, lam, tol, max_epochs, active, tiered=False):
@@ -462,7 +461,12 @@ def _signed(mem: Member):
     right sign, and the KKT check on the reported coefficients certifies the
     result (or fails it) as before.
     """
-    return jnp.where(mem.used & (mem.sgn * mem.sbeta < 0), 0, mem.sbeta)
+    return jnp.where(_wrong_signed(mem), 0, mem.sbeta)
+
+
+def _wrong_signed(mem: Member) -> jax.Array:
+    """Active slots whose coefficient has the opposite sign of the one it entered with."""
+    return mem.used & (mem.sgn * mem.sbeta < 0)
 
 
 def rows_dtype(exact, members: int, slots: int, width: int):

@@ -490,10 +490,7 @@ def _cv_one(
         i = nsolved - 1
     b = jnp.zeros((m,), X.dtype).at[st.idx].add(jnp.where(valid, out["beta"][i], 0))
     stats.update(lam=lambdas[i], lam_index=i, intercept=out["b0"][i], nnz_chosen=jnp.sum(b != 0))
-    if engine in ("cov", "homotopy"):
-        stats["gap"] = _cov_gap(X, y, b, out["b0"][i], lambdas[i])
-    else:
-        stats["gap"] = _naive.gap(X, y, b, out["b0"][i], lambdas[i], loss=loss)
+    stats["gap"] = _naive.gap(X, y, b, out["b0"][i], lambdas[i], loss=loss)  # every engine's fit, one formula
     path = jnp.zeros((L, m), X.dtype).at[:, st.idx].add(jnp.where(valid[None], out["beta"], 0))
     path = jnp.where(solved[:, None], path, jnp.nan)
     stats["coef_path"] = path
@@ -532,21 +529,6 @@ def _rounding_floor(dtype, lambdas, lam0):
     """
     eps = float(jnp.finfo(dtype).eps)
     return jnp.maximum(1000 * eps, 100 * eps * lam0 / lambdas)
-
-
-def _cov_gap(X, y, b, b0, lam):
-    """Relative duality gap of the squared-loss refit (dual point: the rescaled residual)."""
-    n = X.shape[0]
-    res = y - b0 - jnp.dot(X, b, precision=lax.Precision.HIGHEST)
-    r = res - res.mean()  # the intercept's dual constraint: zero mean
-    mu = X.mean(0)
-    xr = (jnp.dot(r, X, precision=lax.Precision.HIGHEST) - mu * r.sum()) / n
-    s = jnp.minimum(1.0, lam / jnp.maximum(jnp.max(jnp.abs(xr)), jnp.finfo(X.dtype).tiny))
-    yc = y - y.mean()
-    primal = 0.5 * (res @ res) / n + lam * jnp.abs(b).sum()
-    theta = s * r
-    dual = (theta @ yc) / n - 0.5 * (theta @ theta) / n
-    return (primal - dual) / jnp.maximum(0.5 * (yc @ yc) / n, jnp.finfo(X.dtype).tiny)
 
 
 @jax.jit
@@ -591,7 +573,8 @@ def _run(
     W, A = _capacity.STORE.start(key, default := (min(m, 512), 256), family=per_problem)
     remembered = (W, A) != default
     W = min(max_features or W, m)
-    start = W, A = W, min(A, W + chunk)
+    A = min(A, W + chunk)
+    start = (W, A)
     while True:
         lock_chunk = None
         if engine == "homotopy":
