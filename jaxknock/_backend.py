@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import jax
 
-__all__ = ["batch_lanes", "check_every", "lasso_solver", "lockstep_chunk", "loop_over_batch", "platform"]
+__all__ = ["check_every", "lasso_solver", "lockstep_chunk", "loop_over_batch", "platform"]
 
 
 def platform() -> str:
@@ -133,9 +133,6 @@ def loop_over_batch(what: str, plat: str | None = None) -> bool:
       slowest replicate (610 batched kinks against 311-395 per replicate).
       Accelerators run the lock step: there one replicate's kink is a few
       small kernels dominated by launch latency (not measured: no GPU).
-      Since session 28 the replicates run one after another in
-      :func:`batch_lanes` executions at once (one per core), each on its
-      own part of the batch.
 
     Example:
         >>> loop_over_batch("snb_path", "cpu"), loop_over_batch("snb_path", "gpu")
@@ -144,25 +141,6 @@ def loop_over_batch(what: str, plat: str | None = None) -> bool:
     if what not in ("snb_path", "stability_subsamples", "lifted_models", "svector_problems", "cv_replicates"):
         raise ValueError(f"unknown batch {what!r}")
     return _is_cpu(plat)
-
-
-def batch_lanes(size: int, cores: int, plat: str | None = None) -> int:
-    """Concurrent executions (:mod:`jaxknock._lanes`) for a batch of ``size`` items that loops over them.
-
-    CPU: one per core, at most one per item. A batch that runs one item after
-    another (``loop_over_batch``) keeps one core busy: the homotopy's kinks
-    are chains of small kernels that XLA:CPU runs on one thread. Measured
-    (issue 17, session 28, 2-core CPU, ``lcd`` on 10 replicates of
-    n = 600, 2p = 400, float32, warm): 0.48-0.50 s as one ``lax.map``, the
-    same with two ``lax.map``-s in one program (XLA runs them one after the
-    other), 0.30-0.33 s as two executions of 5 in two threads. Accelerators:
-    1 (the batch runs in lock step there, one program).
-
-    Example:
-        >>> batch_lanes(10, 2, "cpu"), batch_lanes(1, 2, "cpu"), batch_lanes(10, 16, "cpu"), batch_lanes(10, 2, "gpu")
-        (2, 1, 10, 1)
-    """
-    return max(1, min(int(size), int(cores))) if _is_cpu(plat) else 1
 
 
 _LOCKSTEP_SMALL_DESIGN = 40 * 2**20

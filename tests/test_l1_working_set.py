@@ -453,33 +453,6 @@ def test_lockstep_replicates_equal_sequential_replicates():
         l1_cv(Xs, ys, batch_mode="parallel", **kw)
 
 
-@pytest.mark.parametrize("loss", ["squared", "logistic"])
-def test_a_sequential_batch_in_lanes_gives_the_one_execution_answers(monkeypatch, loss):
-    """On the CPU a sequential batch runs in one execution per core (:mod:`jaxknock._lanes`): 4 replicates on
-    3 "cores" (parts of 2, the last padded) give, array for array, the answers of one ``lax.map`` over all 4."""
-    from jaxknock import _lanes
-    from jaxknock.l1 import working_set
-
-    data = [_data(100, 40, seed=s, loss=loss) for s in range(4)]
-    Xs, ys = np.stack([d[0] for d in data]), np.stack([d[1] for d in data])
-    kw = dict(folds=5, num_lambdas=30, loss=loss, batch_mode="sequential")
-    calls = []
-    monkeypatch.setattr(_lanes, "cores", lambda: 1)
-    one = l1_cv(Xs, ys, **kw)
-    monkeypatch.setattr(_lanes, "cores", lambda: 3)
-    call = working_set._aot.call
-    monkeypatch.setattr(
-        working_set._aot, "call", lambda fn, X, *a, **k: calls.append(X.shape[0]) or call(fn, X, *a, **k)
-    )
-    lanes = l1_cv(Xs, ys, **kw)
-    assert calls[-3:] == [2, 2, 2]
-    assert np.all(np.asarray(one.result) == RESULTS.successful)
-    for k in ("lam_index", "num_lambdas_solved", "cv_error", "coef_path", "intercept_path", "kkt"):
-        np.testing.assert_array_equal(np.asarray(lanes.stats[k]), np.asarray(one.stats[k]), err_msg=k)
-    np.testing.assert_array_equal(np.asarray(lanes.value), np.asarray(one.value))
-    np.testing.assert_array_equal(np.asarray(lanes.result), np.asarray(one.result))
-
-
 def test_slot_tiers_follow_the_untiered_path():
     """A design run alone does each grid step on half of its ``A`` active slots while they hold its active
     sets, and moves up a tier in the middle of a step when a member needs a free slot; the answers are the

@@ -98,7 +98,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _aot, _backend, _capacity, _checks, _lanes, _memory
+from jaxknock import _aot, _backend, _capacity, _checks, _memory
 from jaxknock._iterate import lockstep_while_loop
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.l1 import _resolve
@@ -586,21 +586,27 @@ def _run(
                 # a working set whose Gram cache would not fit: residual updates keep no W x W cache
                 engine, batch = "naive", "sequential"
                 key, per_problem = _capacity_keys(X, loss, engine, rows)
-        static = dict(
-            num_lambdas=None if grid is None else int(grid[1]), engine=engine, loss=loss, W=W, chunk=chunk,
-            max_steps=max_steps, patience=patience, early_stop=early_stop, rule=rule,
-            slots=A if engine == "homotopy" else 0, batch=batch, lock_chunk=lock_chunk,
-        )  # fmt: skip
-        rest = (
+        sol = _aot.call(  # a fresh process loads the traced program (jaxknock/_aot.py)
+            _cv_jit,
+            X,
+            y,
+            lambdas,
             np.asarray(rows, np.int32),  # host arrays go in with the call (jnp.asarray would be a program)
             np.asarray(excl, np.int32),
             _checks.call_scalar(tol, X.dtype),
             None if grid is None else _checks.call_scalar(grid[0], X.dtype),
-        )
-        # a sequential batch on the CPU: one execution per core; a fresh process loads the program (_aot.py)
-        lanes = _lanes.lanes_for((X, y, lambdas), fit if engine == "homotopy" else None) if batch == "sequential" else 1
-        sol = _lanes.map_lanes(
-            lambda *a: _aot.call(_cv_jit, *a, *rest, **static), (X, y, lambdas), lanes, key=sorted(static.items())
+            num_lambdas=None if grid is None else int(grid[1]),
+            engine=engine,
+            loss=loss,
+            W=W,
+            chunk=chunk,
+            max_steps=max_steps,
+            patience=patience,
+            early_stop=early_stop,
+            rule=rule,
+            slots=A if engine == "homotopy" else 0,
+            batch=batch,
+            lock_chunk=lock_chunk,
         )
         over = sol.stats["overflow"]
         if isinstance(over, jax.core.Tracer) or not np.any(np.asarray(over)):
