@@ -17,6 +17,9 @@ processes sharing one new :func:`jaxknock.enable_compilation_cache` directory:
 second process, which reads the compiled programs from disk; what a user sees
 from the second run of a script on). Also the number selected, power and
 FDP of the warm call. Ratios are jaxknock / knockpy (< 1: jaxknock faster).
+With ``--replicates R`` (default 10) each jaxknock process also times ``R``
+replicates against one in alternating warm calls (best of at least 3 each):
+the issue's "R = 10 costs at most 4x one replicate".
 
     python benchmarks/bench_filter_default.py --small     # n=300, p=100
     python benchmarks/bench_filter_default.py             # the issue-17 table
@@ -73,8 +76,17 @@ t0 = time.perf_counter(); sel = run(0); t_first = time.perf_counter() - t0
 ts = []
 for r in range(repeats):
     t0 = time.perf_counter(); sel = run(r + 1); ts.append(time.perf_counter() - t0)
+R, by_r = int(d["replicates"]), {}
+if R > 1:  # R replicates against one, in alternating warm calls (after one call of R that compiles)
+    def run_r(seed, r):
+        return jaxknock.knockoff_filter(jax.random.key(seed), X, y, fdr=fdr, num_replicates=r, **kw)
+    run_r(100, R)
+    for i in range(max(repeats, 3)):
+        for r in (1, R):
+            t0 = time.perf_counter(); run_r(200 + i, r); by_r.setdefault(r, []).append(time.perf_counter() - t0)
 json.dump(dict(import_=t_import, first=t_first, warm=min(ts), selected=sel.selected.tolist(),
-               timings={k: float(v) for k, v in sel.timings.items()}), open(sys.argv[2], "w"))
+               timings={k: float(v) for k, v in sel.timings.items()},
+               replicates={str(r): min(v) for r, v in by_r.items()}), open(sys.argv[2], "w"))
 """
 
 _KNOCKPY = """
@@ -128,6 +140,9 @@ def main(argv=None):
     ap.add_argument("--fdr", type=float, default=0.1)
     ap.add_argument("--no-knockpy", action="store_true")
     ap.add_argument(
+        "--replicates", type=int, default=10, help="also time jaxknock with this many replicates against one (1: skip)"
+    )
+    ap.add_argument(
         "--s-method",
         default="auto",
         help="jaxknock's s_method: 'auto' = the library default where p < n, 'sdp_factor' where p >= n "
@@ -140,7 +155,14 @@ def main(argv=None):
     for n, p in sizes:
         X, y, truth = make_data(0, n, p)
         s_method = args.s_method if args.s_method != "auto" else ("sdp_factor" if p >= n else "default")
-        arrays = dict(X=X, y=y, fdr=np.array(args.fdr), repeats=np.array(args.repeats), s_method=np.array(s_method))
+        arrays = dict(
+            X=X,
+            y=y,
+            fdr=np.array(args.fdr),
+            repeats=np.array(args.repeats),
+            s_method=np.array(s_method),
+            replicates=np.array(args.replicates),
+        )
         print(f"n={n} p={p}: jaxknock s_method={s_method}", flush=True)
         with tempfile.TemporaryDirectory() as cache:
             res = {"jaxknock": fresh_process(sys.executable, _JAXKNOCK, arrays, cache)}
@@ -153,6 +175,9 @@ def main(argv=None):
             pw, fdp = power_fdp(r["selected"], truth)
             rows.append(dict(n=n, p=p, lib=lib, **{k: r[k] for k in ("import_", "first", "warm")}, power=pw, fdp=fdp))
             extra = f"  stages {r['timings']}" if "timings" in r else ""
+            if r.get("replicates"):
+                (one, t1), (many, tR) = sorted(r["replicates"].items(), key=lambda kv: int(kv[0]))
+                extra += f"\n    R={many} warm {tR:.2f} s vs R={one} {t1:.2f} s (alternating calls): {tR / t1:.2f}x"
             print(
                 f"n={n:5d} p={p:5d} {lib:14s} import {r['import_']:6.2f} s  first {r['first']:7.2f} s  "
                 f"warm {r['warm']:7.2f} s  selected {len(r['selected']):3d}  power {pw:.2f}  FDP {fdp:.2f}{extra}",
