@@ -187,6 +187,8 @@ class CapacityStore:
         >>> store.remember(("a", 1), 600, 320)
         >>> store.start(("a", 1), default=(512, 256))
         (600, 320)
+        >>> store.lookup(("b", 2)) is None  # nothing known: unlike start, no default stands in for it
+        True
     """
 
     def __init__(self, file=_cache_file):
@@ -201,13 +203,18 @@ class CapacityStore:
             _merge(self._entries, _read(path))
         return path
 
-    def start(self, key, default, family=None) -> tuple[int, int]:
-        """``(W, A)`` to start from: ``key``'s entry, else ``family``'s, else ``default``."""
+    def lookup(self, key, family=None) -> tuple[int, int] | None:
+        """``key``'s entry, else ``family``'s, else ``None`` (nothing is known of either)."""
         self._sync()
         for k in (key, family):
             if k is not None and repr(k) in self._entries:
-                return self._entries[repr(k)]
-        return tuple(default)
+                return tuple(self._entries[repr(k)])
+        return None
+
+    def start(self, key, default, family=None) -> tuple[int, int]:
+        """``(W, A)`` to start from: :meth:`lookup`'s entry, else ``default``."""
+        known = self.lookup(key, family)
+        return tuple(default) if known is None else known
 
     def remember(self, key, W: int, A: int, family=None) -> None:
         """Record that ``(W, A)`` sufficed for ``key`` (and, element-wise at most, for ``family``)."""

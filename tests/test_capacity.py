@@ -158,7 +158,7 @@ def test_a_working_set_overflow_grows_the_slots_with_it(monkeypatch):
     assert len(runs) == 1 and not runs[0][2]
     runs.clear()
     small = CapacityStore(lambda: None)
-    monkeypatch.setattr(small, "start", lambda key, default, family=None: (32, 32))
+    monkeypatch.setattr(small, "lookup", lambda key, family=None: (32, 32))
     monkeypatch.setattr(_capacity, "STORE", small)
     again = working_set.l1_cv(X, y, folds=3, num_lambdas=40)
     np.testing.assert_allclose(np.asarray(again.value), np.asarray(reference.value), rtol=1e-10, atol=1e-12)
@@ -168,6 +168,38 @@ def test_a_working_set_overflow_grows_the_slots_with_it(monkeypatch):
         assert over
         if not slots_full:  # the working set ran out: the slots grow with it
             assert W2 > W and A2 >= peak * W2 / W
+
+
+def test_a_remembered_entry_equal_to_the_default_still_counts_as_remembered(monkeypatch):
+    """Headroom is left when a call outgrows capacities an earlier call remembered (``varies``), also when
+    that entry happens to equal the default ``(512, 256)``: ``_run`` asks the store whether it knows the key
+    (``lookup``), not whether its start differs from the default. Here the first engine call is made to
+    report an overflow, so the call grows once; an unknown key does not count as varying."""
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((40, 600))
+    y = X[:, :3].sum(1) + rng.standard_normal(40)
+    call, seen = working_set._aot.call, []
+
+    def overflow_once(f, *a, **k):
+        sol = call(f, *a, **k)
+        if f is working_set._cv_jit and not seen:
+            sol = sol._replace(stats={**sol.stats, "overflow": np.bool_(True)})
+        if f is working_set._cv_jit:
+            seen.append(k["W"])
+        return sol
+
+    start = working_set._next_start
+    varies = []
+    monkeypatch.setattr(working_set._aot, "call", overflow_once)
+    monkeypatch.setattr(working_set, "_next_start", lambda *a: varies.append(a[6]) or start(*a))
+    for known in ((512, 256), None):
+        store = CapacityStore(lambda: None)
+        monkeypatch.setattr(store, "lookup", lambda key, family=None, known=known: known)
+        monkeypatch.setattr(_capacity, "STORE", store)
+        seen.clear()
+        working_set.l1_cv(X, y, folds=3, num_lambdas=10)
+        assert seen == [512, 600]  # grew once, to every feature
+    assert varies == [True, False]
 
 
 def test_working_set_capacity_grows_by_powers_of_two_and_their_halfway_points():

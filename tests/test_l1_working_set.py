@@ -641,3 +641,36 @@ def test_an_uncertified_float32_replicate_is_solved_again_in_float64(monkeypatch
         )
     np.testing.assert_array_equal(sol.value[1], np.asarray(ref.value[0], np.float32))
     assert int(sol.stats["lam_index"][1]) == int(ref.stats["lam_index"][0])
+
+
+def test_active_newton_steps_each_member_on_its_own_active_set():
+    """Three members whose active sets are disjoint (9 columns in all) and a system of 4 columns: each
+    member's step is the exact minimiser of its quadratic model on its own 3 active columns,
+    ``delta = H_AA^{-1} (g_A - lam s_A)`` with ``H`` the ``v``-weighted centred Gram (numpy solve), and the
+    weighted residual moves by ``-v X_c delta``. A system built on the first columns of the union gave
+    members 1 and 2 at most one of their columns."""
+    from jaxknock.l1._ws_naive import _active_newton
+
+    rng = np.random.default_rng(3)
+    M, n, Wc, lam = 3, 60, 12, 0.05
+    XW = rng.standard_normal((Wc, n)) + 0.4 * rng.standard_normal((1, n))
+    v = rng.uniform(0.05, 0.25, (M, n))
+    sv, nf = v.sum(1), np.full(M, float(n))
+    xm = v @ XW.T / sv[:, None]
+    beta = np.zeros((M, Wc))
+    for f in range(M):
+        beta[f, 3 * f : 3 * f + 3] = [10.0, -10.0, 10.0]  # far from zero: the step is not cut
+    vr = 0.3 * rng.standard_normal((M, n))
+    g = vr @ XW.T / nf[:, None]
+    valid = np.ones(Wc, bool)
+    args = [jnp.asarray(a) for a in (beta, vr, g, lam, v, XW, xm, nf, sv, valid)]
+    new_beta, new_vr = map(np.asarray, _active_newton(*args, 4))
+    for f in range(M):
+        A = np.arange(3 * f, 3 * f + 3)
+        Xc = XW[A] - xm[f, A][:, None]
+        H = (Xc * v[f]) @ Xc.T / n
+        delta = np.linalg.solve(H, g[f, A] - lam * np.sign(beta[f, A]))
+        np.testing.assert_allclose(new_beta[f, A], beta[f, A] + delta, rtol=1e-10, atol=1e-12)
+        others = np.setdiff1d(np.arange(Wc), A)
+        assert np.all(new_beta[f, others] == 0)
+        np.testing.assert_allclose(new_vr[f], vr[f] - v[f] * (delta @ Xc), rtol=1e-10, atol=1e-12)

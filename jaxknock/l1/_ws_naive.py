@@ -31,10 +31,15 @@ from jaxknock.l1.screening import logistic_dual_probabilities
 
 _HI = lax.Precision.HIGHEST
 _VMIN = 1e-5
-# active-set Newton steps inside the coordinate descent (solve_ws, accel=True): after this many
-# sweeps over the active set without convergence, when at most _NEWTON_MAX_ACTIVE columns are active
-_NEWTON_AFTER = 8
-_NEWTON_MAX_ACTIVE = 256
+# Active-set Newton steps inside the coordinate descent (solve_ws, accel=True): tried after
+# _NEWTON_AFTER sweeps over the active set without convergence (then 2x, 4x, ... after a try), when no
+# member has more than _NEWTON_MAX_ACTIVE active columns, and once the sweeps done cost what the step
+# does: _SWEEP_COST * sweeps * |A| >= c^2 for a c-column system. The ratio is not the flop ratio (~1):
+# a sweep is latency-bound, one (M, n) update per column (3-5 us at M = 6, n = 2000 on the 2-core CPU),
+# while the step is one batched product (10 ms for c = 256). Session 29, benchmarks/measured/NOTES.md.
+_NEWTON_AFTER = 4
+_NEWTON_MAX_ACTIVE = 384
+_SWEEP_COST = 32
 
 
 class NaiveData(NamedTuple):
@@ -158,7 +163,7 @@ def _kkt_ws(g, beta, lam, mask):
     return jnp.max(jnp.where(mask, v, 0), axis=-1)
 
 
-def _active_newton(beta, b0, vr, eta, g, lam, v, XW, xm, nf, sv, valid, cap: int):
+def _active_newton(beta, vr, g, lam, v, XW, xm, nf, sv, valid, cap: int):
     r"""One Newton step of the quadratic model on each member's active set, cut at the first sign change.
 
     With the signs ``s`` of the active coefficients fixed, the model is the
@@ -166,7 +171,7 @@ def _active_newton(beta, b0, vr, eta, g, lam, v, XW, xm, nf, sv, valid, cap: int
     :math:`g(\beta + \delta) = g(\beta) - H\delta` (``H`` the ``v``-weighted
     centred Gram, ``g = X_c^\top (v r) / n_f``), so
     :math:`\delta_A = H_{AA}^{-1}(g_A - \lambda s_A)` is its exact minimiser.
-    ``H`` is formed on the first ``cap`` columns active in any member
+    Each member's ``H`` is formed on its own first ``cap`` active columns
     (``O(M n cap^2)``; the caller only steps when they are all of them). The
     step is cut where the first active coefficient reaches zero (that one is
     set to zero): along the segment the signs hold and the model is convex with
@@ -175,16 +180,16 @@ def _active_newton(beta, b0, vr, eta, g, lam, v, XW, xm, nf, sv, valid, cap: int
     not move; coordinate descent goes on from wherever this leaves it.
     """
     M, Wc = beta.shape
-    nz = jnp.any(beta != 0, axis=0) & valid
-    cols = jnp.argsort(~nz, stable=True)[:cap].astype(jnp.int32)  # the active columns first
-    XA = jnp.take(XW, cols, axis=0)  # (cap, n)
-    ma = jnp.take(xm, cols, axis=1)  # (M, cap)
-    bA = jnp.take(beta, cols, axis=1)
-    a = (bA != 0) & jnp.take(nz, cols)[None]
-    H = jnp.einsum("fwn,un->fwu", v[:, None, :] * XA[None], XA, precision=_HI) / nf[:, None, None]
+    nz = (beta != 0) & valid[None]
+    cols = jnp.argsort(~nz, axis=1, stable=True)[:, :cap].astype(jnp.int32)  # (M, cap): each member's active first
+    XA = jnp.take(XW, cols, axis=0)  # (M, cap, n)
+    ma = jnp.take_along_axis(xm, cols, axis=1)  # (M, cap)
+    bA = jnp.take_along_axis(beta, cols, axis=1)
+    a = jnp.take_along_axis(nz, cols, axis=1)
+    H = jnp.einsum("fwn,fun->fwu", v[:, None, :] * XA, XA, precision=_HI) / nf[:, None, None]
     H = H - (sv / nf)[:, None, None] * ma[:, :, None] * ma[:, None, :]
     sgn = jnp.sign(bA)
-    rhs = jnp.where(a, jnp.take(g, cols, axis=1) - lam * sgn, 0.0)
+    rhs = jnp.where(a, jnp.take_along_axis(g, cols, axis=1) - lam * sgn, 0.0)
     eye = jnp.eye(cap, dtype=beta.dtype)
     L = jnp.linalg.cholesky(jnp.where(a[:, :, None] & a[:, None, :], H, eye[None]))
     delta = jnp.where(a, jax.scipy.linalg.cho_solve((L, True), rhs[..., None])[..., 0], 0.0)
@@ -197,9 +202,8 @@ def _active_newton(beta, b0, vr, eta, g, lam, v, XW, xm, nf, sv, valid, cap: int
     new = bA + t[:, None] * delta
     new = jnp.where((jnp.arange(cap)[None] == jcut[:, None]) & (t < 1)[:, None], 0.0, new)
     step = new - bA
-    deta = jnp.dot(step, XA, precision=_HI) - jnp.sum(step * ma, axis=1)[:, None]
-    beta = beta.at[:, cols].add(step)
-    return beta, b0 - jnp.sum(ma * step, axis=1), vr - v * deta, eta + deta
+    deta = jnp.einsum("fw,fwn->fn", step, XA, precision=_HI) - jnp.sum(step * ma, axis=1)[:, None]
+    return beta.at[jnp.arange(M)[:, None], cols].add(step), vr - v * deta
 
 
 def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=False):
@@ -213,19 +217,25 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=
     penalty is linear in it, not quadratic.
 
     ``accel`` (static): when ``_NEWTON_AFTER`` sweeps over the active set have
-    not converged (then 16, 32, ... more), the sweeps done cost at least an
-    eighth of the step, and at most ``_NEWTON_MAX_ACTIVE`` columns are active,
-    an exact Newton step on the active set (:func:`_active_newton`, on a
-    system of 32, 128 or 256 columns, ``O(M n c^2)``) replaces the slow tail of
-    the coordinate descent on strongly correlated columns. Measured (issue 17,
-    session 20, 2-core CPU, ``l1_cv`` logistic, 5 folds, warm, without / with
-    the steps, one run each, ``benchmarks/measured/NOTES.md``): equicorrelated
-    rho 0.8 at n = 500, m = 200: 6.34 / 1.34 s (21 268 / 4 530 epochs), at
-    n = 1000, m = 240: 12.6 / 4.2 s; rho 0.5: 1.60 / 0.50 s and 4.11 / 2.35 s;
-    AR(1) 0.9: 0.29 / 0.30 s and 2.28 / 1.90 s; iid and AR(1) 0.5 columns:
-    no step is taken (the same epochs, the same times within noise); the
-    knockoff-augmented equicorrelated design (n = 500, 2p = 200): 44 s and
-    ``max_steps_reached`` / 5.2 s, converged. Not under ``vmap`` (stability
+    not converged (then 8, 16, ... more), the sweeps done cost what the step
+    does (``_SWEEP_COST``), and no member has more than ``_NEWTON_MAX_ACTIVE``
+    active columns, an exact Newton step on each member's own active set
+    (:func:`_active_newton`, on a system of 32, 128, 256 or 384 columns,
+    ``O(M n c^2)``) replaces the slow tail of the coordinate descent on
+    strongly correlated columns. Measured (issue 17, session 20, 2-core CPU,
+    ``l1_cv`` logistic, 5 folds, warm, without / with the steps, one run each,
+    ``benchmarks/measured/NOTES.md``): equicorrelated rho 0.8 at n = 500,
+    m = 200: 6.34 / 1.34 s (21 268 / 4 530 epochs), at n = 1000, m = 240:
+    12.6 / 4.2 s; the knockoff-augmented equicorrelated design (n = 500,
+    2p = 200): 44 s and ``max_steps_reached`` / 5.2 s, converged. Session 29
+    built the systems per member (one system on the union of the members'
+    active sets had outgrown 256 columns on the knockoff design at
+    n = 2000, 2p = 2000, so no step was taken) and dropped the per-coordinate
+    updates of ``eta`` and ``b0`` (one product after the solve): that design
+    7.88 / 4.95 s, n = 1000, 2p = 2000 9.5 / 2.0 s, the squared loss at
+    n = 300, m = 3000 (``method="naive"``) 44.9 / 7.2 s, iid columns the same.
+    Sweeps stay over the union: one row of the working set read for all
+    members costs half of one row per member. Not under ``vmap`` (stability
     selection's member paths): there the ``lax.cond`` would run both branches
     on every sweep.
     """
@@ -236,7 +246,7 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=
     cap = min(Wc, _NEWTON_MAX_ACTIVE)
     newton = bool(accel) and cap > 0
     # Newton systems of a few static sizes: a small active set does not pay for the largest one
-    caps = sorted({min(cap, 32), min(cap, 128), cap})
+    caps = sorted({min(cap, 32), min(cap, 128), min(cap, 256), cap})
 
     def inner(beta, b0, eta, budget):
         mu = _mean_fn(loss, eta)
@@ -256,69 +266,68 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=
         h = jnp.where(valid[None], jnp.maximum(h, jnp.finfo(XW.dtype).tiny), 1.0)
         vr = v * r  # carried: the weighted residual
 
-        def sweep(beta, b0, vr, eta, order, count):
+        def sweep(beta, vr, order, count):
             def body(k, c):
-                beta, b0, vr, eta = c
+                beta, vr = c
                 j = order[k]
-                x = XW[j]
+                x = XW[j]  # one row for all members: a sweep reads the working set once
                 gj = jnp.dot(vr, x, precision=_HI) / d.nf
                 bj = beta[:, j]
                 bn = _soft(gj + h[:, j] * bj, lam) / h[:, j]
-                delta = bn - bj
-                xc = x[None] - xm[:, j][:, None]
-                vr = vr - v * xc * delta[:, None]
-                eta = eta + xc * delta[:, None]
-                b0 = b0 - xm[:, j] * delta
-                return beta.at[:, j].set(bn), b0, vr, eta
+                vr = vr - v * (x[None] - xm[:, j][:, None]) * (bn - bj)[:, None]
+                return beta.at[:, j].set(bn), vr
 
-            return lax.fori_loop(0, count, body, (beta, b0, vr, eta))
+            return lax.fori_loop(0, count, body, (beta, vr))
 
         def cond(c):
-            return ~c[5] & (c[6] < budget)
+            return ~c[3] & (c[4] < budget)
 
         def kkt_small(beta, vr, mask):
             g = jnp.dot(vr, XW.T, precision=_HI) / d.nf[:, None]
-            return g, jnp.all(_kkt_ws(g, beta, lam, mask[None]) <= tol * lam)
+            return g, jnp.all(_kkt_ws(g, beta, lam, mask) <= tol * lam)
 
         def body(c):
-            beta, b0, vr, eta, phase, done, k, stall, tries = c
-            nz = jnp.any(beta != 0, axis=0) & valid
-            act = jnp.argsort(~nz, stable=True).astype(jnp.int32)
+            beta, vr, phase, done, k, stall, tries = c
+            nz = (beta != 0) & valid[None]  # (M, Wc)
+            union = jnp.any(nz, axis=0)
+            act = jnp.argsort(~union, stable=True).astype(jnp.int32)
             order = jnp.where(phase == 0, full_order, act)
-            count = jnp.where(phase == 0, st.size, nz.sum().astype(jnp.int32))
-            beta, b0, vr, eta = sweep(beta, b0, vr, eta, order, count)
-            mask = jnp.where(phase == 0, valid, nz)
+            count = jnp.where(phase == 0, st.size, union.sum().astype(jnp.int32))
+            beta, vr = sweep(beta, vr, order, count)
+            mask = jnp.where(phase == 0, valid[None], union[None])
             g, small = kkt_small(beta, vr, mask)
             if newton:
-                # only when every active column fits in the Newton system
-                # after 8, 16, 32, ... stalled sweeps (a step cut short by a sign change is retried later),
-                # and not before the sweeps done cost an eighth of the step: a sweep over the active set
-                # costs ~M n |A|, the step on a c-column system ~M n c^2
-                n_active = nz.sum()
+                # when every member's active columns fit in its system, after 4, 8, 16, ... stalled sweeps
+                # (a step cut short by a sign change is retried later), once the sweeps cost what the step does
+                n_active = jnp.max(jnp.sum((beta != 0) & valid[None], axis=1))  # each member's own system
                 sizes = jnp.asarray(caps)
                 size = jnp.searchsorted(sizes, n_active)  # the smallest system that holds them
                 c_sel = sizes[jnp.minimum(size, len(caps) - 1)]
-                worth = 8 * stall * jnp.maximum(n_active, 1) >= c_sel * c_sel
+                worth = _SWEEP_COST * stall * jnp.maximum(n_active, 1) >= c_sel * c_sel
                 due = (stall >= _NEWTON_AFTER * 2 ** jnp.minimum(tries, 6)) & worth
                 trigger = (phase == 1) & ~small & due & (n_active <= cap)
 
                 def accelerate(a):
-                    beta, b0, vr, eta, _ = a
+                    beta, vr, _ = a
                     args = (g, lam, v, XW, xm, d.nf, sv, valid)
-                    steps = [lambda b, b0, vr, eta, c=c: _active_newton(b, b0, vr, eta, *args, c) for c in caps]
-                    beta, b0, vr, eta = lax.switch(size, steps, beta, b0, vr, eta)
-                    nz_new = jnp.any(beta != 0, axis=0) & valid
-                    return beta, b0, vr, eta, kkt_small(beta, vr, nz_new)[1]
+                    steps = [lambda b, vr, c=c: _active_newton(b, vr, *args, c) for c in caps]
+                    beta, vr = lax.switch(size, steps, beta, vr)
+                    return beta, vr, kkt_small(beta, vr, (beta != 0) & valid[None])[1]
 
-                beta, b0, vr, eta, small = lax.cond(trigger, accelerate, lambda a: a, (beta, b0, vr, eta, small))
+                beta, vr, small = lax.cond(trigger, accelerate, lambda a: a, (beta, vr, small))
                 stall = jnp.where(trigger | small | (phase == 0), 0, stall + 1)
                 tries = tries + trigger
             phase = jnp.where(small, 0, 1).astype(jnp.int32)
-            return beta, b0, vr, eta, phase, (c[4] == 0) & small, k + 1, stall, tries
+            return beta, vr, phase, (c[2] == 0) & small, k + 1, stall, tries
 
-        c0 = (beta, b0, vr, eta, jnp.int32(0), jnp.bool_(False), jnp.int32(0), jnp.int32(0), jnp.int32(0))
-        c = lax.while_loop(cond, body, c0)
-        return c[0], c[1], c[3], c[6], c[5]
+        c0 = (beta, vr, jnp.int32(0), jnp.bool_(False), jnp.int32(0), jnp.int32(0), jnp.int32(0))
+        out, _, _, done, k, _, _ = lax.while_loop(cond, body, c0)
+        # the intercept and the linear predictor move with the coefficients (every move keeps the columns
+        # v-centred): one product after the solve instead of two (M, n) updates per coordinate
+        step = out - beta
+        moved = jnp.sum(step * xm, axis=1)
+        eta = eta + jnp.dot(step, XW, precision=_HI) - moved[:, None]
+        return out, b0 - moved, eta, k, done
 
     if loss == "squared":
         beta, b0, eta, k, done = inner(st.beta, st.b0, st.eta, max_epochs)

@@ -570,8 +570,8 @@ def _run(
     chunk = cache_chunk(m)
     key, per_problem = _capacity_keys(X, loss, engine, rows)
     # start where the last call of this shape (or batch size) ended: each growth is a compilation (_capacity.py)
-    W, A = _capacity.STORE.start(key, default := (min(m, 512), 256), family=per_problem)
-    remembered = (W, A) != default
+    known = _capacity.STORE.lookup(key, family=per_problem)
+    W, A = (min(m, 512), 256) if known is None else known
     W = min(max_features or W, m)
     A = min(A, W + chunk)
     start = (W, A)
@@ -625,7 +625,7 @@ def _run(
             W, A, *_used(sol, engine), slots_full=slots_full, max_W=m if max_features is None else W, chunk=chunk
         )
     if max_features is None:
-        varies = remembered and (W, A) != start  # an earlier call's capacities did not suffice: headroom
+        varies = known is not None and (W, A) != start  # an earlier call's capacities did not suffice: headroom
         _capacity.STORE.remember(key, *_next_start(sol, X, W, A, chunk, engine, varies), family=per_problem)
     return sol
 
