@@ -176,7 +176,7 @@ def test_logistic_max_steps_bounds_the_epochs_of_a_grid_penalty():
 def test_logistic_cv_on_strongly_correlated_columns_converges_within_the_default_budget():
     """Equicorrelated columns (rho = 0.8), n = 400, m = 200: coordinate descent alone crawled (78 000
     epochs, and a grid penalty ran out of its 10 000-epoch budget: ``max_steps_reached``); the active-set
-    Newton steps of the inner solves (``_ws_naive._active_newton``) converge in ~2 000 epochs.
+    Newton steps of the inner solves (``_ws_naive.active_newton``) converge in ~2 000 epochs.
     The chosen fit is checked against scikit-learn's liblinear at the same penalty."""
     rng = np.random.default_rng(0)
     n, m = 400, 200
@@ -570,13 +570,13 @@ def test_float32_logistic_cv_on_columns_far_from_zero():
 
 def test_a_kink_drops_a_coefficient_at_zero_moving_against_its_sign():
     """Homotopy kink: an active coefficient at zero (or a few eps past it, as the refinement and
-    ``_signed`` leave one) whose direction points against the sign it entered with leaves at once.
+    ``signed_coefficients`` leave one) whose direction points against the sign it entered with leaves at once.
 
     Before, only a coefficient whose *value* times its direction was negative could leave: one at
     exactly zero (or already on the wrong side) moved on to the wrong side for the whole grid step,
     and the KKT certificate read a violation of 2. A coefficient on the right side still moves on.
     """
-    from jaxknock.l1._ws_homotopy import Member, _kink, _signed
+    from jaxknock.l1._ws_homotopy import Member, member_kink, signed_coefficients
 
     lam = jnp.float32(1.0)
     mem = Member(
@@ -590,14 +590,13 @@ def test_a_kink_drops_a_coefficient_at_zero_moving_against_its_sign():
     C = jnp.eye(2, dtype=jnp.float32)  # cache Gram
     args = (C, C, jnp.array([1.0, 0.1], jnp.float32), jnp.array([True, False]), jnp.zeros(2, bool))
     rest = (jnp.ones(2, bool), jnp.float32(0.5), (jnp.int32(-1), jnp.float32(0.0)), jnp.bool_(False))
+    v = jnp.array([-1.0, 0.0], jnp.float32)
     for start in (0.0, -3e-8):
-        out = _kink(mem._replace(sbeta=mem.sbeta.at[0].set(start)), jnp.array([-1.0, 0.0], jnp.float32), *args, *rest)[
-            0
-        ]
+        out = member_kink(mem._replace(sbeta=mem.sbeta.at[0].set(start)), v, *args, *rest)[0]
         assert not bool(out.used[0]) and float(out.lam) == 1.0  # left at t = 0
-    out = _kink(mem._replace(sbeta=mem.sbeta.at[0].set(0.8)), jnp.array([-1.0, 0.0], jnp.float32), *args, *rest)[0]
+    out = member_kink(mem._replace(sbeta=mem.sbeta.at[0].set(0.8)), v, *args, *rest)[0]
     assert bool(out.used[0]) and float(out.lam) == 0.5 and np.isclose(float(out.sbeta[0]), 0.3)  # to the grid
-    signed = _signed(
+    signed = signed_coefficients(
         mem._replace(used=jnp.array([True, True]), sgn=jnp.array([1.0, -1.0]), sbeta=jnp.array([-1e-7, -2.0]))
     )
     np.testing.assert_array_equal(signed, [0.0, -2.0])
@@ -649,7 +648,7 @@ def test_active_newton_steps_each_member_on_its_own_active_set():
     ``delta = H_AA^{-1} (g_A - lam s_A)`` with ``H`` the ``v``-weighted centred Gram (numpy solve), and the
     weighted residual moves by ``-v X_c delta``. A system built on the first columns of the union gave
     members 1 and 2 at most one of their columns."""
-    from jaxknock.l1._ws_naive import _active_newton
+    from jaxknock.l1._ws_naive import active_newton
 
     rng = np.random.default_rng(3)
     M, n, Wc, lam = 3, 60, 12, 0.05
@@ -664,7 +663,7 @@ def test_active_newton_steps_each_member_on_its_own_active_set():
     g = vr @ XW.T / nf[:, None]
     valid = np.ones(Wc, bool)
     args = [jnp.asarray(a) for a in (beta, vr, g, lam, v, XW, xm, nf, sv, valid)]
-    new_beta, new_vr = map(np.asarray, _active_newton(*args, 4))
+    new_beta, new_vr = map(np.asarray, active_newton(*args, 4))
     for f in range(M):
         A = np.arange(3 * f, 3 * f + 3)
         Xc = XW[A] - xm[f, A][:, None]

@@ -286,7 +286,7 @@ def test_float32_replicates_are_certified_without_a_float64_refit():
     of zero after the refinement, and the homotopy only dropped coefficients moving away from zero by
     the sign of the (wrong-signed) value: the KKT certificate then read a violation of 2. On this
     design the first replicate failed so, and each such replicate cost a float64 refit (a second
-    compilation of the engine). Now such a coefficient is zero (``_signed``) and leaves at the next
+    compilation of the engine). Now such a coefficient is zero (``signed_coefficients``) and leaves at the next
     kink by the sign it entered with (test_l1_working_set.py).
     """
     X, y = _block_design(1, 300, 100)

@@ -127,7 +127,7 @@ def accept(st: HomState) -> HomState:
     return st._replace(anchor=st.cur)
 
 
-def _kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done):
+def member_kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done):
     """One kink of one member: move to the next event, then add / drop one feature.
 
     Both an addition (bordering) and a removal (Schur downdate) are one
@@ -240,7 +240,7 @@ def _follow_body(ops, c):
     C, valid, lam, _ = ops
     mem, v, Gr, g, act, skip, banned, done, k, over = c
     go = _follow_cond(ops, c)
-    kink = jax.vmap(_kink, in_axes=(0, 0, 0, 0, 0, 0, 0, None, None, 0, 0))
+    kink = jax.vmap(member_kink, in_axes=(0, 0, 0, 0, 0, 0, 0, None, None, 0, 0))
     mem, v, Gr, g, act, skip, banned, done_new, full = kink(mem, v, C, Gr, g, act, skip, valid, lam, banned, done | ~go)
     return mem, v, Gr, g, act, skip, banned, jnp.where(go, done_new, done), k + go, over | (go & jnp.any(full))
 
@@ -438,8 +438,8 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs, active, tiered=False):
             jnp.any(redo), again, lambda _: (mem, done, jnp.int32(0), jnp.bool_(False)), None
         )
         k, over = k + k2, over | over2
-    # a coefficient that rounding left on the wrong side of zero is zero (and leaves at the next kink, _kink)
-    mem = mem._replace(sbeta=jnp.where(active, _signed(mem), start.sbeta))
+    # a coefficient that rounding left on the wrong side of zero is zero (and leaves at the next kink, member_kink)
+    mem = mem._replace(sbeta=jnp.where(active, signed_coefficients(mem), start.sbeta))
     beta = jax.vmap(lambda sc, u, b: jnp.zeros((Wc,), b.dtype).at[sc].add(jnp.where(u, b, 0)))(
         mem.slot_c, mem.used, mem.sbeta
     )
@@ -447,7 +447,7 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs, active, tiered=False):
     return st._replace(cur=mem, beta=beta, overflow=st.overflow | over, slot_over=st.slot_over | over), k, ok
 
 
-def _signed(mem: Member):
+def signed_coefficients(mem: Member):
     r"""The active coefficients with those of the wrong sign set to zero: ``sbeta_i = 0`` where ``sgn_i sbeta_i < 0``.
 
     On the exact path an active coefficient keeps the sign it entered with and

@@ -165,7 +165,7 @@ def _kkt_ws(g, beta, lam, mask):
     return jnp.max(jnp.where(mask, v, 0), axis=-1)
 
 
-def _active_newton(beta, vr, g, lam, v, XW, xm, nf, sv, valid, cap: int):
+def active_newton(beta, vr, g, lam, v, XW, xm, nf, sv, valid, cap: int):
     r"""One Newton step of the quadratic model on each member's active set, cut at the first sign change.
 
     With the signs ``s`` of the active coefficients fixed, the model is the
@@ -181,7 +181,7 @@ def _active_newton(beta, vr, g, lam, v, XW, xm, nf, sv, valid, cap: int):
     member whose ``H_AA`` is not positive definite (a singular active set) does
     not move; coordinate descent goes on from wherever this leaves it.
     """
-    M, Wc = beta.shape
+    M = beta.shape[0]
     nz = (beta != 0) & valid[None]
     cols = jnp.argsort(~nz, axis=1, stable=True)[:, :cap].astype(jnp.int32)  # (M, cap): each member's active first
     XA = jnp.take(XW, cols, axis=0)  # (M, cap, n)
@@ -227,7 +227,7 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=
     not converged (then 8, 16, ... more), the sweeps done cost what the step
     does (``_SWEEP_COST``), and no member has more than ``_NEWTON_MAX_ACTIVE``
     active columns, an exact Newton step on each member's own active set
-    (:func:`_active_newton`, on a system of 32, 128, 256 or 384 columns,
+    (:func:`active_newton`, on a system of 32, 128, 256 or 384 columns,
     ``O(M n c^2)``) replaces the slow tail of the coordinate descent on
     strongly correlated columns. Measured (issue 17, session 20, 2-core CPU,
     ``l1_cv`` logistic, 5 folds, warm, without / with the steps, one run each,
@@ -317,7 +317,7 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=
                 def accelerate(a):
                     beta, vr, _ = a
                     args = (g, lam, v, XW, xm, d.nf, sv, valid)
-                    steps = [lambda b, vr, c=c: _active_newton(b, vr, *args, c) for c in caps]
+                    steps = [lambda b, vr, c=c: active_newton(b, vr, *args, c) for c in caps]
                     beta, vr = lax.switch(size, steps, beta, vr)
                     return beta, vr, kkt_small(beta, vr, (beta != 0) & valid[None])[1]
 
