@@ -6,6 +6,7 @@ One command, no anchors, CPU or GPU::
     python benchmarks/bench_gpu.py --medium     # sizes a 2-core CPU finishes in a few minutes
     python benchmarks/bench_gpu.py --small      # smoke run (CI, tests/test_bench_gpu.py)
     python benchmarks/bench_gpu.py --only sdp,sampling --repeats 3 --json out.json
+    python benchmarks/bench_gpu.py --only lcd --match working-set,lockstep   # some rows of a group
 
 Rows (full sizes; ``--medium`` / ``--small`` scale them down):
 
@@ -496,6 +497,9 @@ def main(argv=None):
     size.add_argument("--small", action="store_true", help="smoke-test sizes (CI)")
     size.add_argument("--medium", action="store_true", help="sizes for a small CPU")
     ap.add_argument("--only", default=None, help="comma-separated row groups: " + ",".join(SIZES["full"]))
+    ap.add_argument(
+        "--match", default=None, help="comma-separated substrings: keep only the rows whose name holds one"
+    )
     ap.add_argument("--repeats", type=int, default=2, help="warm calls per row (best is reported)")
     ap.add_argument(
         "--dtype", default="float64", choices=["float64", "float32"], help="dtype of X (sampling, filter, lcd)"
@@ -507,6 +511,7 @@ def main(argv=None):
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
     groups = None if args.only is None else {g.strip() for g in args.only.split(",") if g.strip()}
+    matches = None if args.match is None else [m.strip() for m in args.match.split(",") if m.strip()]
     unknown = (groups or set()) - set(SIZES["full"])
     if unknown:
         ap.error(f"unknown row groups {sorted(unknown)}; choose from {list(SIZES['full'])}")
@@ -523,6 +528,8 @@ def main(argv=None):
     results = []
     for name, group, setup, call, info in rows_for(SIZES[level], args.dtype):
         if groups is not None and group not in groups:
+            continue
+        if matches is not None and not any(m in name for m in matches):
             continue
         r = run_row(name, setup, call, info, repeats=args.repeats, peaks=peaks, dtype=args.dtype)
         results.append(r)

@@ -36,6 +36,14 @@ def test_small_sampling_rows(bench, tmp_path, capsys):
     assert saved["level"] == "small" and len(saved["rows"]) == 2
 
 
+def test_match_keeps_only_the_named_rows(bench, capsys):
+    """``--match`` filters rows by name inside a group (how a short GPU lease runs part of ``lcd``)."""
+    rows = bench.main(["--small", "--only", "sampling", "--match", "dense", "--repeats", "1"])
+    assert [r["name"] for r in rows] == ["sampling dense R=2 n=40 p=60"]
+    assert bench.main(["--small", "--only", "sampling", "--match", "no such row"]) == []
+    capsys.readouterr()
+
+
 def test_small_stability_row(bench, capsys):
     """Issue 21's GPU row: stability selection runs at the smoke size, without warm recompiles."""
     rows = bench.main(["--small", "--only", "stability", "--repeats", "1"])
