@@ -497,9 +497,7 @@ def main(argv=None):
     size.add_argument("--small", action="store_true", help="smoke-test sizes (CI)")
     size.add_argument("--medium", action="store_true", help="sizes for a small CPU")
     ap.add_argument("--only", default=None, help="comma-separated row groups: " + ",".join(SIZES["full"]))
-    ap.add_argument(
-        "--match", default=None, help="comma-separated substrings: keep only the rows whose name holds one"
-    )
+    ap.add_argument("--match", default=None, help="comma-separated substrings: keep only the rows whose name holds one")
     ap.add_argument("--repeats", type=int, default=2, help="warm calls per row (best is reported)")
     ap.add_argument(
         "--dtype", default="float64", choices=["float64", "float32"], help="dtype of X (sampling, filter, lcd)"
