@@ -6,9 +6,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from jaxknock import _capacity
+from jaxknock import _aot, _capacity
 from jaxknock._capacity import CapacityStore, next_capacity
-from jaxknock.l1 import working_set
+from jaxknock.l1 import _ws_driver, working_set
 
 
 def test_a_new_batch_size_starts_from_the_capacity_one_problem_of_its_shape_needed():
@@ -143,16 +143,16 @@ def test_a_working_set_overflow_grows_the_slots_with_it(monkeypatch):
     X = rng.standard_normal((n, p))
     y = X[:, :40] @ rng.uniform(0.5, 1.5, 40) + rng.standard_normal(n)
     runs = []
-    call = working_set._aot.call
+    call = _aot.call
 
     def recording(f, *a, **k):
         sol = call(f, *a, **k)
-        if f is working_set._cv_jit:
+        if f is _ws_driver.cv_jit:
             st = {s: int(np.asarray(sol.stats[s])) for s in ("overflow", "slot_overflow", "working_set_size")}
             runs.append((k["W"], k["slots"], st["overflow"], st["slot_overflow"], int(sol.stats["peak_active"])))
         return sol
 
-    monkeypatch.setattr(working_set._aot, "call", recording)
+    monkeypatch.setattr(_aot, "call", recording)
     monkeypatch.setattr(_capacity, "STORE", CapacityStore(lambda: None))
     reference = working_set.l1_cv(X, y, folds=3, num_lambdas=40)
     assert len(runs) == 1 and not runs[0][2]
@@ -172,26 +172,26 @@ def test_a_working_set_overflow_grows_the_slots_with_it(monkeypatch):
 
 def test_a_remembered_entry_equal_to_the_default_still_counts_as_remembered(monkeypatch):
     """Headroom is left when a call outgrows capacities an earlier call remembered (``varies``), also when
-    that entry happens to equal the default ``(512, 256)``: ``_run`` asks the store whether it knows the key
+    that entry happens to equal the default ``(512, 256)``: ``_ws_driver.run`` asks the store whether it knows the key
     (``lookup``), not whether its start differs from the default. Here the first engine call is made to
     report an overflow, so the call grows once; an unknown key does not count as varying."""
     rng = np.random.default_rng(2)
     X = rng.standard_normal((40, 600))
     y = X[:, :3].sum(1) + rng.standard_normal(40)
-    call, seen = working_set._aot.call, []
+    call, seen = _aot.call, []
 
     def overflow_once(f, *a, **k):
         sol = call(f, *a, **k)
-        if f is working_set._cv_jit and not seen:
+        if f is _ws_driver.cv_jit and not seen:
             sol = sol._replace(stats={**sol.stats, "overflow": np.bool_(True)})
-        if f is working_set._cv_jit:
+        if f is _ws_driver.cv_jit:
             seen.append(k["W"])
         return sol
 
-    start = working_set._next_start
+    start = _ws_driver.next_start
     varies = []
-    monkeypatch.setattr(working_set._aot, "call", overflow_once)
-    monkeypatch.setattr(working_set, "_next_start", lambda *a: varies.append(a[6]) or start(*a))
+    monkeypatch.setattr(_aot, "call", overflow_once)
+    monkeypatch.setattr(_ws_driver, "next_start", lambda *a: varies.append(a[6]) or start(*a))
     for known in ((512, 256), None):
         store = CapacityStore(lambda: None)
         monkeypatch.setattr(store, "lookup", lambda key, family=None, known=known: known)
@@ -225,7 +225,7 @@ def test_a_call_that_filled_its_capacities_leaves_the_next_call_headroom():
     Only a call that outgrew an earlier call's capacities (``varies``) leaves headroom: the same problem
     solved again runs at what it needed (the lasso CV at n = 2000, m = 2000: 0.43 s against 0.75 s)."""
     one, batch = SimpleNamespace(ndim=2, shape=(2000, 2000)), SimpleNamespace(ndim=3, shape=(3, 2000, 2000))
-    start = working_set._next_start
+    start = _ws_driver.next_start
     assert start(_stats_only(1001, 386), one, 1024, 416, 64, "homotopy", varies=False) == (1024, 416)
     assert start(_stats_only(1001, 386), one, 1024, 416, 64, "homotopy") == (1536, 544)
     assert start(_stats_only(700, 386), one, 1024, 416, 64, "homotopy") == (1024, 544)

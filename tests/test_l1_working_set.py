@@ -352,12 +352,12 @@ def test_homotopy_grid_steps_off_the_path_are_redone_in_float64(monkeypatch):
 def test_extrapolated_gradients_admit_the_joining_features_up_front(monkeypatch):
     """On a coarse grid many features join per grid step; admitting the ones whose extrapolated gradient
     reaches the next penalty saves the redone grid steps (fewer kinks), with the same path."""
-    from jaxknock.l1 import working_set
+    from jaxknock.l1 import _ws_driver
 
     X, y = _data(300, 600, seed=2)
     sols = {}
-    for margin in (-np.inf, working_set._AHEAD_MARGIN):
-        monkeypatch.setattr(working_set, "_AHEAD_MARGIN", margin)
+    for margin in (-np.inf, _ws_driver.AHEAD_MARGIN):
+        monkeypatch.setattr(_ws_driver, "AHEAD_MARGIN", margin)
         jax.clear_caches()
         sols[margin] = l1_cv(X, y, folds=5, num_lambdas=15, eps=1e-2, method="homotopy", early_stop=False)
     strong, ahead = sols.values()
@@ -605,14 +605,14 @@ def test_a_kink_drops_a_coefficient_at_zero_moving_against_its_sign():
 def test_an_uncertified_float32_replicate_is_solved_again_in_float64(monkeypatch):
     """The engine's failure on one replicate of a float32 batch (injected): that replicate alone is
     solved again in float64 and cast back; the others are untouched, and the x64 flag is as it was."""
-    from jaxknock.l1 import working_set
+    from jaxknock.l1 import _ws_driver
 
     X, y = _data(120, 30, seed=4)
     Xb = jnp.asarray(np.stack([X, X[::-1], X[:, ::-1]]), jnp.float32)
     yb = jnp.asarray(np.stack([y, y[::-1], y]), jnp.float32)
     clean = l1_cv(Xb, yb, num_lambdas=20, batch_mode="sequential")
     assert not np.any(clean.stats["float64_refit"])
-    run, dtypes = working_set._run, []
+    run, dtypes = _ws_driver.run, []
 
     def failing(X, *a, **k):
         sol = run(X, *a, **k)
@@ -621,7 +621,7 @@ def test_an_uncertified_float32_replicate_is_solved_again_in_float64(monkeypatch
             sol = sol._replace(result=sol.result.at[1].set(RESULTS.max_steps_reached))
         return sol
 
-    monkeypatch.setattr(working_set, "_run", failing)
+    monkeypatch.setattr(_ws_driver, "run", failing)
     x64 = jax.config.jax_enable_x64
     sol = l1_cv(Xb, yb, num_lambdas=20, batch_mode="sequential")
     assert dtypes == [jnp.float32, jnp.float64]
