@@ -261,6 +261,11 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=
     M, Wc = st.beta.shape
     valid = jnp.arange(Wc) < st.size
     XW = st.XW
+
+    def ws_gradient(R):
+        """``(M, Wc)`` gradients ``X_W^T R / n_f`` of the working-set columns for weighted residuals ``R``."""
+        return jnp.dot(R, XW.T, precision=_HI) / d.nf[:, None]
+
     full_order = jnp.arange(Wc, dtype=jnp.int32)
     cap = min(Wc, _NEWTON_MAX_ACTIVE)
     newton = bool(accel) and cap > 0
@@ -304,8 +309,7 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=
             return ~c[3] & (c[4] < budget)
 
         def kkt_small(beta, vr, mask):
-            g = jnp.dot(vr, XW.T, precision=_HI) / d.nf[:, None]
-            return g, jnp.all(_kkt_ws(g, beta, lam, mask) <= itol * lam)
+            return jnp.all(_kkt_ws(ws_gradient(vr), beta, lam, mask) <= itol * lam)
 
         def body(c):
             beta, vr, phase, done, k, stall, tries = c
@@ -319,7 +323,7 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=
             # the KKT product (the whole working set) only once no coordinate moved by more than the
             # tolerance: a move of h_j |delta| is a violation that large when the sweep reached j
             check = jnp.all(moved <= itol * lam)
-            small = lax.cond(check, lambda b, r: kkt_small(b, r, mask)[1], lambda b, r: jnp.bool_(False), beta, vr)
+            small = lax.cond(check, lambda b, r: kkt_small(b, r, mask), lambda b, r: jnp.bool_(False), beta, vr)
             if newton:
                 # when every member's active columns fit in its system, after 4, 8, 16, ... stalled sweeps
                 # (a step cut short by a sign change is retried later), once the sweeps cost what the step does
@@ -333,11 +337,10 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=
 
                 def accelerate(a):
                     beta, vr, _ = a
-                    g = jnp.dot(vr, XW.T, precision=_HI) / d.nf[:, None]
-                    args = (g, lam, v, XW, xm, d.nf, sv, valid)
+                    args = (ws_gradient(vr), lam, v, XW, xm, d.nf, sv, valid)
                     steps = [lambda b, vr, c=c: active_newton(b, vr, *args, c) for c in caps]
                     beta, vr = lax.switch(size, steps, beta, vr)
-                    return beta, vr, kkt_small(beta, vr, (beta != 0) & valid[None])[1]
+                    return beta, vr, kkt_small(beta, vr, (beta != 0) & valid[None])
 
                 beta, vr, small = lax.cond(trigger, accelerate, lambda a: a, (beta, vr, small))
                 stall = jnp.where(trigger | small | (phase == 0), 0, stall + 1)
@@ -360,8 +363,7 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=
 
     def true_kkt(beta, eta):
         res = d.w * (d.y[None] - jax.nn.sigmoid(eta))
-        g = jnp.dot(res, XW.T, precision=_HI) / d.nf[:, None]
-        v = _kkt_ws(g, beta, lam, valid[None])
+        v = _kkt_ws(ws_gradient(res), beta, lam, valid[None])
         return jnp.max(jnp.maximum(v, jnp.abs(res.sum(1)) / d.nf)) / lam  # relative violation
 
     def ocond(c):
