@@ -1,7 +1,7 @@
 """Working-set capacities that sufficed before, kept per problem shape, across calls and processes.
 
 The l1 engines (:mod:`jaxknock.l1.working_set`, the stability engine of
-:mod:`jaxknock.stability`) hold their working set and active slots in arrays of
+:mod:`jaxknock._stability_engine`) hold their working set and active slots in arrays of
 static size ``(W, A)``. A call that overflows is re-run with larger capacities,
 and every growth step is one more compilation and a partial run (3-8 s at
 n = 1000, 2p = 1000 on a 2-core CPU). A :class:`CapacityStore` remembers, per

@@ -11,26 +11,26 @@ r"""End-to-end model-X knockoff filter: covariance -> S-vector -> replicates -> 
 5. compute ``W`` for every replicate in one batched call;
 6. select: knockoff(+) threshold for ``R = 1``; for ``R > 1`` aggregate the
    replicates with e-values (``aggregate="ebh"``, FDR-valid, Ren & Barber
-   2022) or by selection frequency (``aggregate="frequency"``).
+   2022) or by selection frequency (``aggregate="frequency"``); that stage
+   (and the multi-knockoff one) is :mod:`jaxknock._selection`.
 """
 
 from __future__ import annotations
 
 import functools
 import time
-import warnings
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock import _checks, _memory, _mesh, _precision
+from jaxknock import _checks, _memory, _mesh, _precision, _selection
 from jaxknock import filter as _filter
 from jaxknock import multi as _multi
 from jaxknock import sampling as _sampling
 from jaxknock import statistics as _stats
-from jaxknock._solution import RESULTS, Solution, failure_message
+from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import FactorFit, FactorModel, factor_model_from_data, ledoit_wolf, to_correlation
 from jaxknock.distributed import shard_batch
 from jaxknock.l1 import cv as _cv
@@ -554,24 +554,10 @@ def knockoff_filter(
         loss=loss,
     )
     timings.update(stage_times)
-    if fused:
-        return _select(
-            W,
-            stat_sol,
-            s_sol,
-            timings,
-            fdr,
-            plus,
-            num_replicates,
-            aggregate,
-            settings,
-        )
-    settings = dict(
-        settings,
-        lasso_tol=lasso_tol,
-        cv_patience=cv_patience,
-    )
-    return _select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate, settings)
+    if not fused:
+        settings = dict(settings, lasso_tol=lasso_tol, cv_patience=cv_patience)
+    mask, thresholds = _selection.select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate)
+    return Selection(np.flatnonzero(mask), mask, W, thresholds, s_sol, stat_sol, timings, settings)
 
 
 def replicate_stage(
@@ -699,39 +685,6 @@ def _fused_replicates(
     )
 
 
-def _warn_if_uncertified(s_sol, stat_sol) -> None:
-    """A ``RuntimeWarning`` naming the stage whose solver returned a code other than ``successful``.
-
-    The selection still controls the FDR (the knockoffs' s is feasible, and a
-    statistic computed on the canonical column order keeps the flip-sign
-    property whatever its solver's accuracy), but it may have less power than
-    the tight solve the defaults promise, so a caller should know.
-    """
-    for stage, field, sol in (("S-vector", "s_solution", s_sol), ("statistics", "statistic_solution", stat_sol)):
-        failure = None if sol is None else failure_message(f"knockoff_filter ({stage})", sol.result)
-        if failure is not None:
-            warnings.warn(
-                f"{failure[0]}. The selection keeps its FDR control but may lose power; see Selection.{field}.",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-
-
-def _select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate, settings):
-    _warn_if_uncertified(s_sol, stat_sol)
-    t0 = time.perf_counter()
-    thresholds = jax.vmap(lambda w: _filter.knockoff_threshold(w, fdr, plus=plus))(W)
-    if num_replicates == 1:
-        mask = np.asarray(W)[0] >= np.asarray(thresholds)[0]
-    elif aggregate == "ebh":
-        mask = _filter.aggregate_ebh(W, fdr, plus=plus)
-    else:
-        mask = _filter.aggregate_frequency(W, fdr, plus=plus)
-    mask = np.asarray(mask)
-    timings["selection"] = time.perf_counter() - t0
-    return Selection(np.flatnonzero(mask), mask, W, thresholds, s_sol, stat_sol, timings, settings)
-
-
 # ----------------------------------------------------------------------------
 # Group knockoffs and multiple knockoffs (knockoff_filter(groups=..., num_knockoffs=m))
 # ----------------------------------------------------------------------------
@@ -827,16 +780,10 @@ def _grouped_or_multi_filter(
         rank=rank,
     )
     if m == 1:
-        sel = _select(scores, stat_sol, s_sol, timings, fdr, plus, R, aggregate, settings)
-        W, thresholds, unit_mask = sel.W, sel.thresholds, sel.mask
+        W = scores
+        unit_mask, thresholds = _selection.select(scores, stat_sol, s_sol, timings, fdr, plus, R, aggregate)
     else:
-        t0 = time.perf_counter()
-        kappa, tau = _multi.multi_knockoff_statistics(scores)
-        thresholds = _multi.multi_knockoff_threshold(kappa, tau, fdr, num_knockoffs=m, plus=plus)
-        masks = (kappa == 0) & (tau >= thresholds[..., None])
-        W = jnp.where(kappa == 0, tau, -tau)
-        unit_mask = np.asarray(masks[0] if R == 1 else jnp.mean(masks, axis=0) >= 0.5)
-        timings["selection"] = time.perf_counter() - t0
+        W, unit_mask, thresholds = _selection.select_multi(scores, timings, fdr, plus, R, m)
     if groups is None:
         return Selection(np.flatnonzero(unit_mask), unit_mask, W, thresholds, s_sol, stat_sol, timings, settings)
     mask = np.asarray(unit_mask)[np.asarray(g.group_of)]

@@ -52,26 +52,24 @@ a complementary pair is one design of its ``2 m`` rows, its halves the two
 members; proximal-Newton working sets for the logistic loss). Without an
 intercept, with ``devices=`` / ``mesh=`` (:func:`jaxknock.distributed.shard_batch`)
 or with ``solver="fista"`` (etc.), the warm-started path of
-:mod:`jaxknock.l1.path` runs on each subsample instead. Timings:
-``benchmarks/bench_stability.py``.
+:mod:`jaxknock.l1.path` runs on each subsample instead. These batched fits
+(each engine's chunking, the working-set capacities) are in
+:mod:`jaxknock._stability_engine`; this module picks the engine and turns its
+selection counts into the result. Timings: ``benchmarks/bench_stability.py``.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
-from jaxknock import _backend, _capacity, _checks, _memory, _mesh, _stability_path
-from jaxknock.l1 import working_set
-from jaxknock.l1.path import path_solve
+from jaxknock import _checks, _mesh, _stability_engine
 from jaxknock.l1.problem import check_lambdas, lambda_grid, prepare_data
-from jaxknock.l1.settings import L1Settings, make_settings
+from jaxknock.l1.settings import make_settings
 
 __all__ = ["StabilityResult", "stability_bound", "stability_selection", "stability_subsamples"]
 
@@ -208,7 +206,7 @@ def _choose(q_path, p, threshold, expected_false, num_pairs, assumption):
 
 
 # --------------------------------------------------------------------------
-# Subsamples and the batched fits
+# Subsamples (the batched fits that count their selections: jaxknock/_stability_engine.py)
 # --------------------------------------------------------------------------
 
 
@@ -234,177 +232,9 @@ def stability_subsamples(key, n: int, num_subsamples: int, *, fraction=0.5, comp
     return jax.vmap(lambda k: jax.random.permutation(k, n)[:m])(keys).astype(jnp.int32)
 
 
-def _path_coefs(Xs, ys, lambdas, settings: L1Settings):
-    """The one seam to the l1 engine: ``(L, p)`` coefficients and ``(L,)`` result codes of one subsample."""
-    sol = path_solve(Xs, ys, lambdas, settings)
-    return sol.value, sol.result
-
-
-def _one_subsample(ix, X, y, lambdas, settings):
-    coefs, codes = _path_coefs(X[ix], y[ix], lambdas, settings)
-    return coefs != 0, codes != 0
-
-
-@functools.partial(jax.jit, static_argnames=("chunk",))
-def _counts(idx, X, y, lambdas, settings, chunk):
-    """Selection counts ``(L, p)``, summed union sizes ``(L,)`` and failures ``(L,)`` over the subsamples."""
-
-    def one(ix):
-        sel, failed = _one_subsample(ix, X, y, lambdas, settings)
-        ever = lax.cummax(sel.astype(jnp.int32), axis=0)  # selected somewhere on lambdas[:k+1]
-        return sel.astype(jnp.int32), jnp.sum(ever, axis=1), failed.astype(jnp.int32)
-
-    sel, union, failed = lax.map(one, idx, batch_size=chunk)
-    return sel.sum(0), union.sum(0), failed.sum(0)
-
-
-def _sharded_counts(idx, X, y, lambdas, settings, mesh, chunk):
-    from jaxknock.distributed import shard_batch
-
-    sel, failed = shard_batch(
-        _one_subsample,
-        idx,
-        broadcast=(X, y, lambdas, settings),
-        mesh=mesh,
-        axis_name=mesh.axis_names[0],
-        chunk_size=chunk,
-    )
-    sel = jnp.asarray(sel, jnp.int32)
-    union = jnp.sum(lax.cummax(sel, axis=1), axis=2).sum(0)
-    return sel.sum(0), union, jnp.asarray(failed, jnp.int32).sum(0)
-
-
-def _default_chunk(B, m, p, L, itemsize, extra_bytes=0):
-    """Subsamples per ``vmap`` batch: 1 on the CPU (sequential paths are fastest), else from memory.
-
-    ``extra_bytes``: per item on top of the path's own arrays (the working-set engine's caches).
-    The per-backend choice and its measurement: :func:`jaxknock._backend.loop_over_batch`.
-    """
-    if _backend.loop_over_batch("stability_subsamples"):
-        return 1
-    per_item = itemsize * (4 * m * p + 2 * L * p) + L * p * 4 + extra_bytes
-    return _memory.plan_chunk(B, per_item, shared_bytes=itemsize * 2 * m * p, what="subsample", knob="chunk_size")
-
-
-def _group_layout(idx, complementary_pairs):
-    """The subsamples as members of few-row designs for :func:`jaxknock.l1.working_set.member_paths`.
-
-    A complementary pair is one design of ``2 m`` rows (its two halves) with two
-    blocks, member ``0`` fitting block ``0`` and member ``1`` block ``1``; a plain
-    subsample is a design of its ``m`` rows with one member. Returns
-    ``(group_rows (G, rows), blocks (K, m), excl (M,))``; members are in subsample order.
-    """
-    B, m = idx.shape
-    if complementary_pairs:
-        return idx.reshape(B // 2, 2 * m), np.arange(2 * m, dtype=np.int32).reshape(2, m), np.array([1, 0], np.int32)
-    return idx, np.arange(m, dtype=np.int32)[None], np.array([-1], np.int32)
-
-
-@functools.partial(jax.jit, static_argnames=("chunk", "loss", "W", "slots", "max_steps"))
-def _engine_counts(gidx, X, y, lambdas, blocks, excl, tol, *, chunk, loss, W, slots, max_steps):
-    """As :func:`_counts`, on the working-set engine; also the capacity overflow flags.
-
-    A ``fori_loop`` over chunks of ``chunk`` designs (each chunk ``vmap``-ed, none
-    when ``chunk == 1``, the CPU default), the counts accumulated in the carry: on
-    the CPU this measured 2x faster than ``lax.map(batch_size=1)``, whose ``vmap``
-    of size 1 turns the engine's while loops into selects over the whole carry.
-    """
-    G = gidx.shape[0]
-    nb = -(-G // chunk)
-    pad = jnp.concatenate([gidx, jnp.broadcast_to(gidx[-1:], (nb * chunk - G, gidx.shape[1]))])
-    gb = pad.reshape(nb, chunk, -1)
-    real = (jnp.arange(nb * chunk) < G).reshape(nb, chunk)
-    M = excl.shape[0]
-
-    def one(ix, w):
-        coefs, ok, over, sover = working_set.member_paths(
-            X[ix], y[ix], lambdas, blocks, excl, tol, loss=loss, W=W, slots=slots, max_steps=max_steps
-        )
-        sel = (coefs != 0).astype(jnp.int32) * w  # (L, M, p)
-        union = jnp.sum(lax.cummax(sel, axis=0), axis=(1, 2))
-        return sel.sum(1), union, jnp.where(ok, 0, M * w).astype(jnp.int32), over & (w > 0), sover & (w > 0)
-
-    def body(b, acc):
-        # chunk 1: no vmap (a vmapped while loop selects its whole carry, the Gram cache, every step)
-        run = jax.vmap(one) if chunk > 1 else (lambda ix, w: jax.tree.map(lambda a: a[None], one(ix[0], w[0])))
-        sel, union, failed, over, sover = run(gb[b], real[b].astype(jnp.int32))
-        return (
-            acc[0] + sel.sum(0, dtype=jnp.int32),
-            acc[1] + union.sum(0, dtype=jnp.int32),
-            acc[2] + failed.sum(0, dtype=jnp.int32),
-            acc[3] | jnp.any(over),
-            acc[4] | jnp.any(sover),
-        )
-
-    L, p = lambdas.shape[0], X.shape[1]
-    zero = jnp.zeros((L,), jnp.int32)
-    acc0 = (jnp.zeros((L, p), jnp.int32), zero, zero, jnp.bool_(False), jnp.bool_(False))
-    return lax.fori_loop(0, nb, body, acc0)
-
-
-def _engine_chunk(G, m, p, L, itemsize, *, loss, members, W, A):
-    """Designs per ``vmap`` batch of the working-set engine at capacity ``(W, A)`` (:func:`_default_chunk`).
-
-    For the squared loss (the homotopy) each design also holds its Gram cache and slot
-    inverses (:func:`jaxknock._memory.gram_cache_bytes`; ``W`` plus one chunk of new
-    columns, as :func:`~jaxknock.l1.working_set.member_paths`, and at most that many slots).
-    """
-    extra = 0
-    if loss == "squared":
-        cache = W + working_set.cache_chunk(p)
-        extra = _memory.gram_cache_bytes(members, cache, min(A, cache), itemsize)
-    return _default_chunk(G, m, p, L, itemsize, extra_bytes=extra)
-
-
-def _run_engine(idx, X, y, lambdas, *, complementary_pairs, loss, tol, max_steps, chunk):
-    """The selection counts on the working-set engine, growing its capacities until nothing overflows.
-
-    ``chunk`` (designs per ``vmap`` batch) ``None``: planned at every capacity (:func:`_engine_chunk`).
-    """
-    gidx, blocks, excl = _group_layout(idx, complementary_pairs)
-    G = gidx.shape[0]
-    p = X.shape[1]
-    key = (gidx.shape, X.shape, str(X.dtype), loss)
-    W, A = _capacity.STORE.start(("stability",) + key, (min(p, 512), 256))
-    while True:
-        c = chunk or _engine_chunk(
-            G, gidx.shape[1], p, lambdas.shape[0], X.dtype.itemsize, loss=loss, members=len(excl), W=W, A=A
-        )
-        counts, union, failed, over, sover = _engine_counts(
-            gidx, X, y, lambdas, jnp.asarray(blocks), jnp.asarray(excl), jnp.asarray(tol, X.dtype),
-            chunk=int(min(c, G)), loss=loss, W=W, slots=A, max_steps=max_steps,
-        )  # fmt: skip
-        if bool(sover) and A < W:
-            A = min(2 * A, W + 32)
-        elif bool(over) and W < p:
-            W = min(3 * W // 2, p)  # the cache (members x p x W) is most of the memory traffic: grow gently
-        else:
-            break
-    _capacity.STORE.remember(("stability",) + key, W, A)
-    return counts, union, failed
-
-
 # --------------------------------------------------------------------------
 # Public entry point
 # --------------------------------------------------------------------------
-
-
-def _run_lockstep(idx, X, y, lambdas, *, max_steps, chunk, mixed):
-    """The selection counts of the lockstep homotopy (:mod:`jaxknock._stability_path`)."""
-    B, m = idx.shape
-    p = X.shape[1]
-    slots = _stability_path.phase_slots(p, m)
-    mixed = bool(mixed) and X.dtype == jnp.float64
-    if chunk is None:  # the per-backend choice and its measurement: _backend.lockstep_chunk
-        chunk = _backend.lockstep_chunk(X.size * (X.dtype.itemsize + (4 if mixed else 0)))
-    if chunk is None:
-        per_item = X.dtype.itemsize * (2 * slots[-1] ** 2 + slots[-1] * m + 12 * p + 4 * X.shape[0])
-        chunk = _memory.plan_chunk(B, per_item, shared_bytes=X.dtype.itemsize * X.size, what="subsample")
-    counts, union, failed, over, _ = _stability_path.lockstep_counts(
-        X, y, lambdas, idx, jnp.int32(max_steps), chunk=int(min(chunk, B)), slots=slots, mixed=mixed,
-    )  # fmt: skip
-    del over  # cannot happen: at most min(p, m) features are active on m centred rows
-    return counts, union, failed
 
 
 def _use_lockstep(solver, loss) -> bool:
@@ -580,21 +410,21 @@ def stability_selection(
     B, L = int(num_subsamples), int(lambdas.shape[0])
     idx = stability_subsamples(key, n, B, fraction=fraction, complementary_pairs=complementary_pairs)
     if use_engine and _use_lockstep(solver, loss):
-        counts, union, failed = _run_lockstep(
+        counts, union, failed = _stability_engine.run_lockstep(
             idx, X, y, lambdas, max_steps=8 * m + 100 if max_steps is None else int(max_steps), chunk=chunk_size,
             mixed=mixed_precision,
         )  # fmt: skip
     elif use_engine:
-        counts, union, failed = _run_engine(
+        counts, union, failed = _stability_engine.run_engine(
             idx, X, y, lambdas, complementary_pairs=complementary_pairs, loss=loss, tol=tol,
             max_steps=10_000 if max_steps is None else int(max_steps), chunk=chunk_size,
         )  # fmt: skip
     elif sharded:
         mesh_ = _mesh.resolve_mesh(devices, mesh, None)
-        counts, union, failed = _sharded_counts(idx, X, y, lambdas, settings, mesh_, chunk_size)
+        counts, union, failed = _stability_engine.sharded_path_counts(idx, X, y, lambdas, settings, mesh_, chunk_size)
     else:
-        chunk = chunk_size or _default_chunk(B, m, p, L, X.dtype.itemsize)
-        counts, union, failed = _counts(idx, X, y, lambdas, settings, int(min(chunk, B)))
+        chunk = chunk_size or _stability_engine.default_chunk(B, m, p, L, X.dtype.itemsize)
+        counts, union, failed = _stability_engine.path_counts(idx, X, y, lambdas, settings, int(min(chunk, B)))
     probabilities = jnp.asarray((np.asarray(counts, np.float64) / B).T, X.dtype)  # exactly count / B, rounded once
     q_path = np.asarray(union, np.float64) / B
     num_pairs = B // 2 if complementary_pairs else None

@@ -248,7 +248,7 @@ def test_a_selection_from_an_uncertified_solve_warns():
     import warnings
 
     from jaxknock import RESULTS, Solution
-    from jaxknock.pipeline import _select
+    from jaxknock._selection import select
 
     W = jnp.asarray(np.random.default_rng(0).standard_normal((3, 20)))
     ok = Solution(jnp.zeros(20), jnp.int32(RESULTS.successful), {})
@@ -257,15 +257,15 @@ def test_a_selection_from_an_uncertified_solve_warns():
     with pytest.warns(
         RuntimeWarning, match=r"\(statistics\): 1 of 3 solve\(s\) failed with result code 1 \(max_steps_reached\)"
     ):
-        sel = _select(W, stat, ok, {}, 0.1, True, 3, "ebh", {})
-    assert sel.mask.shape == (20,)
+        mask, thresholds = select(W, stat, ok, {}, 0.1, True, 3, "ebh")
+    assert mask.shape == (20,) and thresholds.shape == (3,)
     bad_s = ok._replace(result=jnp.int32(RESULTS.stagnated))
     with pytest.warns(RuntimeWarning, match=r"\(S-vector\): the solve failed with result code 4 \(stagnated\)"):
-        _select(W, stat._replace(result=jnp.zeros(3, jnp.int32)), bad_s, {}, 0.1, True, 3, "ebh", {})
+        select(W, stat._replace(result=jnp.zeros(3, jnp.int32)), bad_s, {}, 0.1, True, 3, "ebh")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _select(W, stat._replace(result=jnp.zeros(3, jnp.int32)), ok, {}, 0.1, True, 3, "frequency", {})
-        _select(W, None, ok, {}, 0.1, True, 3, "ebh", {})  # a closed-form statistic has no solution
+        select(W, stat._replace(result=jnp.zeros(3, jnp.int32)), ok, {}, 0.1, True, 3, "frequency")
+        select(W, None, ok, {}, 0.1, True, 3, "ebh")  # a closed-form statistic has no solution
 
 
 def _block_design(seed, n, p, *, block=20, rho=0.5, nnz=20, amplitude=8.0):

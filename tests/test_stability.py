@@ -239,8 +239,7 @@ def test_working_set_engine_vmapped_chunks_equal_one_at_a_time():
 def test_working_set_engine_plans_its_batches_with_the_gram_cache(monkeypatch):
     """On an accelerator the working-set engine vmaps pairs in batches sized from memory; the plan
     counts each pair's homotopy Gram cache and inverses at the current capacity (it did not)."""
-    from jaxknock import _backend, _memory
-    from jaxknock import stability as stab
+    from jaxknock import _backend, _memory, _stability_engine
 
     X, y = _data(0)
     kw = dict(num_subsamples=B, solver="working_set", lambdas=jaxknock.lambda_grid(X, y, num=L, eps=0.05))
@@ -252,8 +251,10 @@ def test_working_set_engine_plans_its_batches_with_the_gram_cache(monkeypatch):
     free = 2 * (8 * 2 * rows * P + 3 * room + room // 2)  # the plan uses half of free memory
     monkeypatch.setattr(_memory, "device_memory_bytes", lambda devices=None: free)
     chunks = []
-    engine = stab._engine_counts
-    monkeypatch.setattr(stab, "_engine_counts", lambda *a, **k: chunks.append(k["chunk"]) or engine(*a, **k))
+    engine = _stability_engine.engine_counts
+    monkeypatch.setattr(
+        _stability_engine, "engine_counts", lambda *a, **k: chunks.append(k["chunk"]) or engine(*a, **k)
+    )
     res = _stability_selection(jax.random.key(3), X, y, **kw)
     assert chunks and max(chunks) == 3, chunks  # of B / 2 = 10 pairs
     np.testing.assert_array_equal(np.asarray(res.probabilities), np.asarray(ref.probabilities))
@@ -281,12 +282,12 @@ def test_engine_choice_and_errors():
         _stability_selection(jax.random.key(0), X, y, solver="working_set", devices=2)
     # solver="auto": the lockstep homotopy (squared loss) or the working-set engine (logistic) where they
     # apply, FISTA without an intercept; which one ran shows in the programs compiled
-    names = ("lockstep_counts", "_engine_counts", "_counts")
+    names = ("lockstep_counts", "engine_counts", "path_counts")
     for kw, ran in [
         (dict(), "lockstep_counts"),
-        (dict(loss="logistic"), "_engine_counts"),
-        (dict(fit_intercept=False), "_counts"),
-        (dict(solver="fista"), "_counts"),
+        (dict(loss="logistic"), "engine_counts"),
+        (dict(fit_intercept=False), "path_counts"),
+        (dict(solver="fista"), "path_counts"),
     ]:
         jax.clear_caches()
         with contextlib.ExitStack() as stack:
