@@ -38,7 +38,7 @@ import jax
 from jaxknock import _backend, _checks
 
 _SUBDIR = "jaxknock-exports"
-_LOADED: dict = {}  # this process's entries, by path: loaded (or exported) once
+LOADED: dict = {}  # this process's entries, by path: loaded (or exported) once
 
 
 @functools.lru_cache(maxsize=1)
@@ -52,7 +52,7 @@ def _source_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def _directory() -> Path | None:
+def export_directory() -> Path | None:
     base = jax.config.jax_compilation_cache_dir
     return None if not base else Path(base) / _SUBDIR
 
@@ -86,7 +86,7 @@ def _load(path: Path):
         return None
 
 
-def _export(fn, args, static, path: Path):
+def export_program(fn, args, static, path: Path):
     exported = jax.export.export(jax.jit(functools.partial(fn, **static)))(*args)
     # the vjp hook is a closure (not picklable) and differentiation is not used here
     exported = dataclasses.replace(exported, _get_vjp=None)
@@ -100,12 +100,12 @@ def _export(fn, args, static, path: Path):
 
 def call(fn, *args, **static):
     """``fn(*args, **static)``, through an exported program kept on disk when the compilation cache is on."""
-    directory = _directory()
+    directory = export_directory()
     if directory is None or not _usable(args):
         return fn(*args, **static)
     key = _key(fn, args, static)
     path, failed = directory / f"{key}.pkl", directory / f"{key}.failed"
-    exported = _LOADED.get(path)
+    exported = LOADED.get(path)
     if exported is not None:  # a warm call: no file-system access
         return exported.call(*args)
     if failed.exists():
@@ -113,7 +113,7 @@ def call(fn, *args, **static):
     exported = _load(path) if path.exists() else None
     if exported is None:
         try:
-            exported = _export(fn, args, static, path)
+            exported = export_program(fn, args, static, path)
         except Exception:  # e.g. a program with host callbacks: plain calls from now on
             try:
                 failed.parent.mkdir(parents=True, exist_ok=True)
@@ -121,5 +121,5 @@ def call(fn, *args, **static):
             except OSError:
                 pass
             return fn(*args, **static)
-    _LOADED[path] = exported
+    LOADED[path] = exported
     return exported.call(*args)

@@ -566,17 +566,17 @@ def test_exported_programs_on_disk_give_the_plain_answer(tmp_path, monkeypatch):
     y = X[:, 0] - X[:, 1] + rng.standard_normal(60)
     cv = lambda X, y: working_set.l1_cv(X, y, folds=3, num_lambdas=12)
     plain, plain45 = cv(X, y), cv(X[:45], y[:45])  # the tests run without the compilation cache: plain calls
-    monkeypatch.setattr(_aot, "_directory", lambda: tmp_path)
-    monkeypatch.setattr(_aot, "_LOADED", {})
+    monkeypatch.setattr(_aot, "export_directory", lambda: tmp_path)
+    monkeypatch.setattr(_aot, "LOADED", {})
     first = cv(X, y)
     assert len(list(tmp_path.glob("*.pkl"))) == 1
 
     def forbidden(*args, **kwargs):
         raise AssertionError("exported again")
 
-    monkeypatch.setattr(_aot, "_LOADED", {})
+    monkeypatch.setattr(_aot, "LOADED", {})
     with monkeypatch.context() as m:
-        m.setattr(_aot, "_export", forbidden)
+        m.setattr(_aot, "export_program", forbidden)
         second = cv(X, y)
     for sol in (first, second):
         np.testing.assert_array_equal(np.asarray(sol.value), np.asarray(plain.value))
@@ -596,7 +596,7 @@ def test_exported_programs_on_disk_give_the_plain_answer(tmp_path, monkeypatch):
         calls.append(1)
         raise RuntimeError("cannot export")
 
-    monkeypatch.setattr(_aot, "_export", failing)
+    monkeypatch.setattr(_aot, "export_program", failing)
     for _ in range(2):
         np.testing.assert_array_equal(np.asarray(cv(X[:45], y[:45]).value), np.asarray(plain45.value))
     assert len(calls) == 1 and len(list(tmp_path.glob("*.failed"))) == 1

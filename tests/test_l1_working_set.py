@@ -309,10 +309,10 @@ def _homotopy_rows(monkeypatch, X, y, rows_dtype, guard=True):
     """The homotopy CV with the kinks of a float64 design reading their Gram rows in ``rows_dtype``."""
     from jaxknock.l1 import _ws_homotopy
 
-    monkeypatch.setattr(_ws_homotopy, "_FAST_ROWS", rows_dtype)
-    monkeypatch.setattr(_ws_homotopy, "_FAST_ROWS_MIN_BYTES", 0)  # these small rows would stay float64
+    monkeypatch.setattr(_ws_homotopy, "FAST_ROWS", rows_dtype)
+    monkeypatch.setattr(_ws_homotopy, "FAST_ROWS_MIN_BYTES", 0)  # these small rows would stay float64
     if not guard:  # no grid step is ever judged off the path, so none is redone in float64
-        monkeypatch.setattr(_ws_homotopy, "_off_path", lambda mem, *_: jnp.zeros(mem.used.shape[:1], bool))
+        monkeypatch.setattr(_ws_homotopy, "off_path", lambda mem, *_: jnp.zeros(mem.used.shape[:1], bool))
     jax.clear_caches()  # the dtype is read when the engine is traced
     return l1_cv(X, y, folds=4, num_lambdas=40, eps=1e-3, method="homotopy", early_stop=False)
 

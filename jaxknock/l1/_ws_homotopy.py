@@ -64,10 +64,10 @@ from jaxknock.l1 import _ws_covariance as _cov
 
 _HI = lax.Precision.HIGHEST
 # the dtype in which the kinks of a float64 design read their Gram rows (see solve_ws) ...
-_FAST_ROWS = jnp.float32
+FAST_ROWS = jnp.float32
 # ... once its members' float64 rows (M, A, W) take more than this: smaller blocks stay in cache, where
 # float64 rows cost the kinks nothing, and the program leaves out the float64 redo (a smaller compile)
-_FAST_ROWS_MIN_BYTES = 16 << 20
+FAST_ROWS_MIN_BYTES = 16 << 20
 # an inactive cached feature this far (relative) above the penalty after a fast grid step: redo it exactly
 _OFF_PATH_RTOL = 1e-9
 
@@ -376,7 +376,7 @@ def _settle(st: HomState, mem: Member, qc, tiers, tier):
     return lax.switch(tier, [on(a) for a in tiers], mem)
 
 
-def _off_path(mem: Member, g, act, skip, valid, lam):
+def off_path(mem: Member, g, act, skip, valid, lam):
     """Members whose refined grid solution breaks the path's optimality on the cache (``(M,)`` bool).
 
     An inactive (not skipped) cached feature above the penalty by more than a
@@ -406,7 +406,7 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs, active, tiered=False):
     time by a rounding error, so the path reaches the grid penalty with the
     right active set except when an entry falls within that error of it. After
     the refinement the exact float64 gradients on the cache decide
-    (:func:`_off_path`); a member that is off the path redoes the grid step from
+    (:func:`off_path`); a member that is off the path redoes the grid step from
     its anchor with float64 rows, so the result is the exact path's either way.
 
     ``tiered`` (static; a design that is not under ``vmap``): the kinks run on
@@ -426,7 +426,7 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs, active, tiered=False):
     mem, act, skip, done, k, over, tier = _follow(st, start, valid, qc, lam, max_epochs, done0, fast, tiers)
     mem, g = _settle(st, mem, qc, tiers, tier)
     if fast != exact:
-        redo = _off_path(mem, g, act, skip, valid, lam) & done & ~done0 & ~over
+        redo = off_path(mem, g, act, skip, valid, lam) & done & ~done0 & ~over
 
         def again(_):
             mem2, _, _, done2, k2, over2, tier2 = _follow(st, start, valid, qc, lam, max_epochs, ~redo, exact, tiers)
@@ -470,7 +470,7 @@ def _wrong_signed(mem: Member) -> jax.Array:
 
 
 def rows_dtype(exact, members: int, slots: int, width: int):
-    """The dtype the kinks read Gram rows in: ``_FAST_ROWS`` for float64 rows over ``_FAST_ROWS_MIN_BYTES``.
+    """The dtype the kinks read Gram rows in: ``FAST_ROWS`` for float64 rows over ``FAST_ROWS_MIN_BYTES``.
 
     The rows are ``(members, slots, width)`` (the members' active slots on the
     cache columns); the decision is static (the shapes are known when the
@@ -482,8 +482,8 @@ def rows_dtype(exact, members: int, slots: int, width: int):
         (dtype('float64'), dtype('float32'))
     """
     exact = jnp.dtype(exact)
-    big = members * slots * width * exact.itemsize > _FAST_ROWS_MIN_BYTES
-    return jnp.dtype(_FAST_ROWS) if exact == jnp.float64 and big else exact
+    big = members * slots * width * exact.itemsize > FAST_ROWS_MIN_BYTES
+    return jnp.dtype(FAST_ROWS) if exact == jnp.float64 and big else exact
 
 
 def _bcast(flag, a):
