@@ -188,7 +188,8 @@ def active_newton(beta, vr, g, lam, v, XW, xm, nf, sv, valid, cap: int):
     ma = jnp.take_along_axis(xm, cols, axis=1)  # (M, cap)
     bA = jnp.take_along_axis(beta, cols, axis=1)
     a = jnp.take_along_axis(nz, cols, axis=1)
-    H = jnp.einsum("fwn,fun->fwu", v[:, None, :] * XA, XA, precision=_HI) / nf[:, None, None]
+    Z = jnp.sqrt(v)[:, None, :] * XA  # H = Z Z^T: one operand, a third of the time of (v XA) XA^T
+    H = jnp.einsum("fwn,fun->fwu", Z, Z, precision=_HI) / nf[:, None, None]
     H = H - (sv / nf)[:, None, None] * ma[:, :, None] * ma[:, None, :]
     sgn = jnp.sign(bA)
     rhs = jnp.where(a, jnp.take_along_axis(g, cols, axis=1) - lam * sgn, 0.0)
@@ -203,9 +204,11 @@ def active_newton(beta, vr, g, lam, v, XW, xm, nf, sv, valid, cap: int):
     t = jnp.clip(jnp.min(tj, axis=1), 0.0, 1.0)
     new = bA + t[:, None] * delta
     new = jnp.where((jnp.arange(cap)[None] == jcut[:, None]) & (t < 1)[:, None], 0.0, new)
-    step = new - bA
-    deta = jnp.einsum("fw,fwn->fn", step, XA, precision=_HI) - jnp.sum(step * ma, axis=1)[:, None]
-    return beta.at[jnp.arange(M)[:, None], cols].add(step), vr - v * deta
+    # the step back on the working set, and eta's change through XW: XA's only consumer stays the
+    # Gram product above (a second one made XLA:CPU materialise XA and both products 3x slower)
+    step = jnp.zeros_like(beta).at[jnp.arange(M)[:, None], cols].add(new - bA)
+    deta = jnp.dot(step, XW, precision=_HI) - jnp.sum(step * xm, axis=1)[:, None]
+    return beta + step, vr - v * deta
 
 
 def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=False):
