@@ -215,7 +215,9 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, k
     _checks.check_choice(s_method, S_METHODS, "s_method")
     _checks.check_choice(statistic, STATISTICS, "statistic")
     _checks.check_choice(aggregate, AGGREGATES, "aggregate")
-    if not (isinstance(num_replicates, (int, np.integer)) and num_replicates >= 1):
+    if isinstance(num_replicates, (bool, np.bool_)) or not (
+        isinstance(num_replicates, (int, np.integer)) and num_replicates >= 1
+    ):
         raise ValueError(f"num_replicates must be a positive integer, got {num_replicates!r}")
     _checks.check_no_constant_columns(Xh, "X")
     if not isinstance(plus, (bool, np.bool_)):
@@ -479,6 +481,7 @@ def knockoff_filter(
         key=key, X=X, y=y, Sigma=Sigma, mu=mu,
     )  # fmt: skip
     _checks.check_key(key)  # before any program: an int seed fails deep inside JAX otherwise
+    _cv.check_patience(cv_patience, "cv_patience")  # before the S solve and the sampling, not in the statistics
     s_method = resolve_s_method(s_method, np.shape(X), known=Sigma is not None, groups=groups, rank=rank)
     if groups is not None or num_knockoffs != 1:
         if Sigma is not None:

@@ -309,6 +309,11 @@ def lcd(
     elif _working_set.use_engine(engine, Xk3, fit_intercept, solver=solver, screen=screen):
         fold_ids, K = resolve_folds(n, folds)
         check_folds_nonempty(fold_ids, K, y, loss)
+        # the same checks as the classic engine below: the working-set engine takes patience and
+        # num_lambdas as static settings (an array was a JAX hashing error, 0 or 2.5 ran unchecked)
+        patience = check_patience(patience)
+        if lambdas is None:
+            check_grid_settings(num_lambdas, eps)
         ws = _working_set.l1_cv(
             Xk3,
             jnp.broadcast_to(y, Xk3.shape[:2]),

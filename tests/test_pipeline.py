@@ -296,3 +296,14 @@ def test_float32_replicates_are_certified_without_a_float64_refit():
             assert stat.value.dtype == jnp.float32
             np.testing.assert_array_equal(np.asarray(stat.result), 0)
             assert not np.any(np.asarray(stat.stats["float64_refit"])), R
+
+
+def test_bad_cv_patience_and_num_replicates_raise_before_any_work(key):
+    """``cv_patience=0`` ran the S solve and the sampling, then failed (or, for 0 / 2.5 / True, ran
+    unchecked) in the statistics under the name ``patience``; ``num_replicates=True`` ran as 1."""
+    X, y, _ = make_data()
+    for bad in (0, 2.5, True, np.array(3)):
+        with pytest.raises(ValueError, match="cv_patience must be None or a positive integer"):
+            knockoff_filter(key, X, y, cv_patience=bad)
+    with pytest.raises(ValueError, match="num_replicates must be a positive integer, got True"):
+        knockoff_filter(key, X, y, num_replicates=True, statistic="correlation")

@@ -266,3 +266,15 @@ def test_lcd_honours_explicit_solver_screen_and_max_steps(monkeypatch):
     S.lcd(Xk, y, max_steps=7, num_lambdas=10)  # the default engine gets the cap
     S.lcd(Xk.astype(np.float32), y.astype(np.float32), num_lambdas=10)  # float32 too (docstring)
     assert calls == [(np.float64, 7), (np.float32, 10_000)]
+
+
+def test_lcd_working_set_engine_checks_patience_and_grid():
+    """The working-set CV engine (the default) took ``patience`` and ``num_lambdas`` unchecked:
+    ``patience=0`` / ``-1`` / ``2.5`` / ``True`` and ``num_lambdas=2.5`` ran, and a 0-d array failed with
+    JAX's "Non-hashable static arguments"; the classic engine rejected them all."""
+    Xk, y = _design(seed=3)
+    for bad in (0, -1, 2.5, True, np.array(3)):
+        with pytest.raises(ValueError, match="patience must be None or a positive integer"):
+            S.lcd(Xk, y, patience=bad)
+    with pytest.raises(ValueError, match="num_lambdas must be a positive integer, got 2.5"):
+        S.lcd(Xk, y, num_lambdas=2.5)

@@ -121,11 +121,11 @@ def check_folds_nonempty(fold_ids, K, y, loss):
                 )
 
 
-def check_patience(patience):
+def check_patience(patience, name: str = "patience"):
     if patience is None:
         return None
-    if not (isinstance(patience, (int, np.integer)) and patience >= 1):
-        raise ValueError(f"patience must be None or a positive integer, got {patience!r}")
+    if isinstance(patience, (bool, np.bool_)) or not (isinstance(patience, (int, np.integer)) and patience >= 1):
+        raise ValueError(f"{name} must be None or a positive integer, got {patience!r}")
     return int(patience)
 
 
