@@ -285,8 +285,9 @@ def estimate_factor_model(
     Sigma = _checks.as_float_array(Sigma, "Sigma")
     _checks.check_square(Sigma)
     p = Sigma.shape[0]
-    if not (isinstance(rank, int) and 1 <= rank < p):
+    if not (_is_int(rank) and 1 <= rank < p):
         raise ValueError(f"rank must be an integer with 1 <= rank < p = {p}, got {rank!r}")
+    rank = int(rank)
     _checks.check_finite(Sigma, "Sigma")
     _checks.check_symmetric(Sigma)
     d, U, obj, rel, result, steps = _fit_factor_model(Sigma, rank, max_steps, tol, min_diag)

@@ -185,3 +185,16 @@ def test_to_correlation_bad_variance_names_sigma_and_poisons_under_jit(bad):
 def test_to_correlation_empty_names_sigma():
     with pytest.raises(ValueError, match="Sigma is empty"):
         to_correlation(jnp.zeros((0, 0)))
+
+
+def test_estimate_factor_model_accepts_numpy_integer_rank():
+    """``rank=np.int64(2)`` (e.g. from a NumPy computation) was refused as "rank must be an integer"."""
+    A = np.random.default_rng(2).standard_normal((6, 40))
+    C = np.corrcoef(A)
+    ref = estimate_factor_model(C, rank=2, max_steps=5)
+    sol = estimate_factor_model(C, rank=np.int64(2), max_steps=5)
+    np.testing.assert_array_equal(sol.value.U, ref.value.U)
+    with pytest.raises(ValueError, match="rank must be an integer"):
+        estimate_factor_model(C, rank=2.0)
+    with pytest.raises(ValueError, match="rank must be an integer"):
+        estimate_factor_model(C, rank=True)

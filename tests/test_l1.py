@@ -463,3 +463,19 @@ def test_empty_grid_and_non_numeric_lam_are_named():
         with pytest.raises(TypeError, match="lam must be a real number"):
             L.lasso(X, y, bad)  # "0.1": numpy's isfinite TypeError; True: solved at lam = 1
     assert L.lasso(X, y, np.int64(1)).result == RESULTS.successful
+
+
+def test_numpy_scalar_settings_and_traced_settings():
+    """``tol=np.float32(1e-4)`` was refused as "tol must be a positive number" (only Python floats passed);
+    a traced ``tol`` / ``max_steps`` was told the same, although its value was never the problem."""
+    X, y = _regression(seed=14)
+    ref = L.lasso(X, y, 0.1, tol=1e-4, max_steps=300)
+    sol = L.lasso(X, y, 0.1, tol=np.float32(1e-4), max_steps=np.int32(300))
+    assert int(sol.result) == RESULTS.successful
+    np.testing.assert_array_equal(sol.value, ref.value)
+    with pytest.raises(ValueError, match="tol must be a positive number, got True"):
+        L.make_settings(jnp.float64, tol=True)
+    with pytest.raises(TypeError, match="tol must be a concrete .* traced"):
+        jax.jit(lambda t: L.lasso(jnp.asarray(X), jnp.asarray(y), 0.1, tol=t))(1e-4)
+    with pytest.raises(TypeError, match="max_steps must be a concrete .* traced"):
+        jax.jit(lambda m: L.lasso(jnp.asarray(X), jnp.asarray(y), 0.1, max_steps=m))(100)

@@ -861,3 +861,16 @@ def test_sdp_dual_gap_rejects_bad_barrier(lam):
 def test_sdp_empty_sigma_names_sigma():
     with pytest.raises(ValueError, match="Sigma is empty"):
         sdp(jnp.zeros((0, 0)))
+
+
+def test_block_size_and_max_steps_checks_of_the_dense_solvers():
+    """sdp(block_size=0) ran as the default block (asdp / mvr raised); mvr / maxent refused a NumPy integer
+    block_size; a traced max_steps was told "must be a positive integer", although its value was fine."""
+    C = factor_correlation(6, 2, 1)
+    for b in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="block_size must be a positive integer"):
+            sdp(C, block_size=b)
+    for solve in (sdp, mvr, maxent):
+        np.testing.assert_array_equal(solve(C, block_size=np.int64(3)).value, solve(C, block_size=3).value)
+    with pytest.raises(TypeError, match="max_steps must be a concrete .* traced"):
+        jax.jit(lambda m: sdp(C, max_steps=m))(5)

@@ -113,12 +113,16 @@ def make_settings(
     check_loss(loss)
     if tol is None:
         tol = 1e-6 if jnp.dtype(dtype) == jnp.float64 else 1e-4
-    if not (isinstance(tol, (int, float)) and tol > 0):
+    if isinstance(tol, jax.core.Tracer):
+        raise TypeError("tol must be a concrete Python or NumPy number (a static setting), got a traced value")
+    if isinstance(tol, (bool, np.bool_)) or not (isinstance(tol, (int, float, np.integer, np.floating)) and tol > 0):
         raise ValueError(f"tol must be a positive number, got {tol!r}")
     solver = resolve_solver(solver)
     if max_steps is None:
         max_steps = DEFAULT_MAX_STEPS[solver]
-    if not (isinstance(max_steps, (int, np.integer)) and max_steps >= 0):
+    if isinstance(max_steps, jax.core.Tracer):
+        raise TypeError("max_steps must be a concrete Python or NumPy integer (a static setting), got a traced value")
+    if isinstance(max_steps, (bool, np.bool_)) or not (isinstance(max_steps, (int, np.integer)) and max_steps >= 0):
         raise ValueError(f"max_steps must be a non-negative integer, got {max_steps!r}")
     return L1Settings(
         loss=loss,

@@ -163,8 +163,8 @@ def sdp(
     m = _checks.check_num_knockoffs(num_knockoffs)
     Sigma = _checks.validate_sigma(Sigma)
     p = Sigma.shape[-1]
-    b = block_size or coordinate.default_block(p)
-    if not (isinstance(b, (int, np.integer)) and 1 <= b):
+    b = coordinate.default_block(p) if block_size is None else block_size  # 0 is an error, not the default
+    if isinstance(b, (bool, np.bool_)) or not (isinstance(b, (int, np.integer)) and 1 <= b):
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     b = int(min(b, p))
     lam0 = 0.5 if lam0 is None else lam0
