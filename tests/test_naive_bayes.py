@@ -606,3 +606,14 @@ def test_traced_k_outside_range_is_infeasible(model):
     # an empty class under traced labels (eager: "have no samples")
     emp = jax.jit(lambda X, y: sparse_naive_bayes(X, y, 3, classes=(0, 1), model=model).result)
     assert int(emp(X, np.zeros(60, int))) == RESULTS.infeasible
+
+
+def test_traced_classes_are_named():
+    """``classes`` traced (passed through jit, or built with jnp inside the jitted function) was JAX's
+    TracerArrayConversionError from ``np.asarray``; a concrete JAX array outside jit works."""
+    rng = np.random.default_rng(0)
+    X, y = rng.poisson(2.0, size=(12, 4)).astype(float), np.arange(12) % 2
+    with pytest.raises(TypeError, match="classes must be concrete"):
+        jax.jit(lambda X, y, c: sparse_naive_bayes(X, y, 1, classes=c).result)(X, y, jnp.array([0, 1]))
+    cls = jnp.array([0, 1])
+    assert int(jax.jit(lambda X, y: sparse_naive_bayes(X, y, 1, classes=cls).result)(X, y)) == RESULTS.successful

@@ -54,6 +54,11 @@ def label_tuple(values) -> tuple:
 
 def _class_order(classes):
     """``classes`` as a 1-D numpy array of distinct labels (the same check with and without ``jit``)."""
+    if not is_concrete(classes):  # was JAX's TracerArrayConversionError from np.asarray
+        raise TypeError(
+            "classes must be concrete (a list, or a NumPy / JAX array made outside jax.jit / jax.vmap): the "
+            "labels fix the number of classes, so they cannot be traced"
+        )
     cls = np.asarray(classes)
     if cls.ndim != 1 or len(np.unique(cls)) != cls.shape[0]:
         raise ValueError(f"classes must be a 1-D sequence of distinct labels, got {classes!r}")
