@@ -154,6 +154,18 @@ def poison(ok, *arrays):
     return out[0] if len(out) == 1 else tuple(out)
 
 
+def real_setting(x):
+    """A concrete real 0-d NumPy / JAX array (not a bool) as a Python ``float``; anything else unchanged.
+
+    For host-side settings (``fraction``, ``threshold``, ``drop``, ...) checked with ``isinstance`` and
+    ``<``: a JAX scalar such as ``jnp.float32(0.5)`` was refused as out of range. Values the caller must
+    still reject (bools, text, arrays, tracers) come back as they are, for its own message.
+    """
+    if isinstance(x, (bool, np.bool_)) or not hasattr(x, "dtype") or not is_concrete(x) or np.ndim(x) != 0:
+        return x
+    return float(x) if np.dtype(x.dtype).kind in "iuf" else x
+
+
 def check_positive_scalar(x, name: str, *, what: str = "a positive, finite number"):
     """A real, finite scalar ``> 0``: raises naming ``name`` if concrete; returns the traced flag for :func:`poison`."""
     if isinstance(x, (str, bytes, bool, np.bool_)) or (

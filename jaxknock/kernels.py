@@ -482,6 +482,7 @@ def randsel(
     _check_bandwidth(bandwidth)
     X, y = _prepare(X, y, "gaussian", "linear")
     n, p = X.shape
+    drop, keep = _checks.real_setting(drop), _checks.real_setting(keep)
     if not (isinstance(drop, (int, float, np.floating)) and 0 < drop < 1):
         raise ValueError(f"drop must lie in (0, 1), got {drop!r}")
     if not (isinstance(keep, (int, float, np.floating)) and 0 < keep < 1):

@@ -381,6 +381,7 @@ def stability_selection(
     _checks.check_key(key)
     if assumption is None:
         assumption = "unimodal" if complementary_pairs else "none"
+    fraction, threshold, expected_false = map(_checks.real_setting, (fraction, threshold, expected_false))
     _check_settings(fraction, complementary_pairs, num_subsamples, threshold, expected_false, assumption)
     _use_lockstep(solver, loss)  # solver='lockstep' with the logistic loss: an error before any work
     if assumption == "unimodal" and not complementary_pairs:

@@ -3,6 +3,7 @@
 import itertools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -228,3 +229,14 @@ def test_cli_randsel(tmp_path, capsys):
     assert main(["randsel", str(path), "--target", "y", "--subsample-size", "2", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--subsample-size" in err[0] and "[4, 120]" in err[0]
+
+
+def test_randsel_jax_scalar_drop_and_keep():
+    """``drop=jnp.float32(0.25)`` was refused as "drop must lie in (0, 1)"; it is the Python float's run."""
+    X, y = _xor(0, n=40, irrelevant=2)
+    kw = dict(num_subsamples=20, subsample_size=20)
+    ref = randsel(jax.random.key(0), X, y, drop=0.25, keep=0.5, **kw)
+    res = randsel(jax.random.key(0), X, y, drop=jnp.float32(0.25), keep=np.array(0.5), **kw)
+    np.testing.assert_array_equal(res.ranking, ref.ranking)
+    with pytest.raises(ValueError, match="drop"):
+        randsel(jax.random.key(0), X, y, drop=np.array([0.25]), **kw)

@@ -392,3 +392,19 @@ def test_explanation_names_a_vacuous_bound_and_an_empty_selection():
     assert cut.explanation is None
     none = stability_selection(key, X, y, num_subsamples=B, num_lambdas=L, expected_false=1e-3)
     assert not none.selected.any() and none.explanation.startswith("nothing selected: even lambdas[:1]")
+
+
+def test_jax_and_numpy_scalar_settings():
+    """``fraction=jnp.float32(0.5)`` / ``threshold=np.array(0.7)`` were refused as out of range; they are
+    the same settings as the Python floats. A bool or a 1-D array is still refused."""
+    X, y = _data(0)
+    kw = dict(num_subsamples=4, num_lambdas=5)
+    ref = stability_selection(jax.random.key(0), X, y, fraction=0.5, threshold=0.7, expected_false=1.0, **kw)
+    res = stability_selection(
+        jax.random.key(0), X, y, fraction=jnp.float32(0.5), threshold=np.array(0.7), expected_false=jnp.array(1), **kw
+    )
+    np.testing.assert_array_equal(res.probabilities, ref.probabilities)
+    assert res.threshold == ref.threshold
+    for bad in (True, np.array([0.4])):
+        with pytest.raises(ValueError, match="fraction"):
+            stability_selection(jax.random.key(0), X, y, fraction=bad, **kw)
