@@ -154,6 +154,20 @@ def poison(ok, *arrays):
     return out[0] if len(out) == 1 else tuple(out)
 
 
+def static_flag(x, name: str) -> bool:
+    """A switch that selects the program (``plus``, ``fit_intercept``, ...) as a Python ``bool``.
+
+    Under ``jax.jit`` every argument is traced unless named static, and ``bool()`` of a traced flag was
+    JAX's TracerBoolConversionError (or "Non-hashable static arguments") naming nothing.
+    """
+    if isinstance(x, jax.core.Tracer):
+        raise TypeError(
+            f"{name} must be a Python bool, not a traced value: it selects the computation. Under jax.jit, "
+            f"pass it in static_argnames=({name!r},) or close over it (jax.jit(lambda ...: f(..., {name}=True)))"
+        )
+    return bool(x)
+
+
 def real_setting(x):
     """A concrete real 0-d NumPy / JAX array (not a bool) as a Python ``float``; anything else unchanged.
 

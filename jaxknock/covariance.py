@@ -147,7 +147,7 @@ def empirical_covariance(X, *, assume_centered: bool = False) -> jax.Array:
         >>> S = empirical_covariance(jnp.ones((5, 3)) + jnp.arange(5.)[:, None])
     """
     X = _check_data(X)
-    return _empirical_covariance(X, assume_centered)
+    return _empirical_covariance(X, _checks.static_flag(assume_centered, "assume_centered"))
 
 
 def _empirical_covariance(X, assume_centered):
@@ -184,7 +184,7 @@ def ledoit_wolf(X, *, assume_centered: bool = False):
         (10, 10)
     """
     X = _check_data(X)
-    return _ledoit_wolf(X, assume_centered)
+    return _ledoit_wolf(X, _checks.static_flag(assume_centered, "assume_centered"))
 
 
 @jax.jit

@@ -67,7 +67,7 @@ def knockoff_threshold(W, fdr, *, plus: bool = True):
     """
     _checks.check_fdr(fdr)
     W = _checks.check_statistics(W)
-    return _threshold(W, _checks.call_scalar(fdr, W.dtype), plus=bool(plus))
+    return _threshold(W, _checks.call_scalar(fdr, W.dtype), plus=_checks.static_flag(plus, "plus"))
 
 
 def _valid_level(fdr):
@@ -128,7 +128,7 @@ def knockoff_min_fdr(W, *, plus: bool = True):
         0.0
     """
     W = _checks.check_statistics(W)
-    return _min_fdr(W, plus=bool(plus))
+    return _min_fdr(W, plus=_checks.static_flag(plus, "plus"))
 
 
 @functools.partial(jax.jit, static_argnames=("plus",))
@@ -165,8 +165,8 @@ def min_selecting_fdr(W, *, aggregate: str = "ebh", plus: bool = True, grid=None
 
     def selects(q):
         if aggregate == "ebh":
-            return jnp.any(_ebh_mask(W, q, q / 2, bool(plus)))
-        return jnp.any(_frequency_mask(W, q, 0.5, bool(plus)))
+            return jnp.any(_ebh_mask(W, q, q / 2, _checks.static_flag(plus, "plus")))
+        return jnp.any(_frequency_mask(W, q, 0.5, _checks.static_flag(plus, "plus")))
 
     ok = jax.vmap(selects)(grid)
     return jnp.min(jnp.where(ok, grid, jnp.inf))
@@ -206,7 +206,7 @@ def knockoff_evalues(W, fdr, *, plus: bool = True):
     """
     _checks.check_fdr(fdr)
     W = _checks.check_statistics(W)
-    return _evalues(W, jnp.asarray(fdr, W.dtype), plus=bool(plus))
+    return _evalues(W, jnp.asarray(fdr, W.dtype), plus=_checks.static_flag(plus, "plus"))
 
 
 @functools.partial(jax.jit, static_argnames=("plus",))
@@ -366,7 +366,7 @@ def aggregate_ebh(W, fdr, *, alpha_kn=None, plus: bool = True):
         alpha_kn = fdr / 2 if _checks.is_concrete(fdr) else jnp.asarray(fdr) / 2
     _checks.check_fdr(alpha_kn, "alpha_kn")
     W = _checks.check_replicates(W)
-    return _ebh_mask(W, jnp.asarray(fdr, W.dtype), jnp.asarray(alpha_kn, W.dtype), bool(plus))
+    return _ebh_mask(W, jnp.asarray(fdr, W.dtype), jnp.asarray(alpha_kn, W.dtype), _checks.static_flag(plus, "plus"))
 
 
 def aggregate_frequency(W, fdr, *, eta: float = 0.5, plus: bool = True):
@@ -400,7 +400,7 @@ def aggregate_frequency(W, fdr, *, eta: float = 0.5, plus: bool = True):
     if not (0 < eta <= 1):
         raise ValueError(f"eta must lie in (0, 1], got {eta}")
     W = _checks.check_replicates(W)
-    return _frequency_mask(W, jnp.asarray(fdr, W.dtype), eta, bool(plus))
+    return _frequency_mask(W, jnp.asarray(fdr, W.dtype), eta, _checks.static_flag(plus, "plus"))
 
 
 def _ebh_mask(W, fdr, alpha_kn, plus):

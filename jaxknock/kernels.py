@@ -238,7 +238,7 @@ def hsic(X, y, *, kernel="gaussian", bandwidth=None, target_kernel="linear", tar
     ok = _check_bandwidth(bandwidth) & _check_bandwidth(target_bandwidth, "target_bandwidth")
     X, y = _prepare(X, y, kernel, target_kernel)
     bandwidth, target_bandwidth = _as_width(bandwidth, X.dtype), _as_width(target_bandwidth, X.dtype)
-    est = "unbiased" if unbiased else "hsic"
+    est = "unbiased" if _checks.static_flag(unbiased, "unbiased") else "hsic"
     h = _measure(X, y, bandwidth, target_bandwidth, kernel=kernel, target_kernel=target_kernel, estimator=est)
     return _checks.poison(ok, h)  # a bad traced bandwidth: NaN
 

@@ -137,7 +137,7 @@ def multi_knockoff_threshold(kappa, tau, fdr, *, num_knockoffs: int, plus: bool 
         raise ValueError(f"kappa and tau must have the same shape (..., p), got {kappa.shape} and {tau.shape}")
     if not jnp.issubdtype(kappa.dtype, jnp.integer):
         raise TypeError(f"kappa must be an integer array (copy indices), got dtype {kappa.dtype}")
-    return _mk_threshold(kappa, tau, jnp.asarray(fdr, tau.dtype), m=m, plus=bool(plus))
+    return _mk_threshold(kappa, tau, jnp.asarray(fdr, tau.dtype), m=m, plus=_checks.static_flag(plus, "plus"))
 
 
 @functools.partial(jax.jit, static_argnames=("m", "plus"))

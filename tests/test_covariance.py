@@ -198,3 +198,14 @@ def test_estimate_factor_model_accepts_numpy_integer_rank():
         estimate_factor_model(C, rank=2.0)
     with pytest.raises(ValueError, match="rank must be an integer"):
         estimate_factor_model(C, rank=True)
+
+
+def test_traced_assume_centered_is_named():
+    """``jax.jit(ledoit_wolf)(X, assume_centered=True)`` was "Non-hashable static arguments" (and
+    empirical_covariance a TracerBoolConversionError); the static form works."""
+    X = jnp.asarray(np.random.default_rng(3).standard_normal((20, 4)))
+    for fn in (ledoit_wolf, empirical_covariance):
+        with pytest.raises(TypeError, match="assume_centered must be a Python bool"):
+            jax.jit(fn)(X, assume_centered=True)
+    lw = jax.jit(ledoit_wolf, static_argnames=("assume_centered",))(X, assume_centered=True)
+    np.testing.assert_allclose(lw.covariance, sk_lw(np.asarray(X), assume_centered=True)[0], rtol=1e-10)

@@ -363,3 +363,18 @@ def test_a_failed_replicate_or_copy_voids_the_aggregate_under_jit():
     assert np.asarray(jax.jit(multi_knockoff_select)(Z, 0.3)).sum() > 0
     Z[0, 17] = np.nan
     assert not np.asarray(jax.jit(multi_knockoff_select)(Z, 0.3)).any()
+
+
+def test_traced_plus_is_named():
+    """``jax.jit(F.knockoff_select)(W, q, plus=False)`` traces ``plus``; ``bool(plus)`` was JAX's
+    TracerBoolConversionError. It is a static switch: named, with the static_argnames remedy, which works."""
+    W = jnp.array([5.0, 4.0, 3.0, 2.0, -1.0])
+    fns = [F.knockoff_threshold, F.knockoff_select, F.knockoff_evalues]
+    for fn in fns:
+        with pytest.raises(TypeError, match="plus must be a Python bool, not a traced value"):
+            jax.jit(fn)(W, 0.5, plus=False)
+    for agg in (F.aggregate_ebh, F.aggregate_frequency):
+        with pytest.raises(TypeError, match="plus must be a Python bool"):
+            jax.jit(agg)(jnp.stack([W, W]), 0.5, plus=False)
+    static = jax.jit(F.knockoff_select, static_argnames=("plus",))(W, 0.5, plus=False)
+    np.testing.assert_array_equal(static, F.knockoff_select(W, 0.5, plus=False))

@@ -240,3 +240,10 @@ def test_randsel_jax_scalar_drop_and_keep():
     np.testing.assert_array_equal(res.ranking, ref.ranking)
     with pytest.raises(ValueError, match="drop"):
         randsel(jax.random.key(0), X, y, drop=np.array([0.25]), **kw)
+
+
+def test_traced_unbiased_is_named():
+    """``jax.jit(hsic)(X, y, unbiased=True)`` was a TracerBoolConversionError."""
+    X, y = _xor(0, n=20, irrelevant=1)
+    with pytest.raises(TypeError, match="unbiased must be a Python bool"):
+        jax.jit(hsic)(X, y, unbiased=True)

@@ -479,3 +479,16 @@ def test_numpy_scalar_settings_and_traced_settings():
         jax.jit(lambda t: L.lasso(jnp.asarray(X), jnp.asarray(y), 0.1, tol=t))(1e-4)
     with pytest.raises(TypeError, match="max_steps must be a concrete .* traced"):
         jax.jit(lambda m: L.lasso(jnp.asarray(X), jnp.asarray(y), 0.1, max_steps=m))(100)
+
+
+def test_traced_fit_intercept_is_named():
+    """``jax.jit(lasso)(X, y, lam, fit_intercept=False)`` was a TracerBoolConversionError (lambda_max:
+    "Non-hashable static arguments"): fit_intercept selects the program, so it is named as traced."""
+    X, y = _regression(seed=3, n=20, m=6)
+    X, y = jnp.asarray(X), jnp.asarray(y)
+    for fn in (
+        lambda X, y, f: L.lasso(X, y, 0.1, fit_intercept=f),
+        lambda X, y, f: L.lambda_max(X, y, fit_intercept=f),
+    ):
+        with pytest.raises(TypeError, match="fit_intercept must be a Python bool, not a traced value"):
+            jax.jit(fn)(X, y, False)

@@ -251,6 +251,7 @@ def check_lambdas(lambdas):
 def prepare_data(X, y, *, loss, fit_intercept, name_X="X"):
     """Shape/value checks before tracing; returns float arrays (y mapped to {0,1})."""
     check_loss(loss)
+    _checks.static_flag(fit_intercept, "fit_intercept")
     X = _checks.as_float_array(X, name_X)
     _checks.check_ndim(X, 2, name_X, "a 2-D array of shape (n_samples, n_features)")
     y = _checks.as_response(y, X.dtype)
@@ -299,7 +300,7 @@ def lambda_max(X, y, *, loss: str = "squared", fit_intercept: bool = True) -> ja
         1.0
     """
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
-    return _lambda_max_jit(X, y, loss=loss, fit_intercept=fit_intercept)
+    return _lambda_max_jit(X, y, loss=loss, fit_intercept=bool(fit_intercept))
 
 
 @functools.partial(jax.jit, static_argnames=("loss", "fit_intercept"))

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock import _backend
+from jaxknock import _backend, _checks
 
 __all__ = [
     "L1Settings",
@@ -126,9 +126,9 @@ def make_settings(
         raise ValueError(f"max_steps must be a non-negative integer, got {max_steps!r}")
     return L1Settings(
         loss=loss,
-        fit_intercept=bool(fit_intercept),
+        fit_intercept=_checks.static_flag(fit_intercept, "fit_intercept"),
         solver=solver,
-        screen=bool(screen),
+        screen=_checks.static_flag(screen, "screen"),
         tol=float(tol),
         max_steps=int(max_steps),
     )
@@ -137,5 +137,10 @@ def make_settings(
 def model_settings(loss: str, fit_intercept: bool) -> L1Settings:
     """Settings for model-only quantities (``lambda_max``, the default grid): no solver."""
     return L1Settings(
-        loss=loss, fit_intercept=bool(fit_intercept), solver=NO_SOLVER, screen=False, tol=0.0, max_steps=0
+        loss=loss,
+        fit_intercept=_checks.static_flag(fit_intercept, "fit_intercept"),
+        solver=NO_SOLVER,
+        screen=False,
+        tol=0.0,
+        max_steps=0,
     )
