@@ -35,8 +35,9 @@ _VMIN = 1e-5
 # _NEWTON_AFTER sweeps over the active set without convergence (then 2x, 4x, ... after a try), when no
 # member has more than _NEWTON_MAX_ACTIVE active columns, and once the sweeps done cost what the step
 # does: _SWEEP_COST * sweeps * |A| >= c^2 for a c-column system. The ratio is not the flop ratio (~1):
-# a sweep is latency-bound, one (M, n) update per column (3-5 us at M = 6, n = 2000 on the 2-core CPU),
-# while the step is one batched product (10 ms for c = 256). Session 29, benchmarks/measured/NOTES.md.
+# a sweep is bound by the (M, n) residual it reads and writes per column (4 us at M = 6, n = 2000 on the
+# 2-core CPU), while the step's cost is its Gram product Z Z^T (10 ms of the 16-24 ms a c = 256 step takes
+# there). Sessions 29 and 31, benchmarks/measured/NOTES.md.
 _NEWTON_AFTER = 4
 _NEWTON_MAX_ACTIVE = 384
 _SWEEP_COST = 32
@@ -242,7 +243,7 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=
     not converged (then 8, 16, ... more), the sweeps done cost what the step
     does (``_SWEEP_COST``), and no member has more than ``_NEWTON_MAX_ACTIVE``
     active columns, an exact Newton step on each member's own active set
-    (:func:`active_newton`, on a system of 32, 128, 256 or 384 columns,
+    (:func:`active_newton`, on a system of 32, 64, 128, 192, 256 or 384 columns,
     ``O(M n c^2)``) replaces the slow tail of the coordinate descent on
     strongly correlated columns. Measured (issue 17, session 20, 2-core CPU,
     ``l1_cv`` logistic, 5 folds, warm, without / with the steps, one run each,
@@ -273,7 +274,7 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=
     cap = min(Wc, _NEWTON_MAX_ACTIVE)
     newton = bool(accel) and cap > 0
     # Newton systems of a few static sizes: a small active set does not pay for the largest one
-    caps = sorted({min(cap, 32), min(cap, 128), min(cap, 256), cap})
+    caps = sorted({min(cap, 32), min(cap, 64), min(cap, 128), min(cap, 192), min(cap, 256), cap})
 
     def inner(beta, b0, eta, budget, itol):
         mu = _mean_fn(loss, eta)
