@@ -158,13 +158,20 @@ def static_flag(x, name: str) -> bool:
     """A switch that selects the program (``plus``, ``fit_intercept``, ...) as a Python ``bool``.
 
     Under ``jax.jit`` every argument is traced unless named static, and ``bool()`` of a traced flag was
-    JAX's TracerBoolConversionError (or "Non-hashable static arguments") naming nothing.
+    JAX's TracerBoolConversionError (or "Non-hashable static arguments") naming nothing. ``None``
+    and text are refused too (``bool("no")`` is ``True``).
+
+    Example:
+        >>> static_flag(np.True_, "plus"), static_flag(0, "plus")
+        (True, False)
     """
     if isinstance(x, jax.core.Tracer):
         raise TypeError(
             f"{name} must be a Python bool, not a traced value: it selects the computation. Under jax.jit, "
             f"pass it in static_argnames=({name!r},) or close over it (jax.jit(lambda ...: f(..., {name}=True)))"
         )
+    if x is None or isinstance(x, (str, bytes)):  # "no" and "False" are truthy: never guess
+        raise TypeError(f"{name} must be True or False, got {x!r}")
     return bool(x)
 
 

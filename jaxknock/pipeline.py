@@ -482,6 +482,17 @@ def knockoff_filter(
     )  # fmt: skip
     _checks.check_key(key)  # before any program: an int seed fails deep inside JAX otherwise
     _cv.check_patience(cv_patience, "cv_patience")  # before the S solve and the sampling, not in the statistics
+    if lasso_tol is not None and (
+        isinstance(lasso_tol, (bool, np.bool_, str, bytes))
+        or not (np.ndim(lasso_tol) == 0 and np.isfinite(lasso_tol) and lasso_tol > 0)
+    ):  # on the host (no program), before the S solve and the sampling
+        raise ValueError(f"lasso_tol must be None or a positive, finite number, got {lasso_tol!r}")
+    if s_method == "auto" and rank is not None and (Sigma is not None or groups is not None):
+        raise ValueError(
+            f"rank={rank!r} is the rank of a factor model fitted to X (s_method='sdp_factor'); with "
+            f"{'a known Sigma=' if Sigma is not None else 'groups='} the S solve uses a dense p x p "
+            "covariance: drop rank"
+        )
     s_method = resolve_s_method(s_method, np.shape(X), known=Sigma is not None, groups=groups, rank=rank)
     if groups is not None or num_knockoffs != 1:
         if Sigma is not None:

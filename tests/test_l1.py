@@ -492,3 +492,14 @@ def test_traced_fit_intercept_is_named():
     ):
         with pytest.raises(TypeError, match="fit_intercept must be a Python bool, not a traced value"):
             jax.jit(fn)(X, y, False)
+
+
+def test_text_or_none_flags_are_refused():
+    """``fit_intercept="no"`` is truthy: it ran with an intercept. Text and ``None`` now raise, naming the flag."""
+    X, y = _regression(seed=4, n=20, m=6)
+    for bad in ("no", "False", None):
+        with pytest.raises(TypeError, match="fit_intercept must be True or False"):
+            L.lasso(X, y, 0.1, fit_intercept=bad)
+    np.testing.assert_array_equal(
+        L.lasso(X, y, 0.1, fit_intercept=np.False_).value, L.lasso(X, y, 0.1, fit_intercept=False).value
+    )

@@ -307,3 +307,23 @@ def test_bad_cv_patience_and_num_replicates_raise_before_any_work(key):
             knockoff_filter(key, X, y, cv_patience=bad)
     with pytest.raises(ValueError, match="num_replicates must be a positive integer, got True"):
         knockoff_filter(key, X, y, num_replicates=True, statistic="correlation")
+
+
+def test_bad_lasso_tol_and_rank_with_a_dense_law_raise_before_any_work(key, monkeypatch):
+    """A bad ``lasso_tol`` failed only in the statistics, after the S solve and the sampling; ``rank=`` with
+    a known ``Sigma`` (default ``s_method``) blamed ``s_method='sdp'``, which the caller had not chosen."""
+    import jaxknock.pipeline as pipeline
+
+    def no_s_solve(*a, **k):
+        raise AssertionError("the S solve ran before the settings were checked")
+
+    monkeypatch.setattr(pipeline, "covariance_and_s", no_s_solve)
+    X, y, _ = make_data()
+    for bad in (0.0, -1e-4, float("nan"), True, "1e-4", np.array([1e-4])):
+        with pytest.raises(ValueError, match="lasso_tol must be None or a positive, finite number"):
+            knockoff_filter(key, X, y, lasso_tol=bad)
+    Sigma = np.corrcoef(np.asarray(X), rowvar=False)
+    with pytest.raises(ValueError, match="rank=3 is the rank of a factor model .* known Sigma= .* drop rank"):
+        knockoff_filter(key, X, y, Sigma=Sigma, rank=3)
+    with pytest.raises(ValueError, match="rank=3 is the rank of a factor model .* groups= .* drop rank"):
+        knockoff_filter(key, X, y, groups=np.arange(X.shape[1]) // 2, rank=3)
