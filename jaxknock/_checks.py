@@ -154,6 +154,22 @@ def poison(ok, *arrays):
     return out[0] if len(out) == 1 else tuple(out)
 
 
+def is_int(v) -> bool:
+    """A Python or NumPy integer, not a bool (``True`` is an ``int`` to Python).
+
+    Example:
+        >>> is_int(3), is_int(np.int64(3)), is_int(True), is_int(3.0)
+        (True, True, False, False)
+    """
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def refuse_traced(x, name: str, what: str, why: str = "") -> None:
+    """A ``TypeError`` when the host-side setting ``x`` is a value traced by ``jax.jit`` (it must be ``what``)."""
+    if isinstance(x, jax.core.Tracer):
+        raise TypeError(f"{name} must be {what}, not a value traced by jax.jit{why}")
+
+
 def static_flag(x, name: str) -> bool:
     """A switch that selects the program (``plus``, ``fit_intercept``, ...) as a Python ``bool``.
 
@@ -692,7 +708,7 @@ def check_model_response(y, *, loss: str, fit_intercept: bool):
 
 def check_num_knockoffs(num_knockoffs, name: str = "num_knockoffs") -> int:
     """``m``, the number of simultaneous knockoffs: a Python / NumPy integer ``>= 1`` (returned as ``int``)."""
-    if isinstance(num_knockoffs, (bool, np.bool_)) or not isinstance(num_knockoffs, (int, np.integer)):
+    if not is_int(num_knockoffs):
         raise TypeError(f"{name} must be an integer >= 1, got {num_knockoffs!r} ({type(num_knockoffs).__name__})")
     if num_knockoffs < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {num_knockoffs}")

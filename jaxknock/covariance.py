@@ -13,7 +13,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from jaxknock import _checks
@@ -285,7 +284,7 @@ def estimate_factor_model(
     Sigma = _checks.as_float_array(Sigma, "Sigma")
     _checks.check_square(Sigma)
     p = Sigma.shape[0]
-    if not (_is_int(rank) and 1 <= rank < p):
+    if not (_checks.is_int(rank) and 1 <= rank < p):
         raise ValueError(f"rank must be an integer with 1 <= rank < p = {p}, got {rank!r}")
     rank = int(rank)
     _checks.check_finite(Sigma, "Sigma")
@@ -390,21 +389,16 @@ def factor_model_from_data(key, X, rank: int, *, shrinkage: bool = True, max_ste
     """
     X = _check_data(X)
     n, p = X.shape
-    if not (_is_int(rank) and 1 <= rank < min(n, p)):
+    if not (_checks.is_int(rank) and 1 <= rank < min(n, p)):
         raise ValueError(f"rank must be an integer with 1 <= rank < min(n, p) = {min(n, p)}, got {rank!r}")
     # the subspace loop must run (max_steps = 0 returned the raw Gaussian sketch: diag(D + U U^T) up to
     # 4133 instead of 1) and keep rank columns (a negative oversample cut U to fewer than rank)
-    if not (_is_int(max_steps) and max_steps >= 1):
+    if not (_checks.is_int(max_steps) and max_steps >= 1):
         raise ValueError(f"max_steps must be a positive integer (subspace iterations), got {max_steps!r}")
-    if not (_is_int(oversample) and oversample >= 0):
+    if not (_checks.is_int(oversample) and oversample >= 0):
         raise ValueError(f"oversample must be a non-negative integer, got {oversample!r}")
     _checks.check_no_constant_columns(X, "X")
     return _factor_from_data(key, X, int(rank), shrinkage, int(max_steps), int(oversample))
-
-
-def _is_int(v) -> bool:
-    """A Python or NumPy integer (not a bool)."""
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
 @jax.jit(static_argnames=("rank", "shrinkage", "max_steps", "oversample"))

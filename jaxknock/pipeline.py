@@ -215,9 +215,7 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, k
     _checks.check_choice(s_method, S_METHODS, "s_method")
     _checks.check_choice(statistic, STATISTICS, "statistic")
     _checks.check_choice(aggregate, AGGREGATES, "aggregate")
-    if isinstance(num_replicates, (bool, np.bool_)) or not (
-        isinstance(num_replicates, (int, np.integer)) and num_replicates >= 1
-    ):
+    if not (_checks.is_int(num_replicates) and num_replicates >= 1):
         raise ValueError(f"num_replicates must be a positive integer, got {num_replicates!r}")
     _checks.check_no_constant_columns(Xh, "X")
     if not isinstance(plus, (bool, np.bool_)):

@@ -124,7 +124,7 @@ def check_folds_nonempty(fold_ids, K, y, loss):
 def check_patience(patience, name: str = "patience"):
     if patience is None:
         return None
-    if isinstance(patience, (bool, np.bool_)) or not (isinstance(patience, (int, np.integer)) and patience >= 1):
+    if not (_checks.is_int(patience) and patience >= 1):
         raise ValueError(f"{name} must be None or a positive integer, got {patience!r}")
     return int(patience)
 

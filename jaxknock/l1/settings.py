@@ -113,19 +113,19 @@ def make_settings(
     check_loss(loss)
     if tol is None:
         tol = 1e-6 if jnp.dtype(dtype) == jnp.float64 else 1e-4
-    if isinstance(tol, jax.core.Tracer):
-        raise TypeError(
-            "tol must be a concrete Python or NumPy number, not a value traced by jax.jit (the solver still "
-            "takes it as data: a new value does not recompile)"
-        )
+    _checks.refuse_traced(
+        tol,
+        "tol",
+        "a concrete Python or NumPy number",
+        " (the solver still takes it as data: a new value does not recompile)",
+    )
     if isinstance(tol, (bool, np.bool_)) or not (isinstance(tol, (int, float, np.integer, np.floating)) and tol > 0):
         raise ValueError(f"tol must be a positive number, got {tol!r}")
     solver = resolve_solver(solver)
     if max_steps is None:
         max_steps = DEFAULT_MAX_STEPS[solver]
-    if isinstance(max_steps, jax.core.Tracer):
-        raise TypeError("max_steps must be a concrete Python or NumPy integer, not a value traced by jax.jit")
-    if isinstance(max_steps, (bool, np.bool_)) or not (isinstance(max_steps, (int, np.integer)) and max_steps >= 0):
+    _checks.refuse_traced(max_steps, "max_steps", "a concrete Python or NumPy integer")
+    if not (_checks.is_int(max_steps) and max_steps >= 0):
         raise ValueError(f"max_steps must be a non-negative integer, got {max_steps!r}")
     return L1Settings(
         loss=loss,

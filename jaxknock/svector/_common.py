@@ -67,9 +67,8 @@ def check_settings(tol, max_steps, decay, lam0):
     """
     if _checks.is_concrete(tol) and not (tol > 0):
         raise ValueError(f"tol must be positive, got {tol}")
-    if isinstance(max_steps, jax.core.Tracer):
-        raise TypeError("max_steps must be a concrete Python or NumPy integer, not a value traced by jax.jit")
-    if isinstance(max_steps, (bool, np.bool_)) or not (isinstance(max_steps, (int, np.integer)) and max_steps >= 1):
+    _checks.refuse_traced(max_steps, "max_steps", "a concrete Python or NumPy integer")
+    if not (_checks.is_int(max_steps) and max_steps >= 1):
         raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
     if _checks.is_concrete(decay) and not (0 < decay < 1):
         raise ValueError(f"decay must lie in (0, 1), got {decay}")

@@ -11,7 +11,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxknock import _aot, _checks
 from jaxknock._deprecation import renamed_kwargs
@@ -164,7 +163,7 @@ def sdp(
     Sigma = _checks.validate_sigma(Sigma)
     p = Sigma.shape[-1]
     b = coordinate.default_block(p) if block_size is None else block_size  # 0 is an error, not the default
-    if isinstance(b, (bool, np.bool_)) or not (isinstance(b, (int, np.integer)) and 1 <= b):
+    if not (_checks.is_int(b) and 1 <= b):
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     b = int(min(b, p))
     lam0 = 0.5 if lam0 is None else lam0

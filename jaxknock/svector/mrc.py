@@ -60,7 +60,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from jaxknock import _checks
@@ -281,7 +280,7 @@ def _solve(kind, Sigma, num_knockoffs, tol, max_steps, block_size, throw):
     Sigma = _checks.validate_sigma(Sigma)
     p = Sigma.shape[-1]
     b = default_block(p) if block_size is None else block_size
-    if isinstance(b, (bool, np.bool_)) or not (isinstance(b, (int, np.integer)) and b >= 1):
+    if not (_checks.is_int(b) and b >= 1):
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     sol = _mrc_jit(Sigma, tol, max_steps, float(m), kind=kind, b=int(min(b, p)))
     return raise_if_failed(sol, throw)
