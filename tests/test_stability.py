@@ -11,7 +11,6 @@ from helpers import count_compiles
 
 import jaxknock
 from jaxknock.stability import stability_bound, stability_subsamples
-from jaxknock.stability import stability_selection as _stability_selection
 
 N, P, B, L = 80, 20, 20, 8
 
@@ -19,7 +18,7 @@ N, P, B, L = 80, 20, 20, 8
 def stability_selection(*args, **kwargs):
     """One solver everywhere, so the tests share compiled programs (FISTA compiles fastest)."""
     kwargs.setdefault("solver", "fista")
-    return _stability_selection(*args, **kwargs)
+    return jaxknock.stability_selection(*args, **kwargs)
 
 
 def _data(seed, signal=True):
@@ -201,7 +200,7 @@ def test_engine_equals_explicit_loop_and_sklearn(pairs):
     key = jax.random.key(4)
     lambdas = np.asarray(jaxknock.lambda_grid(X, y, num=L, eps=0.05))
     kw = dict(num_subsamples=B, complementary_pairs=pairs, assumption="none", threshold=0.6)
-    res = _stability_selection(key, X, y, lambdas=lambdas, solver="auto", **kw)
+    res = jaxknock.stability_selection(key, X, y, lambdas=lambdas, solver="auto", **kw)
     idx = np.asarray(stability_subsamples(key, N, B, complementary_pairs=pairs))
     sup = _explicit_supports(X, y, idx, lambdas)
     np.testing.assert_allclose(np.asarray(res.probabilities), sup.mean(0).T, atol=1e-12)
@@ -228,8 +227,8 @@ def test_working_set_engine_vmapped_chunks_equal_one_at_a_time():
     key = jax.random.key(5)
     lambdas = np.asarray(jaxknock.lambda_grid(X, y, num=L, eps=0.05))
     kw = dict(lambdas=lambdas, num_subsamples=B, solver="working_set", assumption="none", threshold=0.6)
-    one = _stability_selection(key, X, y, chunk_size=1, **kw)
-    batched = _stability_selection(key, X, y, chunk_size=3, **kw)  # B / 2 pairs: the last chunk is padded
+    one = jaxknock.stability_selection(key, X, y, chunk_size=1, **kw)
+    batched = jaxknock.stability_selection(key, X, y, chunk_size=3, **kw)  # B / 2 pairs: the last chunk is padded
     np.testing.assert_array_equal(np.asarray(batched.probabilities), np.asarray(one.probabilities))
     idx = np.asarray(stability_subsamples(key, N, B))
     np.testing.assert_array_equal(np.asarray(one.probabilities), _explicit_supports(X, y, idx, lambdas).sum(0).T / B)
@@ -243,7 +242,7 @@ def test_working_set_engine_plans_its_batches_with_the_gram_cache(monkeypatch):
 
     X, y = _data(0)
     kw = dict(num_subsamples=B, solver="working_set", lambdas=jaxknock.lambda_grid(X, y, num=L, eps=0.05))
-    ref = _stability_selection(jax.random.key(3), X, y, chunk_size=1, **kw)
+    ref = jaxknock.stability_selection(jax.random.key(3), X, y, chunk_size=1, **kw)
     # "an accelerator" with room for the data and about three pairs' caches (W + 8 = 28 columns, 28 slots)
     monkeypatch.setattr(_backend, "loop_over_batch", lambda what, plat=None: False)
     rows = N  # a pair is one design of both halves' rows
@@ -255,7 +254,7 @@ def test_working_set_engine_plans_its_batches_with_the_gram_cache(monkeypatch):
     monkeypatch.setattr(
         _stability_engine, "engine_counts", lambda *a, **k: chunks.append(k["chunk"]) or engine(*a, **k)
     )
-    res = _stability_selection(jax.random.key(3), X, y, **kw)
+    res = jaxknock.stability_selection(jax.random.key(3), X, y, **kw)
     assert chunks and max(chunks) == 3, chunks  # of B / 2 = 10 pairs
     np.testing.assert_array_equal(np.asarray(res.probabilities), np.asarray(ref.probabilities))
 
@@ -266,7 +265,9 @@ def test_engine_logistic_matches_explicit_loop():
     y = (X[:, 0] - X[:, 1] + 0.5 * rng.standard_normal(N) > 0).astype(float)
     key = jax.random.key(1)
     lambdas = np.asarray(jaxknock.lambda_grid(X, y, num=L, eps=0.1, loss="logistic"))
-    res = _stability_selection(key, X, y, loss="logistic", lambdas=lambdas, num_subsamples=B, solver="working_set")
+    res = jaxknock.stability_selection(
+        key, X, y, loss="logistic", lambdas=lambdas, num_subsamples=B, solver="working_set"
+    )
     idx = np.asarray(stability_subsamples(key, N, B))
     sup = _explicit_supports(X, y, idx, lambdas, loss="logistic")
     # coordinate descent to a KKT tolerance: borderline coefficients may differ in one or two subsamples
@@ -277,9 +278,9 @@ def test_engine_logistic_matches_explicit_loop():
 def test_engine_choice_and_errors():
     X, y = _data(0)
     with pytest.raises(ValueError, match="fit_intercept=False"):
-        _stability_selection(jax.random.key(0), X, y, solver="working_set", fit_intercept=False)
+        jaxknock.stability_selection(jax.random.key(0), X, y, solver="working_set", fit_intercept=False)
     with pytest.raises(ValueError, match="one device"):
-        _stability_selection(jax.random.key(0), X, y, solver="working_set", devices=2)
+        jaxknock.stability_selection(jax.random.key(0), X, y, solver="working_set", devices=2)
     # solver="auto": the lockstep homotopy (squared loss) or the working-set engine (logistic) where they
     # apply, FISTA without an intercept; which one ran shows in the programs compiled
     names = ("lockstep_counts", "engine_counts", "path_counts")
@@ -293,7 +294,7 @@ def test_engine_choice_and_errors():
         with contextlib.ExitStack() as stack:
             seen = {name: stack.enter_context(count_compiles(name)) for name in names}
             target = (y > 0).astype(float) if kw.get("loss") == "logistic" else y
-            _stability_selection(
+            jaxknock.stability_selection(
                 jax.random.key(0), X, target, num_subsamples=4, num_lambdas=3, **{"solver": "auto", **kw}
             )
         assert [name for name in names if seen[name]] == [ran], kw
@@ -312,7 +313,7 @@ def test_lockstep_wide_chunked_equals_sklearn():
     key = jax.random.key(5)
     lambdas = np.asarray(jaxknock.lambda_grid(X, y, num=L, eps=0.01))
     kw = dict(lambdas=lambdas, num_subsamples=B, threshold=0.6)
-    res = _stability_selection(key, X, y, solver="lockstep", chunk_size=7, **kw)  # 20 = 7 + 7 + 6
+    res = jaxknock.stability_selection(key, X, y, solver="lockstep", chunk_size=7, **kw)  # 20 = 7 + 7 + 6
     idx = np.asarray(stability_subsamples(key, N, B))
     sk = []
     for ix in idx:
@@ -323,10 +324,10 @@ def test_lockstep_wide_chunked_equals_sklearn():
     np.testing.assert_allclose(res.q_path, np.maximum.accumulate(sk, axis=1).sum(2).mean(0))
     assert int(res.num_failed.sum()) == 0
     # float32 direction products (the default for float64) against the all-float64 path: the same supports
-    exact = _stability_selection(key, X, y, solver="lockstep", chunk_size=7, mixed_precision=False, **kw)
+    exact = jaxknock.stability_selection(key, X, y, solver="lockstep", chunk_size=7, mixed_precision=False, **kw)
     np.testing.assert_array_equal(np.asarray(exact.probabilities), np.asarray(res.probabilities))
     # out of steps: the subsamples are reported failed at the grid penalties they did not reach, never silently
-    short = _stability_selection(key, X, y, solver="lockstep", chunk_size=7, max_steps=5, **kw)
+    short = jaxknock.stability_selection(key, X, y, solver="lockstep", chunk_size=7, max_steps=5, **kw)
     assert short.num_failed[-1] == B and short.num_failed[0] == 0
     assert np.all(np.asarray(short.probabilities)[:, -1] == 0)
 
@@ -348,7 +349,7 @@ def test_lockstep_sign_flip_badly_scaled_columns():
         sk.append(lasso_path(Xs, ys, alphas=lambdas, tol=1e-14, max_iter=1_000_000)[1].T != 0)
     sk = np.stack(sk).mean(0).T
     for mixed in (True, False):
-        res = _stability_selection(
+        res = jaxknock.stability_selection(
             key, X, y, lambdas=lambdas, num_subsamples=20, solver="lockstep", mixed_precision=mixed
         )
         np.testing.assert_allclose(np.asarray(res.probabilities, np.float64), sk, atol=1e-6)
@@ -364,8 +365,8 @@ def test_lockstep_duplicated_column_is_skipped_and_the_rest_unchanged():
     lambdas = np.asarray(jaxknock.lambda_grid(X, y, num=L, eps=0.01))
     key = jax.random.key(2)
     kw = dict(lambdas=lambdas, num_subsamples=B, solver="lockstep", chunk_size=4, mixed_precision=False)
-    base = _stability_selection(key, X, y, **kw)
-    dup = _stability_selection(key, Xd, y, **kw)
+    base = jaxknock.stability_selection(key, X, y, **kw)
+    dup = jaxknock.stability_selection(key, Xd, y, **kw)
     np.testing.assert_array_equal(np.asarray(dup.probabilities)[:P], np.asarray(base.probabilities))
     assert np.all(np.asarray(dup.probabilities)[P] == 0) and np.asarray(base.probabilities)[1, -1] == 1
     assert int(dup.num_failed.sum()) == 0
@@ -374,7 +375,7 @@ def test_lockstep_duplicated_column_is_skipped_and_the_rest_unchanged():
 def test_lockstep_rejects_logistic():
     X, y = _data(0)
     with pytest.raises(ValueError, match="lockstep"):
-        _stability_selection(jax.random.key(0), X, (y > 0).astype(float), loss="logistic", solver="lockstep")
+        jaxknock.stability_selection(jax.random.key(0), X, (y > 0).astype(float), loss="logistic", solver="lockstep")
 
 
 def test_explanation_names_a_vacuous_bound_and_an_empty_selection():
