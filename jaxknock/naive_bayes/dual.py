@@ -66,6 +66,15 @@ __all__ = [
 
 
 class Problem(NamedTuple):
+    """The data of the multinomial dual, built by :func:`multinomial_problem` (``C`` classes, ``m`` features).
+
+    Attributes:
+        f: ``(C, m)`` smoothed class sums ``f_c = counts_c + alpha``.
+        v: ``(m,)`` ``v = sum_c f_c log f_c - g log g`` with ``g = sum_c f_c`` (elementwise).
+        const: the constant ``K = g' log g - S log S``, ``S = 1'g``.
+        totals: ``(C,)`` class totals ``S_c = 1'f_c``.
+    """
+
     f: jax.Array  # (C, m) smoothed class sums
     v: jax.Array  # (m,)  sum_c f_c log f_c - g log g
     const: jax.Array  # g' log g - S log S
@@ -80,6 +89,42 @@ class _Agg(NamedTuple):
 
 
 def multinomial_problem(counts, alpha) -> Problem:
+    r"""The constants of the multinomial sparse naive Bayes dual from class sums.
+
+    With Laplace smoothing, ``f_c = counts_c + alpha`` (class ``c``'s smoothed
+    feature sums), ``g = sum_c f_c``, ``S_c = 1'f_c`` and ``S = 1'g``, the
+    sparse multinomial problem (Askari thesis, (SMNB) and Theorem 4, extended
+    to ``C`` classes)::
+
+        phi(k) = max_{theta_c in simplex} sum_c f_c' log theta_c
+                 s.t. the theta_c differ on at most k features
+
+    is bounded by ``phi(k) <= psi(k) = K + min_{p in simplex_C} s_k(h(p))`` with
+
+    ``v = sum_c f_c log f_c - g log g``,  ``K = g' log g - S log S``,
+    ``h(p) = v - sum_c f_c log p_c`` (see :func:`scores`)
+
+    (logs and products elementwise, ``0 log 0 = 0``). This function computes
+    ``f``, ``v``, ``K`` and ``S_c`` once (``O(C m)``); every dual step reuses
+    them. For two classes ``p = (a, 1 - a)`` and ``h(a)`` is the thesis'
+    ``h(alpha) = v - f^+ log alpha - f^- log(1 - alpha)``.
+
+    Args:
+        counts: ``(C, m)`` non-negative class sums (``ClassSums.counts``).
+        alpha: Laplace smoothing ``>= 0`` (scalar, may be traced).
+
+    Returns:
+        :class:`Problem` ``(f, v, const, totals)``: ``f`` of shape ``(C, m)``,
+        ``v`` of shape ``(m,)``, ``const = K`` a scalar, ``totals = (S_1..S_C)``.
+
+    Example:
+        >>> import jax.numpy as jnp, numpy as np
+        >>> pb = multinomial_problem(jnp.asarray([[5.0, 1.0, 2.0], [1.0, 4.0, 2.0]]), 1.0)
+        >>> pb.f.tolist(), pb.totals.tolist()
+        ([[6.0, 2.0, 3.0], [2.0, 5.0, 3.0]], [11.0, 10.0])
+        >>> np.round(np.asarray(pb.v, float), 3).tolist(), round(float(pb.const), 3)
+        ([-4.499, -4.188, -4.159], -22.928)
+    """
     f = counts + alpha
     g = class_sum(f)
     v = class_sum(xlogy(f, f)) - xlogy(g, g)
@@ -143,6 +188,14 @@ def _converged(upper, lower, const, tol):
 
 
 class BisectionState(NamedTuple):
+    """State of the two-class dual solve (:func:`bisection_init` / :func:`bisection_step` / :func:`bisection_done`).
+
+    The dual variable is ``p = (a, 1 - a)``; ``[lo, hi]`` brackets the minimiser
+    of ``s_k(h(a))`` and ``upper`` / ``lower`` bound its minimum (add
+    ``Problem.const`` for ``psi(k)``). Aggregates are ``_Agg(A, L)``,
+    ``A_c = x'f_c`` and ``L = x'v`` of a top-``k`` set ``x``.
+    """
+
     lo: jax.Array
     hi: jax.Array
     agg_lo: _Agg  # top-k aggregates at lo (subgradient <= 0)
@@ -160,6 +213,39 @@ class BisectionState(NamedTuple):
 
 
 def bisection_init(pb: Problem, k) -> BisectionState:
+    r"""Start the two-class dual solve ``min_{a in [0, 1]} s_k(h(a))``, ``h(a) = v - f_0 log a - f_1 log(1 - a)``.
+
+    ``a -> s_k(h(a))`` is convex (a maximum of the convex ``x'h(a)`` over the
+    top-``k`` polytope ``{0 <= x <= 1, 1'x <= k}``). Since
+    ``dh_j/da = -f_0j / a + f_1j / (1 - a)`` is positive exactly when
+    ``a > f_0j / g_j``, every ``h_j`` increases right of ``max_j f_0j / g_j`` and
+    decreases left of ``min_j f_0j / g_j``: the minimiser lies in the bracket
+
+    ``[lo, hi] = [min_j f_0j / g_j, max_j f_0j / g_j]``  (over ``g_j > 0``).
+
+    The first point evaluated is ``a0 = S_0 / S`` (clipped into the bracket), the
+    exact minimiser for ``k = m``, where ``s_m(h(a)) = 1'v - S_0 log a - S_1 log(1 - a)``.
+    Nothing is evaluated here: ``upper = +inf``, ``lower = -inf``.
+
+    Args:
+        pb: a two-class :class:`Problem` (``pb.f`` of shape ``(2, m)``).
+        k: the sparsity level (unused here: the bracket does not depend on it;
+            kept so that init and step take the same arguments).
+
+    Returns:
+        :class:`BisectionState` with the bracket ``(lo, hi)``, the candidate
+        ``cand = a0`` (``use_cand = True``) and ``num_steps = 0``. Advance it
+        with :func:`bisection_step` until :func:`bisection_done`; ``upper`` and
+        ``lower`` bracket ``min_a s_k(h(a))``, so ``psi(k)`` lies in
+        ``[pb.const + lower, pb.const + upper]``.
+
+    Example:
+        >>> import jax.numpy as jnp, numpy as np
+        >>> pb = multinomial_problem(jnp.asarray([[5.0, 1.0, 2.0], [1.0, 4.0, 2.0]]), 1.0)
+        >>> s = bisection_init(pb, 1)
+        >>> np.round(np.asarray([s.lo, s.hi, s.cand], float), 4).tolist()  # [2/7, 3/4], a0 = 11/21
+        [0.2857, 0.75, 0.5238]
+    """
     f = pb.f
     g = class_sum(f)
     ratio = f[0] / jnp.where(g > 0, g, 1)
@@ -195,6 +281,49 @@ def _mixture_weight(agg_lo: _Agg, agg_hi: _Agg):
 
 
 def bisection_step(pb: Problem, state: BisectionState, k) -> BisectionState:
+    r"""One safeguarded bisection step on ``a`` for ``min_{a in [lo, hi]} s_k(h(a))`` (two classes).
+
+    At the trial point ``a`` (the candidate ``state.cand`` when ``use_cand``,
+    else the midpoint of ``[lo, hi]``) it evaluates the top-``k`` set ``x`` of
+    ``h(a)`` (ties share the remaining weight), its aggregates
+    ``A_c = x'f_c``, ``L = x'v`` and
+
+    * the upper bound ``U = s_k(h(a)) = L - A_0 log a - A_1 log(1 - a)``;
+    * a subgradient ``d = -A_0 / a + A_1 / (1 - a)``: ``d >= 0`` moves ``hi`` to
+      ``a``, ``d <= 0`` moves ``lo`` to ``a`` (the aggregates at both ends are kept);
+    * the lower bound ``G(x) = L - sum_c A_c log(A_c / 1'A)`` (weak duality:
+      ``G(x) = min_p x'h(p) <= min_p s_k(h(p))`` for any feasible ``x``) and,
+      once both ends are known, ``max_theta G(theta x_lo + (1 - theta) x_hi)``,
+      which closes the gap at a kink of the dual.
+
+    The next candidate is the stationary point of the active linear piece,
+    ``a = A_0 / (A_0 + A_1)`` (of the optimal mixture once both ends are known),
+    used only if it lies strictly inside the new bracket and the previous
+    candidate step at least halved the bracket; otherwise the next step bisects.
+    So the bracket shrinks at least geometrically and, on a smooth piece, the
+    candidate lands on the minimiser in one step.
+
+    Args:
+        pb: a two-class :class:`Problem`.
+        state: the :class:`BisectionState` from :func:`bisection_init` or a previous step.
+        k: the sparsity level (``0 <= k <= m``; may be traced).
+
+    Returns:
+        The advanced :class:`BisectionState`: bracket, best point ``best_a`` with
+        ``upper = min U`` seen, ``lower = max`` of the lower bounds seen, the
+        primal candidate ``set_a`` (largest ``G``), ``num_steps + 1``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> pb = multinomial_problem(jnp.asarray([[5.0, 1.0, 2.0], [1.0, 4.0, 2.0]]), 1.0)
+        >>> s = bisection_init(pb, 1)
+        >>> while not bisection_done(pb, s, 1e-4):
+        ...     s = bisection_step(pb, s, 1)
+        >>> int(s.num_steps), round(float(s.best_a), 3), bool(s.upper - s.lower <= 1e-4 * abs(pb.const + s.upper))
+        (3, 0.527, True)
+        >>> round(float(pb.const + s.upper), 2)  # psi(1)
+        -22.09
+    """
     s = state
     width = s.hi - s.lo
     a = jnp.where(s.use_cand, s.cand, 0.5 * (s.lo + s.hi))
@@ -240,6 +369,26 @@ def bisection_step(pb: Problem, state: BisectionState, k) -> BisectionState:
 
 
 def bisection_done(pb, s: BisectionState, tol):
+    """Stopping test of the two-class dual solve (a boolean array; traceable).
+
+    True when the certified bounds meet,
+    ``upper - lower <= tol * max(1, |K + upper|)`` (``K = pb.const``, so the
+    scale is ``|psi(k)|``), or when the bracket has collapsed to a few ulps,
+    ``hi - lo <= 4 eps max(|hi|, eps)``, after at least one step (a kink the
+    bounds cannot certify further in this precision).
+
+    Args:
+        pb: the two-class :class:`Problem`.
+        s: a :class:`BisectionState`.
+        tol: relative tolerance on the gap.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> pb = multinomial_problem(jnp.asarray([[5.0, 1.0, 2.0], [1.0, 4.0, 2.0]]), 1.0)
+        >>> s = bisection_init(pb, 1)
+        >>> bool(bisection_done(pb, s, 1e-4)), bool(bisection_done(pb, bisection_step(pb, s, 1), 1e-4))
+        (False, False)
+    """
     eps = jnp.finfo(s.lo.dtype).eps
     tight = _converged(s.upper, s.lower, pb.const, tol)
     collapsed = (s.hi - s.lo <= 4 * eps * jnp.maximum(jnp.abs(s.hi), eps)) & (s.num_steps > 0)
@@ -250,6 +399,12 @@ def bisection_done(pb, s: BisectionState, tol):
 
 
 class FWState(NamedTuple):
+    """State of fully corrective Frank-Wolfe on the dual of the dual (:func:`fw_init` / :func:`fw_step`).
+
+    ``W = max_steps + 1`` vertex slots, of which the first ``count`` are used;
+    ``upper`` / ``lower`` bound ``min_p s_k(h(p))`` (add ``Problem.const`` for ``psi(k)``).
+    """
+
     verts_A: jax.Array  # (W, C) aggregates of the top-k sets found so far
     verts_L: jax.Array  # (W,)
     verts_p: jax.Array  # (W, C) the dual points that produced them
@@ -292,6 +447,46 @@ def _fw_inner(verts_A, verts_L, weights, count, iters):
 
 
 def fw_init(pb: Problem, k, max_steps) -> FWState:
+    r"""Start fully corrective Frank-Wolfe on the dual of the dual (any number of classes ``C``).
+
+    The dual ``min_{p in simplex_C} s_k(h(p))`` equals (minimax) the concave
+    maximisation over the top-``k`` polytope ``X_k = {0 <= x <= 1, 1'x <= k}``
+
+    ``max_{x in X_k} G(x)``,  ``G(x) = x'v - sum_c A_c log(A_c / 1'A)``,  ``A_c = x'f_c``,
+
+    whose inner minimiser is ``p(x) = A / 1'A``. The gradient of ``G`` is
+    ``h(p(x))``, so Frank-Wolfe's linear oracle is the top-``k`` set of
+    ``h(p(x))`` and its value ``s_k(h(p(x)))`` is the upper bound: the
+    Frank-Wolfe gap is the certified gap ``upper - lower``. ``G`` depends on
+    ``x`` only through ``(A, L = x'v)``, so a vertex is stored as ``C + 1``
+    numbers, never as an ``m``-vector.
+
+    The start is ``p0 = (S_1, ..., S_C) / S`` (optimal for ``k = m``): its top-``k``
+    set is the first vertex, with weight 1.
+
+    Args:
+        pb: a :class:`Problem` (``pb.f`` of shape ``(C, m)``).
+        k: the sparsity level (may be traced).
+        max_steps: the step budget (static): the vertex buffers hold
+            ``max_steps + 1`` vertices (a step past the budget overwrites the last one).
+
+    Returns:
+        :class:`FWState`: vertex buffers ``verts_A (W, C)``, ``verts_L (W,)``,
+        ``verts_p (W, C)``, ``weights (W,)`` with ``W = max_steps + 1``,
+        ``count = 1``, the current point ``p = p(x)``, ``best_p = p0`` and the
+        bounds ``upper = s_k(h(p0))``, ``lower = G(x)`` on ``min_p s_k(h(p))``.
+        Advance it with :func:`fw_step` until ``upper - lower`` is small.
+
+    Example:
+        >>> import jax.numpy as jnp, numpy as np
+        >>> counts = jnp.asarray([[5.0, 1.0, 2.0, 0.0], [1.0, 4.0, 2.0, 1.0], [0.0, 1.0, 6.0, 2.0]])
+        >>> pb = multinomial_problem(counts, 1.0)
+        >>> s = fw_init(pb, 2, max_steps=10)
+        >>> s.verts_A.shape, int(s.count), np.round(np.asarray(s.best_p, float), 3).tolist()  # p0 = (12, 12, 13) / 37
+        ((11, 3), 1, [0.324, 0.324, 0.351])
+        >>> bool(s.upper >= s.lower)
+        True
+    """
     C = pb.f.shape[0]
     W = max_steps + 1
     p0 = pb.totals / jnp.sum(pb.totals)
@@ -312,6 +507,40 @@ def fw_init(pb: Problem, k, max_steps) -> FWState:
 
 
 def fw_step(pb: Problem, state: FWState, k, inner_iters=30) -> FWState:
+    r"""One fully corrective Frank-Wolfe step on ``max_{x in X_k} G(x)`` (see :func:`fw_init`).
+
+    1. Oracle at the current ``p = p(x)``: the top-``k`` set of ``h(p)`` gives
+       the upper bound ``U = s_k(h(p))`` (kept with its ``p`` if it is the best
+       so far) and a new vertex ``(A, L)``, appended to the buffers.
+    2. Full correction: the convex weights over all stored vertices are
+       re-optimised, ``max_w G(sum_j w_j vertex_j)``, by ``inner_iters``
+       away-step Frank-Wolfe iterations with an exact line search (bisection
+       on the concave slope).
+    3. ``p <- p(x) = A(x) / 1'A(x)`` for the new mixture ``x`` and
+       ``lower <- max(lower, G(x))``.
+
+    Every ``G(x)`` is a certified lower bound and every ``U`` an upper bound on
+    ``min_p s_k(h(p))``; ``psi(k)`` lies in ``[pb.const + lower, pb.const + upper]``.
+
+    Args:
+        pb: the :class:`Problem`.
+        state: the :class:`FWState` from :func:`fw_init` or a previous step.
+        k: the sparsity level (may be traced).
+        inner_iters: away-step iterations of the correction (static).
+
+    Returns:
+        The advanced :class:`FWState` (``count`` and ``num_steps`` one larger).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> counts = jnp.asarray([[5.0, 1.0, 2.0, 0.0], [1.0, 4.0, 2.0, 1.0], [0.0, 1.0, 6.0, 2.0]])
+        >>> pb = multinomial_problem(counts, 1.0)
+        >>> s = fw_init(pb, 2, max_steps=10)
+        >>> for _ in range(5):
+        ...     s = fw_step(pb, s, 2)
+        >>> int(s.count), bool(s.upper - s.lower <= 1e-4 * abs(pb.const + s.upper))
+        (6, True)
+    """
     s = state
     U, agg = _evaluate(pb, s.p, k)
     better = U < s.upper
@@ -337,6 +566,8 @@ def fw_step(pb: Problem, state: FWState, k, inner_iters=30) -> FWState:
 
 
 class DualSolution(NamedTuple):
+    """Result of :func:`solve_dual`: the bracket ``lower <= psi(k) <= upper`` and the points :func:`recover` uses."""
+
     p: jax.Array  # (C,) best dual point
     cand_p: jax.Array  # (J, C) dual points whose top-k sets are primal candidates
     mix_w: jax.Array  # (J,) weights of the (near-)optimal dual-of-dual point over those sets
