@@ -36,6 +36,28 @@ class Momentum(NamedTuple):
 
 
 def init_momentum(coef, offset, z) -> Momentum:
+    r"""FISTA's memory at the start: the previous iterate is the current one and ``t = 1``.
+
+    FISTA extrapolates from the last two iterates,
+    ``v = beta_k + ((t_k - 1) / t_{k+1}) (beta_k - beta_{k-1})`` with
+    ``t_{k+1} = (1 + sqrt(1 + 4 t_k^2)) / 2`` (and the same for the offset and
+    the linear predictor ``z``). With ``t_1 = 1`` and ``beta_0 = beta_1`` the
+    first step is a plain proximal-gradient step; :func:`restart` returns to
+    this state wherever screening moved the iterate.
+
+    Args:
+        coef: ``(m,)`` coefficients of the starting point.
+        offset: scalar offset of the centred model.
+        z: ``(n,)`` linear predictor at ``(coef, offset)``.
+
+    Returns:
+        :class:`Momentum` ``(coef_prev=coef, offset_prev=offset, z_prev=z, t=1)``.
+
+    Example:
+        >>> mom = init_momentum(jnp.zeros(3), jnp.zeros(()), jnp.zeros(5))
+        >>> mom.coef_prev.shape, float(mom.t)
+        ((3,), 1.0)
+    """
     return Momentum(coef, offset, z, jnp.ones((), coef.dtype))
 
 

@@ -90,6 +90,26 @@ def loss_grad(loss, z, y):
 
 
 def soft_threshold(x, t):
+    r"""Soft thresholding ``S_t(x) = sign(x) max(|x| - t, 0)``, elementwise.
+
+    The proximal operator of ``t ||.||_1``:
+    :math:`S_t(x) = \arg\min_u \tfrac12 \|u - x\|_2^2 + t \|u\|_1`. Coordinate
+    descent applies it to one coordinate's gradient step ``b_j - g_j / h_j``
+    with ``t = lam / h_j`` (``h_j`` the coordinate's curvature or its Lipschitz
+    bound ``L_j``), FISTA to the whole step ``v - grad / L`` with ``t = lam / L``.
+
+    Args:
+        x: array of any shape.
+        t: threshold ``>= 0``, a scalar or an array broadcasting against ``x``.
+
+    Returns:
+        An array of ``x``'s shape: zero where ``|x| <= t``, else ``x`` moved
+        towards zero by ``t``.
+
+    Example:
+        >>> soft_threshold(jnp.array([-3.0, 0.5, 2.0]), 1.0).tolist()
+        [-2.0, 0.0, 1.0]
+    """
     return jnp.sign(x) * jnp.maximum(jnp.abs(x) - t, 0.0)
 
 

@@ -80,6 +80,21 @@ jax.tree_util.register_dataclass(
 
 
 def check_loss(loss: str) -> str:
+    r"""Return ``loss`` if it names a supported loss (:data:`LOSSES`), else raise ``ValueError``.
+
+    The losses are per-sample functions of the linear predictor ``z``:
+    ``"squared"``: ``f(z; y) = (y - z)^2 / 2``; ``"logistic"``:
+    ``f(z; y) = log(1 + e^z) - y z`` for labels ``y in {0, 1}``
+    (see :mod:`jaxknock.l1.problem`).
+
+    Example:
+        >>> check_loss("logistic")
+        'logistic'
+        >>> check_loss("hinge")
+        Traceback (most recent call last):
+            ...
+        ValueError: loss must be one of ('squared', 'logistic'), got 'hinge'
+    """
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
     return loss
