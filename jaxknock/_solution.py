@@ -34,7 +34,17 @@ __all__ = ["RESULTS", "Solution", "SolverError", "result_code", "raise_if_failed
 class RESULTS(enum.IntEnum):
     """Termination codes of the iterative solvers.
 
-    ``RESULTS.message(code)`` gives a human-readable explanation.
+    ``RESULTS.message(code)`` gives a human-readable explanation. A
+    :class:`Solution` holds the code as an ``int32`` array (one per batch
+    member under ``vmap``); compare it with the members, which are ints.
+
+    Example:
+        >>> RESULTS.max_steps_reached, int(RESULTS.stagnated)
+        (<RESULTS.max_steps_reached: 1>, 4)
+        >>> RESULTS(2).name, RESULTS.message(0)
+        ('nonfinite', 'the solver converged to the requested tolerance')
+        >>> bool(jnp.array([0, 1], jnp.int32)[1] == RESULTS.max_steps_reached)
+        True
     """
 
     successful = 0
@@ -68,7 +78,23 @@ _MESSAGES = {
 
 
 class Solution(NamedTuple):
-    """Result of an iterative solver (a pytree; vmaps to a batch of results)."""
+    """Result of an iterative solver (a pytree; vmaps to a batch of results).
+
+    Attributes:
+        value: the answer (``s`` for the S-vector solvers, coefficients for the
+            lasso, a model for the fits, ...).
+        result: ``int32`` :class:`RESULTS` code (an array of codes for a batch).
+        stats: dict of diagnostics (always ``num_steps`` and ``max_steps``).
+        state: the final solver state, or other solver-specific data.
+
+    Example:
+        >>> import jaxknock
+        >>> sol = jaxknock.equicorrelated(0.5 * jnp.eye(3) + 0.5)
+        >>> bool(sol.successful), int(sol.result), sol.value.shape, int(sol.stats["num_steps"])
+        (True, 0, (3,), 0)
+        >>> sol.messages()
+        'the solver converged to the requested tolerance'
+    """
 
     value: Any
     result: jax.Array
@@ -103,7 +129,17 @@ class SolverError(RuntimeError):
 
     ``where`` is the public function (``"sdp"``), ``code`` the first non-success
     ``RESULTS`` member, ``failed`` / ``total`` how many of a batch failed.
-    A ``RuntimeError``, so ``except RuntimeError`` keeps working.
+    A ``RuntimeError``, so ``except RuntimeError`` keeps working. Raised by
+    solvers called with ``throw=True`` (:func:`raise_if_failed`).
+
+    Example:
+        >>> import jaxknock
+        >>> C = 0.5 * jnp.eye(4) + 0.5
+        >>> try:
+        ...     jaxknock.estimate_factor_model(C, rank=1, max_steps=1, throw=True)
+        ... except jaxknock.SolverError as err:
+        ...     print(err.where, err.code.name, err.failed, err.total, isinstance(err, RuntimeError))
+        estimate_factor_model max_steps_reached 1 1 True
     """
 
     def __init__(self, message: str, *, where: str = "", code: int | None = None, failed: int = 0, total: int = 0):

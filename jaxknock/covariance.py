@@ -37,9 +37,32 @@ HIGHEST = lax.Precision.HIGHEST
 class FactorModel(NamedTuple):
     """``Sigma = diag(d) + U U^T`` as a pytree (vmaps over a leading batch axis).
 
+    A ``p x p`` covariance with ``k << p`` factors, held in ``O(p k)`` memory.
+    With ``D = diag(d)``, ``d > 0``, the methods use
+
+    * ``Sigma v = d * v + U (U^T v)`` (:meth:`matvec`, ``O(p k)`` per column);
+    * ``diag(Sigma) = d + rowsum(U**2)`` (:meth:`diagonal`);
+    * Woodbury, ``Sigma^{-1} = D^{-1} - D^{-1} U (I_k + U^T D^{-1} U)^{-1} U^T D^{-1}`` (:meth:`solve`);
+    * the determinant lemma, ``log det Sigma = sum log d + log det(I_k + U^T D^{-1} U)`` (:meth:`logdet`);
+
+    all through one Cholesky factor of the ``k x k`` capacitance matrix
+    ``I_k + U^T D^{-1} U``. Built by :func:`estimate_factor_model` (from a
+    ``p x p`` matrix) or :func:`factor_model_from_data` (from data).
+
     Attributes:
         d: ``(p,)`` positive diagonal.
         U: ``(p, k)`` loadings.
+
+    Example:
+        >>> import numpy as np
+        >>> model = FactorModel(jnp.full(3, 0.5), jnp.full((3, 1), 0.5 ** 0.5))  # equicorrelated, rho = 0.5
+        >>> model.p, model.rank, np.round(np.asarray(model.dense(), float), 4).tolist()[0]
+        (3, 1, [1.0, 0.5, 0.5])
+        >>> v = jnp.array([1.0, 2.0, 3.0])
+        >>> np.round(np.asarray(model.solve(model.matvec(v)), float), 4).tolist()
+        [1.0, 2.0, 3.0]
+        >>> round(float(model.logdet()), 4)  # det = 0.5^2 * 2
+        -0.6931
     """
 
     d: jax.Array
@@ -95,9 +118,25 @@ class FactorModel(NamedTuple):
 class LedoitWolf(NamedTuple):
     """Result of :func:`ledoit_wolf`; unpacks as ``Sigma, delta = ledoit_wolf(X)``.
 
+    ``covariance = (1 - delta) S + delta mu I`` with ``S`` the empirical
+    covariance ``(X - mean)^T (X - mean) / n``, ``mu = tr(S) / p`` and the
+    Ledoit-Wolf (2004) shrinkage ``delta = min(b2, d2) / d2``,
+    ``d2 = ||S - mu I||_F^2 / p``, ``b2 = (1 / (n^2 p)) sum_i ||x_i x_i^T - S||_F^2``
+    (``x_i`` the centred rows). The trace is that of ``S``, and the matrix is
+    positive definite whenever ``delta > 0``.
+
     Attributes:
         covariance: ``(p, p)`` shrunk covariance.
         shrinkage: the Ledoit-Wolf shrinkage ``delta`` in ``[0, 1]``.
+
+    Example:
+        >>> X = jax.random.normal(jax.random.key(0), (50, 10))
+        >>> lw = ledoit_wolf(X)
+        >>> lw.covariance.shape, bool(0 < lw.shrinkage < 1)
+        ((10, 10), True)
+        >>> S = empirical_covariance(X)
+        >>> bool(jnp.isclose(jnp.trace(lw.covariance), jnp.trace(S), rtol=1e-5))
+        True
     """
 
     covariance: jax.Array
@@ -107,9 +146,22 @@ class LedoitWolf(NamedTuple):
 class FactorFit(NamedTuple):
     """Result of :func:`factor_model_from_data`; unpacks as ``model, delta = ...``.
 
+    ``model`` approximates the shrunk sample correlation
+    ``R_LW = (1 - delta) R + delta I`` by ``diag(d) + U U^T`` with
+    ``U = V_k ((1 - delta) Lambda_k)^{1/2}`` (top-``k`` eigenpairs of ``R``) and
+    ``d = 1 - rowsum(U^2)``, so its diagonal is exactly one.
+
     Attributes:
         model: :class:`FactorModel` of the correlation matrix.
         shrinkage: the Ledoit-Wolf shrinkage used (0 without shrinkage).
+
+    Example:
+        >>> X = jax.random.normal(jax.random.key(1), (100, 1000))
+        >>> fit = factor_model_from_data(jax.random.key(0), X, rank=5)
+        >>> fit.model.U.shape, bool(0 < fit.shrinkage < 1)
+        ((1000, 5), True)
+        >>> bool(jnp.allclose(fit.model.diagonal(), 1.0, atol=1e-4))
+        True
     """
 
     model: FactorModel
