@@ -278,14 +278,48 @@ def _sdp_step(state, Sigma, b, tol, decay, scale):
 def sdp_step(
     state: SDPState, Sigma, *, block_size: int, decay: float = 0.8, tol: float = 1e-5, num_knockoffs: int = 1
 ) -> SDPState:
-    """One step of :func:`~jaxknock.sdp` (``method="coordinate"``): exactly the step its loop drives.
+    r"""One step of :func:`~jaxknock.sdp` (``method="coordinate"``): exactly the step its loop drives.
 
-    A sweep over all coordinates, the certified gap once ``lam`` is small
-    enough for it to be tight, then ``lam <- decay * lam`` if the sweep found
-    the iterate near the central path (see :func:`sweep_step`). ``tol`` is the
-    relative gap target of the solve. The result code of a state is
-    ``sweep_terminate(state, p, tol)``. ``num_knockoffs``: as in :func:`sdp_init`
-    (traced: a new ``m`` does not recompile).
+    The step ascends the barrier problem on the correlation matrix ``C``
+
+    ``max_{0 <= s <= c}  1^T s + lam log det(2C - diag(s))``,  ``c = min(1, 2 diag C)``,
+
+    by one cyclic sweep of exact coordinate maximisations: with
+    ``sigma_j = 1 / ((2C - diag s)^{-1})_jj`` the Schur complement of
+    coordinate ``j``, the maximiser in ``s_j`` is
+    ``s_j <- clip(s_j + sigma_j - lam, 0, c_j)`` (the new Schur complement is
+    ``lam`` at an interior optimum). Then the certified gap is computed once
+    ``lam`` is small enough for it to be tight, and ``lam <- decay * lam`` if
+    the sweep found the iterate near the central path (see :func:`sweep_step`).
+    As ``lam -> 0`` the iterate approaches the knockoff SDP
+    ``max 1^T s`` s.t. ``diag(s) <= 2C``, ``0 <= s <= 1``.
+
+    Args:
+        state: :class:`SDPState` from :func:`sdp_init` or a previous step.
+        Sigma: the ``(p, p)`` covariance the state was started on (float64).
+        block_size: the block size returned by :func:`sdp_init`.
+        decay: factor of the barrier decrease.
+        tol: relative gap target of the solve.
+        num_knockoffs: as in :func:`sdp_init` (traced: a new ``m`` does not recompile).
+
+    Returns:
+        The next :class:`SDPState` (``sweep`` one larger). The result code of a
+        state is ``sweep_terminate(state, p, tol)``; ``state.s[:p]`` is the
+        iterate on the correlation scale (multiply by ``diag(Sigma)``).
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxknock.svector.coordinate import sweep_terminate
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> C = 0.2 * jnp.eye(6, dtype=jnp.float64) + 0.8  # equicorrelated, rho = 0.8: s = 2 (1 - rho)
+        >>> state, b = sdp_init(C)
+        >>> for _ in range(200):
+        ...     state = sdp_step(state, C, block_size=b)
+        ...     done, code = sweep_terminate(state, 6, 1e-5)
+        ...     if done:
+        ...         break
+        >>> RESULTS(int(code)).name, np.round(np.asarray(state.s[:6]), 3).tolist()
+        ('successful', [0.4, 0.4, 0.4, 0.4, 0.4, 0.4])
     """
     scale = _common.multi_scale(_checks.check_num_knockoffs(num_knockoffs))
     return _sdp_step(state, jnp.asarray(Sigma), int(block_size), tol, decay, scale)

@@ -389,10 +389,42 @@ def _sdp_factor_step(state, d, U, tol, decay, scale):
 def sdp_factor_step(
     state: FactorSDPState, model: FactorModel, *, tol: float = 1e-5, decay: float = 0.6, num_knockoffs: int = 1
 ) -> FactorSDPState:
-    """One sweep of ``sdp_factor(method="coordinate")`` and its ``lam`` update: exactly the step its loop drives.
+    r"""One sweep of ``sdp_factor(method="coordinate")`` and its ``lam`` update: exactly the step its loop drives.
 
-    The result code of a state is ``factor_terminate(state, tol)``. ``num_knockoffs``:
-    as in :func:`sdp_factor_init` (traced: a new ``m`` does not recompile).
+    On the unit-diagonal model ``C = D + U U^T`` the sweep ascends
+    ``1^T s + lam log det(2C - diag(s))`` over ``0 <= s <= min(1, 2 diag C)``
+    coordinate by coordinate, as the dense method of :func:`sdp_step`, but in
+    ``O(k^2)`` per coordinate: with ``dt_j = 2 d_j - s_j`` and
+    ``N = (I_k + 2 U^T (2D - diag s)^{-1} U)^{-1}``, the Schur complement is
+    ``sigma_j = dt_j^2 / (dt_j - 2 u_j^T N u_j)`` (Woodbury), the update
+    ``s_j <- clip(s_j + sigma_j - lam, 0, c_j)``, and ``N`` follows by
+    Sherman-Morrison. Then ``lam <- decay * lam`` if the sweep found the
+    iterate near the central path, and the certificate updates ``gap`` / ``dual``.
+
+    Args:
+        state: :class:`FactorSDPState` from :func:`sdp_factor_init` or a previous step.
+        model: the :class:`~jaxknock.FactorModel` the state was started on (float64).
+        tol: relative gap target of the solve.
+        decay: factor of the barrier decrease.
+        num_knockoffs: as in :func:`sdp_factor_init` (traced: a new ``m`` does not recompile).
+
+    Returns:
+        The next :class:`FactorSDPState` (``sweep`` one larger). The result code
+        of a state is ``factor_terminate(state, tol)``; ``state.s * diag(Sigma)``
+        is the iterate on the covariance scale.
+
+    Example:
+        >>> import numpy as np
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> model = FactorModel(jnp.full(50, 0.2), jnp.full((50, 1), 0.8 ** 0.5))  # rho = 0.8: s = 0.4
+        >>> st = sdp_factor_init(model)
+        >>> for _ in range(100):
+        ...     st = sdp_factor_step(st, model)
+        ...     done, code = factor_terminate(st, 1e-5)
+        ...     if done:
+        ...         break
+        >>> RESULTS(int(code)).name, np.round(np.asarray(st.s[:3]), 3).tolist()
+        ('successful', [0.4, 0.4, 0.4])
     """
     scale = _common.multi_scale(_checks.check_num_knockoffs(num_knockoffs))
     return _sdp_factor_step(state, jnp.asarray(model.d), jnp.asarray(model.U), tol, decay, scale)

@@ -355,13 +355,48 @@ def _newton_step(state, Sigma, tol, scale):
 
 
 def newton_step(state: NewtonState, Sigma, *, tol: float = 1e-5, num_knockoffs: int = 1) -> NewtonState:
-    """One Newton step of :func:`~jaxknock.sdp` (``method="newton"``): exactly the step its loop drives.
+    r"""One Newton step of :func:`~jaxknock.sdp` (``method="newton"``): exactly the step its loop drives.
 
-    ``tol`` is the relative gap target of the solve (it stops the decrease of
-    ``lam`` once ``lam * 2p`` is far below it). The result code of a state is
-    ``path_terminate(state, tol)``; ``state.dual - sum(state.s)`` is its
-    certified gap (correlation scale). ``num_knockoffs``: as in
-    :func:`newton_init` (traced: a new ``m`` does not recompile).
+    On the correlation matrix ``C`` with box cap ``c = min(1, 2 diag C)`` the
+    path follower maximises, for a decreasing barrier parameter ``lam``,
+
+    ``1^T s + lam (log det(2C - diag(s)) + sum_j log s_j + sum_j log(c_j - s_j))``
+
+    (the box handled primal-dually through the multipliers ``z0``, ``z1``). One
+    step solves for the primal-dual Newton direction, takes the longest step
+    that stays 99% inside the box and keeps ``2C - diag(s)`` a fixed fraction
+    inside the positive definite cone, evaluates the duality certificate of
+    :func:`~jaxknock.svector.certificate.gap_from_inverse_diag` at the new
+    iterate (``dual`` keeps the best bound) and sets ``lam <- 0.1 lam`` once
+    the iterate is centred. As ``lam -> 0`` the iterate approaches the
+    knockoff SDP ``max 1^T s`` s.t. ``diag(s) <= 2C``, ``0 <= s <= c``.
+
+    Args:
+        state: :class:`NewtonState` from :func:`newton_init` or a previous step.
+        Sigma: the ``(p, p)`` covariance the state was started on (float64).
+        tol: relative gap target of the solve (it stops the decrease of ``lam``
+            once ``lam * 2p`` is far below it).
+        num_knockoffs: as in :func:`newton_init` (traced: a new ``m`` does not recompile).
+
+    Returns:
+        The next :class:`NewtonState` (``step`` one larger). The result code of
+        a state is ``path_terminate(state, tol)``; ``state.dual - sum(state.s)``
+        is its certified gap (correlation scale).
+
+    Example:
+        >>> import numpy as np
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> C = 0.2 * jnp.eye(4, dtype=jnp.float64) + 0.8  # equicorrelated, rho = 0.8: s = 2 (1 - rho)
+        >>> st = newton_init(C)
+        >>> for _ in range(100):
+        ...     st = newton_step(st, C)
+        ...     done, code = path_terminate(st, 1e-5)
+        ...     if done:
+        ...         break
+        >>> RESULTS(int(code)).name, np.round(np.asarray(st.s), 3).tolist()
+        ('successful', [0.4, 0.4, 0.4, 0.4])
+        >>> bool(st.dual - jnp.sum(st.s) <= 1e-5 * jnp.sum(st.s))  # the certified gap
+        True
     """
     scale = _common.multi_scale(_checks.check_num_knockoffs(num_knockoffs))
     return _newton_step(state, jnp.asarray(Sigma), tol, scale)
