@@ -41,7 +41,14 @@ __all__ = ["LassoState", "lasso", "lasso_init", "lasso_step"]
 
 
 class LassoState(NamedTuple):
-    """Solver state for one design (a pytree; ``vmap`` adds a leading axis).
+    r"""Solver state for one design (a pytree; ``vmap`` adds a leading axis).
+
+    The iterate of
+    :math:`\min_{\beta, \beta_0} \frac1n \sum_i f(x_i^\top\beta + \beta_0; y_i) + \lambda\|\beta\|_1`
+    in the centred parametrisation ``z = (X - mu) @ coef + offset`` (``mu``
+    the training column means), with the certificate of the last check:
+    ``gap`` is the duality gap ``P(coef) - D(theta) >= P(coef) - P*`` at the
+    rescaled residual ``theta`` (:mod:`jaxknock.l1.screening`).
 
     Attributes:
         coef: ``(m,)`` coefficients.
@@ -55,6 +62,16 @@ class LassoState(NamedTuple):
         momentum: FISTA memory (``None`` for ``cd``).
         history: the last iterates of CD, for Anderson extrapolation
             (``None`` for ``fista``).
+
+    Example:
+        >>> X = jax.random.normal(jax.random.key(0), (50, 10))
+        >>> y = X[:, 0] + 0.1 * jax.random.normal(jax.random.key(1), (50,))
+        >>> sol = lasso(X, y, 0.1)
+        >>> st = sol.state  # the final LassoState
+        >>> st.coef.shape, st.z.shape, st.active.shape
+        ((10,), (50,), (10,))
+        >>> bool(jnp.isclose(sol.stats["intercept"], st.offset - jnp.mean(X, axis=0) @ st.coef, atol=1e-5))
+        True
     """
 
     coef: jax.Array
@@ -307,7 +324,44 @@ def lasso_step(
     screen: bool = True,
     tol: float | None = None,
 ) -> LassoState:
-    """One epoch (``cd``) or 10 iterations (``fista``) followed by a gap check and screening."""
+    r"""One epoch (``cd``) or 10 iterations (``fista``) followed by a gap check and screening.
+
+    Exactly one step of the loop of :func:`lasso` on
+    :math:`\min_{\beta, \beta_0} \frac1n \sum_i f(x_i^\top\beta + \beta_0; y_i) + \lambda\|\beta\|_1`:
+
+    * ``cd``: one cyclic pass over the active coordinates,
+      ``beta_j <- S_{lam / h_j}(beta_j - g_j / h_j)`` with ``g_j`` the partial
+      derivative of the smooth part, ``h_j`` its curvature (or Lipschitz
+      bound) and ``S`` :func:`~jaxknock.l1.problem.soft_threshold`, then a
+      Newton step on the unpenalised offset;
+    * ``fista``: 10 accelerated proximal-gradient iterations
+      ``beta <- S_{lam / L}(v - grad / L)`` from the extrapolated point ``v``
+      (momentum reset when ``(v - beta_new)^T (beta_new - beta) > 0``, the
+      gradient restart test);
+
+    then the certificate: the duality gap at the rescaled residual and
+    dynamic GAP safe screening, which freezes at zero every feature with
+    ``|x_j^T theta| + r ||x_j|| < lam``, ``r = sqrt(2 gap / (gamma n))``
+    (:mod:`jaxknock.l1.screening`). :func:`lasso` stops when
+    ``gap <= tol * D0`` (``D0`` the null deviance per sample).
+
+    Args:
+        state: the :class:`LassoState` of :func:`lasso_init` or a previous step.
+        X, y, lam: the problem the state was started on.
+        loss, fit_intercept, solver, screen, tol: as in :func:`lasso_init`
+            (pass the same values).
+
+    Returns:
+        The next :class:`LassoState` (``num_steps`` advanced by 1 or 10).
+
+    Example:
+        >>> X = jax.random.normal(jax.random.key(0), (30, 5)); y = X[:, 0]
+        >>> s = lasso_init(X, y, 0.1, solver="cd")
+        >>> for _ in range(3):
+        ...     s = lasso_step(s, X, y, 0.1, solver="cd")
+        >>> int(s.num_steps), int(jnp.argmax(jnp.abs(s.coef))), int(jnp.sum(s.coef != 0)), bool(s.gap <= 1e-6)
+        (3, 0, 1, True)
+    """
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
     _checks.check_lam(lam)
     settings = make_settings(X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol)
