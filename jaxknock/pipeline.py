@@ -54,7 +54,19 @@ _CV_FOLDS = 5  # folds of the cross-validated lasso statistics (lam=None)
 
 
 class Selection(NamedTuple):
-    """Result of :func:`knockoff_filter`.
+    r"""Result of :func:`knockoff_filter`.
+
+    Each replicate ``r`` gives antisymmetric statistics ``W_j`` (large and
+    positive when feature ``j`` beats its knockoff) and the knockoff(+)
+    threshold at level ``q = fdr``
+
+    :math:`T = \min\{t > 0 : (1 + \#\{j : W_j \le -t\}) / \max(1, \#\{j : W_j \ge t\}) \le q\}`
+
+    (without the ``1 +`` when ``plus=False``). One replicate selects
+    ``{j : W_j >= T}``; several are combined by e-BH on the averaged knockoff
+    e-values ``e_j = p 1{W_j >= T} / (1 + #{k : W_k <= -T})`` (thresholds at
+    ``q / 2``, ``aggregate="ebh"``) or by selection frequency
+    (``aggregate="frequency"``).
 
     Attributes:
         selected: sorted indices of the selected features (numpy int array).
@@ -73,6 +85,19 @@ class Selection(NamedTuple):
             With ``num_knockoffs = m > 1``, ``W`` holds ``tau`` signed by
             ``kappa`` (``+tau`` where the original wins, ``-tau`` otherwise) and
             ``thresholds`` the multi-knockoff+ thresholds.
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.standard_normal((200, 10))
+        >>> y = X[:, 0] - X[:, 1] + 0.5 * rng.standard_normal(200)
+        >>> sel = knockoff_filter(jax.random.key(0), X, y, fdr=0.2, s_method="equicorrelated",
+        ...                       statistic="correlation", num_replicates=4)
+        >>> sel.thresholds.shape, sel.settings["s_method"], sorted(sel.timings)
+        ((4,), 'equicorrelated', ['covariance', 's_vector', 'sampling', 'selection', 'statistics'])
+        >>> bool(np.array_equal(sel.selected, np.flatnonzero(sel.mask)))
+        True
+        >>> print(sel.explanation[:16])  # p = 10 features are too few for q = 0.2 with e-BH
+        nothing selected
     """
 
     selected: np.ndarray
