@@ -78,19 +78,30 @@ def _dense_sums(X, codes, *, num_classes, dtype):
 class ClassSums:
     """Sufficient statistics of naive Bayes: per-class feature sums and class sizes.
 
-    ``counts[c] = sum_{i: y_i = classes[c]} X[i]`` (shape ``(C, m)``) and
-    ``n_samples[c] = #{i: y_i = classes[c]}``. Sums add, so data larger than
-    memory is processed chunk by chunk (:meth:`update`) or in parallel pieces
-    that are combined with :meth:`merge`; all fitting afterwards needs only
-    ``O(C m)`` memory. A pytree (``classes`` is static), so it passes through
-    ``jit``.
+    ``counts[c] = f_c = sum_{i: y_i = classes[c]} X[i]`` (shape ``(C, m)``) and
+    ``n_samples[c] = n_c = #{i: y_i = classes[c]}``. These are sufficient for
+    naive Bayes: the multinomial log-likelihood is
+    ``sum_c (f_c' log theta_c + n_c log pi_c)`` (plus a term free of the
+    parameters), the Bernoulli one
+    ``sum_c (f_c' log theta_c + (n_c 1 - f_c)' log(1 - theta_c) + n_c log pi_c)``.
+    Sums add over disjoint pieces of the data,
+    ``f_c(A u B) = f_c(A) + f_c(B)``, so data larger than memory is processed
+    chunk by chunk (:meth:`update`) or in parallel pieces that are combined
+    with :meth:`merge`; all fitting afterwards needs only ``O(C m)`` memory.
+    A pytree (``classes`` is static), so it passes through ``jit``.
 
-    Example::
+    Example:
+        >>> import numpy as np
+        >>> chunks = [(np.array([[1, 0, 2]]), ["a"]), (np.array([[0, 3, 0], [4, 0, 0]]), ["b", "a"])]
+        >>> sums = ClassSums.empty(num_features=3)
+        >>> for X_chunk, y_chunk in chunks:  # dense or scipy.sparse chunks
+        ...     sums = sums.update(X_chunk, y_chunk)
+        >>> sums.classes, sums.counts.tolist(), sums.n_samples.tolist()
+        (('a', 'b'), [[5.0, 0.0, 2.0], [0.0, 3.0, 0.0]], [2.0, 1.0])
+        >>> sums.merge(sums).n_samples.tolist()  # the sums of the data twice
+        [4.0, 2.0]
 
-        sums = ClassSums.empty(num_features=5000)
-        for X_chunk, y_chunk in stream:          # dense or scipy.sparse chunks
-            sums = sums.update(X_chunk, y_chunk)
-        sol = sparse_naive_bayes(sums, None, k=100)
+    ``sparse_naive_bayes(sums, None, k)`` then fits from the sums alone.
     """
 
     counts: Any
@@ -266,12 +277,18 @@ def class_sums(X, y=None, *, classes=None, model: str | None = None) -> ClassSum
       :class:`ClassSums`, accumulated in at least the default float dtype
       (float64 when ``jax_enable_x64`` is on, also for float32 or integer ``X``).
 
-    Example::
-
-        sums = class_sums(X_csr, y)            # scipy.sparse, no densification
-        sums = class_sums(((X[i:i+1000], y[i:i+1000]) for i in range(0, n, 1000)))
-
-    See the module docstring for runnable examples.
+    Example:
+        >>> import numpy as np, scipy.sparse as sp
+        >>> X = np.array([[1, 0, 2], [0, 3, 0], [4, 0, 0]]); y = np.array([0, 1, 0])
+        >>> sums = class_sums(X, y)  # f_0 = x_1 + x_3, f_1 = x_2
+        >>> sums.classes, sums.counts.tolist(), sums.n_samples.tolist()
+        ((0, 1), [[5.0, 0.0, 2.0], [0.0, 3.0, 0.0]], [2.0, 1.0])
+        >>> class_sums(sp.csr_matrix(X), y).counts.tolist()  # scipy.sparse, no densification
+        [[5.0, 0.0, 2.0], [0.0, 3.0, 0.0]]
+        >>> class_sums((X[i : i + 2], y[i : i + 2]) for i in range(0, 3, 2)).n_samples.tolist()  # chunks
+        [2.0, 1.0]
+        >>> jax.jit(lambda X, y: class_sums(X, y, classes=(0, 1)).counts)(X, y).tolist()  # traced
+        [[5.0, 0.0, 2.0], [0.0, 3.0, 0.0]]
     """
     _check_model(model)
     if y is None:
@@ -360,10 +377,18 @@ def class_sums_npz(
     Returns:
         :class:`jaxknock.ClassSums`.
 
-    Example::
+    Example:
+        >>> import os, tempfile, numpy as np, scipy.sparse as sp
+        >>> X = np.array([[1, 0, 2], [0, 3, 0], [4, 0, 0]]); y = np.array([0, 1, 0])
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     paths = [os.path.join(tmp, f"part{i}.npz") for i in range(2)]
+        ...     sp.save_npz(paths[0], sp.csr_matrix(X[:2]))  # two shards: rows 0-1 and row 2
+        ...     sp.save_npz(paths[1], sp.csr_matrix(X[2:]))
+        ...     sums = class_sums_npz(paths, [y[:2], y[2:]])  # labels: one array (or .npy path) per shard
+        >>> sums.counts.tolist(), sums.n_samples.tolist()
+        ([[5.0, 0.0, 2.0], [0.0, 3.0, 0.0]], [2.0, 1.0])
 
-        sums = class_sums_npz(["part0.npz", "part1.npz"], ["y0.npy", "y1.npy"])
-        sol = jaxknock.sparse_naive_bayes(sums, None, k=100)
+    ``jaxknock.sparse_naive_bayes(sums, None, k)`` then fits from the sums.
     """
     _check_model(model)
     if isinstance(paths, (str, os.PathLike)):
@@ -413,10 +438,13 @@ def class_sums_dask(X, y, *, classes=None, model: str | None = None):
     ``8 C m`` bytes plus one row block. Equals :func:`jaxknock.class_sums` of
     the computed array. Needs ``dask`` (``pip install jaxknock[dask]``).
 
-    Example::
-
-        import dask.array as da
-        sums = class_sums_dask(da.from_array(X, chunks=(10_000, -1)), y)
+    Example (skipped when dask is not installed):
+        >>> import numpy as np, pytest
+        >>> da = pytest.importorskip("dask.array")
+        >>> X = np.array([[1, 0, 2], [0, 3, 0], [4, 0, 0]]); y = np.array([0, 1, 0])
+        >>> sums = class_sums_dask(da.from_array(X, chunks=(2, -1)), y)  # two row blocks
+        >>> sums.counts.tolist(), sums.n_samples.tolist()
+        ([[5.0, 0.0, 2.0], [0.0, 3.0, 0.0]], [2.0, 1.0])
     """
     _check_model(model)
     if not is_dask(X):
