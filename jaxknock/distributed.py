@@ -368,7 +368,11 @@ def aggregate_ebh_across_processes(W_local, fdr, *, num_replicates: int, alpha_k
     e-values :math:`\sum_{r \in \text{process}} e^{(r)}` (``p`` numbers) are
     all-gathered (``jax.experimental.multihost_utils.process_allgather``) and
     summed, and every process applies e-BH at ``fdr`` to
-    :math:`\bar e = \frac1R \sum_r e^{(r)}`. Equals ``aggregate_ebh`` on the
+    :math:`\bar e = \frac1R \sum_r e^{(r)}`, with the knockoff e-values of
+    replicate ``r``
+    :math:`e^{(r)}_j = p\,\mathbb{1}\{W^{(r)}_j \ge T_r\} / (1 + \#\{k : W^{(r)}_k \le -T_r\})`,
+    ``T_r`` its knockoff(+) threshold at ``alpha_kn``
+    (:func:`jaxknock.knockoff_evalues`). Equals ``aggregate_ebh`` on the
     stacked ``(R, p)`` statistics (up to the order of the sum). In a
     single-process run this is the local computation.
 
@@ -376,9 +380,20 @@ def aggregate_ebh_across_processes(W_local, fdr, *, num_replicates: int, alpha_k
         W_local: ``(R_i, p)`` statistics of this process's replicates (may be empty, ``R_i = 0``).
         fdr: target FDR; ``alpha_kn``: per-replicate level (default ``fdr / 2``).
         num_replicates: ``R``, the total over all processes (checked).
+        plus: knockoff+ thresholds ``T_r`` (``False``: knockoff, without the ``1 +``).
 
     Returns:
         ``(p,)`` boolean mask, the same on every process.
+
+    Example (one process, so it holds all ``R`` replicates):
+        >>> W = jnp.array([[5.0, 4.0, 3.0, 2.0, -1.0], [6.0, 1.0, 2.0, 3.0, -1.0]])
+        >>> mine = process_replicates(2)  # slice(0, 2): every replicate
+        >>> aggregate_ebh_across_processes(W[mine], 0.8, num_replicates=2, alpha_kn=0.5).tolist()
+        [True, True, True, True, False]
+        >>> from jaxknock import aggregate_ebh
+        >>> bool(jnp.all(aggregate_ebh_across_processes(W, 0.8, num_replicates=2, alpha_kn=0.5)
+        ...              == aggregate_ebh(W, 0.8, alpha_kn=0.5)))
+        True
     """
     _checks.check_fdr(fdr)
     alpha = fdr / 2 if alpha_kn is None else alpha_kn
