@@ -380,7 +380,8 @@ def aggregate_ebh_across_processes(W_local, fdr, *, num_replicates: int, alpha_k
         W_local: ``(R_i, p)`` statistics of this process's replicates (may be empty, ``R_i = 0``).
         fdr: target FDR; ``alpha_kn``: per-replicate level (default ``fdr / 2``).
         num_replicates: ``R``, the total over all processes (checked).
-        plus: knockoff+ thresholds ``T_r`` (``False``: knockoff, without the ``1 +``).
+        plus: knockoff+ thresholds ``T_r`` (``False``: the knockoff threshold,
+            without the ``1 +`` in its FDP estimate).
 
     Returns:
         ``(p,)`` boolean mask, the same on every process.
