@@ -120,6 +120,23 @@ def lifted_to_mlp(params_or_solution, *, index: int | None = None, dtype=None) -
     Returns:
       list of ``{"w": (p_l, p_{l+1}), "b": (p_{l+1},)}`` usable with
       :func:`mlp_apply` and as ``init`` of :func:`train_mlp`.
+
+    The exported network is the feed-forward rule
+    ``X_{l+1} = relu(X_l W_l + b_l)``, ``U_L = X_L W_L + b_L`` with the
+    trained weights; the lifted variables ``X_l`` are dropped (for a Fenchel
+    lifted network the training objective at the feed-forward ``X`` equals the
+    standard loss, :mod:`jaxknock.lifted`). Typical use:
+    ``lifted_to_mlp(fit_lifted(key, X, y, spec))`` or, after
+    :func:`tune_lifted`, ``lifted_to_mlp(sol, index=i)``.
+
+    Example:
+      >>> params = mlp_init(jax.random.key(0), (4, 8, 3))
+      >>> stacked = jax.tree_util.tree_map(lambda a: jnp.stack([a, 2 * a]), params)  # 2 models, as tune_lifted
+      >>> mlp = lifted_to_mlp(stacked, index=1, dtype=jnp.float32)
+      >>> mlp[0]["w"].shape, mlp[0]["w"].dtype, bool(jnp.allclose(mlp[0]["w"], 2 * params[0]["w"]))
+      ((4, 8), dtype('float32'), True)
+      >>> mlp_apply(mlp, jnp.ones((5, 4))).shape
+      (5, 3)
     """
     params = params_or_solution.value if isinstance(params_or_solution, Solution) else params_or_solution
     if index is not None:

@@ -125,9 +125,28 @@ class LiftedSpec:
 
 
 class LiftedHyper(NamedTuple):
-    """Traced hyper-parameters: ``lam`` scalar, ``rho`` and ``gamma`` of shape ``(L+1,)``.
+    r"""Traced hyper-parameters: ``lam`` scalar, ``rho`` and ``gamma`` of shape ``(L+1,)``.
 
-    Give them a leading axis to train several models at once (:func:`tune_lifted`).
+    Their places in the training objective (Fenchel model, ``B`` the ReLU's
+    Fenchel-Young gap; the lifted model has ``||X_{l+1} - U_l||_F^2`` in its
+    place; see :mod:`jaxknock.lifted`):
+
+    .. math::
+
+        \frac1N \mathcal L(Y, U_L) + \frac{\lambda}{N}\sum_{l<L} B(X_{l+1}, U_l)
+        + \sum_l \rho_l \|W_l\|_F^2 \;\Bigl[+ \sum_l \gamma_l \|\Theta_l - \Theta_l^0\|_F^2\Bigr],
+
+    ``lam`` weighs the activation penalties, ``rho_l`` the ridge on the
+    weights of layer ``l`` and ``gamma_l`` the proximal term that keeps the
+    parameters ``Theta_l = (W_l, b_l)`` of a batch step near those of the
+    previous batch (batched training only). Being arrays (not part of the
+    static :class:`LiftedSpec`), new values do not recompile; give them a
+    leading axis to train several models at once (:func:`tune_lifted`).
+
+    Example:
+        >>> h = LiftedSpec((4, 8, 3), lam=2.0, rho=1e-3).hyper()
+        >>> float(h.lam), h.rho.shape, h.gamma.tolist()
+        (2.0, (2,), [1.0, 1.0])
     """
 
     lam: jax.Array
@@ -138,11 +157,27 @@ class LiftedHyper(NamedTuple):
 class LiftedState(NamedTuple):
     """Variables of the lifted training problem (a pytree).
 
+    Block-coordinate descent alternates between the weights ``(W_l, b_l)`` and
+    the lifted layer outputs ``X_l >= 0`` that replace ``relu(X_{l-1} W_{l-1} + b_{l-1})``;
+    :func:`~jaxknock.lifted.init_lifted_state` starts from the feed-forward
+    pass, where every activation penalty is zero.
+
     Attributes:
       params: list of ``{"w": (p_l, p_{l+1}), "b": (p_{l+1},)}`` (an MLP pytree).
       hidden: tuple ``(X_1, ..., X_L)`` of non-negative ``N x p_l`` layer variables.
       output: the simplex output variable ``Z`` (``lifted`` + ``cross_entropy``),
         otherwise ``None``.
+
+    Example:
+        >>> from jaxknock.lifted import init_lifted_state, mlp_init
+        >>> spec = LiftedSpec((4, 8, 3))
+        >>> X = jnp.ones((5, 4))
+        >>> state = init_lifted_state(mlp_init(jax.random.key(0), spec.sizes), X, spec)
+        >>> len(state.params), state.hidden[0].shape, state.output is None
+        (2, (5, 8), True)
+        >>> W0, b0 = state.params[0]["w"], state.params[0]["b"]
+        >>> bool(jnp.allclose(state.hidden[0], jax.nn.relu(X @ W0 + b0)))  # X_1 = relu(X W_0 + b_0)
+        True
     """
 
     params: list
