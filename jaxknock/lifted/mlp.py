@@ -133,10 +133,8 @@ def lifted_to_mlp(params_or_solution, *, index: int | None = None, dtype=None) -
       >>> params = mlp_init(jax.random.key(0), (4, 8, 3))
       >>> stacked = jax.tree_util.tree_map(lambda a: jnp.stack([a, 2 * a]), params)  # 2 models, as tune_lifted
       >>> mlp = lifted_to_mlp(stacked, index=1, dtype=jnp.float32)
-      >>> mlp[0]["w"].shape, mlp[0]["w"].dtype, bool(jnp.allclose(mlp[0]["w"], 2 * params[0]["w"]))
+      >>> mlp[0]["w"].shape, mlp[0]["w"].dtype, bool(jnp.allclose(mlp[1]["w"], 2 * params[1]["w"]))
       ((4, 8), dtype('float32'), True)
-      >>> mlp_apply(mlp, jnp.ones((5, 4))).shape
-      (5, 3)
     """
     params = params_or_solution.value if isinstance(params_or_solution, Solution) else params_or_solution
     if index is not None:

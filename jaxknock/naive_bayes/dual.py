@@ -536,8 +536,9 @@ def fw_step(pb: Problem, state: FWState, k, inner_iters=30) -> FWState:
         >>> counts = jnp.asarray([[5.0, 1.0, 2.0, 0.0], [1.0, 4.0, 2.0, 1.0], [0.0, 1.0, 6.0, 2.0]])
         >>> pb = multinomial_problem(counts, 1.0)
         >>> s = fw_init(pb, 2, max_steps=10)
+        >>> step = jax.jit(fw_step)  # compiled once (eagerly, every call would trace its inner loop again)
         >>> for _ in range(5):
-        ...     s = fw_step(pb, s, 2)
+        ...     s = step(pb, s, 2)
         >>> int(s.count), bool(s.upper - s.lower <= 1e-4 * abs(pb.const + s.upper))
         (6, True)
     """

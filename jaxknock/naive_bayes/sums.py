@@ -92,14 +92,14 @@ class ClassSums:
 
     Example:
         >>> import numpy as np
-        >>> chunks = [(np.array([[1, 0, 2]]), ["a"]), (np.array([[0, 3, 0], [4, 0, 0]]), ["b", "a"])]
+        >>> X = np.array([[1, 0, 2], [0, 3, 0], [4, 0, 0], [0, 1, 1]])
         >>> sums = ClassSums.empty(num_features=3)
-        >>> for X_chunk, y_chunk in chunks:  # dense or scipy.sparse chunks
+        >>> for X_chunk, y_chunk in [(X[:2], ["a", "b"]), (X[2:], ["a", "b"])]:  # dense or scipy.sparse chunks
         ...     sums = sums.update(X_chunk, y_chunk)
         >>> sums.classes, sums.counts.tolist(), sums.n_samples.tolist()
-        (('a', 'b'), [[5.0, 0.0, 2.0], [0.0, 3.0, 0.0]], [2.0, 1.0])
+        (('a', 'b'), [[5.0, 0.0, 2.0], [0.0, 4.0, 1.0]], [2.0, 2.0])
         >>> sums.merge(sums).n_samples.tolist()  # the sums of the data twice
-        [4.0, 2.0]
+        [4.0, 4.0]
 
     ``sparse_naive_bayes(sums, None, k)`` then fits from the sums alone.
     """
