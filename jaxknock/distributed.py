@@ -392,8 +392,8 @@ def aggregate_ebh_across_processes(W_local, fdr, *, num_replicates: int, alpha_k
         >>> aggregate_ebh_across_processes(W[mine], 0.8, num_replicates=2, alpha_kn=0.5).tolist()
         [True, True, True, True, False]
         >>> from jaxknock import aggregate_ebh
-        >>> bool(jnp.all(aggregate_ebh_across_processes(W, 0.8, num_replicates=2, alpha_kn=0.5)
-        ...              == aggregate_ebh(W, 0.8, alpha_kn=0.5)))
+        >>> bool(np.array_equal(aggregate_ebh_across_processes(W, 0.8, num_replicates=2, alpha_kn=0.5),
+        ...                     aggregate_ebh(W, 0.8, alpha_kn=0.5)))
         True
     """
     _checks.check_fdr(fdr)
