@@ -481,7 +481,7 @@ def fw_init(pb: Problem, k, max_steps) -> FWState:
         >>> import jax.numpy as jnp, numpy as np
         >>> counts = jnp.asarray([[5.0, 1.0, 2.0, 0.0], [1.0, 4.0, 2.0, 1.0], [0.0, 1.0, 6.0, 2.0]])
         >>> pb = multinomial_problem(counts, 1.0)
-        >>> s = fw_init(pb, 2, max_steps=10)
+        >>> s = jax.jit(fw_init, static_argnums=2)(pb, 2, 10)  # one compilation, not many small eager ones
         >>> s.verts_A.shape, int(s.count), np.round(np.asarray(s.best_p, float), 3).tolist()  # p0 = (12, 12, 13) / 37
         ((11, 3), 1, [0.324, 0.324, 0.351])
         >>> bool(s.upper >= s.lower)
@@ -535,7 +535,7 @@ def fw_step(pb: Problem, state: FWState, k, inner_iters=30) -> FWState:
         >>> import jax.numpy as jnp
         >>> counts = jnp.asarray([[5.0, 1.0, 2.0, 0.0], [1.0, 4.0, 2.0, 1.0], [0.0, 1.0, 6.0, 2.0]])
         >>> pb = multinomial_problem(counts, 1.0)
-        >>> s = fw_init(pb, 2, max_steps=10)
+        >>> s = jax.jit(fw_init, static_argnums=2)(pb, 2, 10)  # max_steps = 10 (static)
         >>> step = jax.jit(fw_step)  # compiled once (eagerly, every call would trace its inner loop again)
         >>> for _ in range(5):
         ...     s = step(pb, s, 2)
