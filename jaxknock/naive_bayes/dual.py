@@ -298,10 +298,11 @@ def bisection_step(pb: Problem, state: BisectionState, k) -> BisectionState:
 
     The next candidate is the stationary point of the active linear piece,
     ``a = A_0 / (A_0 + A_1)`` (of the optimal mixture once both ends are known),
-    used only if it lies strictly inside the new bracket and the previous
-    candidate step at least halved the bracket; otherwise the next step bisects.
-    So the bracket shrinks at least geometrically and, on a smooth piece, the
-    candidate lands on the minimiser in one step.
+    used only if it lies strictly inside the new bracket and, when this step
+    was itself a candidate step, it at least halved the bracket; otherwise the
+    next step bisects. So the bracket shrinks at least geometrically and, when
+    the minimiser lies inside one piece (one top-``k`` set), the candidate
+    lands on it in one step.
 
     Args:
         pb: a two-class :class:`Problem`.
