@@ -87,6 +87,28 @@ def test_gaussian_measures_translation_invariant():
     np.testing.assert_allclose(np.asarray(squared_distances(Xs, w)), D, rtol=1e-6, atol=1e-6)
 
 
+def test_linear_kernel_offset_and_scale_invariant():
+    # the linear kernel x'x was formed on the raw rows and centred afterwards: the default target kernel
+    # of y + 1e4 in float32 (y + 1e8 in float64) gave an alignment of ~0.01 for 0.32 and a negative
+    # biased HSIC (-1.8); a linear kernel of data of scale 1e-6 in float32 underflowed the norm product
+    # and gave an "alignment" of 2.7e16
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((30, 4))
+    y = X[:, 0] + 0.5 * rng.standard_normal(30)
+    a0, h0, u0 = float(kernel_target_alignment(X, y)), float(hsic(X, y)), float(hsic(X, y, unbiased=True))
+    g0 = np.asarray(greedy_kta_selection(X, y, [0, 1], kernel="linear")[1])
+    for dt, off, rtol in [(np.float64, 1e8, 1e-7), (np.float32, 1e4, 1e-3)]:
+        Xd, yd = X.astype(dt), (y + off).astype(dt)
+        np.testing.assert_allclose(float(kernel_target_alignment(Xd, yd)), a0, rtol=rtol)
+        np.testing.assert_allclose(float(hsic(Xd, yd)), h0, rtol=10 * rtol)
+        np.testing.assert_allclose(float(hsic(Xd, yd, unbiased=True)), u0, rtol=10 * rtol)
+        got = greedy_kta_selection(Xd + off, yd, [0, 1], kernel="linear")[1]
+        np.testing.assert_allclose(np.asarray(got), g0, rtol=10 * rtol)
+    a_lin = float(kernel_target_alignment(X, y, kernel="linear"))
+    tiny = (1e-6 * X).astype(np.float32), (1e-6 * y).astype(np.float32)
+    np.testing.assert_allclose(float(kernel_target_alignment(*tiny, kernel="linear")), a_lin, rtol=1e-4)
+
+
 def test_greedy_kta_matches_prefix_loop():
     rng = np.random.default_rng(2)
     X = rng.standard_normal((50, 6))
