@@ -1,5 +1,6 @@
 """Tests for jaxknock.naive_bayes (sparse naive Bayes)."""
 
+import dataclasses
 import itertools
 import os
 import zipfile
@@ -501,6 +502,34 @@ def test_sentence_polarity_smoke(data_dir):
     assert 0 <= float(sol.stats["gap"]) <= 1e-6 * abs(float(sol.stats["psi"]))
     acc = np.mean(sol.value.predict(Xte) == y[test])
     assert acc > 0.7
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # scikit-learn's log of ~0 smoothing
+@pytest.mark.parametrize("model", ["multinomial", "bernoulli"])
+def test_alpha_zero_predicts_the_limit_of_small_alpha(model):
+    # alpha=0 fits probabilities of 0 (and, Bernoulli, 1): the linear rule computed 0 * log 0 = NaN for
+    # every row, and predict() turned NaN scores into classes[-1] for every row
+    from sklearn.naive_bayes import BernoulliNB, MultinomialNB
+
+    rng = np.random.default_rng(0)
+    y = np.arange(20) % 2
+    X = rng.poisson(1.0, (20, 6)).astype(float)
+    X[:, 2] = 0  # never seen: probability 0 in both classes
+    X[y == 0, 3] = 0  # probability 0 in class 0 only
+    if model == "bernoulli":
+        X = (X > 0).astype(float)
+        X[y == 1, 4] = 1  # probability 1 in class 1
+        ref = BernoulliNB(alpha=1e-13, force_alpha=True, binarize=None).fit(X, y)
+    else:
+        ref = MultinomialNB(alpha=1e-13, force_alpha=True).fit(X, y)
+    nb = sparse_naive_bayes(X, y, 6, model=model, alpha=0.0).value
+    for Xp in (X, sp.csr_matrix(X)):
+        np.testing.assert_allclose(np.asarray(nb.predict_proba(Xp)), ref.predict_proba(X), atol=1e-10)
+        np.testing.assert_array_equal(nb.predict(Xp), ref.predict(X))
+    np.testing.assert_allclose(np.asarray(jax.jit(nb.predict_proba)(X)), ref.predict_proba(X), atol=1e-10)
+    bad = dataclasses.replace(nb, coef=nb.coef.at[0, 0].set(jnp.nan))
+    with pytest.raises(ValueError, match="no class is possible"):
+        bad.predict(X)
 
 
 # ------------------------------- issue 19: predict on bad counts, corrupt .npz files

@@ -55,12 +55,31 @@ def _linear_scores(X, coef, intercept, support):
         if X.shape[0] == 0:
             raise ValueError(f"X is empty (shape {tuple(X.shape)}): nothing to predict")
     check_values(X, "multinomial")  # finite and non-negative (bernoulli models binarise nothing here)
+    # alpha=0 can fit a probability of 0 (coef = -inf) or, Bernoulli, of 1 (coef = +inf, see
+    # _classifier): such a feature contributes 0 where the data agree with it (0 * log 0 = 0, not
+    # NaN) and rules the class out (-inf) where they do not (x > 0, resp. x < 1); a feature at the
+    # same infinity in every class rules none out (a term common to all classes, dropped as off the support)
+    never = (coef == -jnp.inf) & ~jnp.all(coef == -jnp.inf, axis=0)
+    always = (coef == jnp.inf) & ~jnp.all(coef == jnp.inf, axis=0)
+    coef = jnp.where(jnp.isinf(coef), 0.0, coef)
     if is_sparse(X):
         idx = np.flatnonzero(np.asarray(support))
-        Xs = X.tocsr()[:, idx]
-        W = np.asarray(coef)[:, idx]
-        return jnp.asarray(np.asarray(Xs @ W.T)) + intercept
+        X = X.tocsr()[:, idx]
+        scores = jnp.asarray(np.asarray(X @ np.asarray(coef)[:, idx].T)) + intercept
+        if np.any(np.asarray(never | always)):
+            Xd = X.toarray()  # a model fitted with alpha=0: rare; the support columns only
+            never_w, always_w = (np.asarray(a, np.float64)[:, idx].T for a in (never, always))
+            miss = (Xd > 0) @ never_w + (Xd < 1) @ always_w
+            scores = jnp.where(miss > 0, -jnp.inf, scores)
+        return scores
     scores = jnp.matmul(X.astype(coef.dtype), coef.T, precision=lax.Precision.HIGHEST) + intercept
+
+    def rule_out(s):
+        dt = coef.dtype
+        miss = jnp.matmul((X > 0).astype(dt), never.T.astype(dt)) + jnp.matmul((X < 1).astype(dt), always.T.astype(dt))
+        return jnp.where(miss > 0, -jnp.inf, s)
+
+    scores = lax.cond(jnp.any(never | always), rule_out, lambda s: s, scores)
     if jnp.issubdtype(X.dtype, jnp.floating):
         rows_ok = jnp.all(jnp.isfinite(X) & (X >= 0), axis=1)
     else:
@@ -98,7 +117,10 @@ class NaiveBayesModel:
         classes differ -- the selected features.
       coef, intercept: the linear decision rule: the joint log-likelihood is
         ``X @ coef.T + intercept`` up to a class-independent term;
-        ``coef`` is zero outside ``support``.
+        ``coef`` is zero outside ``support``. With ``alpha=0`` an entry can be
+        ``-inf`` (probability 0: the class needs ``x_j = 0``) or, Bernoulli,
+        ``+inf`` (probability 1: the class needs ``x_j = 1``; its ``log(1 - theta)``
+        is left out of ``intercept``); the scores treat them so (``0 * log 0 = 0``).
       classes: the class labels (static).
       model: ``"multinomial"`` or ``"bernoulli"`` (static).
 
@@ -140,9 +162,11 @@ class NaiveBayesModel:
         return jnp.exp(self.predict_log_proba(X))
 
     def predict_index(self, X):
-        """Index (into ``classes``) of the most likely class; ``-1`` for a row of bad counts under jit (NaN scores)."""
+        """Index (into ``classes``) of the most likely class; ``-1`` for a row of bad counts under jit (NaN scores)
+        or a row that every class rules out (all scores ``-inf``: possible with ``alpha=0``)."""
         jll = self.joint_log_likelihood(X)
-        return jnp.where(jnp.any(jnp.isnan(jll), axis=1), -1, jnp.argmax(jll, axis=1))
+        undefined = jnp.any(jnp.isnan(jll), axis=1) | jnp.all(jll == -jnp.inf, axis=1)
+        return jnp.where(undefined, -1, jnp.argmax(jll, axis=1))
 
     def predict(self, X):
         """Most likely class labels (NumPy array of ``classes`` values).
@@ -156,7 +180,15 @@ class NaiveBayesModel:
             labels = jnp.asarray(self.classes)
             fill = jnp.nan if jnp.issubdtype(labels.dtype, jnp.inexact) else -1
             return jnp.take(labels, idx, mode="fill", fill_value=fill)
-        return np.asarray(self.classes)[np.asarray(idx)]
+        idx = np.asarray(idx)
+        if np.any(idx < 0):  # was classes[-1]: the last label, a plausible answer, for undefined scores
+            rows = np.flatnonzero(idx < 0)
+            raise ValueError(
+                f"no class is possible for {rows.size} row(s) of X, e.g. row(s) {rows[:5].tolist()}: their "
+                "scores are NaN (check the model's coef and intercept) or -inf for every class (a model "
+                "fitted with alpha=0 gives probability 0 to counts it never saw in any class)"
+            )
+        return np.asarray(self.classes)[idx]
 
 
 class SNBPath(NamedTuple):
@@ -194,7 +226,9 @@ def _classifier(theta, mask, n_samples, model, log_theta=None):
     if model == "bernoulli":
         log1m = jnp.log1p(-theta)
         coef = jnp.where(mask, log_theta - log1m, 0)
-        intercept = log_prior + jnp.sum(jnp.where(mask, log1m, 0), axis=1)
+        # theta = 1 (alpha=0): coef = +inf marks "x must be 1" for _linear_scores; its log(1 - theta)
+        # = -inf kept out of the intercept (it made every score -inf + inf = NaN)
+        intercept = log_prior + jnp.sum(jnp.where(mask & (theta < 1), log1m, 0), axis=1)
     else:
         coef = jnp.where(mask, log_theta, 0)
         intercept = log_prior
