@@ -155,13 +155,42 @@ def poison(ok, *arrays):
 
 
 def is_int(v) -> bool:
-    """A Python or NumPy integer, not a bool (``True`` is an ``int`` to Python).
+    """A Python, NumPy or concrete 0-d JAX integer, not a bool (``True`` is an ``int`` to Python).
+
+    A traced integer (inside ``jax.jit``) is not one: a count that sizes arrays must be known on the host.
 
     Example:
-        >>> is_int(3), is_int(np.int64(3)), is_int(True), is_int(3.0)
-        (True, True, False, False)
+        >>> is_int(3), is_int(np.int64(3)), is_int(jnp.int32(3)), is_int(True), is_int(3.0)
+        (True, True, True, False, False)
     """
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+    if isinstance(v, (bool, np.bool_)):
+        return False
+    if isinstance(v, (int, np.integer)):
+        return True
+    return (
+        isinstance(v, (np.ndarray, jax.Array))
+        and is_concrete(v)
+        and v.ndim == 0
+        and np.issubdtype(np.dtype(v.dtype), np.integer)
+    )
+
+
+def int_setting(v, name: str | None = None):
+    """A concrete 0-d NumPy / JAX integer (not a bool) as a Python ``int``; anything else unchanged.
+
+    For host-side counts (``num_subsamples``, ``chunk_size``, ``max_steps``, ...) checked with
+    ``isinstance`` and used as Python integers or static arguments: ``jnp.int32(50)`` was refused as
+    not a "positive integer" while ``np.int32(50)`` was accepted. With ``name``, a traced value raises
+    :func:`refuse_traced`'s ``TypeError``. Values the caller must still reject (bools, floats, text,
+    arrays) come back as they are, for its own message.
+
+    Example:
+        >>> int_setting(jnp.int32(5)), int_setting(np.array(5)), int_setting(True), int_setting(2.0)
+        (5, 5, True, 2.0)
+    """
+    if name is not None:
+        refuse_traced(v, name, "a concrete Python, NumPy or JAX integer", " (it sets a size or a loop count)")
+    return int(v) if is_int(v) else v
 
 
 def refuse_traced(x, name: str, what: str, why: str = "") -> None:

@@ -499,21 +499,31 @@ def randsel(
     X, y = _prepare(X, y, "gaussian", "linear")
     n, p = X.shape
     drop, keep = _checks.real_setting(drop), _checks.real_setting(keep)
+    num_subsamples = _checks.int_setting(num_subsamples, "num_subsamples")
+    subsample_size = _checks.int_setting(subsample_size, "subsample_size")
+    fix_after = _checks.int_setting(fix_after, "fix_after")
+    min_features = _checks.int_setting(min_features, "min_features")
+    chunk_size = _checks.int_setting(chunk_size, "chunk_size")
+    max_eval_rows = _checks.int_setting(max_eval_rows, "max_eval_rows")
     if not (isinstance(drop, (int, float, np.floating)) and 0 < drop < 1):
         raise ValueError(f"drop must lie in (0, 1), got {drop!r}")
     if not (isinstance(keep, (int, float, np.floating)) and 0 < keep < 1):
         raise ValueError(f"keep must lie in (0, 1), got {keep!r}")
-    if fix_after is not None and not (isinstance(fix_after, (int, np.integer)) and fix_after >= 1):
+    if fix_after is not None and not (_checks.is_int(fix_after) and fix_after >= 1):
         raise ValueError(f"fix_after must be a positive integer or None, got {fix_after!r}")
-    if isinstance(num_subsamples, bool) or not isinstance(num_subsamples, (int, np.integer)) or num_subsamples < 1:
+    if not (_checks.is_int(num_subsamples) and num_subsamples >= 1):
         raise ValueError(f"num_subsamples must be a positive integer, got {num_subsamples!r}")
-    if not (isinstance(min_features, (int, np.integer)) and 1 <= min_features < p):
+    if not (_checks.is_int(min_features) and 1 <= min_features < p):
         raise ValueError(f"min_features must be an integer in [1, p={p}), got {min_features!r}")
     m_a = n // 4 if subsample_size is None else subsample_size
-    if not (isinstance(m_a, (int, np.integer)) and 4 <= m_a <= n):
+    if not (_checks.is_int(m_a) and 4 <= m_a <= n):
         raise ValueError(f"subsample_size must be an integer in [4, n={n}], got {subsample_size!r}")
     if p < 2:
         raise ValueError(f"X needs at least 2 features, got {p}")
+    if chunk_size is not None and not (_checks.is_int(chunk_size) and chunk_size >= 1):
+        raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
+    if not (_checks.is_int(max_eval_rows) and max_eval_rows >= 4):
+        raise ValueError(f"max_eval_rows must be an integer >= 4, got {max_eval_rows!r}")
     sd = jnp.std(X, axis=0)
     X = (X - X.mean(0)) / jnp.where(sd > 0, sd, 1.0)
     y = y - y.mean(0)

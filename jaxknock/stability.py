@@ -260,7 +260,7 @@ def _check_settings(fraction, complementary_pairs, num_subsamples, threshold, ex
         raise ValueError(f"fraction must lie in (0, 1), got {fraction!r}")
     if complementary_pairs and fraction > 0.5:
         raise ValueError(f"complementary pairs need disjoint halves: fraction must be <= 0.5, got {fraction}")
-    if isinstance(num_subsamples, bool) or not isinstance(num_subsamples, (int, np.integer)) or num_subsamples < 2:
+    if not _checks.is_int(num_subsamples) or num_subsamples < 2:
         raise ValueError(f"num_subsamples must be an integer >= 2, got {num_subsamples!r}")
     if complementary_pairs and num_subsamples % 2:
         raise ValueError(f"complementary pairs need an even num_subsamples, got {num_subsamples}")
@@ -382,6 +382,10 @@ def stability_selection(
     if assumption is None:
         assumption = "unimodal" if complementary_pairs else "none"
     fraction, threshold, expected_false = map(_checks.real_setting, (fraction, threshold, expected_false))
+    num_subsamples = _checks.int_setting(num_subsamples, "num_subsamples")
+    num_lambdas = _checks.int_setting(num_lambdas, "num_lambdas")
+    chunk_size = _checks.int_setting(chunk_size, "chunk_size")
+    max_steps = _checks.int_setting(max_steps, "max_steps")
     _check_settings(fraction, complementary_pairs, num_subsamples, threshold, expected_false, assumption)
     _use_lockstep(solver, loss)  # solver='lockstep' with the logistic loss: an error before any work
     if assumption == "unimodal" and not complementary_pairs:
@@ -399,14 +403,17 @@ def stability_selection(
         raise ValueError("lambdas must be decreasing (the path is warm-started from the largest)")
     sharded = _mesh.wants_sharding(devices, mesh)
     use_engine = _use_engine(solver, fit_intercept, sharded)
-    if not use_engine:
+    if use_engine:
+        # the engines read tol / max_steps themselves: the same checks as the other solvers (tol=-1 or
+        # NaN ran, tol=None was a JAX conversion error); None means the default here too
+        tol = 1e-4 if tol is None else tol
+        make_settings(X.dtype, loss=loss, fit_intercept=fit_intercept, solver="fista", tol=tol, max_steps=max_steps)
+    else:
         settings = make_settings(
             X.dtype, loss=loss, fit_intercept=fit_intercept, solver="fista" if solver == "auto" else solver,
             tol=tol, max_steps=max_steps,
         )  # fmt: skip
-    if chunk_size is not None and (
-        isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1
-    ):
+    if chunk_size is not None and not (_checks.is_int(chunk_size) and chunk_size >= 1):
         raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
     B, L = int(num_subsamples), int(lambdas.shape[0])
     idx = stability_subsamples(key, n, B, fraction=fraction, complementary_pairs=complementary_pairs)

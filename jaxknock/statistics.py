@@ -313,7 +313,7 @@ def lcd(
         # num_lambdas as static settings (an array was a JAX hashing error, 0 or 2.5 ran unchecked)
         patience = check_patience(patience)
         if lambdas is None:
-            check_grid_settings(num_lambdas, eps)
+            num_lambdas = check_grid_settings(num_lambdas, eps)
         ws = _working_set.l1_cv(
             Xk3,
             jnp.broadcast_to(y, Xk3.shape[:2]),
@@ -339,7 +339,7 @@ def lcd(
             lambdas = jnp.asarray(lambdas, Xk3.dtype)
             check_lambdas(lambdas)
         else:
-            check_grid_settings(num_lambdas, eps)
+            num_lambdas = check_grid_settings(num_lambdas, eps)
         patience = check_patience(patience)
         sol = _lcd_cv_jit(
             Xk3,
@@ -443,7 +443,7 @@ def lsm(
         if _checks.is_concrete(lambdas) and np.any(np.diff(np.asarray(lambdas)) > 0):
             raise ValueError("lambdas must be in decreasing order for the signed-max statistic")
     else:
-        check_grid_settings(num_lambdas, eps)
+        num_lambdas = check_grid_settings(num_lambdas, eps)
     copies = int(num_knockoffs) + 1
     Xk3, cols, ties = canonical_columns(Xk3, copies)  # exact flip-sign property, ties included (see lcd)
     sol = _lsm_jit(Xk3, y, lambdas, settings, num_lambdas=num_lambdas, eps=float(eps))

@@ -452,6 +452,25 @@ def test_input_errors():
 # ---------------------------------------------------------------- estimator
 
 
+def test_settings_errors_name_the_argument():
+    """tol=-1 / NaN ran and reported success; alpha="1" / None was numpy's isfinite error; a vector k
+    a broadcasting error; max_steps=True ran as 1 while max_steps=jnp.int32(5) was refused."""
+    X = np.array([[1, 0, 2], [0, 3, 1], [2, 2, 0], [1, 1, 1]])
+    y = np.array([0, 1, 0, 1])
+    for bad in (-1.0, np.nan):
+        with pytest.raises(ValueError, match="tol must be a finite number >= 0"):
+            sparse_naive_bayes(X, y, 1, tol=bad)
+    for bad in ("1", None):
+        with pytest.raises(TypeError, match="alpha must be"):
+            sparse_naive_bayes(X, y, 1, alpha=bad)
+    with pytest.raises(ValueError, match="k must be a single integer.*sparse_naive_bayes_path"):
+        sparse_naive_bayes(X, y, np.array([1, 2]))
+    with pytest.raises(ValueError, match="max_steps must be a positive integer, got True"):
+        sparse_naive_bayes(X, y, 1, max_steps=True)
+    sol = sparse_naive_bayes(X, y, 1, max_steps=jnp.int32(5))
+    assert int(sol.stats["max_steps"]) == 5
+
+
 def test_selector_estimator_and_sklearn_interop():
     from sklearn.base import clone
     from sklearn.linear_model import LogisticRegression

@@ -302,7 +302,7 @@ def test_bad_cv_patience_and_num_replicates_raise_before_any_work(key):
     """``cv_patience=0`` ran the S solve and the sampling, then failed (or, for 0 / 2.5 / True, ran
     unchecked) in the statistics under the name ``patience``; ``num_replicates=True`` ran as 1."""
     X, y, _ = make_data()
-    for bad in (0, 2.5, True, np.array(3)):
+    for bad in (0, 2.5, True, np.array([3])):  # a 0-d integer array is an integer (``_checks.is_int``)
         with pytest.raises(ValueError, match="cv_patience must be None or a positive integer"):
             knockoff_filter(key, X, y, cv_patience=bad)
     with pytest.raises(ValueError, match="num_replicates must be a positive integer, got True"):

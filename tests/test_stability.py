@@ -409,3 +409,19 @@ def test_jax_and_numpy_scalar_settings():
     for bad in (True, np.array([0.4])):
         with pytest.raises(ValueError, match="fraction"):
             stability_selection(jax.random.key(0), X, y, fraction=bad, **kw)
+
+
+def test_jax_integer_counts_and_engine_tol():
+    """``num_subsamples=jnp.int32(4)`` (and num_lambdas, chunk_size, max_steps) was refused as not an integer
+    while ``np.int32(4)`` passed; a traced count names itself. The lockstep / working-set engines read
+    ``tol`` unchecked: tol=-1 or NaN ran, tol=None was JAX's conversion error."""
+    X, y = _data(0)
+    ref = stability_selection(jax.random.key(0), X, y, num_subsamples=4, num_lambdas=5)
+    res = stability_selection(jax.random.key(0), X, y, num_subsamples=jnp.int32(4), num_lambdas=jnp.int64(5))
+    np.testing.assert_array_equal(res.probabilities, ref.probabilities)
+    with pytest.raises(TypeError, match="num_subsamples must be a concrete .* traced"):
+        key = jax.random.key(0)
+        jax.jit(lambda b: stability_selection(key, X, y, num_subsamples=b))(4)
+    for bad in (-1.0, np.nan, "x"):
+        with pytest.raises(ValueError, match="tol must be a positive number"):
+            stability_selection(jax.random.key(0), X, y, num_subsamples=4, num_lambdas=5, tol=bad)

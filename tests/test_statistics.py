@@ -273,7 +273,7 @@ def test_lcd_working_set_engine_checks_patience_and_grid():
     ``patience=0`` / ``-1`` / ``2.5`` / ``True`` and ``num_lambdas=2.5`` ran, and a 0-d array failed with
     JAX's "Non-hashable static arguments"; the classic engine rejected them all."""
     Xk, y = _design(seed=3)
-    for bad in (0, -1, 2.5, True, np.array(3)):
+    for bad in (0, -1, 2.5, True, np.array([3])):  # a 0-d integer array is an integer (``_checks.is_int``)
         with pytest.raises(ValueError, match="patience must be None or a positive integer"):
             S.lcd(Xk, y, patience=bad)
     with pytest.raises(ValueError, match="num_lambdas must be a positive integer, got 2.5"):

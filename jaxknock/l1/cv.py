@@ -26,7 +26,7 @@ __all__ = ["cv_folds", "kfold_ids", "lasso_cv", "stratified_kfold_ids"]
 
 
 def _check_fold_count(n, folds):
-    if not (isinstance(folds, (int, np.integer)) and 2 <= folds <= n):
+    if not (_checks.is_int(folds) and 2 <= folds <= n):
         raise ValueError(f"folds must be an integer in [2, n_samples={n}], got {folds!r}")
 
 
@@ -41,6 +41,7 @@ def kfold_ids(n: int, folds: int) -> np.ndarray:
         array([0, 0, 0, 1, 1], dtype=int32)
     """
     _check_fold_count(n, folds)
+    folds = int(folds)
     sizes = np.full(folds, n // folds)
     sizes[: n % folds] += 1
     return np.repeat(np.arange(folds, dtype=np.int32), sizes)
@@ -63,7 +64,7 @@ def stratified_kfold_ids(y, folds: int) -> np.ndarray:
     """
     y = np.asarray(y)
     _check_fold_count(y.shape[0], folds)
-    n = y.shape[0]
+    folds, n = int(folds), y.shape[0]
     _, first, lexical = np.unique(y, return_index=True, return_inverse=True)
     codes = np.argsort(np.argsort(first))[lexical.reshape(-1)]  # classes numbered by first appearance
     num_classes = first.size
@@ -93,7 +94,7 @@ def cv_folds(y, binary: bool, K: int = 5):
 
 def resolve_folds(n, folds):
     """Resolve ``folds`` (int or per-row fold ids) into ``(ids, K)``."""
-    if isinstance(folds, (int, np.integer)):
+    if _checks.is_int(folds):
         return kfold_ids(n, int(folds)), int(folds)
     ids = np.asarray(folds)
     if ids.shape != (n,) or not np.issubdtype(ids.dtype, np.integer):

@@ -237,17 +237,20 @@ def default_grid(X, y, settings: L1Settings, *, num, eps):
     return geometric_grid(problem_lambda_max(full_problem(X, y, model), model), num, eps)
 
 
-def check_grid_settings(num, eps):
-    if not (isinstance(num, (int, np.integer)) and num >= 1):
+def check_grid_settings(num, eps) -> int:
+    """``num_lambdas`` (a Python, NumPy or concrete JAX integer >= 1) as an ``int``; ``eps`` in (0, 1)."""
+    num = _checks.int_setting(num)
+    if not (_checks.is_int(num) and num >= 1):
         raise ValueError(f"num_lambdas must be a positive integer, got {num!r}")
     if not (0 < eps < 1):
         raise ValueError(f"eps must lie in (0, 1), got {eps!r}")
+    return num
 
 
 def resolve_lambdas(X, y, lambdas, settings: L1Settings, *, num_lambdas, eps):
     """User ``lambdas`` (checked) or the default grid on the full data, as a ``(L,)`` array."""
     if lambdas is None:
-        check_grid_settings(num_lambdas, eps)
+        num_lambdas = check_grid_settings(num_lambdas, eps)
         lam_max = _lambda_max_jit(X, y, loss=settings.loss, fit_intercept=settings.fit_intercept)
         lambdas = geometric_grid(lam_max, num_lambdas, eps)
     lambdas = jnp.asarray(lambdas, X.dtype)
@@ -341,5 +344,5 @@ def lambda_grid(
         >>> [round(v, 6) for v in lambda_grid(X, y, num=3, eps=0.01, fit_intercept=False).tolist()]
         [1.0, 0.1, 0.01]
     """
-    check_grid_settings(num, eps)
+    num = check_grid_settings(num, eps)
     return geometric_grid(lambda_max(X, y, loss=loss, fit_intercept=fit_intercept), num, eps)

@@ -111,7 +111,7 @@ def fold_rows(folds, n: int):
     array of fold ids ``0..K-1``. Returns ``(ids, rows)`` with ``rows`` a
     ``(K, r)`` int array of row indices per fold, padded with ``n``.
     """
-    if isinstance(folds, (int, np.integer)):
+    if _checks.is_int(folds):
         K = int(folds)
         if K < 2 or K > n:
             raise ValueError(f"folds must be in [2, n={n}], got {K}")

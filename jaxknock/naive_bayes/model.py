@@ -31,7 +31,7 @@ import numpy as np
 from jax import lax
 
 from jaxknock import _backend
-from jaxknock._checks import combine_codes, is_concrete, poison
+from jaxknock._checks import combine_codes, int_setting, is_concrete, is_int, poison
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.naive_bayes._inputs import MODELS, check_values, is_sparse, label_tuple
 from jaxknock.naive_bayes.bernoulli import fit_bernoulli
@@ -326,9 +326,35 @@ def path_core(counts, n_samples, ks, alpha, tol, *, model, max_steps, batch_size
     return upper, lower, obj, steps, combine_codes(in_code, _final_code(codes, finite))
 
 
+def _check_real(x, name, what):
+    """A real scalar setting: text, ``None``, bools and other non-numbers raise a ``TypeError`` naming ``name``."""
+    if (
+        x is None
+        or isinstance(x, (str, bytes, bool, np.bool_))
+        or not (isinstance(x, numbers.Real) or (hasattr(x, "dtype") and np.dtype(x.dtype).kind in "iuf"))
+    ):
+        raise TypeError(f"{name} must be {what}, got {x!r} ({type(x).__name__})")
+
+
+def _check_tol(tol):
+    """``tol``: a finite number >= 0 (tol=-1 or NaN ran and reported success); a traced one is taken as it is."""
+    _check_real(tol, "tol", "a finite number >= 0 (relative dual gap)")
+    if is_concrete(tol) and (np.ndim(tol) != 0 or not (np.isfinite(tol) and tol >= 0)):
+        raise ValueError(f"tol must be a finite number >= 0 (relative dual gap), got {tol!r}")
+    return tol
+
+
+def _check_max_steps(max_steps):
+    max_steps = int_setting(max_steps, "max_steps")
+    if not (is_int(max_steps) and max_steps >= 1):
+        raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+    return max_steps
+
+
 def _check_model_alpha(model, alpha):
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
+    _check_real(alpha, "alpha", "a finite number >= 0 (Laplace smoothing)")
     if is_concrete(alpha):
         a = np.asarray(alpha)
         if a.ndim != 0 or not np.isfinite(a) or a < 0:
@@ -480,14 +506,17 @@ def sparse_naive_bayes(
         >>> labels = sol.value.predict(X)
     """
     _check_model_alpha(model, alpha)
-    if not isinstance(max_steps, numbers.Integral) or max_steps < 1:
-        raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+    max_steps = _check_max_steps(max_steps)
     sums = _as_sums(X, y, classes, model)
     _check_sums(sums, model, alpha)
     m = sums.num_features
     k = _check_k(k, m)
+    if np.ndim(k) != 0:  # was a broadcasting error inside the solver
+        raise ValueError(
+            f"k must be a single integer, got shape {np.shape(k)}: use sparse_naive_bayes_path for several k"
+        )
     dtype = sums.counts.dtype
-    tol = _default_tol(dtype) if tol is None else tol
+    tol = _default_tol(dtype) if tol is None else _check_tol(tol)
     theta, mask, coef, intercept, code, stats = fit_core(
         sums.counts,
         sums.n_samples,
@@ -550,8 +579,7 @@ def sparse_naive_bayes_path(
         True
     """
     _check_model_alpha(model, alpha)
-    if not isinstance(max_steps, numbers.Integral) or max_steps < 1:
-        raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+    max_steps = _check_max_steps(max_steps)
     sums = _as_sums(X, y, classes, model)
     _check_sums(sums, model, alpha)
     m = sums.num_features
@@ -564,10 +592,10 @@ def sparse_naive_bayes_path(
         # many k as fit in ~2**24 elements per array.
         budget = 1 if _backend.loop_over_batch("snb_path") else 2**24 // max(m * sums.num_classes, 1)
         batch_size = int(max(1, min(ks_arr.shape[0], budget)))
-    elif not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+    elif not (is_int(batch_size := int_setting(batch_size, "batch_size")) and batch_size >= 1):
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     dtype = sums.counts.dtype
-    tol = _default_tol(dtype) if tol is None else tol
+    tol = _default_tol(dtype) if tol is None else _check_tol(tol)
     upper, lower, obj, steps, code = path_core(
         sums.counts,
         sums.n_samples,
