@@ -193,6 +193,41 @@ def int_setting(v, name: str | None = None):
     return int(v) if is_int(v) else v
 
 
+def check_count(v, name: str, minimum: int = 1) -> int:
+    """A count setting (``epochs``, ``passes``, ...): a Python, NumPy or concrete JAX integer ``>= minimum``.
+
+    Returned as an ``int``. ``int(v)`` truncated ``2.5`` to 2, parsed ``"3"`` and took ``True`` as 1; they
+    raise a ``ValueError`` naming ``name`` instead, and a traced value :func:`refuse_traced`'s ``TypeError``.
+
+    Example:
+        >>> check_count(jnp.int32(3), "epochs")
+        3
+    """
+    v = int_setting(v, name)
+    if not (is_int(v) and v >= minimum):
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
+    return int(v)
+
+
+def check_real(v, name: str, *, minimum: float = 0.0, strict: bool = False) -> float:
+    """A real setting (a tolerance, a weight): a finite Python, NumPy or concrete 0-d JAX number ``>= minimum``
+    (``> minimum`` when ``strict``), returned as a ``float``; text, ``None`` and bools raise a ``TypeError``,
+    a traced value :func:`refuse_traced`'s.
+
+    Example:
+        >>> check_real(np.float32(0.5), "tol", strict=True)
+        0.5
+    """
+    refuse_traced(v, name, "a concrete number")
+    v = real_setting(v)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {v!r} ({type(v).__name__})")
+    v = float(v)
+    if not (np.isfinite(v) and (v > minimum if strict else v >= minimum)):
+        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {minimum:g}, got {v!r}")
+    return v
+
+
 def refuse_traced(x, name: str, what: str, why: str = "") -> None:
     """A ``TypeError`` when the host-side setting ``x`` is a value traced by ``jax.jit`` (it must be ``what``)."""
     if isinstance(x, jax.core.Tracer):

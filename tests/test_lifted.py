@@ -579,6 +579,47 @@ def test_bad_inputs_raise_specific_errors(key):
         fenchel_relu_regression(X, -jnp.ones((120, 2)))
 
 
+def test_counts_and_tolerances_are_checked_not_truncated(key):
+    """``int()`` truncated epochs=2.5 / batch_size=10.7 / alternations=1.9 / init widths 6.5, parsed "2" and
+    took True as 1; passes=0 or -1 returned the forward scores; a negative or NaN (inner_)tol or
+    weight_decay ran; lam="1" was numpy's isfinite error; lifted_to_mlp(index=5) of 3 models returned
+    the last one (JAX clamps a gather index) and index=0 of a single model blamed "several models"."""
+    X, y = X_TR, Y_TR
+    spec = _spec()
+    for kw, name in [
+        (dict(epochs=2.5), "epochs"),
+        (dict(epochs="2"), "epochs"),
+        (dict(epochs=True), "epochs"),
+        (dict(batch_size=10.7), "batch_size"),
+        (dict(alternations=1.9), "alternations"),
+        (dict(inner_max_steps=2.5), "inner_max_steps"),
+        (dict(inner_tol=-1.0), "inner_tol"),
+        (dict(tol=float("nan")), "tol"),
+    ]:
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            fit_lifted(key, X, y, spec, **kw)
+    for kw, name in [
+        (dict(init=(5, 6.5, 3)), "init"),
+        (dict(epochs=1.5), "epochs"),
+        (dict(weight_decay=-1.0), "weight_decay"),
+    ]:
+        with pytest.raises(ValueError, match=name):
+            train_mlp(key, X, y, **{"init": SIZES, **kw}, optimizer=ADAM, batch_size=10)
+    params = mlp_init(key, SIZES)
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="passes must be"):
+            predict_lifted(params, X, spec, method="lifted", passes=bad)
+    with pytest.raises(TypeError, match="lam must be"):
+        LiftedSpec(SIZES, lam="1")
+    stacked = jax.tree_util.tree_map(lambda a: jnp.stack([a, 2 * a, 3 * a]), params)
+    np.testing.assert_array_equal(lifted_to_mlp(stacked, index=jnp.int32(-1))[0]["w"], 3 * params[0]["w"])
+    for bad in (3, -4, 1.5):
+        with pytest.raises(ValueError, match=r"index must be an integer in \[-3, 3\)"):
+            lifted_to_mlp(stacked, index=bad)
+    with pytest.raises(ValueError, match="params hold one"):
+        lifted_to_mlp(params, index=0)
+
+
 # --- MNIST (skipped without the data) ------------------------------------------
 
 

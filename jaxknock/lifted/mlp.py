@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxknock import _checks
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.lifted._inputs import check_params, prepare_xy
 from jaxknock.lifted.objective import loss_sum
@@ -138,6 +139,13 @@ def lifted_to_mlp(params_or_solution, *, index: int | None = None, dtype=None) -
     """
     params = params_or_solution.value if isinstance(params_or_solution, Solution) else params_or_solution
     if index is not None:
+        # a[index] is a JAX gather: an index past the end was clamped to the last model, silently
+        H = params[0]["w"].shape[0] if params[0]["w"].ndim == 3 else None
+        if H is None:
+            raise ValueError(f"index={index!r} selects one of several models (tune_lifted), but params hold one")
+        index = _checks.int_setting(index, "index")
+        if not (_checks.is_int(index) and -H <= index < H):
+            raise ValueError(f"index must be an integer in [-{H}, {H}) (the params hold {H} models), got {index!r}")
         params = jax.tree_util.tree_map(lambda a: a[index], params)
     if params[0]["w"].ndim != 2:
         raise ValueError("params hold several models (from tune_lifted): pass index=")
@@ -222,7 +230,7 @@ def train_mlp(
       (2,)
     """
     if isinstance(init, (tuple, list)) and init and not isinstance(init[0], dict):
-        sizes = tuple(int(s) for s in init)
+        sizes = _checks.as_int_tuple(init, "init")  # int(6.5) was a width of 6
         params = None
     else:
         sizes = tuple([init[0]["w"].shape[0]] + [layer["w"].shape[1] for layer in init])
@@ -230,11 +238,11 @@ def train_mlp(
     spec = LiftedSpec(sizes, loss=loss)
     X, Y, labels = prepare_xy(X, y, spec)
     N = X.shape[0]
-    batch_size = int(batch_size)
+    batch_size = _checks.check_count(batch_size, "batch_size")  # int() truncated 8.5
     if not 1 <= batch_size <= N:
         raise ValueError(f"batch_size must lie in [1, {N}], got {batch_size}")
-    if int(epochs) < 1:
-        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    epochs = _checks.check_count(epochs, "epochs")
+    weight_decay = _checks.check_real(weight_decay, "weight_decay")  # -1 diverged to a negative "loss"
     k_init, k_perm = jax.random.split(key)
     params = mlp_init(k_init, sizes, dtype=X.dtype) if params is None else check_params(params, spec, X.dtype)
     test = None

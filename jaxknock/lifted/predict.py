@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxknock._checks import as_float_array, check_finite, check_ndim
+from jaxknock._checks import as_float_array, check_count, check_finite, check_ndim
 from jaxknock.lifted._inputs import check_params
 from jaxknock.lifted.blocks import forward_state, x_steps
 from jaxknock.lifted.mlp import mlp_apply
@@ -64,13 +64,14 @@ def predict_lifted(
         raise ValueError(f"spec.sizes[0] = {spec.sizes[0]} but X has {X.shape[1]} features per row")
     check_finite(X, "X")
     params = check_params(params, spec, X.dtype)
+    passes = check_count(passes, "passes")  # 0 or -1 returned the scores of the forward pass unchanged
     if method == "feedforward" or (method == "lifted" and spec.loss == "mse"):
         return mlp_apply(params, X)
     if method != "lifted":
         raise ValueError(f"method must be 'feedforward' or 'lifted', got {method!r}")
     hyper = spec.hyper(X.dtype) if hyper is None else hyper
     settings = default_settings(X.dtype, inner_tol=inner_tol, inner_max_steps=inner_max_steps)
-    return _lifted_scores(params, X, hyper, spec, settings, int(passes))
+    return _lifted_scores(params, X, hyper, spec, settings, passes)
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4, 5))

@@ -11,7 +11,6 @@ are the static solver settings of the inner block solves, built by
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, NamedTuple
 
 import jax
@@ -96,7 +95,10 @@ class LiftedSpec:
             raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
         if self.model not in MODELS:
             raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
-        if not (np.isfinite(self.lam) and float(self.lam) > 0):
+        lam = _checks.real_setting(self.lam)
+        if isinstance(lam, (bool, np.bool_)) or not isinstance(lam, (int, float, np.integer, np.floating)):
+            raise TypeError(f"lam must be a positive finite number, got {self.lam!r} ({type(self.lam).__name__})")
+        if not (np.isfinite(lam) and float(lam) > 0):
             raise ValueError(f"lam must be a positive finite number, got {self.lam!r}")
         n = len(sizes) - 1
         object.__setattr__(self, "sizes", sizes)
@@ -220,23 +222,13 @@ def default_settings(
     ``w_max_steps`` to ``inner_max_steps`` and ``bisect_tol`` to ``4 eps``.
     """
     eps = float(jnp.finfo(dtype).eps)
-    if inner_tol is None:
-        inner_tol = 1e-6 if eps < 1e-10 else 1e-4
-    inner_max_steps = int(inner_max_steps)
-    w_max_steps = inner_max_steps if w_max_steps is None else int(w_max_steps)
-    if inner_max_steps < 1 or w_max_steps < 1:
-        raise ValueError("inner_max_steps and w_max_steps must be >= 1")
-    if int(alternations) < 1:
-        raise ValueError(f"alternations must be >= 1, got {alternations}")
-    extrapolation = float(extrapolation)
-    if not (math.isfinite(extrapolation) and extrapolation >= 0):
-        raise ValueError(f"extrapolation must be a finite number >= 0, got {extrapolation}")
-    return Settings(
-        float(inner_tol),
-        inner_max_steps,
-        w_max_steps,
-        float(4 * eps if bisect_tol is None else bisect_tol),
-        int(bisect_max_steps),
-        int(alternations),
-        extrapolation,
-    )
+    # int() truncated 2.5 and parsed "3"; a negative or NaN tolerance ran (never met, or met at once)
+    inner_tol = (1e-6 if eps < 1e-10 else 1e-4) if inner_tol is None else inner_tol
+    inner_tol = _checks.check_real(inner_tol, "inner_tol", strict=True)
+    inner_max_steps = _checks.check_count(inner_max_steps, "inner_max_steps")
+    w_max_steps = inner_max_steps if w_max_steps is None else _checks.check_count(w_max_steps, "w_max_steps")
+    bisect_tol = _checks.check_real(4 * eps if bisect_tol is None else bisect_tol, "bisect_tol", strict=True)
+    bisect_max_steps = _checks.check_count(bisect_max_steps, "bisect_max_steps")
+    alternations = _checks.check_count(alternations, "alternations")
+    extrapolation = _checks.check_real(extrapolation, "extrapolation")
+    return Settings(inner_tol, inner_max_steps, w_max_steps, bisect_tol, bisect_max_steps, alternations, extrapolation)

@@ -115,10 +115,11 @@ def _check_run(
         raise TypeError(f"spec must be a LiftedSpec, got {type(spec).__name__}")
     X, Y, labels = prepare_xy(X, y, spec)
     N = X.shape[0]
-    if int(epochs) < 1:
-        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    epochs = _checks.check_count(epochs, "epochs")  # int() truncated 2.5, parsed "2", took True as 1
+    if tol is not None:
+        tol = _checks.check_real(tol, "tol")
     if batch_size is not None:
-        batch_size = int(batch_size)
+        batch_size = _checks.check_count(batch_size, "batch_size")
         if not 1 <= batch_size <= N:
             raise ValueError(f"batch_size must lie in [1, {N}] (the number of samples), got {batch_size}")
     if tol is not None and batch_size is not None:
