@@ -81,6 +81,22 @@ def test_an_unwritable_report_path_fails_before_the_work(reg_csv, tmp_path, caps
     assert_error(["stability", reg_csv, "--target", "y", "--out", str(tmp_path)], capsys, "is a directory")
 
 
+def test_report_is_strict_json(tmp_path):
+    """The thresholds of a selection that selects nothing (inf) and an alpha=0 log-odds (+-inf) were
+    written as bare Infinity, which is not JSON: jq and JSON.parse refused the whole report."""
+    from jaxknock.cli.report import write_json
+
+    path = tmp_path / "r.json"
+    write_json(path, {"thresholds": [np.inf], "w": np.float64(-np.inf), "x": float("nan"), "a": np.array([1.5, 2])})
+
+    def refuse(constant):
+        raise ValueError(constant)
+
+    assert json.loads(path.read_text(), parse_constant=refuse) == {
+        "thresholds": ["inf"], "w": "-inf", "x": "nan", "a": [1.5, 2.0]
+    }  # fmt: skip
+
+
 def test_select_csv_finds_signals_and_writes_report(reg_csv, tmp_path, capsys):
     out_json = tmp_path / "result.json"
     code, out, err = run(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 from pathlib import Path
@@ -79,12 +80,29 @@ def check_writable(path) -> None:
 
 
 def write_json(path, report):
+    """Write ``report`` as standard JSON: a non-finite number is written as the string ``"inf"``,
+    ``"-inf"`` or ``"nan"`` (``float()`` reads them back). Python's bare ``Infinity`` / ``NaN``
+    (the thresholds of a selection that selects nothing, an ``alpha=0`` log-odds) are not JSON:
+    ``jq``, ``JSON.parse`` and strict parsers refused the whole report."""
     try:
         with open(path, "w") as fh:
-            json.dump(report, fh, indent=2, default=_json_default)
+            json.dump(_finite(report), fh, indent=2, allow_nan=False)
             fh.write("\n")
     except OSError as err:
         raise CLIError(f"cannot write the report to {path}: {err.strerror or err}") from None
+
+
+def _finite(obj):
+    """``obj`` with NumPy scalars / arrays as Python values and non-finite floats as strings."""
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, (str, bool, int, type(None))):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else ("nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf"))
+    return _finite(_json_default(obj))
 
 
 def _json_default(obj):
