@@ -454,7 +454,8 @@ def test_input_errors():
 
 def test_settings_errors_name_the_argument():
     """tol=-1 / NaN ran and reported success; alpha="1" / None was numpy's isfinite error; a vector k
-    a broadcasting error; max_steps=True ran as 1 while max_steps=jnp.int32(5) was refused."""
+    a broadcasting error; max_steps=True ran as 1 while max_steps=jnp.int32(5) was refused; a text
+    max_block_bytes was a comparison TypeError."""
     X = np.array([[1, 0, 2], [0, 3, 1], [2, 2, 0], [1, 1, 1]])
     y = np.array([0, 1, 0, 1])
     for bad in (-1.0, np.nan):
@@ -469,6 +470,9 @@ def test_settings_errors_name_the_argument():
         sparse_naive_bayes(X, y, 1, max_steps=True)
     sol = sparse_naive_bayes(X, y, 1, max_steps=jnp.int32(5))
     assert int(sol.stats["max_steps"]) == 5
+    for bad in ("1", 0.5):  # "1" was a comparison TypeError, 64.7 ran as 64
+        with pytest.raises(ValueError, match="max_block_bytes must be an integer"):
+            class_sums_npz("unread.npz", y, max_block_bytes=bad)
 
 
 def test_selector_estimator_and_sklearn_interop():

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from jaxknock._checks import check_npz_archive
+from jaxknock._checks import check_count, check_npz_archive
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "iter_npz_blocks", "npz_shape"]
 
@@ -93,8 +93,7 @@ def iter_npz_blocks(path: str | os.PathLike, *, max_block_bytes: int = DEFAULT_B
     """
     import scipy.sparse as sp
 
-    if max_block_bytes < 1:
-        raise ValueError(f"max_block_bytes must be positive, got {max_block_bytes}")
+    max_block_bytes = check_count(max_block_bytes, "max_block_bytes")  # "1" was a comparison TypeError
     path = os.fspath(path)
     check_npz_archive(path)
     with zipfile.ZipFile(path) as zf:

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock._checks import check_nonempty, is_concrete
+from jaxknock._checks import check_count, check_nonempty, is_concrete
 from jaxknock.naive_bayes._inputs import (
     MODELS,
     check_values,
@@ -391,6 +391,7 @@ def class_sums_npz(
     ``jaxknock.sparse_naive_bayes(sums, None, k)`` then fits from the sums.
     """
     _check_model(model)
+    max_block_bytes = check_count(max_block_bytes, "max_block_bytes")
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = list(paths)
