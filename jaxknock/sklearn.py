@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
 
+from jaxknock import _checks
 from jaxknock.naive_bayes.model import sparse_naive_bayes
 from jaxknock.naive_bayes.sums import ClassSums
 from jaxknock.pipeline import AGGREGATES, S_METHODS, STATISTICS, Selection, knockoff_filter
@@ -251,9 +252,9 @@ class KnockoffSelector(_RandomisedSelector):
             raise ValueError(f"statistic must be one of {STATISTICS}, got {self.statistic!r}")
         if self.aggregate not in AGGREGATES:
             raise ValueError(f"aggregate must be one of {AGGREGATES}, got {self.aggregate!r}")
-        if not isinstance(self.num_replicates, numbers.Integral) or self.num_replicates < 1:
+        if not (_checks.is_int(self.num_replicates) and self.num_replicates >= 1):
             raise ValueError(f"num_replicates must be a positive integer, got {self.num_replicates!r}")
-        if isinstance(self.num_knockoffs, bool) or not isinstance(self.num_knockoffs, numbers.Integral):
+        if not _checks.is_int(self.num_knockoffs):
             raise TypeError(f"num_knockoffs must be a positive integer, got {self.num_knockoffs!r}")
         if self.num_knockoffs < 1:
             raise ValueError(f"num_knockoffs must be a positive integer, got {self.num_knockoffs!r}")
@@ -387,7 +388,7 @@ class SparseNaiveBayes(ClassifierMixin, SelectorMixin, BaseEstimator):
         X, y = validate_data(self, X, y, accept_sparse=["csr", "csc"], dtype=np.float64)
         check_non_negative(X, "SparseNaiveBayes (input X)")
         check_classification_targets(y)
-        if not isinstance(self.k, numbers.Integral) or self.k < 0:
+        if not (_checks.is_int(self.k) and self.k >= 0):
             raise ValueError(f"k must be a non-negative integer, got {self.k!r}")
         if self.k > X.shape[1]:
             raise ValueError(f"k={self.k} exceeds the number of features: X has {X.shape[1]} feature(s)")
@@ -617,7 +618,7 @@ class RandSelSelector(_RandomisedSelector):
         from jaxknock.kernels import randsel
 
         k = self.n_features_to_select
-        if k is not None and not (isinstance(k, numbers.Integral) and k >= 1):
+        if k is not None and not (_checks.is_int(k) and k >= 1):
             raise ValueError(f"n_features_to_select must be a positive integer or None, got {k!r}")
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=False, ensure_min_samples=4)
         y = _encode_target(y)

@@ -155,6 +155,8 @@ def test_sparse_naive_bayes_reuses_core_and_matches_multinomialnb():
     Xs = sp.csr_matrix(X)
     np.testing.assert_array_equal(SparseNaiveBayes(k=3).fit(Xs, y).transform(Xs).toarray(), ours.transform(X))
     assert clone(ours).get_params() == {"k": 3, "model": "multinomial", "alpha": 1.0}
+    # a JAX integer k was refused as "not a non-negative integer" (a NumPy one passed)
+    np.testing.assert_array_equal(SparseNaiveBayes(k=jax.numpy.int32(3)).fit(X, y).get_support(), ours.get_support())
     assert repr(SparseNaiveBayes(k=4)) == "SparseNaiveBayes(k=4)"
 
 
