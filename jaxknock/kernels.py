@@ -455,8 +455,8 @@ def randsel(
     irrelevant ones included, gets a positive :math:`\hat c_j` of order ``1/m``
     (the ranking is unchanged, the sign is not); the U-statistic has
     :math:`E\hat c_j = c_j` exactly (the same kernel width for ``V`` and ``U``).
-    Each of the ``num_subsamples`` draws takes ``subsample_size`` rows without
-    replacement, a uniform set ``V`` of :math:`\lfloor n_f/2\rfloor + 1` features
+    Each of the ``num_subsamples`` draws takes ``subsample_size`` rows (default
+    ``n // 4``, at least 4) without replacement, a uniform set ``V`` of :math:`\lfloor n_f/2\rfloor + 1` features
     and ``U = V`` minus one uniform member of ``V``; then :math:`\hat c_j` is the
     mean of :math:`A(V)` over the draws with :math:`j\in V` minus the mean of
     :math:`A(U)` over those with :math:`j \notin U` (both are exact samples of
@@ -515,7 +515,7 @@ def randsel(
         raise ValueError(f"num_subsamples must be a positive integer, got {num_subsamples!r}")
     if not (_checks.is_int(min_features) and 1 <= min_features < p):
         raise ValueError(f"min_features must be an integer in [1, p={p}), got {min_features!r}")
-    m_a = n // 4 if subsample_size is None else subsample_size
+    m_a = min(n, max(4, n // 4)) if subsample_size is None else subsample_size  # n // 4 < 4 blamed subsample_size=None
     if not (_checks.is_int(m_a) and 4 <= m_a <= n):
         raise ValueError(f"subsample_size must be an integer in [4, n={n}], got {subsample_size!r}")
     if p < 2:

@@ -266,11 +266,12 @@ def test_randsel_jax_scalar_drop_and_keep():
 
 def test_randsel_counts():
     """JAX integer counts were refused (NumPy ones passed); chunk_size=0 was a ZeroDivisionError,
-    chunk_size=2.5 ran as 2, max_eval_rows=2 gave an alignment of 1 for every round and None a TypeError."""
-    X, y = _xor(0, n=40, irrelevant=2)
-    kw = dict(num_subsamples=8, subsample_size=10)
-    ref = randsel(jax.random.key(0), X, y, **kw)
-    res = randsel(jax.random.key(0), X, y, num_subsamples=jnp.int32(8), subsample_size=np.array(10))
+    chunk_size=2.5 ran as 2, max_eval_rows=2 gave an alignment of 1 for every round and None a TypeError;
+    with n < 16 rows the default subsample_size (n // 4 < 4) was refused as "subsample_size ... got None"."""
+    X, y = _xor(0, n=12, irrelevant=2)
+    kw = dict(num_subsamples=8)
+    ref = randsel(jax.random.key(0), X, y, **kw)  # default subsample_size: 4 rows
+    res = randsel(jax.random.key(0), X, y, num_subsamples=jnp.int32(8), subsample_size=np.array(4))
     np.testing.assert_array_equal(res.ranking, ref.ranking)
     for bad in (dict(chunk_size=0), dict(chunk_size=2.5), dict(max_eval_rows=2), dict(max_eval_rows=None)):
         with pytest.raises(ValueError, match=next(iter(bad))):
