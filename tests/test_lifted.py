@@ -618,6 +618,8 @@ def test_counts_and_tolerances_are_checked_not_truncated(key):
             lifted_to_mlp(stacked, index=bad)
     with pytest.raises(ValueError, match="params hold one"):
         lifted_to_mlp(params, index=0)
+    with pytest.raises(ValueError, match="H = 0"):  # was a tree_map TypeError
+        tune_lifted(key, X, y, spec, lam=[])
 
 
 # --- MNIST (skipped without the data) ------------------------------------------

@@ -561,6 +561,8 @@ def _stacked_hyper(spec: LiftedSpec, dtype, lam, rho, gamma) -> LiftedHyper:
             f"got shapes {[tuple(jnp.shape(a)) for a in given]}"
         )
     H = sizes.pop()
+    if H == 0:  # was a tree_map TypeError further on
+        raise ValueError("lam, rho and gamma hold no hyper-parameter values (H = 0): give at least one model")
 
     def per_layer(a, default, name):
         if a is None:
