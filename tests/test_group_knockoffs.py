@@ -72,7 +72,19 @@ def test_singletons_reproduce_ungrouped(problem):
         assert sol.value.blocks.shape == (p, 1, 1)
 
 
-def cvxpy_group_maxent(Sigma, g, c=2.0):
+def test_singleton_maxent_reproduces_ungrouped_with_multiple_knockoffs(problem):
+    # m knockoffs: log det G = p log m + logdet(c Sigma - S) + m logdet S; the group solver once dropped the
+    # factor m (a different, less-entropic S for m > 1 whose certified gap still read "successful")
+    Sigma, _ = problem
+    p = Sigma.shape[0]
+    for m in (2, 3):
+        sol = group_s_matrix(Sigma, np.arange(p), method="maxent", num_knockoffs=m, tol=1e-10)
+        ref = jaxknock.maxent(Sigma, num_knockoffs=m, tol=1e-10)
+        np.testing.assert_allclose(np.asarray(sol.value.diagonal()), np.asarray(ref.value), rtol=1e-4)
+
+
+def cvxpy_group_maxent(Sigma, g, c=2.0, m=1):
+    """``max logdet(c Sigma - S) + m sum_g logdet S_g`` (Knockoffs.jl's group_maxent_obj)."""
     p = Sigma.shape[0]
     blocks = [cp.Variable((k, k), symmetric=True) for k in np.bincount(g)]
     idx = [np.flatnonzero(g == j) for j in range(len(blocks))]
@@ -81,7 +93,7 @@ def cvxpy_group_maxent(Sigma, g, c=2.0):
         E = np.zeros((p, len(ix)))
         E[ix, np.arange(len(ix))] = 1
         S = S + E @ B @ E.T
-    obj = cp.log_det(c * Sigma - S) + sum(cp.log_det(B) for B in blocks)
+    obj = cp.log_det(c * Sigma - S) + m * sum(cp.log_det(B) for B in blocks)
     prob = cp.Problem(cp.Maximize(obj))
     prob.solve(solver=cp.CLARABEL)
     return np.asarray(S.value), prob.value
@@ -103,12 +115,12 @@ def test_maxent_matches_cvxpy_and_gap_bounds(problem, m):
     c = (m + 1) / m
     sol = group_s_matrix(Sigma, g, method="maxent", num_knockoffs=m, tol=1e-9)
     S = np.asarray(sol.value.dense())
-    S_ref, opt = cvxpy_group_maxent(Sigma, g, c)
+    S_ref, opt = cvxpy_group_maxent(Sigma, g, c, m)
 
     def obj(S):
         val = np.linalg.slogdet(c * Sigma - S)[1]
         for j in range(g.max() + 1):
-            val += np.linalg.slogdet(S[np.ix_(g == j, g == j)])[1]
+            val += m * np.linalg.slogdet(S[np.ix_(g == j, g == j)])[1]
         return val
 
     assert obj(S) >= obj(S_ref) - 1e-6

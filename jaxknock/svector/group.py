@@ -383,17 +383,20 @@ class GroupMaxentState(NamedTuple):
     S: jax.Array  # (G, b, b) whitened blocks S~_g
     Zb: jax.Array  # (G, b, b) diagonal blocks of (c C - S~)^-1
     gap: jax.Array  # () certified gap
-    objective: jax.Array  # () logdet(c C - S~) + sum_g logdet S~_g
+    objective: jax.Array  # () logdet(c C - S~) + m sum_g logdet S~_g
 
 
-def _group_maxent(norm: _Normalised, c, tol, max_steps):
-    r"""Scaled ascent for ``max logdet(c C - S) + sum_g logdet S_g`` over block-diagonal ``S``.
+def _group_maxent(norm: _Normalised, c, m, tol, max_steps):
+    r"""Scaled ascent for ``max logdet(c C - S) + m sum_g logdet S_g`` over block-diagonal ``S``.
 
-    Direction ``D_g = ((Z_gg)^-1 - S_g) / 2`` with ``Z = (c C - S)^-1``: the
-    exact block-coordinate maximiser of every block at once (Knockoffs.jl's
-    block update, applied in parallel), an ascent direction since
-    ``<grad, D> = sum_g sum_i (lambda_i + 1/lambda_i - 2) / 2 >= 0`` for the
-    eigenvalues ``lambda_i`` of ``S_g^{1/2} Z_gg S_g^{1/2}``; backtracking
+    ``m`` knockoffs: ``log det G = p log m + logdet(c C - S) + m sum_g logdet S_g``
+    for the joint covariance ``G`` of ``[X, X~1, ..., X~m]`` (Knockoffs.jl's
+    ``group_maxent_obj``; the scalar :func:`~jaxknock.maxent` for singletons).
+    Direction ``D_g = (m (Z_gg)^-1 - S_g) / (m + 1)`` with ``Z = (c C - S)^-1``:
+    the exact block-coordinate maximiser ``m ((Z_gg)^-1 + S_g) / (m + 1)`` of
+    every block at once (Knockoffs.jl's block update, applied in parallel), an
+    ascent direction since ``<grad, D> = sum_g sum_i (lambda_i - m)^2 / ((m + 1) lambda_i) >= 0``
+    for the eigenvalues ``lambda_i`` of ``S_g^{1/2} Z_gg S_g^{1/2}``; backtracking
     keeps ``c C - S`` and every ``S_g`` positive definite. One Cholesky and one
     triangular inverse of the ``(G b) x (G b)`` matrix per step when the full
     step is accepted (the usual case).
@@ -413,7 +416,7 @@ def _group_maxent(norm: _Normalised, c, tol, max_steps):
         good = jnp.all(jnp.isfinite(LA)) & jnp.all(jnp.isfinite(LS))
         LA = jnp.where(good, LA, eye_n)
         LS = jnp.where(good, LS, eye_b)
-        f = 2 * jnp.sum(jnp.log(jnp.diagonal(LA))) + 2 * jnp.sum(jnp.log(jnp.diagonal(LS, axis1=1, axis2=2)))
+        f = 2 * jnp.sum(jnp.log(jnp.diagonal(LA))) + m * (2 * jnp.sum(jnp.log(jnp.diagonal(LS, axis1=1, axis2=2))))
         return good, LA, f
 
     def z_blocks(LA):
@@ -422,9 +425,10 @@ def _group_maxent(norm: _Normalised, c, tol, max_steps):
         return jnp.einsum("kgi,kgj->gij", Linv, Linv, precision=HIGHEST)
 
     def gap_of(S, Zb):
-        SZ = jnp.einsum("gij,gjk->gik", S, Zb, precision=HIGHEST)
+        # m sum_g [tr T_g - b - logdet T_g], T_g = S_g Z_gg / m (Fenchel duality of logdet at Z)
+        SZ = jnp.einsum("gij,gjk->gik", S, Zb, precision=HIGHEST) / m
         _, logdet = jnp.linalg.slogdet(SZ)
-        return jnp.sum(jnp.trace(SZ, axis1=1, axis2=2) - b - logdet)
+        return m * jnp.sum(jnp.trace(SZ, axis1=1, axis2=2) - b - logdet)
 
     S0 = _feasible_scale(Cf, c) * eye_b
     _, LA0, f0 = evaluate(S0)
@@ -433,7 +437,7 @@ def _group_maxent(norm: _Normalised, c, tol, max_steps):
 
     def step(state):
         S = state.S
-        target = 0.5 * (jnp.linalg.inv(state.Zb) + S)
+        target = (m / (m + 1.0)) * (jnp.linalg.inv(state.Zb) + S)
         D = 0.5 * ((target - S) + jnp.swapaxes(target - S, 1, 2))
 
         def attempt(alpha):
@@ -469,8 +473,10 @@ def _group_solve(Sigma, members, tol, max_steps, *, method, m):
     if method == "equicorrelated":
         blocks, code, stats = _group_equicorrelated(norm, c)
         return blocks, code, stats
-    solver = _group_sdp if method == "sdp" else _group_maxent
-    blocks, it, stats = solver(norm, c, tol, max_steps)
+    if method == "sdp":
+        blocks, it, stats = _group_sdp(norm, c, tol, max_steps)
+    else:
+        blocks, it, stats = _group_maxent(norm, c, float(m), tol, max_steps)
     stats = {"num_steps": it.num_steps, "max_steps": max_steps, **stats}
     return blocks, it.result, stats
 
@@ -515,14 +521,15 @@ def group_s_matrix(
       singleton groups it is the ungrouped SDP (:func:`jaxknock.sdp`, same ``s``
       to the tolerances).
     * ``"maxent"`` (maximum entropy, the Knockoffs.jl default): maximise
-      ``log det(c Sigma - S) + sum_g log det S_g`` over all block-diagonal
-      ``S`` (full blocks). Every step moves all blocks at once towards their
-      exact block-coordinate maximiser ``S_g <- ((Z_gg)^{-1} + S_g) / 2``,
+      ``log det(c Sigma - S) + m sum_g log det S_g`` (the ``log det`` of the
+      joint covariance of ``[X, X~1, ..., X~m]`` up to ``p log m``) over all
+      block-diagonal ``S`` (full blocks). Every step moves all blocks at once towards their
+      exact block-coordinate maximiser ``S_g <- m ((Z_gg)^{-1} + S_g) / (m + 1)``,
       ``Z = (c Sigma - S)^{-1}`` (Knockoffs.jl's block update, here in parallel
       and batched) with backtracking; ``O(p^3)`` per step. Certified gap
       (Fenchel duality of ``log det``): for the same ``Z``,
-      ``gap = sum_g [tr(S_g Z_gg) - |g| - log det(S_g Z_gg)] >= OPT - objective``,
-      zero exactly at the optimum (``S_g = (Z_gg)^{-1}``). Singleton groups:
+      ``gap = m sum_g [tr T_g - |g| - log det T_g] >= OPT - objective`` with
+      ``T_g = S_g Z_gg / m``, zero exactly at the optimum (``S_g = m (Z_gg)^{-1}``). Singleton groups:
       the scalar maximum-entropy ``s``.
 
     * ``"mvr"`` (minimum variance-based reconstructability, knockpy's group
