@@ -204,9 +204,9 @@ def sample_knockoffs(key, X, Sigma, s, *, mu=None, num_knockoffs=1):
     one ``p x p`` factorisation (the trick of He et al. 2021 / Knockoffs.jl):
 
     .. math::
-                ilde x_k = 	ext{mean} + L g_0 + (e_k - ar e),\quad
-        LL^	op = \Omega_m = 	frac{m+1}{m}S - S\Sigma^{-1}S,\quad
-        e_k \sim \mathcal N(0, S)\ 	ext{i.i.d.},
+        \tilde x_k = \text{mean} + L g_0 + (e_k - \bar e),\quad
+        LL^\top = \Omega_m = \frac{m+1}{m}S - S\Sigma^{-1}S,\quad
+        e_k \sim \mathcal N(0, S)\ \text{i.i.d.},
 
     since ``e_k - e_bar`` has covariance ``(1 - 1/m) S`` and cross-covariance
     ``-S/m``. ``Omega_m >= 0`` is exactly the feasibility condition
