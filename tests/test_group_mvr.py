@@ -98,6 +98,23 @@ def test_singleton_groups_are_mvr():
     assert sol.value.blocks.shape == (P, 1, 1)
 
 
+def test_group_mvr_converges_when_sigma_is_block_diagonal_along_the_groups():
+    # m = 1 and C block diagonal along the groups (C = I: Ledoit-Wolf of iid data shrunk all the way; p = 1):
+    # the target T = 2 C - S is S reflected through the optimum C with the same objective; accepting that tie
+    # swapped S = C / 2 and 3 C / 2 until max_steps (S = I / 2 instead of I, objective 2.67 p instead of 2 p)
+    blocks = np.zeros((6, 6))
+    blocks[:2, :2] = ar1_correlation(2, 0.5)
+    blocks[2:, 2:] = ar1_correlation(4, 0.7)
+    for C, g in (
+        (np.eye(5), np.array([0, 1, 1, 2, 2])),
+        (np.eye(1), np.zeros(1, int)),
+        (blocks, np.repeat([0, 1], [2, 4])),
+    ):
+        sol = group_s_matrix(C, g, method="mvr")
+        assert int(sol.result) == RESULTS.successful
+        np.testing.assert_allclose(np.asarray(sol.value.dense()), C, atol=1e-6)  # the optimum S = C
+
+
 def test_group_mvr_bad_method():
     with pytest.raises(ValueError, match="method"):
         group_s_matrix(SIGMA, GROUPS, method="mvr2")

@@ -22,6 +22,10 @@ so the optimum satisfies ``S_g = T_g := m (Q_gg)^{-1/2}`` for every group.
 **Solver.** Every step moves all blocks at once towards ``T``:
 ``S <- S + alpha (T - S)`` with backtracking (``alpha = 1, 1/2, ...``) until
 ``A`` and every ``S_g`` are positive definite and ``f`` does not increase.
+A full step must also decrease ``f`` by ``1e-4 |<grad f, T - S>|``
+(Armijo): for ``C`` block diagonal along the groups and ``m = 1``, ``T`` is
+``S`` reflected through the optimum (``C = I``: ``T = 2I - S``, ``f(T) = f(S)``),
+and accepting that tie would swap ``S`` and ``T`` forever.
 ``T - S`` is a descent direction: with ``Q_gg = m^2 T_g^{-2}``,
 ``<grad f, T - S> = m sum_g tr((T_g^{-2} - S_g^{-2})(T_g - S_g)) <= 0``,
 the monotonicity of the gradient ``-X^{-2}`` of the convex ``tr X^{-1}``
@@ -58,6 +62,8 @@ from jaxknock.svector._common import HIGHEST
 from jaxknock.svector.certificate import smallest_eigenvalue
 
 __all__ = ["GroupMVRState", "solve_group_mvr"]
+
+ARMIJO = 1e-4  # sufficient-decrease fraction of a full step
 
 
 class GroupMVRState(NamedTuple):
@@ -147,10 +153,18 @@ def solve_group_mvr(Sigma, members, c, m, tol, max_steps):
         _, target = _block_sqrt_and_target(state.Q, m)
         D = target - S
         D = 0.5 * (D + jnp.swapaxes(D, 1, 2))
+        # directional derivative <grad f, D> (<= 0), grad_g = Q_gg / m - m S_g^{-2}
+        Sinv = jnp.linalg.inv(S)
+        grad = state.Q / m - m * jnp.einsum("gij,gjk->gik", Sinv, Sinv, precision=HIGHEST)
+        slope = jnp.minimum(jnp.sum(grad * D), 0.0)
 
         def attempt(alpha):
             ok, f, Linv = evaluate(S + alpha * D)
-            return alpha, ok & (f <= state.objective), f, Linv
+            # the full step must decrease f sufficiently (Armijo): T is a reflection of S through the optimum
+            # when C is block diagonal along the groups and m = 1 (C = I: T = 2I - S, f(T) = f(S)), and a
+            # full step that only ties would oscillate S <-> T forever; shorter steps need no increase
+            enough = jnp.where(alpha < 1.0, f <= state.objective, f <= state.objective + ARMIJO * alpha * slope)
+            return alpha, ok & enough, f, Linv
 
         def cond(carry):
             alpha, ok, _, _ = carry
