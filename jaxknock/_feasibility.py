@@ -39,9 +39,14 @@ def _block_size(p: int, k: int) -> int:
     return max(1, min(p, 64))
 
 
-def feasibility_tol(diag_sigma: np.ndarray, dtype) -> float:
-    """Slack accepted in ``2 Sigma - diag(s) >= 0``: sqrt(eps) relative to max diag(Sigma)."""
-    return float(np.sqrt(np.finfo(np.dtype(dtype)).eps) * max(np.max(np.abs(diag_sigma)), 1e-300))
+def feasibility_tol(diag_sigma: np.ndarray, dtype) -> np.ndarray:
+    """Slack accepted in ``2 Sigma - diag(s) >= 0``, per coordinate: ``sqrt(eps) diag(Sigma)``.
+
+    Added to the diagonal, i.e. ``sqrt(eps) I`` on the correlation scale, so the test is
+    invariant to the units of the variables (one slack relative to ``max diag(Sigma)``
+    passed an ``s_j = 3 Sigma_jj`` on a variable with 1e-10 of the largest variance).
+    """
+    return np.sqrt(np.finfo(np.dtype(dtype)).eps) * np.maximum(np.abs(np.asarray(diag_sigma, np.float64)), 1e-300)
 
 
 def infeasible_message(gamma: float, lam_min: float | None, ratio: float = 2.0) -> str:
@@ -188,6 +193,8 @@ def check_feasible_factor(d, U, s, *, ratio: float = 2.0):
 def _traced_tol(scale, dtype, p: int):
     """Device slack: :func:`feasibility_tol` plus ``8 p eps`` for the rounding of a Cholesky in ``dtype``.
 
+    ``scale``: ``diag(Sigma)`` (per-coordinate slack, as :func:`feasibility_tol`).
+
     A little looser than the eager check, which has already run on concrete input
     (in float64): the traced flag must never poison an ``s`` that the eager check
     accepted, only catch what it could not see (traced ``s``, ``Sigma``).
@@ -204,8 +211,8 @@ def feasible_dense_traced(Sigma, s) -> jax.Array:
     feasible ``s`` costs nothing extra.
     """
     p = Sigma.shape[-1]
-    tol = _traced_tol(jnp.max(jnp.abs(jnp.diagonal(Sigma))), Sigma.dtype, p)
-    B = 2.0 * Sigma - jnp.diag(s) + tol * jnp.eye(p, dtype=Sigma.dtype)
+    tol = _traced_tol(jnp.abs(jnp.diagonal(Sigma)), Sigma.dtype, p)
+    B = 2.0 * Sigma - jnp.diag(s) + jnp.diag(tol)
     L = jnp.linalg.cholesky(0.5 * (B + B.T))
     return jnp.all(jnp.isfinite(L)) & jnp.all(s >= 0)
 
@@ -217,7 +224,7 @@ def feasible_factor_traced(d, U, s, ratio: float = 2.0) -> jax.Array:
     (``ratio = (m + 1) / m`` for ``m`` simultaneous knockoffs).
     """
     p = d.shape[0]
-    tol = _traced_tol(jnp.max(d + jnp.sum(U**2, axis=1)), d.dtype, p)
+    tol = _traced_tol(d + jnp.sum(U**2, axis=1), d.dtype, p)
     pd = _diag_plus_lowrank_is_pd_blocked(ratio * d - s + tol, jnp.sqrt(ratio) * U)
     return pd & jnp.all(s >= 0) & jnp.all(d > 0)
 

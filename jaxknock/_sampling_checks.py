@@ -75,8 +75,9 @@ def _dense_flags(X, Sigma, s, mu, ratio, rtol):
     else:
         s_ok = jnp.all(s >= 0)
         S = jnp.diag(s)
-    tol = _sqrt_eps(Sigma.dtype) * jnp.maximum(jnp.max(jnp.abs(jnp.diagonal(Sigma))), 1e-300)
-    feasible = _chol_ok(Sigma) & _chol_ok(ratio * Sigma - S + tol * eye)
+    # per-coordinate slack (sqrt(eps) on the correlation scale), as _feasibility.feasibility_tol
+    tol = _sqrt_eps(Sigma.dtype) * jnp.maximum(jnp.abs(jnp.diagonal(Sigma)), 1e-300)
+    feasible = _chol_ok(Sigma) & _chol_ok(ratio * Sigma - S + jnp.diag(tol))
     return jnp.stack([finite, asym, s_ok, feasible])
 
 
@@ -124,7 +125,7 @@ def _factor_flags(X, d, U, s, mu, ratio):
     finite = _finite_columns(X) & _finite(d, U, s, mu)
     positive = jnp.all(d > 0)
     s_ok = jnp.all(s >= 0)
-    tol = _sqrt_eps(d.dtype) * jnp.maximum(jnp.max(jnp.abs(d + jnp.sum(U**2, axis=1))), 1e-300)
+    tol = _sqrt_eps(d.dtype) * jnp.maximum(jnp.abs(d + jnp.sum(U**2, axis=1)), 1e-300)  # per coordinate
     e = ratio * d - s + tol
     # diag(e) + V V^T with e > 0 is PD outright; only an indefinite e needs the blocked Cholesky
     feasible = lax.cond(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["HIGHEST", "column_means", "mm", "psd_factor", "psd_factor_checked"]
+__all__ = ["HIGHEST", "column_means", "correlation_scale", "mm", "psd_factor", "psd_factor_checked"]
 
 HIGHEST = lax.Precision.HIGHEST
 
@@ -18,6 +18,22 @@ def mm(a, b):
 def column_means(X):
     # a GEMV: XLA's CPU reduction over the leading axis is much slower (benchmarks/measured/NOTES.md, core)
     return mm(jnp.ones(X.shape[0], X.dtype), X) / X.shape[0]
+
+
+def correlation_scale(Sigma, S):
+    """``(d, C, S_c)``: ``d = sqrt(diag Sigma)``, ``C = Sigma / d d^T``, ``S_c = D^-1 S D^-1`` (``S`` vector or matrix).
+
+    The dense samplers factorise ``Omega = D Omega_c D`` through the correlation-scale
+    ``Omega_c = c S_c - S_c C^{-1} S_c``: the ridge and tolerances of :func:`psd_factor` are
+    relative to the largest diagonal entry, which on the covariance scale swamps every
+    variable whose variance is many orders of magnitude smaller (variances 1e-6 .. 1e6 gave
+    knockoff covariances wrong by a factor 1e8 with no error). A unit diagonal gives
+    ``d = 1`` and the same numbers bit for bit.
+    """
+    d = jnp.sqrt(jnp.diagonal(Sigma))
+    C = Sigma / (d[:, None] * d[None, :])
+    S_c = S / (d * d) if S.ndim == 1 else S / (d[:, None] * d[None, :])
+    return d, C, S_c
 
 
 def psd_factor(Omega, feasible=None):

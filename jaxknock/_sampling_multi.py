@@ -40,19 +40,22 @@ def multi_dense_plan(X, Sigma, s, mu, m: int) -> MultiDensePlan:
     if mu is None:
         mu = _sampling_common.column_means(X)
     S = jnp.diag(s) if s.ndim == 1 else 0.5 * (s + s.T)
-    Lc = jnp.linalg.cholesky(0.5 * (Sigma + Sigma.T))
-    SinvS = jax.scipy.linalg.cho_solve((Lc, True), S)  # Sigma^-1 S
+    # on the correlation scale (_sampling_common.correlation_scale): Omega = D Omega_c D, S = D S_c D
+    d, C, S = _sampling_common.correlation_scale(Sigma, S)
+    Lc = jnp.linalg.cholesky(0.5 * (C + C.T))
+    SinvS = jax.scipy.linalg.cho_solve((Lc, True), S)  # C^-1 S_c
     Omega = (m + 1.0) / m * S - _sampling_common.mm(S, SinvS)
-    mean = X - _sampling_common.mm(X - mu, SinvS)
+    mean = X - _sampling_common.mm((X - mu) / d, SinvS) * d
     eps = jnp.finfo(X.dtype).eps
     tol = jnp.sqrt(eps) * (jnp.max(jnp.abs(jnp.diagonal(S))) + jnp.max(jnp.abs(jnp.diagonal(Omega))))
     L, ok = _sampling_common.psd_factor_checked(Omega, tol)
+    L = L * d[:, None]
     if m == 1:
         Ls = jnp.zeros((p,), X.dtype)  # unused
     elif s.ndim == 1:
         Ls = jnp.sqrt(jnp.clip(s, 0.0))
     else:
-        Ls = _sampling_common.psd_factor(S)
+        Ls = _sampling_common.psd_factor(S) * d[:, None]
     return MultiDensePlan(mean, L, Ls, ok, jnp.zeros((m,), X.dtype))
 
 

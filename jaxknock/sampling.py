@@ -141,15 +141,17 @@ class _DensePlan(NamedTuple):
 def _dense_plan(X, Sigma, s, mu) -> _DensePlan:
     if mu is None:
         mu = _sampling_common.column_means(X)
-    Lc = jnp.linalg.cholesky(0.5 * (Sigma + Sigma.T))
-    SinvS = jax.scipy.linalg.cho_solve((Lc, True), jnp.diag(s))  # Sigma^-1 S
-    Omega = 2.0 * jnp.diag(s) - s[:, None] * SinvS
-    mean = X - _sampling_common.mm(X - mu, SinvS)
+    # on the correlation scale (Sigma = D C D, S = D S_c D): Sigma^-1 S = D^-1 (C^-1 S_c) D, Omega = D Omega_c D
+    d, C, sc = _sampling_common.correlation_scale(Sigma, s)
+    Lc = jnp.linalg.cholesky(0.5 * (C + C.T))
+    SinvS = jax.scipy.linalg.cho_solve((Lc, True), jnp.diag(sc))  # C^-1 S_c
+    Omega = 2.0 * jnp.diag(sc) - sc[:, None] * SinvS
+    mean = X - _sampling_common.mm((X - mu) / d, SinvS) * d
     # traced input checks, O(p^2): a non-symmetric / NaN Sigma or a NaN s poisons the draw
     valid = (
         traced_sigma_code(Sigma, rtol=_sampling_checks.symmetry_rtol(Sigma.dtype)) == RESULTS.successful
     ) & jnp.all(jnp.isfinite(s))
-    L = _sampling_common.psd_factor(Omega, lambda: _feasibility.feasible_dense_traced(Sigma, s))
+    L = _sampling_common.psd_factor(Omega, lambda: _feasibility.feasible_dense_traced(C, sc)) * d[:, None]
     return _DensePlan(mean, jnp.where(valid, L, jnp.nan))
 
 

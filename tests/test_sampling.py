@@ -485,3 +485,53 @@ def test_eager_infeasible_s_names_s():
             call(jnp.full(p, 1.5))
         with pytest.raises(ValueError, match="s must be non-negative"):
             call(jnp.full(p, -0.1))
+
+
+# ------------------------------------------------- variables in mixed units
+
+
+def _mixed_units(p=5, spread=5.0):
+    """AR(1) 0.8 correlation with standard deviations 10^-spread .. 10^spread (variances over 20 decades)."""
+    sd = 10.0 ** np.linspace(-spread, spread, p)
+    return ar1_correlation(p, 0.8), sd
+
+
+@pytest.mark.parametrize("m, group", [(1, False), (2, False), (1, True)])
+def test_dense_sampler_is_invariant_to_the_units_of_the_variables(m, group):
+    # the ridge of Omega's factor and the feasibility slacks were relative to max diag: with variances
+    # 1e-10 .. 1e10 the small variables' knockoffs got covariances wrong by 1e2 .. 1e8 (and 1e4 with
+    # variances 1e-6 .. 1e6 in float32), silently; now the plan works on the correlation scale
+    C, sd = _mixed_units()
+    p, n = C.shape[0], 20_000
+    Sigma = C * np.outer(sd, sd)
+    if group:  # a block-diagonal S (group knockoffs, the matrix path)
+        S_c = np.zeros((p, p))
+        S_c[:2, :2], S_c[2:, 2:] = 0.3 * C[:2, :2], 0.3 * C[2:, 2:]
+    else:
+        S_c = np.diag(np.full(p, 0.15))  # feasible for m = 1, 2: 1.5 lambda_min(C) = 0.18
+    S = S_c * np.outer(sd, sd)
+    s = S if group else np.diag(S)
+    Z = gaussian_rows(jax.random.key(3), n, C)
+    Xk = np.asarray(sample_knockoffs(jax.random.key(4), Z * sd, Sigma, s, mu=0.0, num_knockoffs=m))
+    joint = np.hstack([Z, Xk.reshape(n, -1) / np.tile(sd, m)])  # back to unit variances
+    G = np.kron(np.eye(m + 1), S_c) + np.kron(np.ones((m + 1, m + 1)), C - S_c)
+    assert max_z(joint, G) < Z_MAX
+
+
+def test_infeasible_s_on_a_small_variance_variable_is_refused():
+    # s_0 = 3 Sigma_00 (3 > 2 on the correlation scale) on the variable with the smallest variance passed the
+    # eager checks (slack sqrt(eps) max diag Sigma) and gave finite knockoffs under jit; now ValueError / NaN
+    C, sd = _mixed_units()
+    Sigma = C * np.outer(sd, sd)
+    s = 0.2 * sd**2  # feasible but for s_0 (2 lambda_min(C) = 0.24)
+    s[0] = 3.0 * sd[0] ** 2
+    U = 0.6 * np.linalg.cholesky(C)[:, :2] * sd[:, None]  # a factor model in the same units
+    model = FactorModel(jnp.asarray(np.diag(Sigma) - np.sum(U**2, axis=1)), jnp.asarray(U))
+    X = gaussian_rows(jax.random.key(0), 20, C) * sd
+    for call in (
+        lambda s: sample_knockoffs(jax.random.key(0), X, Sigma, s),
+        lambda s: sample_knockoffs_factor(jax.random.key(0), X, model, s),
+    ):
+        with pytest.raises(ValueError, match="s is infeasible"):
+            call(jnp.asarray(s))
+        assert np.all(np.isnan(np.asarray(jax.jit(call)(jnp.asarray(s)))))
