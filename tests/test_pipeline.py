@@ -126,6 +126,19 @@ def test_constant_column_found_exactly_even_when_its_computed_std_is_not_zero(ke
         knockoff_filter(key, X, y)
 
 
+def test_columns_whose_squares_leave_the_floating_range_are_standardised(key):
+    """A column of magnitude 1e200 (its squares overflow) became a column of zeros after standardising
+    (jnp.std = inf), one of magnitude 1e-160 (squares flushed to zero) a column of NaN reported as 'X
+    contains non-finite values'; both must give the filter of the same column in ordinary units."""
+    X, y, _ = make_data(n=100, p=10, k=3)
+    ref = knockoff_filter(key, X, y, s_method="equicorrelated", statistic="correlation")
+    for factor in (1e200, 1e-160):
+        Xf = np.array(X)
+        Xf[:, 2] *= factor
+        sel = knockoff_filter(key, Xf, y, s_method="equicorrelated", statistic="correlation")
+        np.testing.assert_allclose(np.asarray(sel.W), np.asarray(ref.W), rtol=1e-9, atol=1e-12)
+
+
 def test_empty_selection_carries_an_explanation(key):
     """Pure-noise response: knockoff+ at q = 0.05 (needs 20 positive statistics of 30) selects nothing and says why."""
     X, _, _ = make_data(seed=2)
