@@ -190,6 +190,9 @@ def sample_knockoffs(key, X, Sigma, s, *, mu=None, num_knockoffs=1):
     and Cholesky-factorised with a jitter ``tau = p eps max(diag Omega)``; if
     that still fails, the factor falls back to ``Q sqrt(max(Lambda, 0))`` from the
     eigendecomposition (the nearest PSD matrix), so the result is never NaN.
+    Both work on the correlation scale (``Omega = D Omega_c D``, ``D = diag(Sigma)^{1/2}``),
+    and the feasibility slack is per variable, so variables in very different
+    units (variances 1e-10 .. 1e10) get the same knockoffs as in unit variance.
     Same distribution as fanok's ``GaussianKnockoffs`` and knockpy's Gaussian
     sampler.
 
