@@ -420,6 +420,13 @@ def knockoff_filter(
       features selected in at least half of the replicates (stabilises, no
       formal FDR guarantee).
 
+    The guarantee is for knockoffs from the true law of the rows of ``X``
+    (``Sigma=``); from an estimate it holds only as far as the estimate is
+    good. Measured at ``fdr=0.1`` (AR(1) 0.9, 10 signals, cross-validated
+    ``"lcd"``): ``n = 300, p = 50`` (Ledoit-Wolf, ``"sdp"``) FDR 0.08 +- 0.01;
+    ``n = 150, p = 200`` (the factor model of ``"sdp_factor"``) FDR 0.14 +- 0.01,
+    and 0.06 +- 0.01 with the true ``Sigma=``.
+
     A binary ``y`` (two distinct values of any type: ``{0, 1}``, ``{1, 2}``,
     ``{-1, 1}``, strings, booleans; mapped in sorted order to ``{0, 1}``)
     switches the lasso statistics to l1-logistic regression, cross-validated on
