@@ -5,8 +5,9 @@ r"""End-to-end model-X knockoff filter: covariance -> S-vector -> replicates -> 
 
 1. standardise ``X`` (centre, unit variance);
 2. estimate the correlation: Ledoit-Wolf (dense methods) or a factor model
-   from the data (``s_method="sdp_factor"``; never forms ``p x p``);
-3. solve for ``s`` (equicorrelated, SDP, ASDP or factor-model SDP);
+   from the data (``s_method="mvr_factor"`` or ``"sdp_factor"``; never forms ``p x p``);
+3. solve for ``s`` (equicorrelated, SDP, ASDP, MVR, maximum entropy, or the
+   factor-model MVR / SDP);
 4. draw ``R`` knockoff replicates in one batched call;
 5. compute ``W`` for every replicate in one batched call;
 6. select: knockoff(+) threshold for ``R = 1``; for ``R > 1`` aggregate the
@@ -34,7 +35,7 @@ from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import FactorFit, FactorModel, factor_model_from_data, ledoit_wolf, to_correlation
 from jaxknock.distributed import shard_batch
 from jaxknock.l1 import cv as _cv
-from jaxknock.svector import asdp, equicorrelated, maxent, mvr, sdp, sdp_factor
+from jaxknock.svector import asdp, equicorrelated, maxent, mvr, mvr_factor, sdp, sdp_factor
 from jaxknock.svector.group import group_index, group_s_matrix
 
 __all__ = [
@@ -47,7 +48,18 @@ __all__ = [
     "AGGREGATES",
 ]
 
-S_METHODS = ("auto", "sdp", "sdp_factor", "asdp", "equicorrelated", "mvr", "maxent")  # "auto": resolve_s_method
+S_METHODS = (
+    "auto",
+    "sdp",
+    "sdp_factor",
+    "mvr_factor",
+    "asdp",
+    "equicorrelated",
+    "mvr",
+    "maxent",
+)  # "auto": resolve_s_method
+# the methods that fit a rank-`rank` factor model to the data (never p x p), and their solvers
+FACTOR_SOLVERS = {"mvr_factor": mvr_factor, "sdp_factor": sdp_factor}
 STATISTICS = ("lcd", "lsm", "correlation", "centroid")
 AGGREGATES = ("ebh", "frequency")
 _CV_FOLDS = 5  # folds of the cross-validated lasso statistics (lam=None)
@@ -201,16 +213,22 @@ def _check_cv_rows(y, binary, n):
 def resolve_s_method(s_method: str, shape, *, known: bool = False, groups=None, rank=None) -> str:
     """The S-vector method :func:`knockoff_filter` runs for ``s_method`` on a design of ``shape`` ``(n, p)``.
 
-    ``"auto"`` resolves to ``"sdp_factor"`` when ``p >= n`` or a factor ``rank``
+    ``"auto"`` resolves to ``"mvr_factor"`` when ``p >= n`` or a factor ``rank``
     is given (with neither a known ``Sigma`` nor ``groups``, which need a dense
     ``p x p`` law): a rank-``k`` factor model of the data is well posed where
     the dense estimate of a ``p x p`` correlation from ``n <= p`` rows is
-    singular up to its shrinkage. Otherwise ``"sdp"`` (the certified dense
-    SDP). Any other value is returned as given (validated by the caller).
+    singular up to its shrinkage, and the MVR ``s`` (smaller than the SDP's on
+    strongly correlated designs) keeps the FDR near its target under that
+    estimated law where the SDP ``s`` did not: AR(1) 0.9, ``n = 150``,
+    ``p = 200``, ``fdr = 0.1``, 100 data sets: FDR 0.09 +- 0.01 (power 0.63)
+    against 0.16 +- 0.01 with ``"sdp_factor"`` (knockpy's default 0.09, power
+    0.46; ``benchmarks/measured/NOTES.md``, session 32). Otherwise ``"sdp"``
+    (the certified dense SDP). Any other value is returned as given (validated
+    by the caller).
 
     Example:
         >>> resolve_s_method("auto", (600, 200)), resolve_s_method("auto", (300, 1000))
-        ('sdp', 'sdp_factor')
+        ('sdp', 'mvr_factor')
         >>> resolve_s_method("mvr", (300, 1000))
         'mvr'
     """
@@ -218,7 +236,7 @@ def resolve_s_method(s_method: str, shape, *, known: bool = False, groups=None, 
         return s_method
     dense_law = known or groups is not None
     wide = len(shape) == 2 and shape[1] >= shape[0]
-    return "sdp_factor" if not dense_law and (wide or rank is not None) else "sdp"
+    return "mvr_factor" if not dense_law and (wide or rank is not None) else "sdp"
 
 
 def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=False, *, lam=None, plus=True):
@@ -247,15 +265,15 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, k
         raise TypeError(f"plus must be True (knockoff+) or False (knockoff), got {plus!r}")
     if statistic == "lcd" and lam is None:
         _check_cv_rows(y_norm, binary, n)
-    if p >= n and s_method != "sdp_factor" and not known:
+    if p >= n and s_method not in FACTOR_SOLVERS and not known:
         raise ValueError(
             f"p = {p} >= n = {n}: a dense covariance estimate is too unstable for Gaussian "
-            "knockoffs; use s_method='sdp_factor' (factor model from the data) with rank < n"
+            "knockoffs; use s_method='mvr_factor' or 'sdp_factor' (factor model from the data) with rank < n"
         )
-    if s_method == "sdp_factor":
+    if s_method in FACTOR_SOLVERS:
         if min(n, p) < 2:
             raise ValueError(
-                f"s_method='sdp_factor' needs a factor rank below min(n, p) = {min(n, p)}: none exists; "
+                f"s_method={s_method!r} needs a factor rank below min(n, p) = {min(n, p)}: none exists; "
                 "use s_method='sdp'"
             )
         k = rank if rank is not None else min(50, max(1, min(n, p) // 4))
@@ -264,8 +282,8 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, k
         rank = int(k)
     elif rank is not None:
         raise ValueError(
-            f"rank={rank!r} applies to s_method='sdp_factor' only (the factor-model rank); "
-            f"s_method={s_method!r} uses the full covariance: drop rank or use s_method='sdp_factor'"
+            f"rank={rank!r} applies to s_method='mvr_factor' or 'sdp_factor' only (the factor-model rank); "
+            f"s_method={s_method!r} uses the full covariance: drop rank or use a factor method"
         )
     return X, y, binary, rank
 
@@ -291,8 +309,8 @@ def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings,
     solve = functools.partial(_precision.solve_s_float64, dtype=Xs.dtype)
     if isinstance(known, FactorModel):
         timings["covariance"] = 0.0
-        if s_method == "sdp_factor":
-            s_sol, timings["s_vector"] = _clock(solve, sdp_factor, known, tol=sdp_tol)
+        if s_method in FACTOR_SOLVERS:
+            s_sol, timings["s_vector"] = _clock(solve, FACTOR_SOLVERS[s_method], known, tol=sdp_tol)
             return known, s_sol
         known = known.dense()
     if s_method in ("mvr", "maxent") or known is not None:
@@ -307,10 +325,10 @@ def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings,
         else:
             s_sol, timings["s_vector"] = _clock(solve, solver or sdp, known, tol=sdp_tol)
         return known, s_sol
-    if s_method == "sdp_factor":
+    if s_method in FACTOR_SOLVERS:
         (model, _), timings["covariance"] = _clock(factor_model_from_data, key, Xs, rank)
         Sigma = model
-        s_sol, timings["s_vector"] = _clock(solve, sdp_factor, model, tol=sdp_tol)
+        s_sol, timings["s_vector"] = _clock(solve, FACTOR_SOLVERS[s_method], model, tol=sdp_tol)
     else:
         Sigma, timings["covariance"] = _clock(_lw_correlation, Xs)
         if s_method == "sdp":
@@ -409,7 +427,7 @@ def knockoff_filter(
 
     Gaussian knockoffs (Candes et al. 2018) built from a Ledoit-Wolf estimate
     of the correlation (or a rank-``rank`` factor model with
-    ``s_method="sdp_factor"``), ``R = num_replicates`` replicates sampled in
+    ``s_method="mvr_factor"`` or ``"sdp_factor"``), ``R = num_replicates`` replicates sampled in
     one batch, statistics ``W`` for all replicates in one batch, then
 
     * ``R = 1``: select ``{j : W_j >= T}`` with the knockoff+ (``plus=True``)
@@ -424,8 +442,10 @@ def knockoff_filter(
     (``Sigma=``); from an estimate it holds only as far as the estimate is
     good. Measured at ``fdr=0.1`` (AR(1) 0.9, 10 signals, cross-validated
     ``"lcd"``): ``n = 300, p = 50`` (Ledoit-Wolf, ``"sdp"``) FDR 0.08 +- 0.01;
-    ``n = 150, p = 200`` (the factor model of ``"sdp_factor"``) FDR 0.14 +- 0.01,
-    and 0.06 +- 0.01 with the true ``Sigma=``.
+    ``n = 150, p = 200``: the factor model with ``"mvr_factor"`` (the default
+    there) 0.09 +- 0.01, with ``"sdp_factor"`` 0.13-0.16 +- 0.01 (the larger
+    SDP ``s`` leans harder on the estimated law), and ``"sdp"`` with the true
+    ``Sigma=`` 0.06 +- 0.01.
 
     A binary ``y`` (two distinct values of any type: ``{0, 1}``, ``{1, 2}``,
     ``{-1, 1}``, strings, booleans; mapped in sorted order to ``{0, 1}``)
@@ -452,14 +472,17 @@ def knockoff_filter(
         key: ``jax.random`` key (the result is a deterministic function of it).
         X: ``(n, p)`` design; ``y``: ``(n,)`` response.
         fdr: target FDR in (0, 1).
-        s_method: ``"sdp"``, ``"sdp_factor"``, ``"asdp"``, ``"equicorrelated"``,
+        s_method: ``"sdp"``, ``"mvr_factor"``, ``"sdp_factor"``, ``"asdp"``, ``"equicorrelated"``,
             ``"mvr"`` or ``"maxent"`` (:func:`~jaxknock.mvr` / :func:`~jaxknock.maxent`),
             or ``"auto"`` (default, :func:`resolve_s_method`): ``"sdp"`` when
             ``n > p`` (or with a known ``Sigma`` or ``groups``), and
-            ``"sdp_factor"`` when ``p >= n`` or ``rank`` is given, where the
+            ``"mvr_factor"`` when ``p >= n`` or ``rank`` is given, where the
             dense Ledoit-Wolf estimate is too close to singular for Gaussian
-            knockoffs. ``Selection.settings["s_method"]`` records the method used.
-        rank: factor-model rank for ``"sdp_factor"`` (default ``min(50, min(n, p) // 4)``).
+            knockoffs. ``"mvr_factor"`` / ``"sdp_factor"``: :func:`~jaxknock.mvr_factor` /
+            :func:`~jaxknock.sdp_factor` on a rank-``rank`` factor model of the data
+            (:func:`~jaxknock.factor_model_from_data`, never ``p x p``).
+            ``Selection.settings["s_method"]`` records the method used.
+        rank: factor-model rank for ``"mvr_factor"`` / ``"sdp_factor"`` (default ``min(50, min(n, p) // 4)``).
         statistic: ``"lcd"`` (lasso coefficient difference, CV lambda when
             ``lam`` is None), ``"lsm"`` (lasso signed max), ``"correlation"``
             (marginal correlation difference) or ``"centroid"`` (sparse
@@ -494,19 +517,20 @@ def knockoff_filter(
             skips the estimation stage; ``X`` is then centred by ``mu`` (default:
             the column means) and scaled by ``sqrt(diag Sigma)`` (model-X
             knockoffs from the true law when ``mu`` is the true mean). A
-            factor model is solved by :func:`~jaxknock.sdp_factor` with
-            ``s_method="sdp_factor"``, densified otherwise.
+            factor model is solved by :func:`~jaxknock.mvr_factor` /
+            :func:`~jaxknock.sdp_factor` with ``s_method="mvr_factor"`` /
+            ``"sdp_factor"``, densified otherwise.
         mu: the known mean of the rows of ``X`` (``(p,)``; only with ``Sigma``).
         groups: ``(p,)`` integer group labels: group knockoffs (block-diagonal
             ``S`` from :func:`jaxknock.group_s_matrix` with ``s_method``
             ``"equicorrelated"``, ``"sdp"``, ``"maxent"`` or ``"mvr"``; ``"asdp"`` uses
             the group SDP), group statistics ``W_g = sum_{j in g} W_j`` and the
             group knockoff+ filter at group-level FDR ``fdr`` (see
-            :mod:`jaxknock.multi`). Not with ``"sdp_factor"``.
+            :mod:`jaxknock.multi`). Not with the factor methods.
         num_knockoffs: ``m`` simultaneous knockoffs (Gimenez & Zou 2019): ``S``
             solved for ``(m+1)/m Sigma - S >= 0`` (without ``groups``: the
             ``s_method`` solver called with ``num_knockoffs=m``; with
-            ``"sdp_factor"``, :func:`~jaxknock.sdp_factor` on the rank-``rank``
+            ``"mvr_factor"`` / ``"sdp_factor"``, that solver on the rank-``rank``
             factor model, never ``p x p``), statistics with
             ``num_knockoffs=m`` and the multi-knockoff+ filter. ``m > 1`` with
             ``num_replicates > 1`` needs ``aggregate="frequency"``.
@@ -539,7 +563,7 @@ def knockoff_filter(
         raise ValueError(f"lasso_tol must be None or a positive, finite number, got {lasso_tol!r}")
     if s_method == "auto" and rank is not None and (Sigma is not None or groups is not None):
         raise ValueError(
-            f"rank={rank!r} is the rank of a factor model fitted to X (s_method='sdp_factor'); with "
+            f"rank={rank!r} is the rank of a factor model fitted to X (s_method='mvr_factor'); with "
             f"{'a known Sigma=' if Sigma is not None else 'groups='} the S solve uses a dense p x p "
             "covariance: drop rank"
         )
@@ -778,7 +802,7 @@ def _grouped_or_multi_filter(
 ):
     """:func:`knockoff_filter` with ``groups`` and/or ``num_knockoffs > 1`` (see its docstring)."""
     m = _checks.check_num_knockoffs(num_knockoffs)
-    allowed = GROUP_S_METHODS if groups is not None else (*_MULTI_S_SOLVERS, "sdp_factor")
+    allowed = GROUP_S_METHODS if groups is not None else (*_MULTI_S_SOLVERS, *FACTOR_SOLVERS)
     if s_method not in allowed:
         what = "groups" if groups is not None else "num_knockoffs > 1"
         raise ValueError(f"s_method must be one of {tuple(allowed)} with {what}, got {s_method!r}")
@@ -792,11 +816,11 @@ def _grouped_or_multi_filter(
         raise ValueError("num_knockoffs > 1 with num_replicates > 1 needs aggregate='frequency'")
     timings = {}
     Xs, k_fac, k_samp = _standardise_and_split(X, key)
-    if s_method == "sdp_factor":
+    if s_method in FACTOR_SOLVERS:
         # m knockoffs under a rank-`rank` factor model of the data, never p x p (as with m = 1)
         (Sigma, _), timings["covariance"] = _clock(factor_model_from_data, k_fac, Xs, rank)
         s_sol, timings["s_vector"] = _clock(
-            _precision.solve_s_float64, sdp_factor, Sigma, num_knockoffs=m, tol=sdp_tol, dtype=X.dtype
+            _precision.solve_s_float64, FACTOR_SOLVERS[s_method], Sigma, num_knockoffs=m, tol=sdp_tol, dtype=X.dtype
         )
     else:
         Sigma, timings["covariance"] = _clock(_lw_correlation, Xs)

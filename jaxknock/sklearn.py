@@ -123,7 +123,7 @@ class _NotFitted(NotFittedError, RuntimeError):
     """``predict`` / ``transform`` before ``fit`` (scikit-learn's NotFittedError, also a RuntimeError)."""
 
 
-_METHOD_ALIASES = {"equi": "equicorrelated", "sdp-factor": "sdp_factor"}
+_METHOD_ALIASES = {"equi": "equicorrelated", "sdp-factor": "sdp_factor", "mvr-factor": "mvr_factor"}
 
 
 def _key_from_random_state(random_state):
@@ -162,7 +162,7 @@ class KnockoffSelector(_RandomisedSelector):
 
     ``fit(X, y)`` runs :func:`jaxknock.knockoff_filter`: standardise ``X``,
     estimate its correlation (Ledoit-Wolf; a factor model for
-    ``method="sdp_factor"``), solve for the knockoff S-vector
+    ``method="mvr_factor"`` / ``"sdp_factor"``), solve for the knockoff S-vector
     (``diag(s) <= 2 Sigma``), sample ``num_replicates`` Gaussian knockoffs
     ``X~`` in one batch, compute the statistics ``W_j`` (e.g. LCD:
     ``|beta_j| - |beta_{j+p}|`` of a lasso on ``[X, X~]``) and select
@@ -182,15 +182,15 @@ class KnockoffSelector(_RandomisedSelector):
     Args:
         fdr: target false discovery rate in (0, 1).
         method: S-vector method: ``"auto"`` (default, as :func:`~jaxknock.knockoff_filter`
-            and the CLI: ``"sdp"``, or ``"sdp_factor"`` when ``p >= n`` or with ``rank``; see
+            and the CLI: ``"sdp"``, or ``"mvr_factor"`` when ``p >= n`` or with ``rank``; see
             :func:`jaxknock.pipeline.resolve_s_method`), ``"asdp"`` (faster for thousands
-            of features), ``"sdp"``, ``"sdp_factor"``, ``"mvr"``, ``"maxent"`` or
-            ``"equicorrelated"`` (aliases ``"equi"``, ``"sdp-factor"``).
+            of features), ``"sdp"``, ``"mvr_factor"``, ``"sdp_factor"``, ``"mvr"``, ``"maxent"`` or
+            ``"equicorrelated"`` (aliases ``"equi"``, ``"mvr-factor"``, ``"sdp-factor"``).
         statistic: ``"lcd"``, ``"lsm"``, ``"correlation"`` or ``"centroid"``.
         num_replicates: knockoff replicates (aggregated by ``aggregate``).
         random_state: ``None``, int, ``RandomState`` or ``Generator``.
         aggregate: ``"ebh"`` (FDR-valid) or ``"frequency"``.
-        rank: factor-model rank for ``"sdp_factor"``.
+        rank: factor-model rank for ``"mvr_factor"`` / ``"sdp_factor"``.
         lam: fixed lasso penalty for ``"lcd"`` (default: cross-validated).
         asdp_block_size: block size for ``"asdp"``.
         groups: ``(n_features,)`` integer group labels: group knockoffs at

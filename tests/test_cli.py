@@ -190,7 +190,7 @@ def test_select_sdp_factor_and_npy_index_target(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "shape, extra, resolved",
-    [((120, 20), [], "sdp"), ((40, 60), [], "sdp_factor"), ((120, 20), ["--rank", "3"], "sdp_factor")],
+    [((120, 20), [], "sdp"), ((40, 60), [], "mvr_factor"), ((120, 20), ["--rank", "3"], "mvr_factor")],
 )
 def test_select_default_method_is_the_librarys_auto(tmp_path, capsys, shape, extra, resolved):
     """The CLI's default S-vector method was ``asdp`` while its help promised sdp-factor for p >= n:
@@ -312,11 +312,11 @@ def bad_files(tmp_path):
         ("const", [], ["constant column(s) d", "drop them"]),
         ("const_target", [], ["target column 'y' is constant"]),
         ("few", [], ["only 6 rows", "at least 10"]),
-        ("wide", ["--method", "asdp"], ["20 rows for 30 features", "--method sdp-factor"]),
+        ("wide", ["--method", "asdp"], ["20 rows for 30 features", "--method mvr-factor"]),
         ("text", ["--fdr", "1.5"], ["--fdr must lie strictly between 0 and 1"]),
         ("text", ["--replicates", "0"], ["--replicates must be a positive integer"]),
-        ("text", ["--method", "sdp", "--rank", "3"], ["--rank only applies to --method sdp-factor"]),
-        ("wide", ["--knockoffs", "2"], ["--knockoffs > 1 need a dense method"]),  # auto chose sdp-factor
+        ("text", ["--method", "sdp", "--rank", "3"], ["--rank only applies to --method mvr-factor or sdp-factor"]),
+        ("wide", ["--knockoffs", "2"], ["--knockoffs > 1 need a dense method"]),  # auto chose mvr-factor
         ("wide", ["--method", "sdp-factor", "--rank", "25"], ["--rank must be smaller than min(rows, features) = 20"]),
         ("text", ["--lam", "-1"], ["--lam must be positive"]),
     ],

@@ -151,8 +151,10 @@ def test_pipeline_routes_num_knockoffs_to_vector_solvers(s_method):
     np.testing.assert_allclose(s, np.asarray(solver(jnp.asarray(Sigma), num_knockoffs=2, tol=1e-4).value), atol=1e-6)
 
 
-def test_pipeline_sdp_factor_num_knockoffs():
-    """``s_method="sdp_factor"`` with ``m > 1``: sdp_factor(num_knockoffs=m) on the data's factor model."""
+@pytest.mark.parametrize("method", ["sdp_factor", "mvr_factor"])
+def test_pipeline_factor_methods_num_knockoffs(method):
+    """``s_method="sdp_factor"`` / ``"mvr_factor"`` with ``m > 1``: that solver with num_knockoffs=m
+    on the data's factor model."""
     import jax
 
     rng = np.random.default_rng(1)
@@ -160,13 +162,15 @@ def test_pipeline_sdp_factor_num_knockoffs():
     y = X[:, :3] @ np.ones(3) + rng.standard_normal(60)
     key = jax.random.key(0)
     sel = jaxknock.knockoff_filter(
-        key, X, y, fdr=0.3, s_method="sdp_factor", rank=2, statistic="correlation", num_knockoffs=2
+        key, X, y, fdr=0.3, s_method=method, rank=2, statistic="correlation", num_knockoffs=2
     )
     assert sel.W.shape == (1, P) and sel.settings["num_knockoffs"] == 2 and sel.settings["rank"] == 2
+    assert sel.settings["s_method"] == method
     s = np.asarray(sel.s_solution.value)
     Xs = (X - X.mean(0)) / X.std(0)
     model, _ = jaxknock.factor_model_from_data(jax.random.split(key)[0], jnp.asarray(Xs), 2)
-    sols = {m: jaxknock.sdp_factor(model, num_knockoffs=m, tol=1e-4) for m in (1, 2)}
+    solver = {"sdp_factor": jaxknock.sdp_factor, "mvr_factor": jaxknock.mvr_factor}[method]
+    sols = {m: solver(model, num_knockoffs=m, tol=1e-4) for m in (1, 2)}
     ref = {m: np.asarray(sol.value) for m, sol in sols.items()}
     # the same solve as a direct call (result code included: the coordinate ascent may stop at max_steps)
     assert int(sel.s_solution.result) == int(sols[2].result)
@@ -176,13 +180,11 @@ def test_pipeline_sdp_factor_num_knockoffs():
     assert np.linalg.eigvalsh(1.5 * G - np.diag(s))[0] > -1e-8
     # p >= n is fine for the factor path (never a dense estimate); rank is checked
     Xw = rng.standard_normal((20, 2 * P))
-    sel = jaxknock.knockoff_filter(
-        key, Xw, Xw[:, 0], s_method="sdp_factor", rank=3, statistic="correlation", num_knockoffs=2
-    )
+    sel = jaxknock.knockoff_filter(key, Xw, Xw[:, 0], s_method=method, rank=3, statistic="correlation", num_knockoffs=2)
     assert sel.W.shape == (1, 2 * P)
     with pytest.raises(ValueError, match="rank must be an integer"):
-        jaxknock.knockoff_filter(key, X, y, s_method="sdp_factor", rank=60, num_knockoffs=2)
-    with pytest.raises(ValueError, match="rank=2 applies to s_method='sdp_factor' only"):
+        jaxknock.knockoff_filter(key, X, y, s_method=method, rank=60, num_knockoffs=2)
+    with pytest.raises(ValueError, match="rank=2 applies to s_method='mvr_factor' or 'sdp_factor' only"):
         jaxknock.knockoff_filter(key, X, y, s_method="mvr", rank=2, num_knockoffs=2)
 
 

@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         "select",
         help="knockoff filter on a CSV / NPZ / NPY table",
         description="Model-X knockoff selection with FDR control on a table: standardise, "
-        "estimate the correlation (Ledoit-Wolf, or a factor model for sdp-factor), "
+        "estimate the correlation (Ledoit-Wolf, or a factor model for mvr-factor / sdp-factor), "
         "solve for s, sample knockoffs, compute W, select.",
     )
     sel.add_argument("data", help="CSV with a header row, .npz (named columns or one 2-D array) or .npy")
@@ -62,9 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=sorted(METHODS),
         default="auto",
         help="S-vector method (default auto, as knockoff_filter: sdp with more rows than features, "
-        "sdp-factor otherwise or with --rank; asdp is faster for thousands of features)",
+        "mvr-factor otherwise or with --rank; asdp is faster for thousands of features)",
     )
-    sel.add_argument("--rank", type=int, default=None, help="factor-model rank for --method sdp-factor")
+    sel.add_argument("--rank", type=int, default=None, help="factor-model rank for --method mvr-factor / sdp-factor")
     sel.add_argument("--replicates", type=int, default=1, help="knockoff replicates, aggregated by e-BH")
     sel.add_argument("--aggregate", choices=AGGREGATES, default="ebh", help="how replicates are combined")
     sel.add_argument("--statistic", choices=STATISTICS, default="lcd", help="feature statistic W (default lcd)")

@@ -41,18 +41,20 @@ def _check_design(path, names, X, j_target, *, method):
     if const:
         raise CLIError(f"constant column(s) {preview(const, 5)} carry no information; drop them and rerun")
     p = len(features)
-    if method != "sdp_factor" and n <= p:
+    if method not in FACTOR_METHODS and n <= p:
         raise CLIError(
             f"{path} has {n} rows for {p} features; a dense covariance needs more rows than "
-            "features: add rows or use --method sdp-factor --rank K (K < rows)"
+            "features: add rows or use --method mvr-factor (or sdp-factor) --rank K (K < rows)"
         )
     return X[:, features], y, [names[j] for j in features]
 
 
+FACTOR_METHODS = ("mvr_factor", "sdp_factor")  # a factor model of the data (knockoff_filter's rank)
 METHODS = {
     "auto": "auto",  # the library's default (jaxknock.pipeline.resolve_s_method), resolved on the table's shape
     "sdp": "sdp",
     "sdp-factor": "sdp_factor",
+    "mvr-factor": "mvr_factor",
     "asdp": "asdp",
     "equi": "equicorrelated",
     "mvr": "mvr",
@@ -66,15 +68,17 @@ def _check_select_args(args, method) -> None:
         raise CLIError(f"--fdr must lie strictly between 0 and 1, got {args.fdr}")
     if args.replicates < 1:
         raise CLIError(f"--replicates must be a positive integer, got {args.replicates}")
-    if args.rank is not None and method not in ("sdp_factor", "auto"):
-        raise CLIError("--rank only applies to --method sdp-factor (or auto, which it turns into sdp-factor)")
+    if args.rank is not None and method not in (*FACTOR_METHODS, "auto"):
+        raise CLIError(
+            "--rank only applies to --method mvr-factor or sdp-factor (or auto, which it turns into mvr-factor)"
+        )
     if args.rank is not None and args.rank < 1:
         raise CLIError(f"--rank must be a positive integer, got {args.rank}")
     if args.lam is not None and args.lam <= 0:
         raise CLIError(f"--lam must be positive, got {args.lam}")
     if getattr(args, "knockoffs", 1) < 1:
         raise CLIError(f"--knockoffs must be a positive integer (the number of knockoff copies), got {args.knockoffs}")
-    if (getattr(args, "groups", None) is not None or getattr(args, "knockoffs", 1) > 1) and method == "sdp_factor":
+    if (getattr(args, "groups", None) is not None or getattr(args, "knockoffs", 1) > 1) and method in FACTOR_METHODS:
         raise CLIError("--groups / --knockoffs > 1 need a dense method (--method sdp, asdp or equi)")
 
 
@@ -97,7 +101,7 @@ def _load_groups(path, p):
 def _resolve_method(args, method, shape):
     """``--method auto``: the library's choice for a design of ``shape`` (:func:`~jaxknock.pipeline.resolve_s_method`).
 
-    ``sdp`` with more rows than features, ``sdp-factor`` otherwise or with ``--rank``;
+    ``sdp`` with more rows than features, ``mvr-factor`` otherwise or with ``--rank``;
     ``sdp`` with ``--groups`` (a group law is dense). Any other method is kept.
     """
     if method != "auto":
@@ -116,7 +120,7 @@ def _load_design(args, method):
     names, table, levels = load_table(args.data, target=args.target)
     j = resolve_target(names, args.target, args.data)
     method = _resolve_method(args, method, (table.shape[0], table.shape[1] - 1))
-    _check_select_args(args, method)  # --knockoffs > 1 where auto chose sdp-factor
+    _check_select_args(args, method)  # --knockoffs > 1 where auto chose mvr-factor
     X, y, features = _check_design(args.data, names, table, j, method=method)
     n, p = X.shape
     if args.rank is not None and args.rank >= min(n, p):
