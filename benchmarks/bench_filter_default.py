@@ -23,7 +23,7 @@ the issue's "R = 10 costs at most 4x one replicate".
 
     python benchmarks/bench_filter_default.py --small     # n=300, p=100
     python benchmarks/bench_filter_default.py             # the issue-17 table
-    python benchmarks/bench_filter_default.py --sizes 300:1000   # p > n: jaxknock's sdp_factor
+    python benchmarks/bench_filter_default.py --sizes 300:1000   # p > n: jaxknock's mvr_factor (its default)
 """
 
 from __future__ import annotations
@@ -145,8 +145,8 @@ def main(argv=None):
     ap.add_argument(
         "--s-method",
         default="auto",
-        help="jaxknock's s_method: 'auto' = the library default where p < n, 'sdp_factor' where p >= n "
-        "(a dense covariance estimate is refused there); knockpy always runs its default",
+        help="jaxknock's s_method: 'auto' = the library default (sdp where p < n, mvr_factor where p >= n); "
+        "knockpy always runs its default",
     )
     args = ap.parse_args(argv)
     sizes = [(300, 100)] if args.small else [tuple(map(int, s.split(":"))) for s in args.sizes.split(",")]
@@ -154,7 +154,7 @@ def main(argv=None):
     rows = []
     for n, p in sizes:
         X, y, truth = make_data(0, n, p)
-        s_method = args.s_method if args.s_method != "auto" else ("sdp_factor" if p >= n else "default")
+        s_method = args.s_method if args.s_method != "auto" else "default"
         arrays = dict(
             X=X,
             y=y,
