@@ -13,6 +13,7 @@ Designs (``--design``): ``ar`` AR(1) rho 0.9, n = 150, p = 200, 10 signals of
 n = 200, p = 400, 20 signals of +-8 / sqrt(n) (the issue-17 design, p > n).
 
     python benchmarks/bench_fdr_pn.py --design ar --datasets 100
+    python benchmarks/bench_fdr_pn.py --small     # 10 data sets, no knockpy (a smoke run)
 """
 
 from __future__ import annotations
@@ -81,7 +82,10 @@ def main():
     ap.add_argument("--datasets", type=int, default=100)
     ap.add_argument("--methods", default="auto,sdp_factor", help="s_method values for knockoff_filter")
     ap.add_argument("--no-knockpy", action="store_true")
+    ap.add_argument("--small", action="store_true", help="10 data sets and no knockpy (FDR is not resolved at 10)")
     args = ap.parse_args()
+    if args.small:
+        args.datasets, args.no_knockpy = min(args.datasets, 10), True
 
     import jax
 
