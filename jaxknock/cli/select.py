@@ -10,6 +10,7 @@ from jaxknock.cli.common import CLIError, enable_x64
 from jaxknock.cli.progress import Progress, Ticker, progress_enabled
 from jaxknock.cli.report import device, print_table, sha256, versions, write_json
 from jaxknock.cli.tables import load_table, preview, resolve_target
+from jaxknock.pipeline import FACTOR_SOLVERS
 
 __all__ = ["METHODS", "run_select"]
 
@@ -49,7 +50,7 @@ def _check_design(path, names, X, j_target, *, method):
     return X[:, features], y, [names[j] for j in features]
 
 
-FACTOR_METHODS = ("mvr_factor", "sdp_factor")  # a factor model of the data (knockoff_filter's rank)
+FACTOR_METHODS = tuple(FACTOR_SOLVERS)  # knockoff_filter's methods on a factor model of the data (its rank)
 METHODS = {
     "auto": "auto",  # the library's default (jaxknock.pipeline.resolve_s_method), resolved on the table's shape
     "sdp": "sdp",
