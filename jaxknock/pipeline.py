@@ -239,7 +239,14 @@ def resolve_s_method(s_method: str, shape, *, known: bool = False, groups=None, 
     return "mvr_factor" if not dense_law and (wide or rank is not None) else "sdp"
 
 
-def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=False, *, lam=None, plus=True):
+#: the dense methods knockoff_filter runs on a Ledoit-Wolf estimate at ``p >= n`` (their ``s`` kept the FDR
+#: there in simulation; the SDP's and the equicorrelated ``s`` did not): benchmarks/bench_fdr_pn.py
+WIDE_DENSE_SOLVERS = ("mvr", "maxent")
+
+
+def _validate(
+    X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=False, *, lam=None, plus=True, wide_dense=()
+):
     X = _checks.as_float_array(X, "X")
     _checks.check_ndim(X, 2, "X", "a 2-D (n_samples, n_features) array")
     _checks.check_nonempty(X, "X")
@@ -265,10 +272,12 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, k
         raise TypeError(f"plus must be True (knockoff+) or False (knockoff), got {plus!r}")
     if statistic == "lcd" and lam is None:
         _check_cv_rows(y_norm, binary, n)
-    if p >= n and s_method not in FACTOR_SOLVERS and not known:
+    if p >= n and s_method not in (*FACTOR_SOLVERS, *wide_dense) and not known:
+        dense = f", or {' / '.join(map(repr, wide_dense))} on the Ledoit-Wolf estimate" if wide_dense else ""
         raise ValueError(
-            f"p = {p} >= n = {n}: a dense covariance estimate is too unstable for Gaussian "
-            "knockoffs; use s_method='mvr_factor' or 'sdp_factor' (factor model from the data) with rank < n"
+            f"p = {p} >= n = {n}: s_method={s_method!r} on a dense covariance estimated from fewer rows than "
+            "features does not keep the FDR at its target (its larger s leans on the estimate); use "
+            f"s_method='mvr_factor' or 'sdp_factor' (factor model from the data) with rank < n{dense}"
         )
     if s_method in FACTOR_SOLVERS:
         if min(n, p) < 2:
@@ -443,7 +452,8 @@ def knockoff_filter(
     good. Measured at ``fdr=0.1`` (AR(1) 0.9, 10 signals, cross-validated
     ``"lcd"``): ``n = 300, p = 50`` (Ledoit-Wolf, ``"sdp"``) FDR 0.08 +- 0.01;
     ``n = 150, p = 200``: the factor model with ``"mvr_factor"`` (the default
-    there) 0.09 +- 0.01, with ``"sdp_factor"`` 0.13-0.16 +- 0.01 (the larger
+    there) 0.09 +- 0.01, dense ``"mvr"`` / ``"maxent"`` on the Ledoit-Wolf
+    estimate 0.08 +- 0.01, with ``"sdp_factor"`` 0.13-0.16 +- 0.01 (the larger
     SDP ``s`` leans harder on the estimated law), and ``"sdp"`` with the true
     ``Sigma=`` 0.06 +- 0.01.
 
@@ -477,8 +487,12 @@ def knockoff_filter(
             or ``"auto"`` (default, :func:`resolve_s_method`): ``"sdp"`` when
             ``n > p`` (or with a known ``Sigma`` or ``groups``), and
             ``"mvr_factor"`` when ``p >= n`` or ``rank`` is given, where the
-            dense Ledoit-Wolf estimate is too close to singular for Gaussian
-            knockoffs. ``"mvr_factor"`` / ``"sdp_factor"``: :func:`~jaxknock.mvr_factor` /
+            dense Ledoit-Wolf estimate is too close to singular for the SDP's
+            ``s``. At ``p >= n`` the dense methods run only as ``"mvr"`` or
+            ``"maxent"`` on the Ledoit-Wolf estimate (knockpy's default is
+            ``"mvr"`` there; their smaller ``s`` kept the FDR in simulation,
+            ``"sdp"`` / ``"asdp"`` / ``"equicorrelated"`` did not and raise a
+            ``ValueError``). ``"mvr_factor"`` / ``"sdp_factor"``: :func:`~jaxknock.mvr_factor` /
             :func:`~jaxknock.sdp_factor` on a rank-``rank`` factor model of the data
             (:func:`~jaxknock.factor_model_from_data`, never ``p x p``).
             ``Selection.settings["s_method"]`` records the method used.
@@ -590,7 +604,18 @@ def knockoff_filter(
             cv_patience=cv_patience,
         )
     X, y, binary, rank = _validate(
-        X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=Sigma is not None, lam=lam, plus=plus
+        X,
+        y,
+        fdr,
+        s_method,
+        statistic,
+        aggregate,
+        num_replicates,
+        rank,
+        known=Sigma is not None,
+        lam=lam,
+        plus=plus,
+        wide_dense=WIDE_DENSE_SOLVERS,
     )
     if statistic == "centroid" and not binary:
         raise ValueError("statistic='centroid' needs a binary y (two distinct labels)")

@@ -56,8 +56,9 @@ def test_bad_inputs(key):
         knockoff_filter(key, X, np.ones(50))
     with pytest.raises(ValueError, match="fdr"):
         knockoff_filter(key, X, y, fdr=1.5)
-    with pytest.raises(ValueError, match="p = 10 >= n = 8: .* use s_method='mvr_factor' or 'sdp_factor'"):
-        knockoff_filter(key, X[:8], y[:8], s_method="sdp")  # a dense method asked for by name
+    for dense in ("sdp", "asdp", "equicorrelated"):  # a dense method asked for by name
+        with pytest.raises(ValueError, match=f"p = 10 >= n = 8: s_method='{dense}' .* use s_method='mvr_factor'"):
+            knockoff_filter(key, X[:8], y[:8], s_method=dense)
     bad = X.copy()
     bad[3, 2] = np.nan
     with pytest.raises(ValueError, match="non-finite"):
@@ -313,6 +314,23 @@ def test_float32_replicates_are_certified_without_a_float64_refit():
             assert stat.value.dtype == jnp.float32
             np.testing.assert_array_equal(np.asarray(stat.result), 0)
             assert not np.any(np.asarray(stat.stats["float64_refit"])), R
+
+
+def test_dense_mvr_and_maxent_run_at_p_ge_n_on_the_ledoit_wolf_estimate(key):
+    """At ``p >= n`` every dense method raised; ``"mvr"`` / ``"maxent"`` (knockpy's default is Ledoit-Wolf +
+    MVR at any ``p``) kept the FDR there in simulation (``benchmarks/bench_fdr_pn.py``) and now run on the
+    Ledoit-Wolf correlation: the same ``W`` as that estimate passed as a known ``Sigma``."""
+    from jaxknock import ledoit_wolf, to_correlation
+
+    Xw, yw, _ = make_data(n=60, p=80, k=4, amp=1.5, seed=4)
+    Xs = (Xw - Xw.mean(0)) / Xw.std(0)
+    Sigma = np.asarray(to_correlation(ledoit_wolf(jnp.asarray(Xs)).covariance))
+    for method in ("mvr", "maxent"):
+        sel = knockoff_filter(key, Xs, yw, s_method=method, statistic="correlation")
+        assert sel.settings["s_method"] == method and int(sel.s_solution.result) == 0
+        ref = knockoff_filter(key, Xs, yw, s_method=method, statistic="correlation", Sigma=Sigma)
+        np.testing.assert_allclose(sel.s_solution.value, ref.s_solution.value, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(sel.W, ref.W, rtol=1e-6, atol=1e-9)
 
 
 def test_bad_cv_patience_and_num_replicates_raise_before_any_work(key):

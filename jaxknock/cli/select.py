@@ -10,7 +10,7 @@ from jaxknock.cli.common import CLIError, enable_x64
 from jaxknock.cli.progress import Progress, Ticker, progress_enabled
 from jaxknock.cli.report import device, print_table, sha256, versions, write_json
 from jaxknock.cli.tables import load_table, preview, resolve_target
-from jaxknock.pipeline import FACTOR_SOLVERS
+from jaxknock.pipeline import FACTOR_SOLVERS, WIDE_DENSE_SOLVERS
 
 __all__ = ["METHODS", "run_select"]
 
@@ -42,10 +42,11 @@ def _check_design(path, names, X, j_target, *, method):
     if const:
         raise CLIError(f"constant column(s) {preview(const, 5)} carry no information; drop them and rerun")
     p = len(features)
-    if method not in FACTOR_METHODS and n <= p:
+    if method not in (*FACTOR_METHODS, *WIDE_DENSE_SOLVERS) and n <= p:
+        flag = {v: k for k, v in METHODS.items()}.get(method, method)
         raise CLIError(
-            f"{path} has {n} rows for {p} features; a dense covariance needs more rows than "
-            "features: add rows or use --method mvr-factor (or sdp-factor) --rank K (K < rows)"
+            f"{path} has {n} rows for {p} features; --method {flag} on a dense covariance needs more rows "
+            "than features: add rows or use --method mvr-factor (or sdp-factor) --rank K (K < rows), or mvr"
         )
     return X[:, features], y, [names[j] for j in features]
 
