@@ -333,6 +333,30 @@ def test_dense_mvr_and_maxent_run_at_p_ge_n_on_the_ledoit_wolf_estimate(key):
         np.testing.assert_allclose(sel.W, ref.W, rtol=1e-6, atol=1e-9)
 
 
+def test_float64_host_input_with_a_large_offset_is_not_rounded_by_the_float32_cast():
+    """With x64 off, a float64 NumPy ``X`` was cast to float32 before it was centred: columns of epoch
+    seconds (``1.7e9``, float32 spacing 128) that vary by minutes were rounded to a few levels, and the
+    statistics depended on the offset. The shift now comes out in float64 first (``_centre_before_cast``)."""
+    rng = np.random.default_rng(0)
+    n, p = 300, 40
+    X = rng.standard_normal((n, p)) * 60.0
+    y = X[:, :6] @ np.full(6, 0.02) + rng.standard_normal(n)
+    shifted = X + 1.7e9  # float64: exact to ~2e-7
+    with jax.enable_x64(False):
+        runs = [
+            knockoff_filter(jax.random.key(0), A, y, s_method="equicorrelated", statistic="correlation")
+            for A in (X, shifted)
+        ]
+        assert runs[0].W.dtype == jnp.float32
+        mu = np.full(p, 1.7e9)
+        known = [  # a known law with its mean: the same
+            knockoff_filter(jax.random.key(0), A, y, Sigma=np.eye(p) * 3600.0, mu=m, statistic="correlation")
+            for A, m in ((X, np.zeros(p)), (shifted, mu))
+        ]
+    np.testing.assert_allclose(runs[1].W, runs[0].W, atol=2e-5)
+    np.testing.assert_allclose(known[1].W, known[0].W, atol=2e-5)
+
+
 def test_bad_cv_patience_and_num_replicates_raise_before_any_work(key):
     """``cv_patience=0`` ran the S solve and the sampling, then failed (or, for 0 / 2.5 / True, ran
     unchecked) in the statistics under the name ``patience``; ``num_replicates=True`` ran as 1."""
