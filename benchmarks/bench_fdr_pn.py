@@ -14,6 +14,8 @@ n = 200, p = 400, 20 signals of +-8 / sqrt(n) (the issue-17 design, p > n).
 
     python benchmarks/bench_fdr_pn.py --design ar --datasets 100
     python benchmarks/bench_fdr_pn.py --small     # 10 data sets, no knockpy (a smoke run)
+    python benchmarks/bench_fdr_pn.py --group-size 2 --methods mvr,sdp   # group FDR (pairs), no knockpy
+    python benchmarks/bench_fdr_pn.py --knockoffs 2 --methods mvr,mvr_factor
 """
 
 from __future__ import annotations
@@ -81,11 +83,15 @@ def main():
     ap.add_argument("--design", choices=("ar", "ar05", "block"), default="ar")
     ap.add_argument("--datasets", type=int, default=100)
     ap.add_argument("--methods", default="auto,sdp_factor", help="s_method values for knockoff_filter")
+    ap.add_argument("--group-size", type=int, default=1, help="groups of this many adjacent features (group FDR)")
+    ap.add_argument("--knockoffs", type=int, default=1, help="num_knockoffs (multiple knockoffs)")
     ap.add_argument("--no-knockpy", action="store_true")
     ap.add_argument("--small", action="store_true", help="10 data sets and no knockpy (FDR is not resolved at 10)")
     args = ap.parse_args()
     if args.small:
         args.datasets, args.no_knockpy = min(args.datasets, 10), True
+    if args.group_size > 1 or args.knockoffs > 1:
+        args.no_knockpy = True  # the anchor's default filter has neither
 
     import jax
 
@@ -93,12 +99,21 @@ def main():
     import jaxknock
 
     data = [make_design(args.design, s) for s in range(args.datasets)]
-    print(f"design {args.design}: n, p = {data[0][0].shape}, {args.datasets} data sets, fdr {FDR}")
+    p = data[0][0].shape[1]
+    groups = np.arange(p) // args.group_size if args.group_size > 1 else None
+    extra = dict(groups=groups, num_knockoffs=args.knockoffs)
+    print(
+        f"design {args.design}: n, p = {data[0][0].shape}, {args.datasets} data sets, fdr {FDR}, "
+        f"group size {args.group_size}, knockoffs {args.knockoffs}"
+    )
     for method in args.methods.split(","):
         rows = []
         for s, (X, y, truth) in enumerate(data):
-            sel = jaxknock.knockoff_filter(jax.random.key(s), X, y, fdr=FDR, s_method=method)
-            rows.append(fdp_power(sel.mask, truth))
+            sel = jaxknock.knockoff_filter(jax.random.key(s), X, y, fdr=FDR, s_method=method, **extra)
+            if groups is None:
+                rows.append(fdp_power(sel.mask, truth))
+            else:  # group FDR: a group is a true discovery when one of its features is a signal
+                rows.append(fdp_power(np.bincount(groups, sel.mask) > 0, np.bincount(groups, truth) > 0))
         summary(f"jaxknock {method} ({sel.settings['s_method']})", rows)
     if not args.no_knockpy:
         X = np.stack([d[0] for d in data])

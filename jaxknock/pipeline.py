@@ -210,7 +210,13 @@ def _check_cv_rows(y, binary, n):
             )
 
 
-def resolve_s_method(s_method: str, shape, *, known: bool = False, groups=None, rank=None) -> str:
+#: up to this many features, ``num_knockoffs > 1`` at ``p >= n`` runs the dense MVR (a ``p x p`` estimate)
+DENSE_MULTI_MAX_P = 2000
+
+
+def resolve_s_method(
+    s_method: str, shape, *, known: bool = False, groups=None, rank=None, num_knockoffs: int = 1
+) -> str:
     """The S-vector method :func:`knockoff_filter` runs for ``s_method`` on a design of ``shape`` ``(n, p)``.
 
     ``"auto"`` resolves to ``"mvr_factor"`` when ``p >= n`` or a factor ``rank``
@@ -222,21 +228,37 @@ def resolve_s_method(s_method: str, shape, *, known: bool = False, groups=None, 
     estimated law where the SDP ``s`` did not: AR(1) 0.9, ``n = 150``,
     ``p = 200``, ``fdr = 0.1``, 100 data sets: FDR 0.09 +- 0.01 (power 0.63)
     against 0.16 +- 0.01 with ``"sdp_factor"`` (knockpy's default 0.09, power
-    0.46; ``benchmarks/measured/NOTES.md``, session 32). Otherwise ``"sdp"``
-    (the certified dense SDP). Any other value is returned as given (validated
-    by the caller).
+    0.46; ``benchmarks/measured/NOTES.md``, session 32). With ``groups`` at
+    ``p >= n``: the group MVR on the Ledoit-Wolf estimate, ``"mvr"`` (pairs of
+    AR(1) 0.9 features, the same design: group FDR 0.05 +- 0.01, session 33).
+    With ``num_knockoffs > 1`` at ``p >= n`` (and no ``rank``): the dense
+    ``"mvr"`` on the Ledoit-Wolf estimate up to ``p = DENSE_MULTI_MAX_P``
+    (2000) features, where the factor model's ``s`` went over the target
+    (``m = 2``, the same design, 300 data sets: ``"mvr_factor"`` FDR
+    0.111 +- 0.006, dense ``"mvr"`` 0.084 +- 0.006, power 0.84 / 0.78);
+    ``"mvr_factor"`` above it. Otherwise ``"sdp"`` (the certified dense SDP).
+    Any other value is returned as given (validated by the caller).
 
     Example:
         >>> resolve_s_method("auto", (600, 200)), resolve_s_method("auto", (300, 1000))
         ('sdp', 'mvr_factor')
+        >>> wide = (300, 1000)
+        >>> resolve_s_method("auto", wide, groups=[0, 0, 1]), resolve_s_method("auto", wide, num_knockoffs=2)
+        ('mvr', 'mvr')
         >>> resolve_s_method("mvr", (300, 1000))
         'mvr'
     """
     if s_method != "auto":
         return s_method
-    dense_law = known or groups is not None
     wide = len(shape) == 2 and shape[1] >= shape[0]
-    return "mvr_factor" if not dense_law and (wide or rank is not None) else "sdp"
+    if known:
+        return "sdp"
+    if groups is not None:
+        return "mvr" if wide else "sdp"
+    multi = _checks.is_int(num_knockoffs) and num_knockoffs > 1  # a bad value is named by the filter's check
+    if wide and rank is None and multi and shape[1] <= DENSE_MULTI_MAX_P:
+        return "mvr"
+    return "mvr_factor" if wide or rank is not None else "sdp"
 
 
 #: the dense methods knockoff_filter runs on a Ledoit-Wolf estimate at ``p >= n`` (their ``s`` kept the FDR
@@ -574,7 +596,9 @@ def knockoff_filter(
             ``"equicorrelated"``, ``"sdp"``, ``"maxent"`` or ``"mvr"``; ``"asdp"`` uses
             the group SDP), group statistics ``W_g = sum_{j in g} W_j`` and the
             group knockoff+ filter at group-level FDR ``fdr`` (see
-            :mod:`jaxknock.multi`). Not with the factor methods.
+            :mod:`jaxknock.multi`). Not with the factor methods; ``"auto"``
+            runs ``"sdp"`` when ``n > p`` and ``"mvr"`` (the group MVR on the
+            Ledoit-Wolf estimate) when ``p >= n``.
         num_knockoffs: ``m`` simultaneous knockoffs (Gimenez & Zou 2019): ``S``
             solved for ``(m+1)/m Sigma - S >= 0`` (without ``groups``: the
             ``s_method`` solver called with ``num_knockoffs=m``; with
@@ -615,7 +639,9 @@ def knockoff_filter(
             f"{'a known Sigma=' if Sigma is not None else 'groups='} the S solve uses a dense p x p "
             "covariance: drop rank"
         )
-    s_method = resolve_s_method(s_method, np.shape(X), known=Sigma is not None, groups=groups, rank=rank)
+    s_method = resolve_s_method(
+        s_method, np.shape(X), known=Sigma is not None, groups=groups, rank=rank, num_knockoffs=num_knockoffs
+    )
     X, mu = _centre_before_cast(X, mu)
     if groups is not None or num_knockoffs != 1:
         if Sigma is not None:
@@ -868,7 +894,10 @@ def _grouped_or_multi_filter(
         raise ValueError(f"s_method must be one of {tuple(allowed)} with {what}, got {s_method!r}")
     if statistic == "centroid":
         raise ValueError("statistic='centroid' is not supported with groups or num_knockoffs > 1")
-    X, y, binary, rank = _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, lam=lam, plus=plus)
+    X, y, binary, rank = _validate(
+        X, y, fdr, s_method, statistic, aggregate, num_replicates, rank,
+        lam=lam, plus=plus, wide_dense=WIDE_DENSE_SOLVERS,
+    )  # fmt: skip
     n, p = X.shape
     g = group_index(np.arange(p) if groups is None else groups, p)
     R = int(num_replicates)

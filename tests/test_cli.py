@@ -317,7 +317,7 @@ def bad_files(tmp_path):
         ("text", ["--fdr", "1.5"], ["--fdr must lie strictly between 0 and 1"]),
         ("text", ["--replicates", "0"], ["--replicates must be a positive integer"]),
         ("text", ["--method", "sdp", "--rank", "3"], ["--rank only applies to --method mvr-factor or sdp-factor"]),
-        ("wide", ["--knockoffs", "2"], ["--knockoffs > 1 need a dense method"]),  # auto chose mvr-factor
+        ("wide", ["--method", "sdp", "--knockoffs", "2"], ["--method sdp on a dense covariance"]),
         ("wide", ["--method", "sdp-factor", "--rank", "25"], ["--rank must be smaller than min(rows, features) = 20"]),
         ("text", ["--lam", "-1"], ["--lam must be positive"]),
     ],

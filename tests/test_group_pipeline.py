@@ -107,3 +107,44 @@ def test_sklearn_groups(data):
     np.testing.assert_array_equal(est.support_, np.isin(groups, est.selection_.selected_groups))
     with pytest.raises(ValueError, match="num_knockoffs"):
         KnockoffSelector(num_knockoffs=0).fit(X, y)
+
+
+def test_groups_and_multiple_knockoffs_at_p_ge_n(data, tmp_path, capsys):
+    """With ``groups`` at ``p >= n`` the default was the dense SDP, which then refused ``p >= n`` and pointed
+    to the factor methods, which refuse groups: no method ran. ``"auto"`` now runs the group MVR on the
+    Ledoit-Wolf estimate (group FDR 0.05 +- 0.01 at q = 0.1 on AR(1) 0.9 pairs, n = 150, p = 200,
+    ``bench_fdr_pn.py --group-size 2``). The CLI refused ``--knockoffs 2`` where ``auto`` chose
+    ``mvr-factor`` (the library has run ``m`` knockoffs on the factor model since session 32); ``auto``
+    with ``m > 1`` at ``p >= n`` is now the dense MVR (the factor model's FDR was 0.111 +- 0.006 there)."""
+    X, y, groups = data
+    Xw, yw, gw = X[:20], y[:20], groups  # n = 20 < p = 24
+    sel = jaxknock.knockoff_filter(jax.random.key(0), Xw, yw, fdr=0.3, statistic="correlation", groups=gw)
+    assert sel.settings["s_method"] == "mvr" and int(sel.s_solution.result) == 0
+    assert sel.W.shape == (1, P // 2)
+    with pytest.raises(ValueError, match="s_method='sdp' on a dense covariance .* or 'mvr' / 'maxent'"):
+        jaxknock.knockoff_filter(jax.random.key(0), Xw, yw, statistic="correlation", groups=gw, s_method="sdp")
+    path = tmp_path / "wide.csv"
+    names = [f"x{j}" for j in range(P)] + ["y"]
+    np.savetxt(path, np.column_stack([Xw, yw]), delimiter=",", header=",".join(names), comments="")
+    out = tmp_path / "r.json"
+    args = ["select", str(path), "--target", "y", "--statistic", "correlation", "--fdr", "0.3", "--quiet"]
+    rc = main([*args, "--knockoffs", "2", "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    import json
+
+    report = json.loads(out.read_text())
+    assert report["settings"]["num_knockoffs"] == 2 and report["settings"]["s_method"] == "mvr"
+    rc = main([*args, "--knockoffs", "2", "--method", "mvr-factor", "--out", str(out)])  # the factor model, by name
+    assert rc == 0, capsys.readouterr().err
+    assert json.loads(out.read_text())["settings"]["s_method"] == "mvr_factor"
+
+
+def test_auto_with_multiple_knockoffs_at_p_ge_n_is_the_dense_mvr_up_to_its_size_limit():
+    from jaxknock.pipeline import DENSE_MULTI_MAX_P, resolve_s_method
+
+    assert resolve_s_method("auto", (100, 200), num_knockoffs=2) == "mvr"
+    assert resolve_s_method("auto", (100, 200), num_knockoffs=2, rank=10) == "mvr_factor"
+    assert resolve_s_method("auto", (100, DENSE_MULTI_MAX_P + 1), num_knockoffs=3) == "mvr_factor"
+    assert resolve_s_method("auto", (100, 200)) == "mvr_factor"  # one knockoff: the factor model (FDR 0.078)
+    assert resolve_s_method("auto", (300, 200), num_knockoffs=2) == "sdp"
+    assert resolve_s_method("auto", (100, 200), num_knockoffs="2") == "mvr_factor"  # named later by its check

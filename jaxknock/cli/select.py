@@ -80,8 +80,8 @@ def _check_select_args(args, method) -> None:
         raise CLIError(f"--lam must be positive, got {args.lam}")
     if getattr(args, "knockoffs", 1) < 1:
         raise CLIError(f"--knockoffs must be a positive integer (the number of knockoff copies), got {args.knockoffs}")
-    if (getattr(args, "groups", None) is not None or getattr(args, "knockoffs", 1) > 1) and method in FACTOR_METHODS:
-        raise CLIError("--groups / --knockoffs > 1 need a dense method (--method sdp, asdp or equi)")
+    if getattr(args, "groups", None) is not None and method in FACTOR_METHODS:
+        raise CLIError("--groups needs a dense method (--method sdp, asdp, equi, mvr or maxent)")
 
 
 def _load_groups(path, p):
@@ -104,13 +104,16 @@ def _resolve_method(args, method, shape):
     """``--method auto``: the library's choice for a design of ``shape`` (:func:`~jaxknock.pipeline.resolve_s_method`).
 
     ``sdp`` with more rows than features, ``mvr-factor`` otherwise or with ``--rank``;
-    ``sdp`` with ``--groups`` (a group law is dense). Any other method is kept.
+    with ``--groups`` (a group law is dense) ``sdp``, or ``mvr`` when rows <= features;
+    with ``--knockoffs > 1`` and rows <= features <= 2000, ``mvr``. Any other method is kept.
     """
     if method != "auto":
         return method
     from jaxknock.pipeline import resolve_s_method
 
-    return resolve_s_method("auto", shape, groups=getattr(args, "groups", None), rank=args.rank)
+    return resolve_s_method(
+        "auto", shape, groups=getattr(args, "groups", None), rank=args.rank, num_knockoffs=getattr(args, "knockoffs", 1)
+    )
 
 
 def _load_design(args, method):
