@@ -187,6 +187,26 @@ def test_jit_and_vmap_of_group_s_matrix(problem):
     np.testing.assert_allclose(np.asarray(batched), np.stack(loop), atol=1e-8)
 
 
+@pytest.mark.parametrize("method, m", [("equicorrelated", 1), ("sdp", 1), ("maxent", 1), ("mvr", 1), ("maxent", 2)])
+def test_indefinite_sigma_under_jit_is_infeasible_with_nan_s(problem, method, m):
+    # under jit validate_sigma cannot run; an indefinite Sigma (positive diagonal, symmetric) used to
+    # end max_steps_reached (maxent), stagnated (mvr), nonfinite (sdp) or infeasible with S = 0
+    Sigma, g = problem
+    w, V = np.linalg.eigh(Sigma)
+    w[0] = -0.3
+    bad = V @ np.diag(w) @ V.T
+    bad = 0.5 * (bad + bad.T)
+    assert np.all(np.diag(bad) > 0)
+    solve = jax.jit(lambda S: group_s_matrix(S, g, method=method, num_knockoffs=m))
+    sol = solve(jnp.asarray(bad))
+    assert int(sol.result) == RESULTS.infeasible
+    assert np.all(np.isnan(np.asarray(sol.value.diagonal())))
+    # a valid Sigma under the same jit: unchanged (the eager answer), successful
+    good, eager = solve(jnp.asarray(Sigma)), group_s_matrix(Sigma, g, method=method, num_knockoffs=m)
+    assert int(good.result) == int(eager.result) == RESULTS.successful
+    np.testing.assert_allclose(np.asarray(good.value.blocks), np.asarray(eager.value.blocks), rtol=0, atol=1e-12)
+
+
 def test_bad_groups_and_methods(problem):
     Sigma, g = problem
     with pytest.raises(ValueError, match="groups has length 11 but there are p = 12"):

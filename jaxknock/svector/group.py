@@ -35,6 +35,7 @@ from jax import lax
 from jaxknock import _checks
 from jaxknock._iterate import iterative_solve
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
+from jaxknock.covariance import to_correlation
 from jaxknock.svector import group_mvr
 from jaxknock.svector.certificate import smallest_eigenvalue
 
@@ -466,19 +467,27 @@ def _group_maxent(norm: _Normalised, c, m, tol, max_steps):
 @functools.partial(jax.jit, static_argnames=("method", "m"))
 def _group_solve(Sigma, members, tol, max_steps, *, method, m):
     c = (m + 1.0) / m
+    C = to_correlation(Sigma)
+    # under jit validate_sigma cannot run: an indefinite Sigma (no valid S exists) is reported
+    # infeasible with a NaN S, as eagerly it raises, instead of max_steps_reached / stagnated
+    # with a plausible-looking S; one Cholesky, and the solvers do not iterate on it
+    sigma_pd = jnp.all(jnp.isfinite(jnp.linalg.cholesky(C)))
+    max_steps_run = jnp.where(sigma_pd, max_steps, 0)
     if method == "mvr":
-        blocks, it, stats = group_mvr.solve_group_mvr(Sigma, members, c, float(m), tol, max_steps)
-        return blocks, it.result, {"num_steps": it.num_steps, "max_steps": max_steps, **stats}
-    norm = _normalise(Sigma, members)
-    if method == "equicorrelated":
-        blocks, code, stats = _group_equicorrelated(norm, c)
-        return blocks, code, stats
-    if method == "sdp":
-        blocks, it, stats = _group_sdp(norm, c, tol, max_steps)
+        blocks, it, stats = group_mvr.solve_group_mvr(Sigma, members, c, float(m), tol, max_steps_run)
+        code, stats = it.result, {"num_steps": it.num_steps, "max_steps": max_steps, **stats}
     else:
-        blocks, it, stats = _group_maxent(norm, c, float(m), tol, max_steps)
-    stats = {"num_steps": it.num_steps, "max_steps": max_steps, **stats}
-    return blocks, it.result, stats
+        norm = _normalise(Sigma, members)
+        if method == "equicorrelated":
+            blocks, code, stats = _group_equicorrelated(norm, c)
+        else:
+            if method == "sdp":
+                blocks, it, stats = _group_sdp(norm, c, tol, max_steps_run)
+            else:
+                blocks, it, stats = _group_maxent(norm, c, float(m), tol, max_steps_run)
+            code, stats = it.result, {"num_steps": it.num_steps, "max_steps": max_steps, **stats}
+    code = jnp.where(sigma_pd, code, RESULTS.infeasible).astype(jnp.int32)
+    return _checks.poison(sigma_pd, blocks), code, stats
 
 
 def group_s_matrix(
@@ -539,6 +548,13 @@ def group_s_matrix(
       stationary blocks ``S_g = m ((A^{-2})_gg)^{-1/2}`` with a certified
       Lagrange-dual gap; see :mod:`jaxknock.svector.group_mvr`. Singleton
       groups: :func:`~jaxknock.mvr`.
+
+    Invalid ``Sigma`` under ``jit`` (the eager value checks cannot run): NaN/Inf
+    gives ``nonfinite``; a non-symmetric ``Sigma`` gives ``infeasible``; one
+    with a non-positive diagonal, or whose correlation matrix has no Cholesky
+    factor (not positive definite: no valid ``S`` exists), gives ``infeasible``
+    with ``S`` all NaN, for every method, without iterating. Eagerly they
+    raise ``ValueError``.
 
     Args:
         Sigma: ``(p, p)`` covariance (symmetric positive definite), float64
