@@ -207,6 +207,25 @@ def test_indefinite_sigma_under_jit_is_infeasible_with_nan_s(problem, method, m)
     np.testing.assert_allclose(np.asarray(good.value.blocks), np.asarray(eager.value.blocks), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("method", ["equicorrelated", "sdp", "maxent", "mvr"])
+def test_group_s_is_equivariant_to_the_units_of_the_variables(method):
+    # S(D Sigma D) = D S(Sigma) D with the same result code: the group SDP used to whiten the raw
+    # Sigma, and with variances over 8 decades its path stagnated (gap 3.6e-6) where the
+    # correlation matrix certified successful in 56 steps
+    p = 30
+    A = np.random.default_rng(3).normal(size=(p, p + 3))
+    Sigma = A @ A.T / p
+    d = np.sqrt(np.diag(Sigma))
+    C = Sigma / np.outer(d, d)
+    D = 10.0 ** np.linspace(-4, 4, p)
+    g = np.arange(p) // 3
+    ref = group_s_matrix(C, g, method=method)
+    scaled = group_s_matrix(C * np.outer(D, D), g, method=method)
+    assert int(ref.result) == int(scaled.result) == RESULTS.successful
+    back = np.asarray(scaled.value.dense()) / np.outer(D, D)
+    np.testing.assert_allclose(back, np.asarray(ref.value.dense()), rtol=0, atol=1e-10)
+
+
 def test_bad_groups_and_methods(problem):
     Sigma, g = problem
     with pytest.raises(ValueError, match="groups has length 11 but there are p = 12"):

@@ -464,9 +464,19 @@ def _group_maxent(norm: _Normalised, c, m, tol, max_steps):
     return _unwhiten(it.state.S, norm.L, norm.mask), it, stats
 
 
+def _rescale_blocks(blocks, sd, members):
+    """``S_g <- diag(sd_g) S_g diag(sd_g)``: correlation-scale blocks back to the covariance scale."""
+    mask = members < sd.shape[0]
+    scale = jnp.where(mask, sd[jnp.where(mask, members, 0)], 1.0)
+    return blocks * scale[:, :, None] * scale[:, None, :]
+
+
 @functools.partial(jax.jit, static_argnames=("method", "m"))
 def _group_solve(Sigma, members, tol, max_steps, *, method, m):
     c = (m + 1.0) / m
+    # every method works on the correlation matrix and maps S back by diag(Sigma)^{1/2}: the
+    # whitening, the tolerances and the certificates then see the same numbers whatever the
+    # units of the variables (S(D Sigma D) = D S(Sigma) D to rounding, the same result code)
     C = to_correlation(Sigma)
     # under jit validate_sigma cannot run: an indefinite Sigma (no valid S exists) is reported
     # infeasible with a NaN S, as eagerly it raises, instead of max_steps_reached / stagnated
@@ -477,7 +487,7 @@ def _group_solve(Sigma, members, tol, max_steps, *, method, m):
         blocks, it, stats = group_mvr.solve_group_mvr(Sigma, members, c, float(m), tol, max_steps_run)
         code, stats = it.result, {"num_steps": it.num_steps, "max_steps": max_steps, **stats}
     else:
-        norm = _normalise(Sigma, members)
+        norm = _normalise(C, members)
         if method == "equicorrelated":
             blocks, code, stats = _group_equicorrelated(norm, c)
         else:
@@ -486,6 +496,7 @@ def _group_solve(Sigma, members, tol, max_steps, *, method, m):
             else:
                 blocks, it, stats = _group_maxent(norm, c, float(m), tol, max_steps_run)
             code, stats = it.result, {"num_steps": it.num_steps, "max_steps": max_steps, **stats}
+        blocks = _rescale_blocks(blocks, jnp.sqrt(jnp.diagonal(Sigma)), members)
     code = jnp.where(sigma_pd, code, RESULTS.infeasible).astype(jnp.int32)
     return _checks.poison(sigma_pd, blocks), code, stats
 
@@ -505,11 +516,16 @@ def group_s_matrix(
     With ``c = (m + 1) / m`` (``m = num_knockoffs``; ``c = 2`` for one
     knockoff) and ``D = blockdiag(Sigma_gg)``, every method returns a feasible
     ``S = blockdiag(S_g)``: ``c Sigma - S >= 0`` and every ``S_g >= 0``.
-    All three work in block-whitened coordinates ``C = B Sigma B^T`` with
-    ``B = blockdiag(L_g^{-1})``, ``L_g L_g^T = Sigma_gg`` (so ``C_gg = I``), on
+    Every method solves on the correlation matrix ``R = V^{-1/2} Sigma V^{-1/2}``,
+    ``V = diag(Sigma)``, and maps back by ``S = V^{1/2} S_R V^{1/2}``, so the
+    answer does not depend on the units of the variables:
+    ``S(V' Sigma V') = V' S(Sigma) V'`` for a positive diagonal ``V'`` (to
+    rounding, with the same result code). Equicorrelated, SDP and maximum
+    entropy work in block-whitened coordinates ``C = B R B^T`` with
+    ``B = blockdiag(L_g^{-1})``, ``L_g L_g^T = R_gg`` (so ``C_gg = I``), on
     the padded ``G x b`` layout (one batched computation for all groups;
     padding slots are independent unit coordinates), and map back by
-    ``S_g = L_g S~_g L_g^T``.
+    ``S_{R,g} = L_g S~_g L_g^T``.
 
     * ``"equicorrelated"``: ``S = gamma D`` with the largest feasible
       ``gamma <= 1``, ``gamma = min(1, c lambda_min(D^{-1/2} Sigma D^{-1/2}))``
