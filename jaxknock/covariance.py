@@ -175,6 +175,17 @@ class FactorFit(NamedTuple):
 # --------------------------------------------------------------------------
 
 
+def _pow2_exponent(a):
+    """``e`` with ``a / 2^e`` in ``[0.5, 1)`` (``0`` where ``a`` is 0): scaling by ``2^-e`` is exact.
+
+    Scaling data by a power of two before forming sums of squares (or fourth
+    powers) keeps them in the floating range without changing a single bit of
+    the result where they were already in range (every product and sum scales
+    exactly); dividing by the data's own magnitude instead would round.
+    """
+    return jnp.frexp(a)[1]
+
+
 def _check_data(X, name="X"):
     X = _checks.as_float_array(X, name)
     _checks.check_ndim(X, 2, name, "a 2-D (n_samples, n_features) array")
@@ -204,9 +215,13 @@ def empirical_covariance(X, *, assume_centered: bool = False) -> jax.Array:
 
 
 def _empirical_covariance(X, assume_centered):
+    # on X / 2^e (max |X / 2^e| < 1): the column sums and X^T X cannot overflow (|X| ~ 1e154 overflowed
+    # X^T X although the covariance was representable); bit for bit the plain result where that was in range
+    e = _pow2_exponent(jnp.max(jnp.abs(X)))
+    X = jnp.ldexp(X, -e)
     if not assume_centered:
         X = X - jnp.mean(X, axis=0)
-    return jnp.matmul(X.T, X, precision=HIGHEST) / X.shape[0]
+    return jnp.ldexp(jnp.matmul(X.T, X, precision=HIGHEST) / X.shape[0], 2 * e)
 
 
 def ledoit_wolf(X, *, assume_centered: bool = False):
@@ -221,7 +236,9 @@ def ledoit_wolf(X, *, assume_centered: bool = False):
     computed in ``O(n p^2)`` exactly as ``sklearn.covariance.ledoit_wolf``
     (to 1e-10 in float64). The result is always positive definite when
     ``delta > 0``, which is why the knockoff solvers suggest it for
-    ill-conditioned or ``p > n`` data.
+    ill-conditioned or ``p > n`` data. Computed on ``X / 2^e`` (``|X / 2^e| < 1``)
+    and scaled back by ``4^e``: equivariant to a global scale of ``X`` with no
+    overflow of the fourth powers while the result is representable.
 
     Args:
         X: ``(n, p)`` data.
@@ -260,11 +277,16 @@ def _lw_shrinkage(X):
 
 @partial(jax.jit, static_argnums=1)
 def _ledoit_wolf(X, assume_centered):
+    # on X / 2^e (max |X / 2^e| < 1), scaled back by 4^e: the fourth powers and ||S||_F^2 of the shrinkage
+    # left the floating range from |X| ~ 1e77 (NaN shrinkage) or ~ 1e-77 (shrinkage 0); the estimator is
+    # equivariant to a global scale, and scaling by a power of two changes no bit where all was in range
+    e = _pow2_exponent(jnp.max(jnp.abs(X)))
+    X = jnp.ldexp(X, -e)
     if not assume_centered:
         X = X - jnp.mean(X, axis=0)
     S, mu, shrink = _lw_shrinkage(X)
     p = X.shape[1]
-    return LedoitWolf((1.0 - shrink) * S + shrink * mu * jnp.eye(p, dtype=S.dtype), shrink)
+    return LedoitWolf(jnp.ldexp((1.0 - shrink) * S + shrink * mu * jnp.eye(p, dtype=S.dtype), 2 * e), shrink)
 
 
 def to_correlation(Sigma) -> jax.Array:
@@ -366,7 +388,19 @@ def _fit_factor_model(Sigma, rank, max_steps, tol, min_diag):
     Compiled once per shape, dtype and ``rank``; ``max_steps``, ``tol`` and
     ``min_diag`` are traced. The first alternation forms the initial state
     and counts as step 1.
+
+    Fitted to ``Sigma / 4^e`` (``max |Sigma / 4^e|`` in ``[1/4, 1)``; ``e = 0`` for a correlation
+    matrix) with ``min_diag / 4^e``, and scaled back: the same problem exactly, whose Frobenius
+    norms no longer overflow (entries ~1e160 ended ``nonfinite`` after one step).
     """
+    e = 2 * (_pow2_exponent(jnp.max(jnp.abs(Sigma))) // 2)
+    d, U, obj, rel, result, steps = _fit_factor_model_unit(
+        jnp.ldexp(Sigma, -e), rank, max_steps, tol, jnp.ldexp(jnp.asarray(min_diag, Sigma.dtype), -e)
+    )
+    return jnp.ldexp(d, e), jnp.ldexp(U, e // 2), jnp.ldexp(obj, e), rel, result, steps
+
+
+def _fit_factor_model_unit(Sigma, rank, max_steps, tol, min_diag):
     p = Sigma.shape[0]
     scale = jnp.linalg.norm(Sigma)
 
@@ -421,6 +455,10 @@ def factor_model_from_data(key, X, rank: int, *, shrinkage: bool = True, max_ste
     (``O(n p k)`` per iteration). The diagonal absorbs the shrinkage and the
     discarded spectrum, so ``diag(D + U U^T) = 1`` exactly and ``d >= delta``.
     Memory is ``O(n p + p k)``: suitable for ``p`` in the hundreds of thousands.
+    Each column is first scaled by a power of two (exact) to ``max |x_j|`` in
+    ``[1/2, 1)``, so the model does not depend on the units of the columns
+    (one column in units 1e200 times larger or 1e-160 times smaller gives the
+    same model to rounding; powers of two give it bit for bit).
 
     Args:
         key: ``jax.random`` key for the randomized range finder.
@@ -458,6 +496,10 @@ def factor_model_from_data(key, X, rank: int, *, shrinkage: bool = True, max_ste
 @jax.jit(static_argnames=("rank", "shrinkage", "max_steps", "oversample"))
 def _factor_from_data(key, X, rank, shrinkage, max_steps, oversample):
     n, p = X.shape
+    # every column scaled by a power of two first (max |x_j| in [0.5, 1)): the standardisation is then
+    # invariant to the units of each column (a column times 1e200 or 1e-160 overflowed or flushed its
+    # variance: the whole model was NaN) and bit for bit the plain (X - mean) / std where that was in range
+    X = jnp.ldexp(X, -_pow2_exponent(jnp.max(jnp.abs(X), axis=0)))
     Z = (X - jnp.mean(X, axis=0)) / jnp.std(X, axis=0)
     ell = min(rank + oversample, n, p)
     Q = jax.random.normal(key, (p, ell), X.dtype)

@@ -209,3 +209,50 @@ def test_traced_assume_centered_is_named():
             jax.jit(fn)(X, assume_centered=True)
     lw = jax.jit(ledoit_wolf, static_argnames=("assume_centered",))(X, assume_centered=True)
     np.testing.assert_allclose(lw.covariance, sk_lw(np.asarray(X), assume_centered=True)[0], rtol=1e-10)
+
+
+def _raw_data():
+    X = np.random.default_rng(0).normal(size=(60, 40))
+    X[:, :5] += X[:, 5:10]
+    return X
+
+
+def test_factor_model_from_data_is_invariant_to_column_units():
+    # a column times 1e200 (its variance overflowed) or 1e-160 (flushed to zero) made the whole model NaN
+    X = _raw_data()
+    Xs = X.copy()
+    for j, a in [(3, 1e200), (7, 1e-160), (11, 2.0**-1000), (12, 1e300), (13, 3e-170)]:
+        Xs[:, j] *= a
+    key = jax.random.key(0)
+    ref, fit = factor_model_from_data(key, X, 4), factor_model_from_data(key, Xs, 4)
+    np.testing.assert_allclose(float(fit.shrinkage), float(ref.shrinkage), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(fit.model.d), np.asarray(ref.model.d), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(fit.model.U), np.asarray(ref.model.U), rtol=0, atol=1e-12)
+    # scaling a column by a power of two changes no bit
+    X2 = X * 2.0 ** np.arange(-20, 20)
+    np.testing.assert_array_equal(np.asarray(factor_model_from_data(key, X2, 4).model.U), np.asarray(ref.model.U))
+
+
+@pytest.mark.parametrize("scale", [1e80, 1e-80])
+def test_ledoit_wolf_is_equivariant_to_a_global_scale(scale):
+    # the fourth powers and ||S||_F^2 of the shrinkage overflowed (NaN) or underflowed (shrinkage 0)
+    X = _raw_data()
+    ref, fit = ledoit_wolf(X), ledoit_wolf(X * scale)
+    np.testing.assert_allclose(float(fit.shrinkage), float(ref.shrinkage), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(fit.covariance) / scale / scale, np.asarray(ref.covariance), rtol=1e-12)
+
+
+def test_empirical_covariance_of_huge_data_does_not_overflow():
+    # X^T X summed n = 60 entries of ~3e307 to inf although the covariance (<= ~1e308) is representable
+    X = _raw_data()
+    S = np.asarray(empirical_covariance(X * 5e153))
+    assert np.all(np.isfinite(S))
+    np.testing.assert_allclose(S / 5e153 / 5e153, np.asarray(empirical_covariance(X)), rtol=1e-12, atol=1e-14)
+
+
+def test_estimate_factor_model_of_a_huge_covariance():
+    # ||Sigma||_F overflowed: nonfinite after one alternation for entries ~1e160
+    S = np.cov(_raw_data().T)
+    ref, fit = estimate_factor_model(S, 3), estimate_factor_model(S * 1e160, 3)
+    assert int(fit.result) == int(ref.result) == 0
+    np.testing.assert_allclose(np.asarray(fit.value.dense()) / 1e160, np.asarray(ref.value.dense()), rtol=0, atol=1e-6)
