@@ -226,6 +226,25 @@ def test_group_s_is_equivariant_to_the_units_of_the_variables(method):
     np.testing.assert_allclose(back, np.asarray(ref.value.dense()), rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("method", ["equicorrelated", "sdp", "maxent", "mvr"])
+def test_duplicated_variables_in_one_group_are_never_successful_with_a_bad_s(method):
+    # an exactly singular Sigma (features 1 and 5 duplicate 0 and 4, each in its group) can pass
+    # the Cholesky test by rounding (this one does, eagerly too); the block factors are then NaN
+    # and equicorrelated returned an all-NaN S with result successful
+    X = np.random.default_rng(0).normal(size=(200, 10))
+    X[:, 1], X[:, 5] = X[:, 0], X[:, 4]
+    Sigma = np.corrcoef(X.T)
+    np.fill_diagonal(Sigma, 1.0)
+    g = np.arange(10) // 2
+    sol = jax.jit(lambda S: group_s_matrix(S, g, method=method))(jnp.asarray(Sigma))
+    S = np.asarray(sol.value.dense())
+    if int(sol.result) == RESULTS.successful:
+        assert np.all(np.isfinite(S)) and np.linalg.eigvalsh(2 * Sigma - S)[0] >= -1e-10
+    if method != "mvr":  # the whitening needs Sigma_gg > 0: reported infeasible, S NaN
+        assert int(sol.result) == RESULTS.infeasible
+        assert np.all(np.isnan(np.asarray(sol.value.diagonal())))
+
+
 def test_bad_groups_and_methods(problem):
     Sigma, g = problem
     with pytest.raises(ValueError, match="groups has length 11 but there are p = 12"):

@@ -262,7 +262,8 @@ def _group_equicorrelated(norm: _Normalised, c):
     gamma = jnp.clip(c * lmin, 0.0, 1.0)
     G, b = norm.mask.shape
     eye = jnp.broadcast_to(jnp.eye(b, dtype=lmin.dtype), (G, b, b))
-    code = jnp.where(lmin < -16 * G * b * jnp.finfo(lmin.dtype).eps, RESULTS.infeasible, RESULTS.successful)
+    # a NaN lambda_min is not successful
+    code = jnp.where(lmin >= -16 * G * b * jnp.finfo(lmin.dtype).eps, RESULTS.successful, RESULTS.infeasible)
     stats = {"gamma": gamma, "min_eig": lmin, "num_steps": jnp.int32(0), "max_steps": 0}
     return _unwhiten(gamma * eye, norm.L, norm.mask), code.astype(jnp.int32), stats
 
@@ -480,14 +481,19 @@ def _group_solve(Sigma, members, tol, max_steps, *, method, m):
     C = to_correlation(Sigma)
     # under jit validate_sigma cannot run: an indefinite Sigma (no valid S exists) is reported
     # infeasible with a NaN S, as eagerly it raises, instead of max_steps_reached / stagnated
-    # with a plausible-looking S; one Cholesky, and the solvers do not iterate on it
+    # with a plausible-looking S; one Cholesky, and the solvers do not iterate on it. The
+    # whitening methods also need every diagonal block R_gg positive definite: an exactly
+    # singular Sigma (duplicated variables in one group) can pass the full factorisation by
+    # rounding while its block factor L_g is NaN (equicorrelated then said successful, S NaN)
     sigma_pd = jnp.all(jnp.isfinite(jnp.linalg.cholesky(C)))
+    if method != "mvr":
+        norm = _normalise(C, members)
+        sigma_pd = sigma_pd & jnp.all(jnp.isfinite(norm.L))
     max_steps_run = jnp.where(sigma_pd, max_steps, 0)
     if method == "mvr":
         blocks, it, stats = group_mvr.solve_group_mvr(Sigma, members, c, float(m), tol, max_steps_run)
         code, stats = it.result, {"num_steps": it.num_steps, "max_steps": max_steps, **stats}
     else:
-        norm = _normalise(C, members)
         if method == "equicorrelated":
             blocks, code, stats = _group_equicorrelated(norm, c)
         else:
@@ -497,6 +503,8 @@ def _group_solve(Sigma, members, tol, max_steps, *, method, m):
                 blocks, it, stats = _group_maxent(norm, c, float(m), tol, max_steps_run)
             code, stats = it.result, {"num_steps": it.num_steps, "max_steps": max_steps, **stats}
         blocks = _rescale_blocks(blocks, jnp.sqrt(jnp.diagonal(Sigma)), members)
+    # a NaN / Inf S is never successful
+    code = jnp.where((code == RESULTS.successful) & ~jnp.all(jnp.isfinite(blocks)), RESULTS.nonfinite, code)
     code = jnp.where(sigma_pd, code, RESULTS.infeasible).astype(jnp.int32)
     return _checks.poison(sigma_pd, blocks), code, stats
 
@@ -570,7 +578,11 @@ def group_s_matrix(
     with a non-positive diagonal, or whose correlation matrix has no Cholesky
     factor (not positive definite: no valid ``S`` exists), gives ``infeasible``
     with ``S`` all NaN, for every method, without iterating. Eagerly they
-    raise ``ValueError``.
+    raise ``ValueError``. An exactly singular ``Sigma`` can pass that test by
+    rounding (duplicated variables); equicorrelated, SDP and maximum entropy
+    also report ``infeasible`` with a NaN ``S`` when a diagonal block
+    ``Sigma_gg`` has no Cholesky factor (duplicates inside one group), eagerly
+    too. A NaN ``S`` is never ``successful``.
 
     Args:
         Sigma: ``(p, p)`` covariance (symmetric positive definite), float64
