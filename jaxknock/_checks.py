@@ -80,7 +80,7 @@ def require_eager(fn: str, why: str, hint: str, **arrays):
 
 
 def as_float_array(x, name: str):
-    """Convert to a JAX floating array (ints are promoted to the default float).
+    """Convert to a JAX floating array (ints are promoted to the default float, half precision to float32).
 
     Text, object and other non-numeric arrays (and ``None``) raise a
     ``TypeError`` naming ``name`` instead of JAX's staging error.
@@ -100,6 +100,8 @@ def as_float_array(x, name: str):
         if jnp.issubdtype(x.dtype, jnp.complexfloating) or x.dtype == bool:
             raise TypeError(f"{name} must be a real floating array, got dtype {x.dtype}")
         x = jnp.asarray(x, dtype=jnp.result_type(float))
+    elif np.dtype(x.dtype).itemsize < 4:  # float16 / bfloat16: exact in float32, which every solver supports
+        x = jnp.asarray(x, dtype=jnp.float32)
     # a host array is copied to the device as it is: jnp.asarray compiles a copy program per
     # new shape (10-30 ms of a fresh process's first call), device_put does not
     return jax.device_put(x) if isinstance(x, np.ndarray) else jnp.asarray(x)

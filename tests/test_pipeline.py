@@ -386,3 +386,24 @@ def test_bad_lasso_tol_and_rank_with_a_dense_law_raise_before_any_work(key, monk
         knockoff_filter(key, X, y, Sigma=Sigma, rank=3)
     with pytest.raises(ValueError, match="rank=3 is the rank of a factor model .* groups= .* drop rank"):
         knockoff_filter(key, X, y, groups=np.arange(X.shape[1]) // 2, rank=3)
+
+
+def test_half_precision_input_runs_as_float32():
+    """A float16 ``X`` failed deep inside the S solve with ``NotImplementedError: Unsupported dtype float16``
+    (no argument named). Half precision is exact in float32, which every stage supports: the same answers."""
+    from jaxknock import lasso, ledoit_wolf
+
+    X, y, _ = make_data(n=80, p=12)
+    X16 = X.astype(np.float16)
+    X32 = X16.astype(np.float32)
+    with jax.enable_x64(False):
+        a = knockoff_filter(jax.random.key(0), X16, y, s_method="equicorrelated", statistic="correlation")
+        b = knockoff_filter(jax.random.key(0), X32, y, s_method="equicorrelated", statistic="correlation")
+        assert a.W.dtype == jnp.float32
+        np.testing.assert_array_equal(a.W, b.W)
+        np.testing.assert_array_equal(
+            ledoit_wolf(jnp.asarray(X16)).covariance, ledoit_wolf(jnp.asarray(X32)).covariance
+        )
+        np.testing.assert_array_equal(
+            lasso(X16, y.astype(np.float32), 0.1).value, lasso(X32, y.astype(np.float32), 0.1).value
+        )
