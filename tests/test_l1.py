@@ -503,3 +503,44 @@ def test_text_or_none_flags_are_refused():
     np.testing.assert_array_equal(
         L.lasso(X, y, 0.1, fit_intercept=np.False_).value, L.lasso(X, y, 0.1, fit_intercept=False).value
     )
+
+
+def test_logistic_path_on_separable_data_is_successful_and_matches_sklearn():
+    # Labels that a hyperplane separates: every penalised problem has a finite minimiser,
+    # but the fitted probabilities saturate. The dual point's probabilities were rescaled by
+    # a factor that rounding made 1 + eps, so 1 - t fell below zero, the dual entropy was NaN
+    # and the smallest ~20 penalties of the default grid came back `nonfinite`.
+    from scipy.special import expit
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((100, 20))
+    y = (X[:, 0] > 0).astype(float)
+    path = L.lasso_path(X, y, loss="logistic", solver="cd", num_lambdas=30, tol=1e-12, max_steps=10_000)
+    assert np.all(np.asarray(path.result) == RESULTS.successful)
+    assert np.all(np.isfinite(np.asarray(path.stats["gap"])))
+    lam = float(path.stats["lam"][-1])  # 1e-3 * lambda_max: |coef_0| ~ 22, |z| up to ~40
+    b, b0 = np.asarray(path.value[-1]), float(path.stats["intercept"][-1])
+    g = X.T @ (expit(X @ b + b0) - y) / X.shape[0]
+    viol = np.where(b != 0, np.abs(g + lam * np.sign(b)), np.maximum(np.abs(g) - lam, 0.0))
+    assert viol.max() < 1e-6 * lam
+    assert abs(np.mean(expit(X @ b + b0) - y)) < 1e-12
+    ref = LogisticRegression(l1_ratio=1.0, C=1 / (X.shape[0] * lam), solver="saga", tol=1e-12, max_iter=10**6)
+    ref = ref.fit(X, y)
+    np.testing.assert_allclose(b, ref.coef_[0], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(b0, ref.intercept_[0], rtol=0, atol=1e-6)
+
+
+def test_logistic_dual_probabilities_stay_in_the_unit_interval_when_saturated():
+    # With saturated probabilities the training mean of sigmoid(z) equals mean(y) up to
+    # rounding, and the rescaling factor of the branch taken came out as 1 + 2e-16 for
+    # some z (e.g. seed 131 below), which gave t = -2e-16 and a NaN dual entropy.
+    from jaxknock.l1.screening import logistic_dual_probabilities
+
+    y = (np.arange(100) < 46).astype(float)
+    signs = np.where(y == 1, 1.0, -1.0)
+    probs = jax.jit(lambda z: logistic_dual_probabilities(jnp.ones(100), 100.0, jnp.asarray(y), z, True))
+    for k in range(120, 140):
+        z = signs * np.random.default_rng(k).uniform(30, 40, 100)
+        t, one_minus_t = (np.asarray(a) for a in probs(jnp.asarray(z)))
+        assert t.min() >= 0 and one_minus_t.min() >= 0
+        assert t.max() <= 1 and one_minus_t.max() <= 1

@@ -59,8 +59,12 @@ def logistic_dual_probabilities(w, n_w, y, z, fit_intercept):
     ybar = _weighted_mean(w, n_w, y)
     pbar, qbar = _weighted_mean(w, n_w, p), _weighted_mean(w, n_w, q)
     tiny = jnp.finfo(z.dtype).tiny
-    c_down = ybar / jnp.maximum(pbar, tiny)  # < 1 where pbar > ybar
-    c_up = (1.0 - ybar) / jnp.maximum(qbar, tiny)  # < 1 where pbar < ybar
+    # Each factor is < 1 on its branch in exact arithmetic; pbar and qbar are
+    # rounded separately, so cap them at 1: on saturated (separable) data a
+    # factor of 1 + eps would push t or 1 - t just below 0 and make the
+    # dual's entropy NaN.
+    c_down = jnp.minimum(ybar / jnp.maximum(pbar, tiny), 1.0)  # < 1 where pbar > ybar
+    c_up = jnp.minimum((1.0 - ybar) / jnp.maximum(qbar, tiny), 1.0)  # < 1 where pbar < ybar
     down = pbar > ybar
     t = jnp.where(down, c_down * p, p + (1.0 - c_up) * q)
     one_minus_t = jnp.where(down, q + (1.0 - c_down) * p, c_up * q)
