@@ -307,7 +307,7 @@ def lcd(
         _checks.check_lam(lam)
         sol = _lcd_fixed_jit(Xk3, y, lam, settings)
     elif _working_set.use_engine(engine, Xk3, fit_intercept, solver=solver, screen=screen):
-        fold_ids, K = resolve_folds(n, folds)
+        fold_ids, K = resolve_folds(n, folds, y, loss)
         check_folds_nonempty(fold_ids, K, y, loss)
         # the same checks as the classic engine below: the working-set engine takes patience and
         # num_lambdas as static settings (an array was a JAX hashing error, 0 or 2.5 ran unchecked)
@@ -333,7 +333,7 @@ def lcd(
         }
         sol = Solution(value=ws.value, result=ws.result, stats=stats)
     else:
-        fold_ids, K = resolve_folds(n, folds)
+        fold_ids, K = resolve_folds(n, folds, y, loss)
         check_folds_nonempty(fold_ids, K, y, loss)
         if lambdas is not None:
             lambdas = jnp.asarray(lambdas, Xk3.dtype)

@@ -154,8 +154,16 @@ def test_cv_default_engine_is_the_working_set_engine_and_agrees_with_classic():
 
 
 def test_logistic_cv_equals_manual_folds():
-    """Fold deviances and refit against scikit-learn fits on each training fold."""
+    """Fold deviances and refit against scikit-learn fits on each training fold.
+
+    Integer folds are stratified for the logistic loss (``StratifiedKFold``, as
+    ``LogisticRegressionCV``): on rows sorted by class, contiguous folds (what
+    ``folds=3`` meant before) held out one class per fold."""
+    from sklearn.model_selection import StratifiedKFold
+
     X, y = _classification(seed=4, n=90)
+    order = np.argsort(y, kind="stable")
+    X, y = X[order], y[order]
     lambdas = np.geomspace(0.1, 0.01, 6)
     sol = L.lasso_cv(X, y, loss="logistic", folds=3, lambdas=lambdas, tol=1e-12)
 
@@ -164,10 +172,8 @@ def test_logistic_cv_equals_manual_folds():
             l1_ratio=1.0, C=1.0 / (len(yt) * lam), solver="saga", tol=1e-13, max_iter=100_000
         ).fit(Xt, yt)
 
-    fold = L.kfold_ids(X.shape[0], 3)
     errs = np.zeros((6, 3))
-    for k in range(3):
-        tr, te = fold != k, fold == k
+    for k, (tr, te) in enumerate(StratifiedKFold(3).split(X, y)):
         for i, lam in enumerate(lambdas):
             z = fit(X[tr], y[tr], lam).decision_function(X[te])
             errs[i, k] = 2 * np.mean(np.logaddexp(0, z) - y[te] * z)
@@ -544,3 +550,45 @@ def test_logistic_dual_probabilities_stay_in_the_unit_interval_when_saturated():
         t, one_minus_t = (np.asarray(a) for a in probs(jnp.asarray(z)))
         assert t.min() >= 0 and one_minus_t.min() >= 0
         assert t.max() <= 1 and one_minus_t.max() <= 1
+
+
+def test_integer_folds_are_stratified_for_the_logistic_loss():
+    # lasso_cv(loss="logistic", folds=K) used contiguous folds (KFold) while knockoff_filter and
+    # LogisticRegressionCV stratify; on rows sorted by class they held out one class per fold.
+    from jaxknock.l1.cv import resolve_folds, stratified_kfold_ids
+    from jaxknock.l1.working_set import l1_cv
+
+    X, y = _classification(seed=7, n=60, m=8)
+    order = np.argsort(-y, kind="stable")  # sorted by class, class 1 first
+    X, y = X[order], y[order]
+    ids = stratified_kfold_ids(y, 4)
+    for k in range(4):  # every held-out fold mirrors the class proportions
+        assert abs(y[ids == k].mean() - y.mean()) <= 1 / np.sum(ids == k)
+    lambdas = np.geomspace(0.1, 0.02, 4)
+    errors = {}
+    for engine in ("auto", "classic"):
+        a = L.lasso_cv(X, y, folds=4, lambdas=lambdas, loss="logistic", engine=engine)
+        b = L.lasso_cv(X, y, folds=ids, lambdas=lambdas, loss="logistic", engine=engine)
+        errors[engine] = np.asarray(b.stats["cv_error"])
+        np.testing.assert_array_equal(np.asarray(a.stats["cv_error"]), errors[engine])
+    # the working-set engine's own entry point stratifies too
+    a = l1_cv(X, y, folds=4, lambdas=lambdas, loss="logistic", early_stop=False)
+    np.testing.assert_array_equal(np.asarray(a.stats["cv_error"]), errors["auto"])
+    with pytest.raises(ValueError, match="fold ids"):
+        l1_cv(np.stack([X, X]), np.stack([y, 1 - y]), folds=4, lambdas=lambdas, loss="logistic")
+    # traced labels (lasso_cv under jit) get the same folds
+    traced = jax.jit(lambda y: resolve_folds(60, 4, y, "logistic")[0])(jnp.asarray(y))
+    np.testing.assert_array_equal(np.asarray(traced), ids)
+
+
+@pytest.mark.parametrize("K", [2, 3, 5])
+def test_traced_stratified_fold_ids_equal_the_concrete_ones(K):
+    from jaxknock.l1.cv import _binary_stratified_ids, stratified_kfold_ids
+
+    rng = np.random.default_rng(K)
+    labels = (rng.random((40, 23)) < rng.uniform(0.1, 0.9, (40, 1))).astype(float)
+    labels[:, :2] = [0.0, 1.0]  # both classes present
+    labels[::2, 0] = 1.0  # half the rows start with class 1 (numbered first)
+    traced = jax.jit(jax.vmap(lambda lab: _binary_stratified_ids(lab, K)))(jnp.asarray(labels))
+    for lab, got in zip(labels, np.asarray(traced)):
+        np.testing.assert_array_equal(got, stratified_kfold_ids(lab, K))

@@ -76,6 +76,26 @@ def stratified_kfold_ids(y, folds: int) -> np.ndarray:
     return ids
 
 
+def _binary_stratified_ids(y, folds: int):
+    """:func:`stratified_kfold_ids` for labels in ``{0, 1}`` that may be traced (``jnp``).
+
+    Classes are numbered by first appearance (``y[0]``'s class is class 0). Of
+    the sorted labels, fold ``k`` is dealt the positions ``i = k (mod K)``;
+    ``#{i < m : i = k (mod K)} = (m - k + K - 1) // K``, which gives every
+    fold's share of each class, and a row's rank within its class picks the
+    fold whose run of that class holds it.
+    """
+    K = int(folds)
+    code = (y != y[0]).astype(jnp.int32)
+    n0 = y.shape[0] - jnp.sum(code)
+    k = jnp.arange(K)
+    share0 = (n0 - k + K - 1) // K
+    share1 = (y.shape[0] - k + K - 1) // K - share0
+    rank = jnp.where(code == 0, jnp.cumsum(1 - code), jnp.cumsum(code)) - 1
+    ends = jnp.where(code[:, None] == 0, jnp.cumsum(share0)[None, :], jnp.cumsum(share1)[None, :])
+    return jnp.sum(rank[:, None] >= ends, axis=1).astype(jnp.int32)
+
+
 def cv_folds(y, binary: bool, K: int = 5):
     """The folds :func:`~jaxknock.knockoff_filter` cross-validates its lasso statistic on.
 
@@ -92,10 +112,23 @@ def cv_folds(y, binary: bool, K: int = 5):
     return stratified_kfold_ids(np.asarray(y), K) if binary else K
 
 
-def resolve_folds(n, folds):
-    """Resolve ``folds`` (int or per-row fold ids) into ``(ids, K)``."""
+def resolve_folds(n, folds, y=None, loss="squared"):
+    """Resolve ``folds`` (int or per-row fold ids) into ``(ids, K)``.
+
+    An integer ``K`` means contiguous folds (:func:`kfold_ids`, scikit-learn's
+    ``KFold``) for least squares and stratified folds of the labels ``y``
+    (:func:`stratified_kfold_ids`, ``StratifiedKFold`` as in
+    ``LogisticRegressionCV``) for the logistic loss; traced labels (``{0, 1}``)
+    get the same folds as a traced array.
+    """
     if _checks.is_int(folds):
-        return kfold_ids(n, int(folds)), int(folds)
+        K = int(folds)
+        if loss != "logistic":
+            return kfold_ids(n, K), K
+        _check_fold_count(n, K)
+        if _checks.is_concrete(y):
+            return stratified_kfold_ids(np.asarray(y), K), K
+        return _binary_stratified_ids(y, K), K
     ids = np.asarray(folds)
     if ids.shape != (n,) or not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(
@@ -109,6 +142,8 @@ def resolve_folds(n, folds):
 
 def check_folds_nonempty(fold_ids, K, y, loss):
     """Every fold keeps training rows (and, for the logistic loss, both classes)."""
+    if not _checks.is_concrete(fold_ids):  # stratified folds of traced labels: K <= n, never empty
+        return
     counts = np.bincount(fold_ids, minlength=K)
     if np.any(counts == fold_ids.size):
         raise ValueError("every fold leaves no training rows; use more folds")
@@ -238,13 +273,19 @@ def lasso_cv(
     minimises the mean over folds (the largest one among ties), and the
     returned coefficients are the full-data solution at that lambda.
     Equivalent to ``sklearn.linear_model.LassoCV(cv=K)`` (same contiguous
-    folds, same grid) for least squares.
+    folds, same grid) for least squares; for the logistic loss the folds are
+    those of ``LogisticRegressionCV(cv=K)`` (stratified).
 
     Args:
         X, y: as in :func:`~jaxknock.lasso`.
-        folds: number of contiguous folds ``K`` (scikit-learn's ``KFold``),
-            or an ``(n,)`` integer array of fold ids ``0..K-1`` (shuffle
-            them yourself for random folds).
+        folds: number of folds ``K``: contiguous for least squares
+            (:func:`kfold_ids`, scikit-learn's ``KFold``), stratified by
+            class for the logistic loss (:func:`stratified_kfold_ids`,
+            ``StratifiedKFold``, as ``LogisticRegressionCV`` and
+            :func:`~jaxknock.knockoff_filter` use: contiguous folds of rows
+            sorted by class would hold out a single class); or an ``(n,)``
+            integer array of fold ids ``0..K-1`` (shuffle them yourself for
+            random folds).
         lambdas, num_lambdas, eps: the grid (see :func:`~jaxknock.lasso_path`);
             the default grid is computed on the full data.
         loss, fit_intercept, tol, max_steps, solver, screen, throw: as in :func:`~jaxknock.lasso`.
@@ -291,7 +332,7 @@ def lasso_cv(
     settings = make_settings(
         X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol, max_steps=max_steps
     )
-    fold_ids, K = resolve_folds(X.shape[0], folds)
+    fold_ids, K = resolve_folds(X.shape[0], folds, y, loss)
     check_folds_nonempty(fold_ids, K, y, loss)
     lambdas = resolve_lambdas(X, y, lambdas, settings, num_lambdas=num_lambdas, eps=eps)
     patience = check_patience(patience)

@@ -134,6 +134,24 @@ def fold_rows(folds, n: int):
     return ids, rows
 
 
+def _stratified_folds(y, folds):
+    """Stratified fold ids of the labels (one ``(n,)`` row, or ``(R, n)`` equal rows)."""
+    from jaxknock.l1.cv import stratified_kfold_ids  # cv imports this module
+
+    if not _checks.is_concrete(y):
+        raise ValueError(
+            "integer folds with loss='logistic' are stratified by the labels, which are traced here; "
+            "pass an (n,) array of fold ids"
+        )
+    labels = np.asarray(jax.device_get(y)).reshape(-1, y.shape[-1])
+    if np.any(labels != labels[:1]):
+        raise ValueError(
+            "integer folds with loss='logistic' are stratified by the labels, which differ between "
+            "the rows of y; pass an (n,) array of fold ids"
+        )
+    return stratified_kfold_ids(labels[0], folds)
+
+
 def use_engine(engine, X, fit_intercept, *, solver="auto", screen=True) -> bool:
     """Whether a caller's ``engine`` (``"auto"``, ``"working_set"`` or ``"classic"``) picks this engine.
 
@@ -192,7 +210,10 @@ def l1_cv(
     Args:
         X: ``(n, m)`` design, or ``(R, n, m)`` for ``R`` replicates (batched).
         y: ``(n,)`` response (``{0, 1}`` labels for ``loss="logistic"``), or ``(R, n)``.
-        folds: ``K`` contiguous folds or an ``(n,)`` array of fold ids.
+        folds: ``K`` folds (contiguous for the squared loss, stratified by
+            class for the logistic loss, as :func:`jaxknock.lasso_cv`; with
+            ``(R, n)`` labels they must be the same in every row) or an
+            ``(n,)`` array of fold ids.
         lambdas, num_lambdas, eps: the penalty grid (decreasing).
         loss: ``"squared"`` or ``"logistic"``.
         rule: ``"min"`` or ``"1se"``.
@@ -246,6 +267,8 @@ def l1_cv(
         raise ValueError(f"rule must be 'min' or '1se', got {rule!r}")
     X, y = _driver.prepare(X, y, loss)
     n = X.shape[-2]
+    if loss == "logistic" and _checks.is_int(folds):
+        folds = _stratified_folds(y, folds)
     _, rows = fold_rows(folds, n)
     K = rows.shape[0]
     excl = np.append(np.arange(K), -1).astype(np.int32)
