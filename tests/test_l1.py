@@ -592,3 +592,39 @@ def test_traced_stratified_fold_ids_equal_the_concrete_ones(K):
     traced = jax.jit(jax.vmap(lambda lab: _binary_stratified_ids(lab, K)))(jnp.asarray(labels))
     for lab, got in zip(labels, np.asarray(traced)):
         np.testing.assert_array_equal(got, stratified_kfold_ids(lab, K))
+
+
+@pytest.mark.parametrize("p", [50, 200])
+def test_cd_on_two_rows_reaches_the_closed_form_solution(p):
+    # With an intercept the centred columns of a two-row design are all multiples of
+    # u = (1, -1) / sqrt(2): X_c = u a^T, y_c = c u, and the lasso puts all its weight on the
+    # column with the largest |a_j|: a_j beta_j = S(c, 2 lam / |a_j|). Cyclic CD (like
+    # scikit-learn's Lasso) moved weight between near-tied columns by a constant amount per
+    # epoch and stopped at max_steps_reached (1000 epochs) at small lam; the line
+    # extrapolation along that move reaches the solution.
+    rng = np.random.default_rng(p)
+    for _ in range(3):
+        X, y = rng.standard_normal((2, p)), rng.standard_normal(2)
+        u = np.array([1.0, -1.0]) / np.sqrt(2.0)
+        a, c = u @ (X - X.mean(0)), u @ (y - y.mean())
+        j = int(np.argmax(np.abs(a)))
+        for frac in (1e-2, 1e-4):
+            lam = frac * float(L.lambda_max(X, y))
+            sol = L.lasso(X, y, lam, solver="cd", tol=1e-12)  # near-tied columns: tight tol to pin beta
+            assert sol.result == RESULTS.successful
+            expected = np.zeros(p)
+            expected[j] = np.sign(c) * max(abs(c) - 2 * lam / abs(a[j]), 0.0) / a[j]
+            np.testing.assert_allclose(sol.value, expected, atol=1e-6 * abs(expected[j]))
+            ref = Lasso(alpha=lam, tol=1e-14, max_iter=10**6).fit(X, y)
+            np.testing.assert_allclose(ref.coef_, expected, atol=1e-6 * abs(expected[j]))
+
+
+def test_extrapolation_never_revives_a_screened_feature():
+    # Anderson extrapolation combines the last iterates, some from before a feature was
+    # screened out: it set that frozen (never again updated) feature nonzero, which left a
+    # provably-zero coefficient nonzero in a `successful` result, or stalled the solve.
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((5, 50)), rng.standard_normal(5)
+    sol = L.lasso(X, y, 0.1 * float(L.lambda_max(X, y)), solver="cd")
+    assert sol.result == RESULTS.successful
+    assert np.all(np.asarray(sol.state.coef)[~np.asarray(sol.state.active)] == 0)

@@ -10,7 +10,11 @@ scikit-learn's ``Lasso``), with fewer, larger operations. For the logistic
 loss each coordinate takes a proximal Newton step, safeguarded by the
 majorisation step with curvature bound ``||x_j||^2 / (4n)``, and the
 intercept a Newton step per epoch. Every ``ANDERSON_MEMORY`` epochs an
-Anderson extrapolation of the last iterates is tried (Bertrand & Massias 2021).
+Anderson extrapolation of the last iterates is tried (Bertrand & Massias 2021),
+and on the other epochs a line extrapolation along the last epoch's move
+(:func:`line_extrapolate`: collinear columns, e.g. any two-row design, made
+cyclic CD creep for thousands of epochs); either is kept only if it lowers
+the objective.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ __all__: list[str] = []
 
 _CD_UNROLL = 4
 ANDERSON_MEMORY = 5  # Anderson extrapolation of CD every 5 epochs (Bertrand & Massias 2021)
+_LINE_STEPS = 2.0 ** np.arange(1, 11)  # line extrapolation along the last epoch's move
+_CREEP = 0.1  # ... tried when the last two moves differ by at most this fraction
 
 
 class History(NamedTuple):
@@ -187,18 +193,66 @@ def anderson(prob: Problem, lam, state, *, loss):
         offset = jnp.dot(c, h.offsets[1:], precision=HI)
         z = jnp.matmul(c, h.zs[1:], precision=HI)
         new, old = objective(coef, z), objective(state.coef, state.z)
-        better = due & jnp.isfinite(new) & (new < old)
+        # never revive a screened feature from the iterates before it was dropped:
+        # CD no longer updates it, so the solve stalled at a nonzero there
+        frozen = jnp.all(state.active | (coef == 0))
+        better = due & frozen & jnp.isfinite(new) & (new < old)
         pick = lambda a, b: jnp.where(better, a, b)
         return state._replace(coef=pick(coef, state.coef), offset=pick(offset, state.offset), z=pick(z, state.z))
 
     # Computed every epoch and selected (cheap: O(M (n + m))); a lax.cond here
     # would be a select under vmap anyway and slows compilation down.
     due = (h.count % M == 0) & (h.count > M)
-    return extrapolate(state._replace(history=h))
+    state = extrapolate(state._replace(history=h))
+    return line_extrapolate(prob, lam, state, h, ~due, loss=loss)
+
+
+def line_extrapolate(prob: Problem, lam, state, h: History, allowed, *, loss):
+    """Follow the last epoch's move further while no coefficient changes sign.
+
+    When exactly or nearly collinear columns compete for one signal (any two
+    columns of a two-row design once centred), cyclic CD moves weight from the
+    weaker to the stronger column by a nearly constant amount per epoch, a
+    linear creep that needs thousands of epochs (scikit-learn's ``Lasso``
+    takes the same iterates) and that Anderson extrapolation cannot speed up
+    (its differences are all equal). Along that move the objective is smooth
+    up to the first zero crossing of a coefficient, so the iterate ``x + s d``
+    (``d`` the last epoch's move) is tried for ``s = 2, 4, ..., 2^10``, each
+    capped at that crossing, and the best is kept if it lowers the objective.
+    Only when the last two moves differ by at most ``_CREEP`` of the last
+    (a creep, or a slow geometric convergence) and the last epoch kept every
+    sign (then ``z`` and the penalty are linear in ``s``: ``O(n + m)`` per
+    epoch); never on an Anderson epoch.
+    """
+    coef, offset, z = state.coef, state.offset, state.z
+    d = h.coefs[-1] - h.coefs[-2]
+    dz = h.zs[-1] - h.zs[-2]
+    # a creep: the last two moves are nearly equal (also slow geometric convergence, rate >= ~0.9)
+    creep = jnp.sum((d - (h.coefs[-2] - h.coefs[-3])) ** 2) <= _CREEP**2 * jnp.sum(d**2)
+    same = jnp.all(jnp.sign(h.coefs[-1]) == jnp.sign(h.coefs[-2])) & creep
+    shrinking = coef * d < 0
+    cross = jnp.min(jnp.where(shrinking, -coef / jnp.where(shrinking, d, 1.0), jnp.inf))
+    steps = jnp.minimum(jnp.asarray(_LINE_STEPS, coef.dtype), cross)  # (S,)
+    penalty = lam * (jnp.sum(jnp.abs(coef)) + steps * jnp.dot(jnp.sign(coef), d, precision=HI))
+    zs = z[None] + steps[:, None] * dz[None]
+    data = jnp.matmul(loss_value(loss, zs, prob.y[None]), prob.w, precision=HI) / prob.n_w
+    values = data + penalty
+    best = jnp.argmin(jnp.where(jnp.isfinite(values), values, jnp.inf))
+    current = jnp.dot(prob.w, loss_value(loss, z, prob.y), precision=HI) / prob.n_w + lam * jnp.sum(jnp.abs(coef))
+    new = coef + steps[best] * d
+    new = jnp.where(jnp.sign(new) == jnp.sign(coef), new, 0.0)  # rounding at the crossing
+    frozen = jnp.all(state.active | (new == 0))
+    better = allowed & same & frozen & (steps[best] > 1.0) & (values[best] < current)
+    pick = lambda a, b: jnp.where(better, a, b)
+    return state._replace(
+        coef=pick(new, coef),
+        offset=pick(offset + steps[best] * (h.offsets[-1] - h.offsets[-2]), offset),
+        z=pick(zs[best], z),
+    )
 
 
 def cd_epoch(prob: Problem, lam, state, *, loss):
-    """One CD epoch (blocked for least squares), its step count and Anderson extrapolation."""
+    """One CD epoch (blocked for least squares), its step count and the extrapolations."""
     if loss == "squared":
         coef, z = cd_epoch_blocked(prob, lam, state.coef, state.z, state.active)
     else:
