@@ -281,10 +281,16 @@ class GroupSDPState(NamedTuple):
 _GROUP_SDP_PATIENCE = 40
 # candidate dual scales t / mu of the rescaled certificate (see _group_sdp)
 _RESCALED_T = (0.25, 0.5, 1.0, 2.0, 4.0)
+# exact coordinate-descent sweeps over the group scales of the final certificate (see _group_sdp)
+_POLISH_SWEEPS = 20
 
 
 def _group_sdp(norm: _Normalised, c, tol, max_steps):
-    r"""Barrier path following for ``max w^T gamma`` s.t. ``c C - diag(P gamma) >= 0``, ``0 <= gamma <= 1``."""
+    r"""Barrier path following for ``max w^T gamma`` s.t. ``c C - diag(P gamma) >= 0``, ``0 <= gamma <= 1``.
+
+    A path that ends short of ``tol`` (``stagnated`` / ``max_steps_reached``) is re-certified once at
+    its final iterate by ``polished_certificate``; the iterates never depend on the certificate.
+    """
     G, b = norm.mask.shape
     Cf = _flat(norm.C)
     n = G * b
@@ -374,10 +380,64 @@ def _group_sdp(norm: _Normalised, c, tol, max_steps):
         stuck = state.stall >= _GROUP_SDP_PATIENCE
         return done | stuck, jnp.where(done, RESULTS.successful, RESULTS.stagnated).astype(jnp.int32)
 
+    def polished_certificate(gamma, mu):
+        # The bound of Lambda = diag(v) M diag(v), v constant on each group (the family of both
+        # candidates above), as a function of v:
+        #   F(v) = v^T Kb v + sum_g max(0, |g| - d_g v_g^2),  Kb = block sums of c M o C, d_g = tr M_gg.
+        # Near the optimum M ~ U diag(1/lambda) U^T blows up on the null space of c C - S, the
+        # barrier Hessian is singular to rounding and Newton cannot centre the iterate: the groups
+        # strictly inside (0, 1) keep t d_g above |g| by ~1e-4 relative, which costs gamma_g times
+        # that excess in the bound, while the groups at gamma_g = 0 need their (free) excess, so no
+        # single t, nor lifting alone, removes it. F is convex in each v_g (Kb_gg = c d_g > d_g):
+        # exact coordinate descent from the best candidate lowers the interior groups to exactly
+        # |g| and leaves the others; every v gives a valid bound, evaluated in full at the end.
+        M = inverse(chol(gamma))
+        per_group = jnp.sum((jnp.diagonal(M) * maskf).reshape(G, b), axis=1)
+        K = c * M * Cf * maskf[:, None] * maskf[None, :]
+        Kb = K.reshape(G, b, G, b).sum(axis=(1, 3))
+        Kb = 0.5 * (Kb + Kb.T)
+
+        def bound(v2):  # v2: (..., G) squared group scales
+            v = jnp.sqrt(jnp.repeat(v2, b, axis=-1)) * maskf
+            quad = jnp.einsum("...i,ij,...j->...", v, K, v, precision=HIGHEST)
+            return quad + jnp.sum(jnp.maximum(0.0, w - per_group * v2), axis=-1)
+
+        ratio = w / per_group
+        ts = jnp.concatenate([ratio, mu * jnp.asarray(_RESCALED_T, Cf.dtype)])
+        starts = jnp.concatenate([jnp.broadcast_to(ts[:, None], (ts.shape[0], G)), jnp.maximum(ts[:, None], ratio)])
+        values = bound(starts)
+        best = jnp.argmin(jnp.where(jnp.isfinite(values), values, jnp.inf))
+        lo = jnp.sqrt(ratio)
+
+        def coordinate(g, v):
+            a, d = Kb[g, g], per_group[g]
+            r = jnp.dot(Kb[g], v) - a * v[g]
+            inner = jnp.where(a > d, jnp.clip(-r / (a - d), -lo[g], lo[g]), lo[g])
+            xs = jnp.stack([v[g], -r / a, inner, lo[g], -lo[g]])
+            f = a * xs**2 + 2 * r * xs + jnp.maximum(0.0, w[g] - d * xs**2)
+            x = xs[jnp.argmin(jnp.where(jnp.isfinite(f), f, jnp.inf))]
+            return v.at[g].set(x)
+
+        v = lax.fori_loop(0, _POLISH_SWEEPS * G, lambda k, v: coordinate(k % G, v), jnp.sqrt(starts[best]))
+        dual = jnp.minimum(values[best], bound(v**2))
+        return jnp.where(jnp.isfinite(dual), dual, jnp.inf)
+
     it = iterative_solve(init, step, terminate, max_steps=max_steps)
     gamma = it.state.gamma
+    objective = jnp.dot(w, gamma)
+    # a path that stopped short of the tolerance (stagnated, or out of steps) gets the polished
+    # certificate of its final iterate; a solve that certified is left exactly as it was
+    unfinished = (it.result == RESULTS.stagnated) | (it.result == RESULTS.max_steps_reached)
+    dual = lax.cond(
+        unfinished,
+        lambda: jnp.minimum(it.state.dual, polished_certificate(gamma, it.state.mu)),
+        lambda: it.state.dual,
+    )
+    gap = jnp.where(unfinished, dual - objective, it.state.gap)
+    certified = unfinished & (gap <= tol * jnp.maximum(1.0, objective))
+    it = it._replace(result=jnp.where(certified, RESULTS.successful, it.result).astype(jnp.int32))
     Sb = gamma[:, None, None] * jnp.broadcast_to(jnp.eye(b, dtype=Cf.dtype), (G, b, b))
-    stats = {"gamma": gamma, "gap": it.state.gap, "objective": jnp.dot(w, gamma)}
+    stats = {"gamma": gamma, "gap": gap, "objective": objective}
     return _unwhiten(Sb, norm.L, norm.mask), it, stats
 
 
@@ -549,8 +609,14 @@ def group_s_matrix(
       ``|g|``, robust where some ``gamma_g`` sit at 0 and ``c C - S`` is nearly
       singular); ``gap`` is the best bound seen minus ``sum_g |g| gamma_g``
       (upper-bounds the suboptimality). The barrier weight stops shrinking
-      once the central-path gap is far below ``tol``; a path whose gap has not
-      shrunk for 40 steps ends ``stagnated`` (feasible, with its gap). For
+      once the central-path gap is far below ``tol``. Near the optimum the
+      barrier Hessian is singular to rounding and Newton cannot centre the
+      iterate, so a path whose gap has not shrunk for 40 steps (or that runs
+      out of steps) gets a polished certificate at its final iterate: the best
+      ``diag(v) M diag(v)``, ``v`` constant on each group, by exact coordinate
+      descent over the ``G`` group scales; it ends ``successful`` if that
+      certifies ``tol``, otherwise ``stagnated`` / ``max_steps_reached``
+      (feasible, with its gap). A solve certified on the path is unchanged. For
       singleton groups it is the ungrouped SDP (:func:`jaxknock.sdp`, same ``s``
       to the tolerances).
     * ``"maxent"`` (maximum entropy, the Knockoffs.jl default): maximise
