@@ -100,12 +100,13 @@ def test_default_s_method_is_dense_for_tall_and_factor_for_wide_designs(key):
     # the factor-model SDP stays available; on this AR-free design both s are feasible and certified
     sdp_w = knockoff_filter(key, Xw, yw, fdr=0.2, s_method="sdp_factor", statistic="correlation")
     assert sdp_w.settings["s_method"] == "sdp_factor" and int(sdp_w.s_solution.result) == 0
-    # a rank asks for the factor model; a known Sigma or groups keep the dense law
+    # a rank asks for the factor model; a known Sigma or groups keep a dense law
     assert knockoff_filter(key, X, y, fdr=0.2, rank=3, statistic="correlation").settings["s_method"] == "mvr_factor"
     from jaxknock.pipeline import resolve_s_method
 
     assert resolve_s_method("auto", (100, 120), known=True) == "sdp"
-    assert resolve_s_method("auto", (100, 120), groups=np.arange(120) // 2) == "sdp"
+    assert resolve_s_method("auto", (100, 120), groups=np.arange(120) // 2) == "mvr"  # group MVR at p >= n
+    assert resolve_s_method("auto", (300, 120), groups=np.arange(120) // 2) == "sdp"
     assert resolve_s_method("equicorrelated", (100, 120)) == "equicorrelated"
 
 
