@@ -266,9 +266,7 @@ def resolve_s_method(
 WIDE_DENSE_SOLVERS = ("mvr", "maxent")
 
 
-def _validate(
-    X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=False, *, lam=None, plus=True, wide_dense=()
-):
+def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=False, *, lam=None, plus=True):
     X = _checks.as_float_array(X, "X")
     _checks.check_ndim(X, 2, "X", "a 2-D (n_samples, n_features) array")
     _checks.check_nonempty(X, "X")
@@ -294,12 +292,13 @@ def _validate(
         raise TypeError(f"plus must be True (knockoff+) or False (knockoff), got {plus!r}")
     if statistic == "lcd" and lam is None:
         _check_cv_rows(y_norm, binary, n)
-    if p >= n and s_method not in (*FACTOR_SOLVERS, *wide_dense) and not known:
-        dense = f", or {' / '.join(map(repr, wide_dense))} on the Ledoit-Wolf estimate" if wide_dense else ""
+    if p >= n and s_method not in (*FACTOR_SOLVERS, *WIDE_DENSE_SOLVERS) and not known:
+        dense = " / ".join(map(repr, WIDE_DENSE_SOLVERS))
         raise ValueError(
             f"p = {p} >= n = {n}: s_method={s_method!r} on a dense covariance estimated from fewer rows than "
             "features does not keep the FDR at its target (its larger s leans on the estimate); use "
-            f"s_method='mvr_factor' or 'sdp_factor' (factor model from the data) with rank < n{dense}"
+            f"s_method='mvr_factor' or 'sdp_factor' (factor model from the data) with rank < n, or {dense} "
+            "on the Ledoit-Wolf estimate"
         )
     if s_method in FACTOR_SOLVERS:
         if min(n, p) < 2:
@@ -541,8 +540,9 @@ def knockoff_filter(
         s_method: ``"sdp"``, ``"mvr_factor"``, ``"sdp_factor"``, ``"asdp"``, ``"equicorrelated"``,
             ``"mvr"`` or ``"maxent"`` (:func:`~jaxknock.mvr` / :func:`~jaxknock.maxent`),
             or ``"auto"`` (default, :func:`resolve_s_method`): ``"sdp"`` when
-            ``n > p`` (or with a known ``Sigma`` or ``groups``), and
-            ``"mvr_factor"`` when ``p >= n`` or ``rank`` is given, where the
+            ``n > p`` (or with a known ``Sigma``), and
+            ``"mvr_factor"`` when ``p >= n`` or ``rank`` is given (``"mvr"``
+            with ``groups`` or, up to ``p = 2000``, ``num_knockoffs > 1``), where the
             dense Ledoit-Wolf estimate is too close to singular for the SDP's
             ``s``. At ``p >= n`` the dense methods run only as ``"mvr"`` or
             ``"maxent"`` on the Ledoit-Wolf estimate (knockpy's default is
@@ -665,18 +665,7 @@ def knockoff_filter(
             cv_patience=cv_patience,
         )
     X, y, binary, rank = _validate(
-        X,
-        y,
-        fdr,
-        s_method,
-        statistic,
-        aggregate,
-        num_replicates,
-        rank,
-        known=Sigma is not None,
-        lam=lam,
-        plus=plus,
-        wide_dense=WIDE_DENSE_SOLVERS,
+        X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=Sigma is not None, lam=lam, plus=plus
     )
     if statistic == "centroid" and not binary:
         raise ValueError("statistic='centroid' needs a binary y (two distinct labels)")
@@ -894,10 +883,7 @@ def _grouped_or_multi_filter(
         raise ValueError(f"s_method must be one of {tuple(allowed)} with {what}, got {s_method!r}")
     if statistic == "centroid":
         raise ValueError("statistic='centroid' is not supported with groups or num_knockoffs > 1")
-    X, y, binary, rank = _validate(
-        X, y, fdr, s_method, statistic, aggregate, num_replicates, rank,
-        lam=lam, plus=plus, wide_dense=WIDE_DENSE_SOLVERS,
-    )  # fmt: skip
+    X, y, binary, rank = _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, lam=lam, plus=plus)
     n, p = X.shape
     g = group_index(np.arange(p) if groups is None else groups, p)
     R = int(num_replicates)
