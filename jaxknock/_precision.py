@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxknock._solution import Solution
 from jaxknock.covariance import FactorModel
 
-__all__ = ["cast_floats", "solve_s_float64"]
+__all__ = ["cast_floats", "centre_before_cast", "solve_s_float64"]
 
 
 def _needs_cast(a, dtype) -> bool:
@@ -75,3 +76,37 @@ def solve_s_float64(solver, Sigma, *args, dtype, **kwargs) -> Solution:
         sol = solver(up, *args, **kwargs)
         value = sol.value if _all_of(sol.value, dtype) else _cast_floats(sol.value, jnp.dtype(dtype))
     return sol._replace(value=value)
+
+
+def centre_before_cast(X, mu=None):
+    """``(X, mu)``: a host ``X`` centred in float64 when JAX would round it to float32.
+
+    With x64 off, a float64 (or integer) NumPy ``X`` is cast to float32 on its
+    way to the device, and the cast keeps about 7 significant digits of each
+    *raw* entry: a column of epoch seconds (``~1.7e9``, float32 spacing 128)
+    that varies by minutes keeps a handful of levels, and the selection
+    depends on an arbitrary offset. Every estimate of the filter is invariant
+    to a shift of a column, so the shift (``mu`` when given, then returned as
+    zeros; else the column means) is taken out in float64 first and the cast
+    rounds the deviations, ``x_ij - mean_j``. Device arrays, float32 input,
+    non-finite input (rejected later by the validation) and x64 runs pass
+    through untouched.
+    """
+    if isinstance(X, (jax.Array, str, bytes)) or X is None or jax.config.jax_enable_x64:
+        return X, mu
+    try:
+        Xh = np.asarray(X)
+    except (TypeError, ValueError):
+        return X, mu  # the validation names the problem
+    wide = Xh.dtype.kind == "f" and Xh.dtype.itemsize > 4
+    if not (wide or Xh.dtype.kind in "iu") or Xh.ndim != 2 or Xh.size == 0:
+        return X, mu
+    Xh = Xh.astype(np.float64)
+    if not np.isfinite(Xh).all():
+        return X, mu
+    if mu is None:
+        return Xh - Xh.mean(axis=0), None
+    mh = np.asarray(mu, dtype=np.float64) if np.asarray(mu).dtype.kind in "fiu" else None
+    if mh is None or mh.shape != (Xh.shape[1],) or not np.isfinite(mh).all():
+        return X, mu  # checked (and named) by _standardise
+    return Xh - mh, np.zeros_like(mh)

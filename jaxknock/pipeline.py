@@ -31,11 +31,20 @@ from jaxknock import filter as _filter
 from jaxknock import multi as _multi
 from jaxknock import sampling as _sampling
 from jaxknock import statistics as _stats
+from jaxknock._s_methods import (
+    DENSE_MULTI_MAX_P,
+    FACTOR_SOLVERS,
+    GROUP_S_METHODS,
+    MULTI_S_SOLVERS,
+    S_METHODS,
+    WIDE_DENSE_SOLVERS,
+    resolve_s_method,
+)
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import FactorFit, FactorModel, factor_model_from_data, ledoit_wolf, to_correlation
 from jaxknock.distributed import shard_batch
 from jaxknock.l1 import cv as _cv
-from jaxknock.svector import asdp, equicorrelated, maxent, mvr, mvr_factor, sdp, sdp_factor
+from jaxknock.svector import asdp, equicorrelated, maxent, mvr, sdp
 from jaxknock.svector.group import group_index, group_s_matrix
 
 __all__ = [
@@ -44,22 +53,11 @@ __all__ = [
     "resolve_s_method",
     "explain_empty_selection",
     "S_METHODS",
+    "DENSE_MULTI_MAX_P",
     "STATISTICS",
     "AGGREGATES",
 ]
 
-S_METHODS = (
-    "auto",
-    "sdp",
-    "sdp_factor",
-    "mvr_factor",
-    "asdp",
-    "equicorrelated",
-    "mvr",
-    "maxent",
-)  # "auto": resolve_s_method
-# the methods that fit a rank-`rank` factor model to the data (never p x p), and their solvers
-FACTOR_SOLVERS = {"mvr_factor": mvr_factor, "sdp_factor": sdp_factor}
 STATISTICS = ("lcd", "lsm", "correlation", "centroid")
 AGGREGATES = ("ebh", "frequency")
 _CV_FOLDS = 5  # folds of the cross-validated lasso statistics (lam=None)
@@ -210,62 +208,6 @@ def _check_cv_rows(y, binary, n):
             )
 
 
-#: up to this many features, ``num_knockoffs > 1`` at ``p >= n`` runs the dense MVR (a ``p x p`` estimate)
-DENSE_MULTI_MAX_P = 2000
-
-
-def resolve_s_method(
-    s_method: str, shape, *, known: bool = False, groups=None, rank=None, num_knockoffs: int = 1
-) -> str:
-    """The S-vector method :func:`knockoff_filter` runs for ``s_method`` on a design of ``shape`` ``(n, p)``.
-
-    ``"auto"`` resolves to ``"mvr_factor"`` when ``p >= n`` or a factor ``rank``
-    is given (with neither a known ``Sigma`` nor ``groups``, which need a dense
-    ``p x p`` law): a rank-``k`` factor model of the data is well posed where
-    the dense estimate of a ``p x p`` correlation from ``n <= p`` rows is
-    singular up to its shrinkage, and the MVR ``s`` (smaller than the SDP's on
-    strongly correlated designs) keeps the FDR near its target under that
-    estimated law where the SDP ``s`` did not: AR(1) 0.9, ``n = 150``,
-    ``p = 200``, ``fdr = 0.1``, 100 data sets: FDR 0.09 +- 0.01 (power 0.63)
-    against 0.16 +- 0.01 with ``"sdp_factor"`` (knockpy's default 0.09, power
-    0.46; ``benchmarks/measured/NOTES.md``, session 32). With ``groups`` at
-    ``p >= n``: the group MVR on the Ledoit-Wolf estimate, ``"mvr"`` (pairs of
-    AR(1) 0.9 features, the same design: group FDR 0.05 +- 0.01, session 33).
-    With ``num_knockoffs > 1`` at ``p >= n`` (and no ``rank``): the dense
-    ``"mvr"`` on the Ledoit-Wolf estimate up to ``p = DENSE_MULTI_MAX_P``
-    (2000) features, where the factor model's ``s`` went over the target
-    (``m = 2``, the same design, 300 data sets: ``"mvr_factor"`` FDR
-    0.111 +- 0.006, dense ``"mvr"`` 0.084 +- 0.006, power 0.84 / 0.78);
-    ``"mvr_factor"`` above it. Otherwise ``"sdp"`` (the certified dense SDP).
-    Any other value is returned as given (validated by the caller).
-
-    Example:
-        >>> resolve_s_method("auto", (600, 200)), resolve_s_method("auto", (300, 1000))
-        ('sdp', 'mvr_factor')
-        >>> wide = (300, 1000)
-        >>> resolve_s_method("auto", wide, groups=[0, 0, 1]), resolve_s_method("auto", wide, num_knockoffs=2)
-        ('mvr', 'mvr')
-        >>> resolve_s_method("mvr", (300, 1000))
-        'mvr'
-    """
-    if s_method != "auto":
-        return s_method
-    wide = len(shape) == 2 and shape[1] >= shape[0]
-    if known:
-        return "sdp"
-    if groups is not None:
-        return "mvr" if wide else "sdp"
-    multi = _checks.is_int(num_knockoffs) and num_knockoffs > 1  # a bad value is named by the filter's check
-    if wide and rank is None and multi and shape[1] <= DENSE_MULTI_MAX_P:
-        return "mvr"
-    return "mvr_factor" if wide or rank is not None else "sdp"
-
-
-#: the dense methods knockoff_filter runs on a Ledoit-Wolf estimate at ``p >= n`` (their ``s`` kept the FDR
-#: there in simulation; the SDP's and the equicorrelated ``s`` did not): benchmarks/bench_fdr_pn.py
-WIDE_DENSE_SOLVERS = ("mvr", "maxent")
-
-
 def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=False, *, lam=None, plus=True):
     X = _checks.as_float_array(X, "X")
     _checks.check_ndim(X, 2, "X", "a 2-D (n_samples, n_features) array")
@@ -368,40 +310,6 @@ def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings,
         else:
             s_sol, timings["s_vector"] = _clock(solve, equicorrelated, Sigma)
     return Sigma, s_sol
-
-
-def _centre_before_cast(X, mu=None):
-    """``(X, mu)``: a host ``X`` centred in float64 when JAX would round it to float32.
-
-    With x64 off, a float64 (or integer) NumPy ``X`` is cast to float32 on its
-    way to the device, and the cast keeps about 7 significant digits of each
-    *raw* entry: a column of epoch seconds (``~1.7e9``, float32 spacing 128)
-    that varies by minutes keeps a handful of levels, and the selection
-    depends on an arbitrary offset. Every estimate of the filter is invariant
-    to a shift of a column, so the shift (``mu`` when given, then returned as
-    zeros; else the column means) is taken out in float64 first and the cast
-    rounds the deviations, ``x_ij - mean_j``. Device arrays, float32 input,
-    non-finite input (rejected later by the validation) and x64 runs pass
-    through untouched.
-    """
-    if isinstance(X, (jax.Array, str, bytes)) or X is None or jax.config.jax_enable_x64:
-        return X, mu
-    try:
-        Xh = np.asarray(X)
-    except (TypeError, ValueError):
-        return X, mu  # the validation names the problem
-    wide = Xh.dtype.kind == "f" and Xh.dtype.itemsize > 4
-    if not (wide or Xh.dtype.kind in "iu") or Xh.ndim != 2 or Xh.size == 0:
-        return X, mu
-    Xh = Xh.astype(np.float64)
-    if not np.isfinite(Xh).all():
-        return X, mu
-    if mu is None:
-        return Xh - Xh.mean(axis=0), None
-    mh = np.asarray(mu, dtype=np.float64) if np.asarray(mu).dtype.kind in "fiu" else None
-    if mh is None or mh.shape != (Xh.shape[1],) or not np.isfinite(mh).all():
-        return X, mu  # checked (and named) by _standardise
-    return Xh - mh, np.zeros_like(mh)
 
 
 @jax.jit
@@ -642,7 +550,7 @@ def knockoff_filter(
     s_method = resolve_s_method(
         s_method, np.shape(X), known=Sigma is not None, groups=groups, rank=rank, num_knockoffs=num_knockoffs
     )
-    X, mu = _centre_before_cast(X, mu)
+    X, mu = _precision.centre_before_cast(X, mu)
     if groups is not None or num_knockoffs != 1:
         if Sigma is not None:
             raise ValueError("Sigma= (a known law) is not supported yet with groups= or num_knockoffs > 1")
@@ -852,9 +760,6 @@ def _fused_replicates(
 # Group knockoffs and multiple knockoffs (knockoff_filter(groups=..., num_knockoffs=m))
 # ----------------------------------------------------------------------------
 
-GROUP_S_METHODS = {"equicorrelated": "equicorrelated", "sdp": "sdp", "asdp": "sdp", "maxent": "maxent", "mvr": "mvr"}
-_MULTI_S_SOLVERS = {"equicorrelated": equicorrelated, "sdp": sdp, "asdp": asdp, "mvr": mvr, "maxent": maxent}
-
 
 def _grouped_or_multi_filter(
     key,
@@ -877,7 +782,7 @@ def _grouped_or_multi_filter(
 ):
     """:func:`knockoff_filter` with ``groups`` and/or ``num_knockoffs > 1`` (see its docstring)."""
     m = _checks.check_num_knockoffs(num_knockoffs)
-    allowed = GROUP_S_METHODS if groups is not None else (*_MULTI_S_SOLVERS, *FACTOR_SOLVERS)
+    allowed = GROUP_S_METHODS if groups is not None else (*MULTI_S_SOLVERS, *FACTOR_SOLVERS)
     if s_method not in allowed:
         what = "groups" if groups is not None else "num_knockoffs > 1"
         raise ValueError(f"s_method must be one of {tuple(allowed)} with {what}, got {s_method!r}")
@@ -901,7 +806,7 @@ def _grouped_or_multi_filter(
         Sigma, timings["covariance"] = _clock(_lw_correlation, Xs)
         if groups is None:
             # m knockoffs of single features: the per-feature S solvers with num_knockoffs=m
-            solver, kw = _MULTI_S_SOLVERS[s_method], {} if s_method == "equicorrelated" else {"tol": sdp_tol}
+            solver, kw = MULTI_S_SOLVERS[s_method], {} if s_method == "equicorrelated" else {"tol": sdp_tol}
             s_sol, timings["s_vector"] = _clock(
                 _precision.solve_s_float64, solver, Sigma, num_knockoffs=m, dtype=X.dtype, **kw
             )

@@ -337,7 +337,7 @@ def test_dense_mvr_and_maxent_run_at_p_ge_n_on_the_ledoit_wolf_estimate(key):
 def test_float64_host_input_with_a_large_offset_is_not_rounded_by_the_float32_cast():
     """With x64 off, a float64 NumPy ``X`` was cast to float32 before it was centred: columns of epoch
     seconds (``1.7e9``, float32 spacing 128) that vary by minutes were rounded to a few levels, and the
-    statistics depended on the offset. The shift now comes out in float64 first (``_centre_before_cast``)."""
+    statistics depended on the offset. The shift now comes out in float64 first (``_precision.centre_before_cast``)."""
     rng = np.random.default_rng(0)
     n, p = 300, 40
     X = rng.standard_normal((n, p)) * 60.0
