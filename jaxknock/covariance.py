@@ -18,6 +18,7 @@ from jax import lax
 from jaxknock import _checks
 from jaxknock._deprecation import renamed_kwargs
 from jaxknock._iterate import iterative_solve
+from jaxknock._scaling import pow2_exponent, standardise_columns
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 
 __all__ = [
@@ -175,17 +176,6 @@ class FactorFit(NamedTuple):
 # --------------------------------------------------------------------------
 
 
-def _pow2_exponent(a):
-    """``e`` with ``a / 2^e`` in ``[0.5, 1)`` (``0`` where ``a`` is 0): scaling by ``2^-e`` is exact.
-
-    Scaling data by a power of two before forming sums of squares (or fourth
-    powers) keeps them in the floating range without changing a single bit of
-    the result where they were already in range (every product and sum scales
-    exactly); dividing by the data's own magnitude instead would round.
-    """
-    return jnp.frexp(a)[1]
-
-
 def _check_data(X, name="X"):
     X = _checks.as_float_array(X, name)
     _checks.check_ndim(X, 2, name, "a 2-D (n_samples, n_features) array")
@@ -217,7 +207,7 @@ def empirical_covariance(X, *, assume_centered: bool = False) -> jax.Array:
 def _empirical_covariance(X, assume_centered):
     # on X / 2^e (max |X / 2^e| < 1): the column sums and X^T X cannot overflow (|X| ~ 1e154 overflowed
     # X^T X although the covariance was representable); bit for bit the plain result where that was in range
-    e = _pow2_exponent(jnp.max(jnp.abs(X)))
+    e = pow2_exponent(jnp.max(jnp.abs(X)))
     X = jnp.ldexp(X, -e)
     if not assume_centered:
         X = X - jnp.mean(X, axis=0)
@@ -280,7 +270,7 @@ def _ledoit_wolf(X, assume_centered):
     # on X / 2^e (max |X / 2^e| < 1), scaled back by 4^e: the fourth powers and ||S||_F^2 of the shrinkage
     # left the floating range from |X| ~ 1e77 (NaN shrinkage) or ~ 1e-77 (shrinkage 0); the estimator is
     # equivariant to a global scale, and scaling by a power of two changes no bit where all was in range
-    e = _pow2_exponent(jnp.max(jnp.abs(X)))
+    e = pow2_exponent(jnp.max(jnp.abs(X)))
     X = jnp.ldexp(X, -e)
     if not assume_centered:
         X = X - jnp.mean(X, axis=0)
@@ -393,7 +383,7 @@ def _fit_factor_model(Sigma, rank, max_steps, tol, min_diag):
     matrix) with ``min_diag / 4^e``, and scaled back: the same problem exactly, whose Frobenius
     norms no longer overflow (entries ~1e160 ended ``nonfinite`` after one step).
     """
-    e = 2 * (_pow2_exponent(jnp.max(jnp.abs(Sigma))) // 2)
+    e = 2 * (pow2_exponent(jnp.max(jnp.abs(Sigma))) // 2)
     d, U, obj, rel, result, steps = _fit_factor_model_unit(
         jnp.ldexp(Sigma, -e), rank, max_steps, tol, jnp.ldexp(jnp.asarray(min_diag, Sigma.dtype), -e)
     )
@@ -496,11 +486,9 @@ def factor_model_from_data(key, X, rank: int, *, shrinkage: bool = True, max_ste
 @jax.jit(static_argnames=("rank", "shrinkage", "max_steps", "oversample"))
 def _factor_from_data(key, X, rank, shrinkage, max_steps, oversample):
     n, p = X.shape
-    # every column scaled by a power of two first (max |x_j| in [0.5, 1)): the standardisation is then
     # invariant to the units of each column (a column times 1e200 or 1e-160 overflowed or flushed its
     # variance: the whole model was NaN) and bit for bit the plain (X - mean) / std where that was in range
-    X = jnp.ldexp(X, -_pow2_exponent(jnp.max(jnp.abs(X), axis=0)))
-    Z = (X - jnp.mean(X, axis=0)) / jnp.std(X, axis=0)
+    Z = standardise_columns(X)
     ell = min(rank + oversample, n, p)
     Q = jax.random.normal(key, (p, ell), X.dtype)
     for _ in range(max_steps):  # static, small

@@ -40,6 +40,7 @@ from jaxknock._s_methods import (
     WIDE_DENSE_SOLVERS,
     resolve_s_method,
 )
+from jaxknock._scaling import standardise_columns
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import FactorFit, FactorModel, factor_model_from_data, ledoit_wolf, to_correlation
 from jaxknock.distributed import shard_batch
@@ -316,27 +317,13 @@ def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings,
 def _standardise_and_split(X, key):
     """``((X - mean) / std, k_fac, k_samp)``: the estimated-law path's preparation in one program.
 
-    A column whose squared deviations leave the floating range (``|x| >~ 1e19`` or ``<~ 1e-19``
-    in float32, ``1e154`` / ``1e-154`` in float64) has an overflowed or flushed-to-zero
-    ``jnp.std``: it became a column of zeros (a feature that can never be selected) or of NaN.
-    Such columns are standardised as ``(x - mean) / (a std((x - mean) / a))``, ``a = max|x - mean|``;
-    every other column by the plain expression, bit for bit as before.
+    Each column is standardised on its exact power-of-two rescaling
+    (:func:`jaxknock._scaling.standardise_columns`), so a column whose squared deviations
+    leave the floating range (``|x| >~ 1e19`` or ``<~ 1e-19`` in float32, ``1e154`` /
+    ``1e-154`` in float64) is standardised like any other.
     """
     k_fac, k_samp = jax.random.split(key)
-    sd = jnp.std(X, axis=0)
-    in_range = jnp.isfinite(sd) & (sd > 1e3 * jnp.sqrt(jnp.finfo(X.dtype).tiny))
-
-    def plain(X):
-        return (X - jnp.mean(X, axis=0)) / jnp.std(X, axis=0)
-
-    def rescaled(X):
-        Xc = X - jnp.mean(X, axis=0)
-        a = jnp.max(jnp.abs(Xc), axis=0)
-        a = jnp.where(in_range | (a == 0), 1.0, a)
-        return jnp.where(in_range, plain(X), Xc / (a * jnp.std(Xc / a, axis=0)))
-
-    # a branch of its own: the common case compiles exactly as the plain expression did
-    return jax.lax.cond(jnp.all(in_range), plain, rescaled, X), k_fac, k_samp
+    return standardise_columns(X), k_fac, k_samp
 
 
 def _standardise(X, Sigma, mu):
