@@ -45,7 +45,7 @@ from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import FactorFit, FactorModel, factor_model_from_data, ledoit_wolf, to_correlation
 from jaxknock.distributed import shard_batch
 from jaxknock.l1 import cv as _cv
-from jaxknock.svector import asdp, equicorrelated, maxent, mvr, sdp
+from jaxknock.svector import asdp, equicorrelated, sdp
 from jaxknock.svector.group import group_index, group_s_matrix
 
 __all__ = [
@@ -281,36 +281,30 @@ def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings,
     """
     solve = functools.partial(_precision.solve_s_float64, dtype=Xs.dtype)
     if isinstance(known, FactorModel):
-        timings["covariance"] = 0.0
         if s_method in FACTOR_SOLVERS:
+            timings["covariance"] = 0.0
             s_sol, timings["s_vector"] = _clock(solve, FACTOR_SOLVERS[s_method], known, tol=sdp_tol)
             return known, s_sol
         known = known.dense()
-    if s_method in ("mvr", "maxent") or known is not None:
-        if known is None:
-            known, timings["covariance"] = _clock(_lw_correlation, Xs)
-        timings["covariance"] = timings.get("covariance", 0.0)
-        solver = {"mvr": mvr, "maxent": maxent, "sdp": sdp, "equicorrelated": equicorrelated}.get(s_method)
-        if s_method == "asdp":
-            s_sol, timings["s_vector"] = _clock(solve, asdp, known, block_size=asdp_block_size, tol=sdp_tol)
-        elif s_method == "equicorrelated":
-            s_sol, timings["s_vector"] = _clock(solve, equicorrelated, known)
-        else:
-            s_sol, timings["s_vector"] = _clock(solve, solver or sdp, known, tol=sdp_tol)
-        return known, s_sol
-    if s_method in FACTOR_SOLVERS:
+    if known is not None:
+        Sigma, timings["covariance"] = known, 0.0
+    elif s_method in FACTOR_SOLVERS:
         (model, _), timings["covariance"] = _clock(factor_model_from_data, key, Xs, rank)
-        Sigma = model
         s_sol, timings["s_vector"] = _clock(solve, FACTOR_SOLVERS[s_method], model, tol=sdp_tol)
+        return model, s_sol
     else:
         Sigma, timings["covariance"] = _clock(_lw_correlation, Xs)
-        if s_method == "sdp":
-            s_sol, timings["s_vector"] = _clock(solve, sdp, Sigma, tol=sdp_tol)
-        elif s_method == "asdp":
-            s_sol, timings["s_vector"] = _clock(solve, asdp, Sigma, block_size=asdp_block_size, tol=sdp_tol)
-        else:
-            s_sol, timings["s_vector"] = _clock(solve, equicorrelated, Sigma)
+    s_sol, timings["s_vector"] = _clock(_dense_s, solve, s_method, Sigma, asdp_block_size, sdp_tol)
     return Sigma, s_sol
+
+
+def _dense_s(solve, s_method, Sigma, asdp_block_size, sdp_tol):
+    """The dense ``s`` of ``s_method`` (the SDP for a factor method given a dense ``Sigma``) via ``solve``."""
+    if s_method == "equicorrelated":
+        return solve(equicorrelated, Sigma)
+    if s_method == "asdp":
+        return solve(asdp, Sigma, block_size=asdp_block_size, tol=sdp_tol)
+    return solve(MULTI_S_SOLVERS.get(s_method, sdp), Sigma, tol=sdp_tol)
 
 
 @jax.jit
