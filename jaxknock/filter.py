@@ -119,7 +119,8 @@ def knockoff_min_fdr(W, *, plus: bool = True):
         plus: the knockoff+ offset of 1.
 
     Returns:
-        ``(...)`` smallest levels.
+        ``(...)`` smallest levels; NaN for a row holding a NaN statistic (eager
+        calls raise on it).
 
     Example:
         >>> float(knockoff_min_fdr(jnp.array([5.0, 4.0, 3.0, 2.0, -1.0])))
@@ -135,7 +136,8 @@ def knockoff_min_fdr(W, *, plus: bool = True):
 def _min_fdr(W, *, plus):
     def one(w):
         t, ratio = _fdp_estimates(w, plus)
-        return jnp.min(jnp.where(t > 0, ratio, jnp.inf))
+        # a NaN statistic (a failed fit, unseen under jit): NaN, not a level computed around it
+        return jnp.where(jnp.any(jnp.isnan(w)), jnp.nan, jnp.min(jnp.where(t > 0, ratio, jnp.inf)))
 
     flat = W.reshape(-1, W.shape[-1])
     return jax.vmap(one)(flat).reshape(W.shape[:-1])
@@ -149,7 +151,8 @@ def min_selecting_fdr(W, *, aggregate: str = "ebh", plus: bool = True, grid=None
     (:func:`aggregate_ebh` at ``alpha_kn = q / 2``, or
     :func:`aggregate_frequency`) is evaluated at every level of ``grid``
     (default: 400 levels geometric in ``[10^{-3}, 0.999]``) in one batched call,
-    and the smallest selecting level is returned (``+inf`` if none does).
+    and the smallest selecting level is returned (``+inf`` if none does; NaN
+    under ``jit`` when ``W`` holds a NaN statistic, on which eager calls raise).
 
     Example:
         >>> W = jnp.array([[5.0, 4.0, 3.0, 2.0, -1.0], [6.0, 1.0, 2.0, 3.0, -1.0]])
@@ -169,7 +172,7 @@ def min_selecting_fdr(W, *, aggregate: str = "ebh", plus: bool = True, grid=None
         return jnp.any(_frequency_mask(W, q, 0.5, _checks.static_flag(plus, "plus")))
 
     ok = jax.vmap(selects)(grid)
-    return jnp.min(jnp.where(ok, grid, jnp.inf))
+    return jnp.where(jnp.any(jnp.isnan(W)), jnp.nan, jnp.min(jnp.where(ok, grid, jnp.inf)))
 
 
 def knockoff_select(W, fdr, *, plus: bool = True):

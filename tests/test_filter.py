@@ -378,3 +378,17 @@ def test_traced_plus_is_named():
             jax.jit(agg)(jnp.stack([W, W]), 0.5, plus=False)
     static = jax.jit(F.knockoff_select, static_argnames=("plus",))(W, 0.5, plus=False)
     np.testing.assert_array_equal(static, F.knockoff_select(W, 0.5, plus=False))
+
+
+def test_smallest_selecting_level_of_a_nan_statistic_is_nan_under_jit():
+    """Eager calls raise on a NaN statistic; under jit knockoff_min_fdr ignored it and returned a
+    plausible level (0.25 for [NaN, 4, 3, 2, -1]), min_selecting_fdr returned +inf ("no level selects")."""
+    from jaxknock.filter import knockoff_min_fdr, min_selecting_fdr
+
+    W = jnp.array([np.nan, 4.0, 3.0, 2.0, -1.0])
+    assert np.isnan(float(jax.jit(knockoff_min_fdr)(W)))
+    assert np.isnan(float(jax.jit(min_selecting_fdr)(W)))
+    assert np.isnan(float(jax.jit(min_selecting_fdr)(jnp.stack([W, jnp.abs(W)]))))
+    # rows are independent
+    both = jax.jit(knockoff_min_fdr)(jnp.stack([W, W.at[0].set(5.0)]))
+    assert np.isnan(float(both[0])) and float(both[1]) == pytest.approx(0.25)
