@@ -136,26 +136,36 @@ class Selection(NamedTuple):
             self.settings.get("fdr"),
             plus=bool(self.settings.get("plus", True)),
             aggregate=self.settings.get("aggregate", "ebh"),
+            num_knockoffs=self.settings.get("num_knockoffs", 1),
         )
 
 
-def explain_empty_selection(W, fdr, *, plus: bool = True, aggregate: str = "ebh") -> str:
+def explain_empty_selection(W, fdr, *, plus: bool = True, aggregate: str = "ebh", num_knockoffs: int = 1) -> str:
     """A one-paragraph reason why the knockoff(+) filter at level ``fdr`` selected nothing.
 
     Knockoff+ estimates the FDP of the set ``{W_j >= t}`` by
     ``(1 + #{W_j <= -t}) / #{W_j >= t}``, so at level ``q`` it can only select
     once at least ``ceil(1/q)`` statistics are positive; otherwise the
     statistics were too weak (too many negative ``W_j`` against the positive
-    ones). The smallest selecting level comes from :func:`~jaxknock.filter.min_selecting_fdr`.
+    ones). With ``num_knockoffs = m > 1`` (``W`` the signed ``tau`` of
+    :class:`Selection`) the multi-knockoff+ estimate is ``m`` times smaller,
+    ``(1 + #{W_j <= -t}) / (m #{W_j >= t})``: ``ceil(1/(m q))`` positive
+    statistics suffice. The smallest selecting level comes from
+    :func:`~jaxknock.filter.min_selecting_fdr` (:func:`_multi_min_selecting_fdr` for ``m > 1``).
     """
     W = np.atleast_2d(np.asarray(W))
     R = W.shape[0]
+    m = _checks.check_num_knockoffs(num_knockoffs)
+    aggregate = aggregate if m == 1 else "frequency"  # the multi-knockoff filter's only aggregation
     q = float(fdr)
-    q_min = float(_filter.min_selecting_fdr(jnp.asarray(W), aggregate=aggregate, plus=plus))
+    if m == 1:
+        q_min = float(_filter.min_selecting_fdr(jnp.asarray(W), aggregate=aggregate, plus=plus))
+    else:
+        q_min = _multi_min_selecting_fdr(jnp.asarray(W), m, plus)
     n_pos = int(np.median((W > 0).sum(axis=1)))
     n_neg = int(np.median((W < 0).sum(axis=1)))
     level = q if R == 1 or aggregate == "frequency" else q / 2
-    need = int(np.ceil(1.0 / level - 1e-12))
+    need = int(np.ceil(1.0 / (m * level) - 1e-12))
     where = "" if R == 1 else f" (median over {R} replicates)"
     per = (
         ""
@@ -166,24 +176,51 @@ def explain_empty_selection(W, fdr, *, plus: bool = True, aggregate: str = "ebh"
             else " in each replicate"
         )
     )
+    name, cut, smallest = (
+        ("knockoff+", f"ceil(1/{level:.3g})", "1/k")
+        if m == 1
+        else (f"multi-knockoff+ with {m} copies", f"ceil(1/({m} x {level:.3g}))", f"1/({m} k)")
+    )
     if plus and n_pos < need:
         reason = (
-            f"knockoff+ at q = {q:.3g} needs at least ceil(1/{level:.3g}) = {need} features with W_j > 0{per} "
-            f"(a selection of k features has an estimated FDP of at least 1/k), but only {n_pos} statistics are "
-            f"positive{where}"
+            f"{name} at q = {q:.3g} needs at least {cut} = {need} features with W_j > 0{per} "
+            f"(a selection of k features has an estimated FDP of at least {smallest}), but only {n_pos} statistics "
+            f"are positive{where}"
         )
     else:
         reason = (
             f"the statistics were too weak at q = {q:.3g}: {n_pos} positive statistics are matched by {n_neg} "
             f"negative ones{where}, so every threshold's estimated FDP exceeds the target"
         )
-    if np.isfinite(q_min):
+    if np.isfinite(q_min) and q_min < 1:
         tail = f"; the smallest target FDR that selects something is {q_min:.3g}"
     else:
         tail = "; no target FDR below 1 selects anything" + (
             " (all statistics are zero or negative)" if not (W > 0).any() else ""
         )
     return "nothing selected: " + reason + tail
+
+
+def _multi_min_selecting_fdr(W, m, plus) -> float:
+    r"""Smallest level at which the multi-knockoff(+) filter with ``m`` copies selects, from the signed ``tau``.
+
+    On ``W`` ``(R, u)`` (``+tau`` where the original wins, ``-tau`` otherwise) the
+    estimate at ``t`` is :math:`(1_{plus} + \#\{W_j \le -t\}) / (m\,\#\{W_j \ge t\})`,
+    knockoff(+)'s divided by ``m``: one replicate gives
+    :func:`~jaxknock.filter.knockoff_min_fdr` ``/ m`` exactly; for ``R > 1`` (units
+    selected in at least half the replicates, as :func:`jaxknock._selection.select_multi`)
+    the smallest selecting level of :func:`~jaxknock.filter.min_selecting_fdr`'s grid.
+    """
+    if W.shape[0] == 1:
+        return float(_filter.knockoff_min_fdr(W[0], plus=plus)) / m
+    kappa, tau = (W <= 0).astype(jnp.int32), jnp.abs(W)
+    grid = jnp.geomspace(1e-3, 0.999, 400, dtype=W.dtype)
+
+    def selects(q):
+        T = _multi.multi_knockoff_threshold(kappa, tau, q, num_knockoffs=m, plus=plus)
+        return jnp.any(jnp.mean((kappa == 0) & (tau >= T[:, None]), axis=0) >= 0.5)
+
+    return float(jnp.min(jnp.where(jax.vmap(selects)(grid), grid, jnp.inf)))
 
 
 def _clock(fn, *args, **kwargs):

@@ -392,3 +392,12 @@ def test_smallest_selecting_level_of_a_nan_statistic_is_nan_under_jit():
     # rows are independent
     both = jax.jit(knockoff_min_fdr)(jnp.stack([W, W.at[0].set(5.0)]))
     assert np.isnan(float(both[0])) and float(both[1]) == pytest.approx(0.25)
+
+
+def test_empty_selection_explanation_names_no_level_of_one_or_more():
+    """knockoff_min_fdr can exceed 1 ((1 + 1) / 1 for W = [1, -2]); the explanation called that "the smallest
+    target FDR that selects something", a level no filter accepts."""
+    from jaxknock.pipeline import explain_empty_selection
+
+    msg = explain_empty_selection(jnp.array([1.0, -2.0]), 0.1)
+    assert "no target FDR below 1 selects anything" in msg and "selects something is" not in msg

@@ -7,6 +7,8 @@ the broken variant (m independent single-knockoff draws: cross-covariance betwee
 copies ``Sigma - 2S + S Sigma^-1 S`` instead of ``Sigma - S``) must exceed it.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -251,3 +253,39 @@ def test_fdr_by_simulation_multi_and_broken():
 def test_public_exports():
     for name in ("multi_knockoff_statistics", "multi_knockoff_threshold", "multi_knockoff_select"):
         assert getattr(jaxknock, name) is getattr(multi, name)
+
+
+def test_empty_selection_explanation_uses_the_multi_knockoff_estimate():
+    """With m copies the multi-knockoff+ FDP estimate is (1 + #{W <= -t}) / (m #{W >= t}) on the signed tau
+    (Selection.W), so it selects from ceil(1/(m q)) positive statistics on, at levels 1/m of knockoff+'s.
+    The explanation used the single-knockoff formula: "needs ceil(1/0.1) = 10" and a smallest level of
+    1/3 where the multi-knockoff filter selects from 1/6 on."""
+    from jaxknock.pipeline import Selection, explain_empty_selection
+
+    W = jnp.array([3.0, 2.0, 1.0, -0.5])
+    kappa, tau = (W <= 0).astype(jnp.int32), jnp.abs(W)
+
+    def selects(q):
+        return bool(((kappa == 0) & (tau >= multi.multi_knockoff_threshold(kappa, tau, q, num_knockoffs=2))).any())
+
+    assert selects(1 / 6 + 1e-9) and not selects(1 / 6 - 1e-3)  # the reference: the multi-knockoff filter
+    msg = explain_empty_selection(W, 0.1, num_knockoffs=2)
+    assert "ceil(1/(2 x 0.1)) = 5" in msg and "only 3" in msg
+    assert "smallest target FDR that selects something is 0.167" in msg
+    settings = dict(fdr=0.1, plus=True, aggregate="frequency", num_knockoffs=2)
+    sel = Selection(np.zeros(0, int), np.zeros(4, bool), W[None], jnp.full(1, jnp.inf), None, None, {}, settings)
+    assert sel.explanation == msg
+    # two replicates (frequency aggregation, the only one with m > 1): the grid level is the boundary
+    W2 = jnp.stack([W, jnp.array([3.0, 2.0, -1.0, -0.5])])
+    q = float(
+        re.search(
+            r"selects something is ([0-9.]+)", explain_empty_selection(W2, 0.1, num_knockoffs=2, aggregate="frequency")
+        ).group(1)
+    )
+    kappa2, tau2 = (W2 <= 0).astype(jnp.int32), jnp.abs(W2)
+
+    def selects2(q):
+        T = multi.multi_knockoff_threshold(kappa2, tau2, q, num_knockoffs=2)
+        return bool((jnp.mean((kappa2 == 0) & (tau2 >= T[:, None]), axis=0) >= 0.5).any())
+
+    assert selects2(q * 1.01) and not selects2(q * 0.97)
