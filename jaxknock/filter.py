@@ -160,9 +160,9 @@ def min_selecting_fdr(W, *, aggregate: str = "ebh", plus: bool = True, grid=None
         True
     """
     W = _checks.check_statistics(W)
+    _checks.check_choice(aggregate, ("ebh", "frequency"), "aggregate")
     if W.ndim == 1 or W.shape[0] == 1:
         return knockoff_min_fdr(W.reshape(-1), plus=plus)
-    _checks.check_choice(aggregate, ("ebh", "frequency"), "aggregate")
     W = _checks.check_replicates(W)
     grid = jnp.geomspace(1e-3, 0.999, 400, dtype=W.dtype) if grid is None else jnp.asarray(grid, W.dtype)
 
@@ -387,7 +387,7 @@ def aggregate_frequency(W, fdr, *, eta: float = 0.5, plus: bool = True):
     Args:
         W: ``(R, p)`` statistics.
         fdr: level of the per-replicate knockoff filter in ``(0, 1)``.
-        eta: frequency threshold in ``(0, 1]``.
+        eta: frequency threshold in ``(0, 1]`` (may be traced: outside it, nothing is selected).
         plus: knockoff+ threshold per replicate.
 
     Returns:
@@ -400,10 +400,21 @@ def aggregate_frequency(W, fdr, *, eta: float = 0.5, plus: bool = True):
         [True, False, True, True, False]
     """
     _checks.check_fdr(fdr)
-    if not (0 < eta <= 1):
-        raise ValueError(f"eta must lie in (0, 1], got {eta}")
+    eta = _check_eta(eta)
     W = _checks.check_replicates(W)
     return _frequency_mask(W, jnp.asarray(fdr, W.dtype), eta, _checks.static_flag(plus, "plus"))
+
+
+def _check_eta(eta):
+    """A frequency threshold in ``(0, 1]``: a real scalar, checked when concrete (traced ones pass)."""
+    if not _checks.is_concrete(eta):
+        return eta
+    eta = _checks.real_setting(eta)
+    if isinstance(eta, (bool, np.bool_)) or not isinstance(eta, (int, float, np.integer, np.floating)):
+        raise TypeError(f"eta must be a real number in (0, 1], got {eta!r} ({type(eta).__name__})")
+    if not (0 < eta <= 1):
+        raise ValueError(f"eta must lie in (0, 1], got {eta}")
+    return float(eta)
 
 
 def _ebh_mask(W, fdr, alpha_kn, plus):
@@ -414,5 +425,7 @@ def _ebh_mask(W, fdr, alpha_kn, plus):
 def _frequency_mask(W, fdr, eta, plus):
     """Features selected by knockoff(+) at ``fdr`` in at least a fraction ``eta`` of the replicates."""
     T = _threshold(W, fdr, plus=plus)
-    # a failed replicate (NaN threshold, unseen under jit) voids the aggregate, as in aggregate_ebh
-    return (jnp.mean(W >= T[:, None], axis=0) >= eta) & ~jnp.any(jnp.isnan(T))
+    # a failed replicate (NaN threshold, unseen under jit) or a traced eta outside (0, 1] voids the
+    # aggregate, as in aggregate_ebh
+    valid = ~jnp.any(jnp.isnan(T)) & (eta > 0) & (eta <= 1)
+    return (jnp.mean(W >= T[:, None], axis=0) >= eta) & valid

@@ -401,3 +401,21 @@ def test_empty_selection_explanation_names_no_level_of_one_or_more():
 
     msg = explain_empty_selection(jnp.array([1.0, -2.0]), 0.1)
     assert "no target FDR below 1 selects anything" in msg and "selects something is" not in msg
+
+
+def test_frequency_eta_is_checked_and_may_be_traced():
+    """eta is a numeric setting: under jit it was JAX's TracerBoolConversionError; text gave Python's
+    "'<' not supported", True was taken for 1.0; a traced eta outside (0, 1] must select nothing
+    (eta = 0 selected every feature). min_selecting_fdr checked `aggregate` only for R > 1."""
+    from jaxknock.filter import min_selecting_fdr
+
+    W = jnp.array([[5.0, 4.0, 3.0, 2.0, -1.0], [6.0, -4.0, 5.0, 4.0, 3.0]])
+    eager = F.aggregate_frequency(W, 0.5, eta=1.0)
+    np.testing.assert_array_equal(jax.jit(F.aggregate_frequency)(W, 0.5, eta=1.0), eager)
+    for bad in (0.0, 1.5, np.nan):
+        assert not np.asarray(jax.jit(F.aggregate_frequency)(W, 0.5, eta=bad)).any()
+    for bad in ("0.5", True, None):
+        with pytest.raises(TypeError, match="eta"):
+            F.aggregate_frequency(W, 0.5, eta=bad)
+    with pytest.raises(ValueError, match="aggregate"):
+        min_selecting_fdr(W[0], aggregate="bogus")
