@@ -152,7 +152,7 @@ def _mk_threshold(kappa, tau, fdr, *, m, plus):
         ok = (ratio <= fdr) & (t > 0)
         # a NaN magnitude (a failed statistic, unseen under jit) or a traced level outside (0, 1):
         # NaN threshold, nothing selected
-        bad = jnp.any(jnp.isnan(t)) | (fdr <= 0) | (fdr >= 1)
+        bad = jnp.any(jnp.isnan(t)) | ~((fdr > 0) & (fdr < 1))  # written so that a NaN level is bad too
         return jnp.where(bad, jnp.nan, jnp.min(jnp.where(ok, t, jnp.inf)))
 
     flat_k = kappa.reshape(-1, kappa.shape[-1])

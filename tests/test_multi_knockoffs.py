@@ -289,3 +289,15 @@ def test_empty_selection_explanation_uses_the_multi_knockoff_estimate():
         return bool((jnp.mean((kappa2 == 0) & (tau2 >= T[:, None]), axis=0) >= 0.5).any())
 
     assert selects2(q * 1.01) and not selects2(q * 0.97)
+
+
+def test_threshold_of_a_traced_nan_level_is_nan():
+    """A traced NaN level passed (NaN <= 0 and NaN >= 1 are both False) and gave T = +inf, the answer of a
+    valid level at which nothing qualifies; knockoff_threshold gives NaN, as for levels outside (0, 1)."""
+    kappa = jnp.array([0, 0, 0, 0, 1])
+    tau = jnp.array([5.0, 4.0, 3.0, 2.0, 1.0])
+    thr = jax.jit(lambda q: multi.multi_knockoff_threshold(kappa, tau, q, num_knockoffs=2))
+    assert float(thr(0.2)) == 2.0
+    for bad in (np.nan, 0.0, 1.0):
+        assert np.isnan(float(thr(bad)))
+    assert np.isnan(float(jax.jit(kfilter.knockoff_threshold)(tau, np.nan)))  # the single-knockoff reference
