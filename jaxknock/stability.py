@@ -223,7 +223,16 @@ def stability_subsamples(key, n: int, num_subsamples: int, *, fraction=0.5, comp
         >>> idx.shape, bool(jnp.intersect1d(idx[0], idx[1]).size == 0)
         ((4, 5), True)
     """
+    _checks.check_key(key)
+    n = _checks.int_setting(n, "n")
+    num_subsamples = _checks.int_setting(num_subsamples, "num_subsamples")
+    fraction = _checks.real_setting(fraction)
+    if not _checks.is_int(n) or n < 1:
+        raise ValueError(f"n must be a positive integer (the number of rows), got {n!r}")
+    _check_layout(num_subsamples, fraction, complementary_pairs)
     m = int(math.floor(n * fraction))
+    if m < 1:
+        raise ValueError(f"fraction * n must give at least 1 row per subsample, got floor({fraction} * {n}) = 0")
     if complementary_pairs:
         keys = jax.random.split(key, num_subsamples // 2)
         perms = jax.vmap(lambda k: jax.random.permutation(k, n))(keys)
@@ -255,15 +264,22 @@ def _use_engine(solver, fit_intercept, sharded) -> bool:
     return solver == "auto" and fit_intercept and not sharded
 
 
-def _check_settings(fraction, complementary_pairs, num_subsamples, threshold, expected_false, assumption):
-    if not isinstance(fraction, (int, float, np.floating)) or not 0 < fraction < 1:
+def _check_layout(num_subsamples, fraction, complementary_pairs, *, minimum=1):
+    """``num_subsamples >= minimum`` subsamples (even with pairs) of a ``fraction`` in ``(0, 1)`` of the rows."""
+    if isinstance(fraction, (bool, np.bool_)) or not isinstance(fraction, (int, float, np.floating)):
+        raise ValueError(f"fraction must lie in (0, 1), got {fraction!r}")
+    if not 0 < fraction < 1:
         raise ValueError(f"fraction must lie in (0, 1), got {fraction!r}")
     if complementary_pairs and fraction > 0.5:
         raise ValueError(f"complementary pairs need disjoint halves: fraction must be <= 0.5, got {fraction}")
-    if not _checks.is_int(num_subsamples) or num_subsamples < 2:
-        raise ValueError(f"num_subsamples must be an integer >= 2, got {num_subsamples!r}")
+    if not _checks.is_int(num_subsamples) or num_subsamples < minimum:
+        raise ValueError(f"num_subsamples must be an integer >= {minimum}, got {num_subsamples!r}")
     if complementary_pairs and num_subsamples % 2:
         raise ValueError(f"complementary pairs need an even num_subsamples, got {num_subsamples}")
+
+
+def _check_settings(fraction, complementary_pairs, num_subsamples, threshold, expected_false, assumption):
+    _check_layout(num_subsamples, fraction, complementary_pairs, minimum=2)
     if threshold is not None and not (isinstance(threshold, (int, float, np.floating)) and 0.5 < threshold <= 1):
         raise ValueError(f"threshold must lie in (0.5, 1] (a selection probability above 1/2), got {threshold!r}")
     if expected_false is not None and not (

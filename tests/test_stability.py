@@ -425,3 +425,24 @@ def test_jax_integer_counts_and_engine_tol():
     for bad in (-1.0, np.nan, "x"):
         with pytest.raises(ValueError, match="tol must be a positive number"):
             stability_selection(jax.random.key(0), X, y, num_subsamples=4, num_lambdas=5, tol=bad)
+
+
+def test_subsamples_check_their_settings():
+    """stability_subsamples ran unchecked: an odd count with pairs gave B - 1 subsamples (2 for 3),
+    fraction 0.6 with pairs a concatenation error, fraction 0 or n = 1 a ZeroDivisionError, an integer
+    seed JAX's invalid-key error; each now names its argument."""
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match="even num_subsamples"):
+        stability_subsamples(key, 10, 3)
+    with pytest.raises(ValueError, match="fraction must be <= 0.5"):
+        stability_subsamples(key, 10, 4, fraction=0.6)
+    for n, fraction in ((10, 0.0), (1, 0.5), (10, 1.5)):
+        with pytest.raises(ValueError, match="fraction|n "):
+            stability_subsamples(key, n, 4, fraction=fraction, complementary_pairs=fraction <= 0.5)
+    with pytest.raises(ValueError, match="num_subsamples"):
+        stability_subsamples(key, 10, 0, complementary_pairs=False)
+    with pytest.raises(TypeError, match="key"):
+        stability_subsamples(0, 10, 4)
+    with pytest.raises(TypeError, match="n must be"):
+        jax.jit(lambda n: stability_subsamples(key, n, 4))(10)
+    assert stability_subsamples(key, 10, 4).shape == (4, 5)  # unchanged where valid
