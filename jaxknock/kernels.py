@@ -87,6 +87,13 @@ def squared_distances(X, weights=None):
         >>> squared_distances(X).tolist(), squared_distances(X, jnp.array([1.0, 0.0])).tolist()
         ([[0.0, 25.0], [25.0, 0.0]], [[0.0, 9.0], [9.0, 0.0]])
     """
+    X = _checks.as_float_array(X, "X")
+    _checks.check_ndim(X, 2, "X", "a 2-D array of shape (n_samples, n_features)")
+    if weights is not None:
+        w = weights if hasattr(weights, "dtype") else np.asarray(weights)
+        weights = _checks.as_float_array(w.astype(X.dtype) if w.dtype == bool else w, "weights").astype(X.dtype)
+        if weights.shape != X.shape[1:]:
+            raise ValueError(f"weights must have shape ({X.shape[1]},), one per feature, got {tuple(weights.shape)}")
     X = X - jnp.mean(X, axis=0)
     Xw = X if weights is None else X * weights
     sq = jnp.sum(Xw * X, axis=1)

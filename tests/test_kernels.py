@@ -283,3 +283,19 @@ def test_traced_unbiased_is_named():
     X, y = _xor(0, n=20, irrelevant=1)
     with pytest.raises(TypeError, match="unbiased must be a Python bool"):
         jax.jit(hsic)(X, y, unbiased=True)
+
+
+def test_squared_distances_checks_shapes_and_takes_sequences():
+    """weights as a list was Python's "unsupported operand type(s) for *", a 1-D X numpy's "axis 1 is out of
+    bounds", and weights of the wrong length a broadcasting error naming neither argument."""
+    X = np.array([[0.0, 0.0, 1.0], [3.0, 4.0, 1.0]])
+    D = np.asarray(squared_distances(X, [1, 0, 1]))
+    np.testing.assert_allclose(D, [[0.0, 9.0], [9.0, 0.0]])  # by hand: (3 - 0)^2 on the first feature only
+    np.testing.assert_allclose(np.asarray(squared_distances(X, np.array([True, False, True]))), D)  # a mask
+    np.testing.assert_allclose(np.asarray(squared_distances(X.tolist())), [[0.0, 25.0], [25.0, 0.0]])
+    with pytest.raises(ValueError, match="X must be a 2-D"):
+        squared_distances(np.ones(3))
+    with pytest.raises(ValueError, match="weights"):
+        squared_distances(X, [1.0, 1.0])
+    jitted = jax.jit(squared_distances)(X, jnp.array([1.0, 0.0, 1.0]))
+    np.testing.assert_allclose(np.asarray(jitted), D)
