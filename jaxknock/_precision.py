@@ -19,6 +19,8 @@ With ``jax_enable_x64`` off, the solve runs inside ``jax.enable_x64(True)``
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,7 +28,7 @@ import numpy as np
 from jaxknock._solution import Solution
 from jaxknock.covariance import FactorModel
 
-__all__ = ["cast_floats", "centre_before_cast", "solve_s_float64"]
+__all__ = ["HostShift", "cast_floats", "centre_before_cast", "centre_for_fit", "solve_s_float64", "uncentred_intercept"]
 
 
 def _needs_cast(a, dtype) -> bool:
@@ -78,6 +80,32 @@ def solve_s_float64(solver, Sigma, *args, dtype, **kwargs) -> Solution:
     return sol._replace(value=value)
 
 
+def _host_float64(a, ndims) -> np.ndarray | None:
+    """``a`` as a float64 NumPy array when JAX would round it to float32, else ``None``.
+
+    That is: x64 off, ``a`` a host array (NumPy, list; not a ``jax.Array`` or a
+    tracer) of float64 or integers, with ``ndim`` in ``ndims`` and at least one
+    entry. The callers leave non-finite input to the validation (see :func:`_finite_mean`).
+    """
+    if isinstance(a, (jax.Array, str, bytes)) or a is None or jax.config.jax_enable_x64:
+        return None
+    try:
+        h = np.asarray(a)
+    except (TypeError, ValueError):
+        return None  # the validation names the problem
+    wide = h.dtype.kind == "f" and h.dtype.itemsize > 4
+    if not (wide or h.dtype.kind in "iu") or h.ndim not in ndims or h.size == 0:
+        return None
+    return h.astype(np.float64, copy=False)
+
+
+def _finite_mean(h: np.ndarray, axis: int) -> np.ndarray | None:
+    """The mean of ``h`` along ``axis``; ``None`` when it is not finite (a NaN or an infinity in ``h``:
+    the validation names it; a sum that overflows float64 is left alone the same way)."""
+    mean = h.mean(axis=axis)
+    return mean if np.isfinite(mean).all() else None
+
+
 def centre_before_cast(X, mu=None):
     """``(X, mu)``: a host ``X`` centred in float64 when JAX would round it to float32.
 
@@ -92,21 +120,71 @@ def centre_before_cast(X, mu=None):
     non-finite input (rejected later by the validation) and x64 runs pass
     through untouched.
     """
-    if isinstance(X, (jax.Array, str, bytes)) or X is None or jax.config.jax_enable_x64:
-        return X, mu
-    try:
-        Xh = np.asarray(X)
-    except (TypeError, ValueError):
-        return X, mu  # the validation names the problem
-    wide = Xh.dtype.kind == "f" and Xh.dtype.itemsize > 4
-    if not (wide or Xh.dtype.kind in "iu") or Xh.ndim != 2 or Xh.size == 0:
-        return X, mu
-    Xh = Xh.astype(np.float64)
-    if not np.isfinite(Xh).all():
+    Xh = _host_float64(X, (2,))
+    if Xh is None or (mean := _finite_mean(Xh, 0)) is None:
         return X, mu
     if mu is None:
-        return Xh - Xh.mean(axis=0), None
+        return Xh - mean, None
     mh = np.asarray(mu, dtype=np.float64) if np.asarray(mu).dtype.kind in "fiu" else None
     if mh is None or mh.shape != (Xh.shape[1],) or not np.isfinite(mh).all():
         return X, mu  # checked (and named) by _standardise
     return Xh - mh, np.zeros_like(mh)
+
+
+class HostShift(NamedTuple):
+    """The float64 means :func:`centre_for_fit` took out on the host (``None``: nothing taken out)."""
+
+    x_mean: np.ndarray | None = None  # (..., m) column means of X
+    y_mean: np.ndarray | None = None  # (...,) mean of y
+
+    @property
+    def applied(self) -> bool:
+        return self.x_mean is not None or self.y_mean is not None
+
+
+def centre_for_fit(X, y, *, centre_y: bool):
+    """``(X, y, shift)``: a model with an intercept fitted to host data centred in float64 first.
+
+    :func:`centre_before_cast` for a regression whose fit is invariant to a
+    shift of the columns of ``X`` (any model with an unpenalised intercept) and,
+    with ``centre_y`` (least squares with an intercept), of ``y``: a float64
+    or integer NumPy ``X`` of shape ``(n, m)`` or ``(R, n, m)`` (``y``:
+    ``(n,)`` or ``(R, n)``) loses its column means (its mean) in float64
+    before JAX rounds it to float32, so the cast rounds the deviations. Only
+    with x64 off; device arrays, tracers, float32 and non-finite input pass
+    through. ``shift`` says what was taken out; :func:`uncentred_intercept`
+    puts it back into the intercept.
+    """
+    x_mean = y_mean = None
+    Xh = _host_float64(X, (2, 3))
+    if Xh is not None and (x_mean := _finite_mean(Xh, -2)) is not None:
+        X = Xh - x_mean[..., None, :]
+    yh = _host_float64(y, (1, 2)) if centre_y else None
+    if yh is not None and (y_mean := _finite_mean(yh, -1)) is not None:
+        y = yh - y_mean[..., None]
+    return X, y, HostShift(x_mean, y_mean)
+
+
+def uncentred_intercept(intercept, coef, shift: HostShift) -> np.ndarray:
+    """The intercept of the model on the caller's data, ``b0 + mean(y) - mean(X) @ coef``, in float64.
+
+    ``intercept`` ``(...)`` and ``coef`` ``(..., m)`` are a fit to the data
+    :func:`centre_for_fit` centred (``shift``); a batch ``(R, ...)`` of fits
+    has ``shift`` means with the leading ``R``, and a path ``(..., L)`` of
+    intercepts ``(..., L, m)`` coefficients. Computed on the host in float64
+    from the coefficients as they are (float32), so that
+    ``X @ coef + intercept`` reproduces the fitted predictions on the
+    original ``X`` exactly up to float64 rounding; a float32 intercept
+    could not (at ``mean(X) = 1.7e9`` and ``sum(coef) = 0.1`` its spacing is 16).
+    NaN entries (an unsolved point of a path) stay NaN.
+    """
+    b0 = np.asarray(jax.device_get(intercept), np.float64)
+    extra = b0.ndim - (0 if shift.y_mean is None else np.ndim(shift.y_mean))
+    if shift.y_mean is not None:
+        b0 = b0 + np.reshape(shift.y_mean, np.shape(shift.y_mean) + (1,) * extra)
+    if shift.x_mean is not None:
+        c = np.asarray(jax.device_get(coef), np.float64)
+        xm = shift.x_mean
+        xm = np.reshape(xm, xm.shape[:-1] + (1,) * (c.ndim - xm.ndim) + xm.shape[-1:])
+        b0 = b0 - np.sum(c * xm, axis=-1)
+    return b0

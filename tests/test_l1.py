@@ -628,3 +628,98 @@ def test_extrapolation_never_revives_a_screened_feature():
     sol = L.lasso(X, y, 0.1 * float(L.lambda_max(X, y)), solver="cd")
     assert sol.result == RESULTS.successful
     assert np.all(np.asarray(sol.state.coef)[~np.asarray(sol.state.active)] == 0)
+
+
+def _epoch_design(seed=0, n=200, m=20):
+    """Columns of epoch seconds: ``1.7e9`` plus deviations of about a minute (float32 spacing at 1.7e9: 128)."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, m)) * 60.0
+    y = X[:, :4] @ np.full(4, 0.02) + rng.standard_normal(n)
+    return X, y
+
+
+def test_float64_host_x_with_an_epoch_offset_fits_as_the_centred_one():
+    """With x64 off a float64 NumPy ``X`` was cast to float32 before it was centred: ``X + 1.7e9`` kept
+    a few levels per column: here the CV ran out of steps with other coefficients (0.0096 for 0.0195);
+    on a 300 x 40 design the lasso at one penalty ran to coefficients of ``2.8e16`` and ``lasso_cv``
+    chose ``lam`` 15.8 (working set: 32.7) instead of 2.12, 20 of 21 selected features different.
+    The means now come out in float64 on the host first (``centre_on_host``).
+    (One float32 program compiles here: ~3 s of the test.)"""
+    X, y = _epoch_design()
+    with jax.enable_x64(False):
+        cvs = [jaxknock.lasso_cv(A, y, folds=3, num_lambdas=8, engine="classic") for A in (X, X + 1.7e9)]
+    assert cvs[0].value.dtype == jnp.float32 and int(cvs[1].result) == RESULTS.successful
+    assert float(cvs[1].stats["lam"]) == float(cvs[0].stats["lam"])
+    np.testing.assert_allclose(cvs[1].value, cvs[0].value, atol=1e-6)  # coefficients ~1e-2
+    np.testing.assert_allclose(cvs[1].stats["cv_mean"], cvs[0].stats["cv_mean"], rtol=1e-5)
+
+
+def test_float64_host_offsets_keep_the_logistic_path_and_the_response():
+    """The logistic path on ``X + 1.7e9`` (its coefficients moved by 0.06 of 0.08 before) and a least
+    squares ``y + 1e6`` (coefficients moved by 0.1; ``y + 1.7e9`` was rejected as constant) fit as
+    the centred data."""
+    X, y = _epoch_design()
+    labels = (y > np.median(y)).astype(np.float64)
+    with jax.enable_x64(False):
+        paths = [jaxknock.lasso_path(A, labels, num_lambdas=5, loss="logistic") for A in (X, X + 1.7e9)]
+        fits = [jaxknock.lasso(X, r, 0.5, solver="cd") for r in (y, y + 1e6, y + 1.7e9)]
+    np.testing.assert_allclose(paths[1].value, paths[0].value, atol=1e-5)  # float32 tol 1e-4 (gap)
+    np.testing.assert_array_equal(paths[1].stats["lam"], paths[0].stats["lam"])
+    for fit, offset in zip(fits[1:], (1e6, 1.7e9)):
+        np.testing.assert_allclose(fit.value, fits[0].value, atol=1e-6)
+        assert float(fit.stats["intercept"]) - offset == pytest.approx(float(fits[0].stats["intercept"]), abs=1e-5)
+
+
+def test_float64_host_offset_intercept_predicts_like_a_float64_sklearn_fit():
+    """On the caller's ``X + 1.7e9`` the coefficients are those of ``X`` and the predictions
+    ``X @ coef + intercept`` match scikit-learn's float64 ``Lasso`` to 1e-3 (``y`` has unit noise): the
+    intercept (``-1.4e8``) is computed on the host in float64 from the float32 coefficients. A float32
+    intercept would be off by up to 8 (spacing 16 at 1.4e8)."""
+    X, y = _epoch_design()
+    Xs = X + 1.7e9
+    ref = Lasso(alpha=0.5, tol=1e-12, max_iter=100_000).fit(Xs, y)
+    with jax.enable_x64(False):
+        fits = [jaxknock.lasso(A, y, 0.5, solver="cd") for A in (X, Xs)]
+    np.testing.assert_allclose(fits[1].value, fits[0].value, atol=1e-6)
+    b0 = fits[1].stats["intercept"]
+    assert np.asarray(b0).dtype == np.float64 and abs(float(b0)) > 1e7  # the offset is in it
+    pred = Xs @ np.asarray(fits[1].value, np.float64) + b0
+    np.testing.assert_allclose(pred, ref.predict(Xs), atol=1e-3)
+    assert float(b0) - float(fits[0].stats["intercept"]) == pytest.approx(
+        -1.7e9 * np.asarray(fits[1].value, np.float64).sum(), rel=1e-9
+    )
+
+
+def test_host_centring_leaves_traced_device_and_x64_input_alone():
+    """Only a host float64 ``X`` meets the centring: under ``jit`` the input is traced, a device array
+    is already float32, and with x64 on nothing is rounded; without an intercept nothing is shifted."""
+    from jaxknock.l1.problem import centre_on_host
+
+    X, y = _epoch_design(n=20, m=4)
+    with jax.enable_x64(False):
+        Xd = jnp.asarray(X)
+        assert centre_on_host(Xd, y, loss="squared", fit_intercept=True)[0] is Xd
+        assert centre_on_host(X, y, loss="squared", fit_intercept=False)[0] is X
+        Xc, yc, shift = centre_on_host(X, y, loss="logistic", fit_intercept=True)
+        assert yc is y and shift.y_mean is None and np.allclose(Xc.mean(0), 0.0)
+        seen = []
+        jax.jit(lambda A: seen.append(centre_on_host(A, y, loss="squared", fit_intercept=True)[0] is A) or A)(X)
+        assert seen == [True]
+    assert centre_on_host(X, y, loss="squared", fit_intercept=True)[0] is X  # x64 on (conftest)
+
+
+def test_uncentred_intercept_of_batches_and_paths():
+    """``b0 + mean(y) - mean(X) @ coef`` for one fit, a path ``(L, m)`` and a batch of paths ``(R, L, m)``."""
+    from jaxknock._precision import HostShift, uncentred_intercept
+
+    rng = np.random.default_rng(0)
+    xm, ym = rng.standard_normal((2, 3)) * 1e9, np.array([5.0, -7.0])
+    coef = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    b0 = rng.standard_normal((2, 4))
+    got = uncentred_intercept(b0, coef, HostShift(xm, ym))
+    want = b0 + ym[:, None] - np.einsum("rlm,rm->rl", coef.astype(np.float64), xm)
+    np.testing.assert_allclose(got, want, rtol=1e-15)
+    one = uncentred_intercept(b0[0, 0], coef[0, 0], HostShift(xm[0], None))
+    assert one.shape == () and one == pytest.approx(want[0, 0] - ym[0], rel=1e-15)
+    path = uncentred_intercept(b0[0], coef[0], HostShift(xm[0], ym[0]))
+    np.testing.assert_allclose(path, want[0], rtol=1e-15)

@@ -18,7 +18,15 @@ from jax import lax
 from jaxknock import _checks
 from jaxknock._solution import Solution, raise_if_failed
 from jaxknock.l1 import working_set
-from jaxknock.l1.problem import intercept, loss_value, make_problem, prepare_data, resolve_lambdas
+from jaxknock.l1.problem import (
+    centre_on_host,
+    intercept,
+    loss_value,
+    make_problem,
+    prepare_data,
+    resolve_lambdas,
+    restore_intercept,
+)
 from jaxknock.l1.settings import L1Settings, make_settings
 from jaxknock.l1.solvers import solve
 
@@ -319,7 +327,9 @@ def lasso_cv(
         ``lam`` (chosen), ``lam_index``, ``lambdas`` ``(L,)``, ``cv_error``
         ``(L, K)``, ``cv_mean`` ``(L,)``, ``intercept``, ``gap`` (refit; also
         under the deprecated key ``duality_gap``), ``num_steps`` (total over
-        all solves), ``max_steps``.
+        all solves), ``max_steps``. A float64 NumPy ``X`` (or ``y``) with x64
+        off is centred on the host first, and ``intercept`` (``intercept_path``)
+        is then a float64 NumPy array, as in :func:`~jaxknock.lasso`.
 
     Example:
         >>> X = jax.random.normal(jax.random.key(0), (60, 8))
@@ -328,6 +338,7 @@ def lasso_cv(
         >>> sol.stats["cv_error"].shape
         (20, 3)
     """
+    X, y, shift = centre_on_host(X, y, loss=loss, fit_intercept=fit_intercept)
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
     settings = make_settings(
         X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol, max_steps=max_steps
@@ -340,7 +351,7 @@ def lasso_cv(
         sol = _working_set_cv(X, y, fold_ids, lambdas, loss=loss, tol=tol, max_steps=max_steps, patience=patience)
     else:
         sol = _cv_jit(X, y, jnp.asarray(fold_ids), lambdas, settings, K=K, patience=patience)
-    return raise_if_failed(sol, throw)
+    return raise_if_failed(restore_intercept(sol, shift), throw)
 
 
 def _working_set_cv(X, y, fold_ids, lambdas, *, loss, tol, max_steps, patience) -> Solution:

@@ -7,7 +7,14 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxknock._solution import Solution, raise_if_failed
-from jaxknock.l1.problem import Problem, full_problem, prepare_data, resolve_lambdas
+from jaxknock.l1.problem import (
+    Problem,
+    centre_on_host,
+    full_problem,
+    prepare_data,
+    resolve_lambdas,
+    restore_intercept,
+)
 from jaxknock.l1.settings import L1Settings, make_settings
 from jaxknock.l1.solvers import solve, solve_stats
 
@@ -69,7 +76,9 @@ def lasso_path(
     Returns:
         :class:`~jaxknock.Solution` with ``value`` of shape ``(L, m)``,
         ``result`` of shape ``(L,)`` and ``stats`` entries of shape ``(L,)``
-        (``lam``, ``intercept``, ``gap``, ``num_steps``, ...).
+        (``lam``, ``intercept``, ``gap``, ``num_steps``, ...). A float64 NumPy
+        ``X`` (or ``y``) with x64 off is centred on the host first, and
+        ``intercept`` is then a float64 NumPy array, as in :func:`~jaxknock.lasso`.
 
     Example:
         >>> X = jax.random.normal(jax.random.key(0), (40, 6)); y = X[:, 1]
@@ -77,9 +86,10 @@ def lasso_path(
         >>> path.value.shape
         (5, 6)
     """
+    X, y, shift = centre_on_host(X, y, loss=loss, fit_intercept=fit_intercept)
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
     settings = make_settings(
         X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol, max_steps=max_steps
     )
     lambdas = resolve_lambdas(X, y, lambdas, settings, num_lambdas=num_lambdas, eps=eps)
-    return raise_if_failed(_path_jit(X, y, lambdas, settings), throw)
+    return raise_if_failed(restore_intercept(_path_jit(X, y, lambdas, settings), shift), throw)

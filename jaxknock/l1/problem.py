@@ -35,7 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _checks
+from jaxknock import _checks, _precision
+from jaxknock._solution import Solution
 from jaxknock.l1.settings import L1Settings, check_loss, model_settings
 
 __all__ = ["lambda_max", "lambda_grid"]
@@ -271,6 +272,42 @@ def check_lambdas(lambdas):
 # ----------------------------------------------------------------------------
 
 
+def centre_on_host(X, y, *, loss, fit_intercept):
+    """``(X, y, shift)``: host data centred in float64 before JAX rounds it to float32.
+
+    With x64 off, a float64 (or integer) NumPy ``X`` becomes float32 on its way
+    to the device, and the cast keeps about 7 significant digits of each raw
+    entry: a column of epoch seconds (``~1.7e9``, float32 spacing 128) that
+    varies by minutes keeps a few levels, and the coefficients, the chosen
+    penalty and the support depended on the offset. A model with
+    an intercept is invariant to a shift of the columns, and least squares to a
+    shift of ``y`` too, so the means come out in float64 on the host first
+    (:func:`jaxknock._precision.centre_for_fit`); :func:`restore_intercept`
+    puts them back into the reported intercept. Without an intercept, with x64
+    on, and for device arrays or traced inputs (``jit`` / ``vmap``) nothing
+    changes.
+    """
+    if not (_checks.static_flag(fit_intercept, "fit_intercept") and loss in ("squared", "logistic")):
+        return X, y, _precision.HostShift()  # no shift invariance (or a bad loss, named by prepare_data)
+    return _precision.centre_for_fit(X, y, centre_y=loss == "squared")
+
+
+def restore_intercept(sol: Solution, shift) -> Solution:
+    """``sol`` with ``stats["intercept"]`` (and ``"intercept_path"``) of the model on the caller's data.
+
+    After :func:`centre_on_host` took means out: ``b0 + mean(y) - mean(X) @ coef``
+    in float64 on the host, returned as a NumPy float64 array
+    (:func:`jaxknock._precision.uncentred_intercept`).
+    """
+    if not shift.applied:
+        return sol
+    stats = dict(sol.stats)
+    stats["intercept"] = _precision.uncentred_intercept(stats["intercept"], sol.value, shift)
+    if "intercept_path" in stats:
+        stats["intercept_path"] = _precision.uncentred_intercept(stats["intercept_path"], stats["coef_path"], shift)
+    return sol._replace(stats=stats)
+
+
 def prepare_data(X, y, *, loss, fit_intercept, name_X="X"):
     """Shape/value checks before tracing; returns float arrays (y mapped to {0,1})."""
     check_loss(loss)
@@ -322,6 +359,7 @@ def lambda_max(X, y, *, loss: str = "squared", fit_intercept: bool = True) -> ja
         >>> float(lambda_max(X, y, fit_intercept=False))
         1.0
     """
+    X, y, _ = centre_on_host(X, y, loss=loss, fit_intercept=fit_intercept)  # shift-invariant
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
     return _lambda_max_jit(X, y, loss=loss, fit_intercept=bool(fit_intercept))
 

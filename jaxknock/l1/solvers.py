@@ -34,7 +34,15 @@ from jaxknock import _checks
 from jaxknock._iterate import iterative_solve
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.l1 import cd, fista, screening
-from jaxknock.l1.problem import Problem, full_problem, intercept, predict, prepare_data
+from jaxknock.l1.problem import (
+    Problem,
+    centre_on_host,
+    full_problem,
+    intercept,
+    predict,
+    prepare_data,
+    restore_intercept,
+)
 from jaxknock.l1.settings import L1Settings, make_settings
 
 __all__ = ["LassoState", "lasso", "lasso_init", "lasso_step"]
@@ -256,6 +264,20 @@ def lasso(
         ``duality_gap``), ``num_steps``, ``max_steps``, ``num_screened``;
         ``state`` is the final :class:`LassoState`.
 
+    Precision: with ``jax_enable_x64`` off, a float64 (or integer) NumPy ``X``
+    would be rounded to float32 entry by entry, so an offset column (epoch
+    seconds, ``1.7e9``) kept a few levels and the fit depended on the
+    offset. With an intercept, the column means of such an ``X`` (and, for
+    least squares, the mean of such a ``y``) are taken out in float64 on the
+    host first, the solve runs on the centred float32 data, and
+    ``stats["intercept"]`` is then ``b0 + mean(y) - mean(X) @ coef`` computed in
+    float64 and returned as a NumPy float64 (a float32 intercept of
+    ``1.7e9 * sum(coef)`` is off by up to ``64 * |sum(coef)|``); ``state`` is the
+    solver's state on the centred data. Traced inputs (under ``jit`` or
+    ``vmap``), device arrays and float32 input are not host float64 arrays and
+    run as they are, as do x64 runs and fits without an intercept. Costs one
+    float64 pass over ``X`` on the host (3 ms at ``2000 x 2000``).
+
     Example:
         >>> X = jax.random.normal(jax.random.key(0), (50, 10))
         >>> y = X[:, 0] + 0.1 * jax.random.normal(jax.random.key(1), (50,))
@@ -263,6 +285,7 @@ def lasso(
         >>> bool(sol.successful), int(jnp.argmax(jnp.abs(sol.value)))
         (True, 0)
     """
+    X, y, shift = centre_on_host(X, y, loss=loss, fit_intercept=fit_intercept)
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
     _checks.check_lam(lam)
     settings = make_settings(
@@ -272,7 +295,7 @@ def lasso(
     lam = jnp.asarray(lam, X.dtype)
     if lam.ndim != 0:
         raise ValueError(f"lam must be a scalar, got shape {lam.shape}; use lasso_path for a grid")
-    return raise_if_failed(fit(X, y, lam, coef0, settings), throw)
+    return raise_if_failed(restore_intercept(fit(X, y, lam, coef0, settings), shift), throw)
 
 
 def lasso_init(
@@ -300,6 +323,7 @@ def lasso_init(
         >>> int(s.num_steps)
         1
     """
+    X, y, _ = centre_on_host(X, y, loss=loss, fit_intercept=fit_intercept)  # as lasso: the same state
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
     _checks.check_lam(lam)
     settings = make_settings(X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol)
@@ -366,6 +390,7 @@ def lasso_step(
         >>> int(s.num_steps), np.flatnonzero(coef).tolist(), float(s.gap) <= 1e-6  # support {0}, certified
         (3, [0], True)
     """
+    X, y, _ = centre_on_host(X, y, loss=loss, fit_intercept=fit_intercept)  # as lasso: the same state
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
     _checks.check_lam(lam)
     settings = make_settings(X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol)

@@ -99,6 +99,7 @@ from jaxknock import _checks
 from jaxknock._solution import Solution
 from jaxknock.l1 import _ws_driver as _driver
 from jaxknock.l1._ws_driver import cache_chunk
+from jaxknock.l1.problem import centre_on_host, restore_intercept
 
 __all__ = ["cache_chunk", "l1_cv", "l1_path", "fold_rows", "member_paths", "use_engine"]
 
@@ -255,6 +256,9 @@ def l1_cv(
         ``float64_refit``: a float32 design whose fit failed its certificate with
         steps left (nearly collinear columns) was solved again in float64 and cast
         back (:mod:`jaxknock.l1._resolve`; not under ``jit``, where the result code says it).
+        A float64 NumPy ``X`` (or squared-loss ``y``) with x64 off is centred on the host
+        first, and ``intercept`` / ``intercept_path`` are then float64 NumPy arrays
+        (:func:`jaxknock.l1.problem.centre_on_host`, as in :func:`~jaxknock.lasso`).
 
     Example:
         >>> X = jax.random.normal(jax.random.key(0), (100, 20))
@@ -265,6 +269,7 @@ def l1_cv(
     """
     if rule not in ("min", "1se"):
         raise ValueError(f"rule must be 'min' or '1se', got {rule!r}")
+    X, y, shift = centre_on_host(X, y, loss=loss, fit_intercept=True)
     X, y = _driver.prepare(X, y, loss)
     n = X.shape[-2]
     if loss == "logistic" and _checks.is_int(folds):
@@ -273,7 +278,7 @@ def l1_cv(
     K = rows.shape[0]
     excl = np.append(np.arange(K), -1).astype(np.int32)
     lam = _driver.validated_grid(X, y, lambdas, num_lambdas, eps)
-    return _driver.run_certified(
+    sol = _driver.run_certified(
         X,
         y,
         lam,
@@ -291,6 +296,7 @@ def l1_cv(
         grid=(eps, num_lambdas),
         batch_mode=batch_mode,
     )
+    return restore_intercept(sol, shift)
 
 
 def l1_path(
@@ -327,12 +333,13 @@ def l1_path(
         >>> l1_path(X, y, num_lambdas=10).stats["coef_path"].shape
         (10, 10)
     """
+    X, y, shift = centre_on_host(X, y, loss=loss, fit_intercept=True)
     X, y = _driver.prepare(X, y, loss)
     n = X.shape[-2]
     rows = np.arange(n, dtype=np.int32)[None]
     excl = np.array([-1], np.int32)
     lam = _driver.validated_grid(X, y, lambdas, num_lambdas, eps)
-    return _driver.run_certified(
+    sol = _driver.run_certified(
         X,
         y,
         lam,
@@ -349,6 +356,7 @@ def l1_path(
         throw=throw,
         grid=(eps, num_lambdas),
     )
+    return restore_intercept(sol, shift)
 
 
 def member_paths(
