@@ -13,6 +13,7 @@ from jax import lax
 from jax.custom_batching import custom_vmap
 
 from jaxknock import _backend, _checks
+from jaxknock._solution import RESULTS
 from jaxknock.covariance import FactorModel
 
 HIGHEST = lax.Precision.HIGHEST
@@ -56,6 +57,33 @@ def validate_model(model) -> FactorModel:
 @jax.jit
 def _model_flags(d, U):
     return jnp.all(jnp.isfinite(d)), jnp.all(jnp.isfinite(U)), jnp.min(d)
+
+
+def factorises(C) -> jax.Array:
+    """Whether ``C`` (``(p, p)`` or a stack) has a Cholesky factor: positive definite to rounding (traced).
+
+    The test :func:`jaxknock._checks.validate_sigma` applies eagerly, for the
+    solvers' cores under ``jit``: ``False`` for an indefinite or singular ``C``
+    (no ``s > 0`` with ``diag(s) < c C`` exists) and for one holding NaN/Inf.
+    Applied to the correlation matrix, so it does not depend on the units.
+    """
+    return jnp.all(jnp.isfinite(jnp.linalg.cholesky(C)), axis=(-2, -1))
+
+
+def reject_invalid_sigma(valid, Sigma, value, result):
+    """``(value, result)`` of an S solve, made unmistakable where ``Sigma`` was not valid (traced).
+
+    Under ``jit`` the eager value checks cannot run; where ``valid`` is
+    ``False`` (:func:`factorises` or the solver's own positive-definiteness
+    test failed) ``value`` (``s`` or ``S``) becomes all NaN and ``result``
+    ``infeasible``, as the group solvers do, instead of whatever the iterations
+    made of it (``nonfinite``, a finite ``s`` labelled ``infeasible`` or a
+    plausible one). The input's own code (:func:`jaxknock._checks.traced_sigma_code`:
+    ``nonfinite`` for NaN/Inf, ``infeasible`` for asymmetry or a non-positive
+    diagonal) comes first. Valid input passes through unchanged, bit for bit.
+    """
+    result = jnp.where(valid, result, RESULTS.infeasible)
+    return _checks.poison(valid, value), _checks.combine_codes(_checks.traced_sigma_code(Sigma), result)
 
 
 def check_settings(tol, max_steps, decay, lam0):

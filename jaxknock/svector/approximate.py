@@ -181,7 +181,9 @@ def asdp(
         ``max_steps``, ``block_results`` (the blocks' result codes).
         ``result`` is the code of the scaling step on the full matrix (bad
         input, an unverified ``gamma s``) if it is not ``successful``, else the
-        worst block's code.
+        worst block's code. Under jit (value checks skipped) a ``Sigma`` whose
+        correlation matrix has no Cholesky factor gives ``infeasible`` (NaN/Inf:
+        ``nonfinite``) with ``s`` all NaN, as :func:`~jaxknock.sdp`; eagerly it raises.
 
     Example:
         >>> jax.config.update("jax_enable_x64", True)
@@ -207,6 +209,10 @@ def _asdp_jit(Sigma, tol, max_steps, c, *, bs, min_eig):
     p = Sigma.shape[0]
     nb = math.ceil(p / bs)
     C = to_correlation(Sigma)
+    # under jit validate_sigma cannot run: an indefinite (or NaN) Sigma is infeasible with a NaN s,
+    # as sdp; its blocks need not be indefinite (s finite, infeasible or nonfinite before)
+    valid = _common.factorises(C)
+    max_steps_run = jnp.where(valid, max_steps, 0)
     n = nb * bs
     Cp = jnp.eye(n, dtype=C.dtype).at[:p, :p].set(C)
     idx = jnp.arange(nb)[:, None] * bs + jnp.arange(bs)[None, :]
@@ -216,7 +222,7 @@ def _asdp_jit(Sigma, tol, max_steps, c, *, bs, min_eig):
     def one(B, tol, max_steps, c):
         return solve_dense(B, tol, max_steps, 0.5, 0.8, c, b=b, method="newton", min_eig="none")
 
-    bsol = _common.solve_stack(one, blocks, tol, max_steps, c)  # one block at a time on CPU
+    bsol = _common.solve_stack(one, blocks, tol, max_steps_run, c)  # one block at a time on CPU
     s_blk = bsol.value.reshape(-1)[:p]
     gamma, feasible = _bisect_gamma(
         lambda g: _common.is_pd(c * C, g * s_blk), s_blk, jnp.diagonal(C), jnp.int32(_ASDP_BISECTIONS)
@@ -235,6 +241,7 @@ def _asdp_jit(Sigma, tol, max_steps, c, *, bs, min_eig):
     )
     # scale_to_feasible's code on the full matrix (bad input, unverified gamma s) comes first
     result = _checks.combine_codes(scale_code, block_code)
+    s, result = _common.reject_invalid_sigma(valid, Sigma, s_corr * jnp.diagonal(Sigma), result)
     stats = {
         "gamma": gamma,
         "objective": jnp.sum(s_corr),
@@ -243,4 +250,4 @@ def _asdp_jit(Sigma, tol, max_steps, c, *, bs, min_eig):
         "max_steps": max_steps,
         "block_results": codes,
     }
-    return Solution(s_corr * jnp.diagonal(Sigma), result.astype(jnp.int32), stats)
+    return Solution(s, result.astype(jnp.int32), stats)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from jaxknock import _checks
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import to_correlation
+from jaxknock.svector import _common
 from jaxknock.svector.certificate import smallest_eigenvalue
 
 __all__ = ["equicorrelated"]
@@ -40,9 +41,9 @@ def equicorrelated(Sigma, *, num_knockoffs: int = 1) -> Solution:
     ``Sigma`` with NaN/Inf, and ``infeasible`` for a non-symmetric one, one
     with a non-positive diagonal, or one whose smallest correlation eigenvalue
     is negative beyond rounding (``< -16 p eps lambda_max``: no ``s >= 0``
-    satisfies ``diag(s) <= 2 Sigma``); ``s`` is then 0 or NaN, never a
-    plausible vector labelled ``successful``. Eagerly these inputs raise
-    ``ValueError``.
+    satisfies ``diag(s) <= 2 Sigma``); ``s`` is then all NaN (for a NaN or
+    indefinite ``Sigma``; as the other solvers), never a plausible vector.
+    Eagerly these inputs raise ``ValueError``.
 
     Example:
         >>> s = equicorrelated(jnp.eye(3)).value   # [1., 1., 1.]
@@ -59,14 +60,15 @@ def _equicorrelated(Sigma, c=2.0):
     # negative beyond the rounding of a PSD matrix's eigenvalues: Sigma is not PSD
     # (the largest absolute row sum bounds |lambda_max| without a full eigendecomposition)
     scale = jnp.max(jnp.sum(jnp.abs(C), axis=-1), axis=-1)
-    not_psd = lmin < -16.0 * Sigma.shape[-1] * jnp.finfo(C.dtype).eps * scale
-    code = jnp.where(not_psd, RESULTS.infeasible, RESULTS.successful)
-    # NaN eigenvalues (NaN input) compare False above: the input code reports them
-    code = _checks.combine_codes(_checks.traced_sigma_code(Sigma), code)
+    # (False for NaN eigenvalues, i.e. NaN input, whose code the input check gives: nonfinite)
+    psd = lmin >= -16.0 * Sigma.shape[-1] * jnp.finfo(C.dtype).eps * scale
     val = jnp.clip(c * lmin, 0.0, 1.0)
     p = Sigma.shape[-1]
     s_corr = jnp.broadcast_to(val[..., None], Sigma.shape[:-1])
-    s = s_corr * jnp.diagonal(Sigma, axis1=-2, axis2=-1)
+    # infeasible with a NaN s (not s = 0, clipped from lambda_min < 0), as the other solvers
+    s, code = _common.reject_invalid_sigma(
+        psd, Sigma, s_corr * jnp.diagonal(Sigma, axis1=-2, axis2=-1), jnp.int32(RESULTS.successful)
+    )
     stats = {
         "objective": p * val,
         "min_eig": c * lmin - val,

@@ -132,9 +132,11 @@ def sdp(
 
     Under jit (value checks skipped): a ``Sigma`` with NaN/Inf gives
     ``nonfinite``; a non-symmetric ``Sigma`` or one with a non-positive
-    diagonal gives ``infeasible``; a symmetric but indefinite one gives
-    ``nonfinite`` or ``infeasible`` (its Cholesky factorisation fails). None of
-    them is reported ``successful``. Eagerly they raise ``ValueError``.
+    diagonal gives ``infeasible``; a symmetric one whose correlation matrix has
+    no Cholesky factor (indefinite or singular: no valid ``s`` exists) gives
+    ``infeasible`` without iterating. In every case ``s`` is all NaN (as
+    :func:`~jaxknock.svector.group.group_s_matrix`), never a plausible vector.
+    Eagerly they raise ``ValueError``.
 
     Returns:
         :class:`~jaxknock.Solution`: ``value`` is ``s`` (covariance scale),
@@ -147,7 +149,7 @@ def sdp(
         rounding; see :func:`~jaxknock.svector.certificate.min_eig_bound`), or
         the exact value with ``exact_min_eig=True``. The result is
         ``RESULTS.infeasible`` exactly when the Cholesky factorisation of
-        ``2C - diag s`` fails. ``state`` is the
+        ``2C - diag s`` fails (or, under jit, that of ``C``: see above). ``state`` is the
         final :class:`~jaxknock.svector.SDPState` (coordinate) or
         :class:`~jaxknock.svector.NewtonState` (Newton).
 
@@ -193,21 +195,27 @@ def solve_dense(Sigma, tol, max_steps, lam0, decay, c=2.0, *, b, method="newton"
     ``method`` and ``min_eig`` (``"bound"``: :func:`certificate.min_eig_bound`,
     ``"exact"``: :func:`certificate.smallest_eigenvalue`, ``"none"``: NaN) are
     structural. ``infeasible`` is reported exactly when the Cholesky
-    factorisation of ``2C - diag(s)`` fails.
+    factorisation of ``2C - diag(s)`` fails, or (``s`` then all NaN) that of
+    ``C`` does (:func:`_common.reject_invalid_sigma`).
     """
     p = Sigma.shape[-1]
     # m knockoffs: the c = 2 machinery on (c/2) C is the problem diag(s) <= c C exactly;
     # the cap min(1, 2 diag C') = min(1, c) = 1 stays the box s <= 1
-    Cfull = (0.5 * c) * to_correlation(Sigma)
+    C = to_correlation(Sigma)
+    Cfull = (0.5 * c) * C
     cap = jnp.minimum(1.0, 2.0 * jnp.diagonal(Cfull))
+    # under jit validate_sigma cannot run: an indefinite (or NaN) Sigma is reported infeasible with
+    # a NaN s, as the group solvers do, without iterating on it (the iterates went NaN: nonfinite)
+    valid = _common.factorises(C)
+    max_steps_run = jnp.where(valid, max_steps, 0)
     sweeps = newton_steps = jnp.int32(0)
     if method == "coordinate":
-        it = coordinate.solve_sweeps(Cfull, lam0, b, tol, decay, max_steps)
+        it = coordinate.solve_sweeps(Cfull, lam0, b, tol, decay, max_steps_run)
         state = it.state
         s_corr, lam_end, dual, sweeps = state.s[:p], state.lam, state.dual, it.num_steps
     else:
         start = jnp.zeros(p, Cfull.dtype)
-        it = newton.solve_path(Cfull, start, jnp.asarray(lam0 / p, Cfull.dtype), cap, tol, max_steps)
+        it = newton.solve_path(Cfull, start, jnp.asarray(lam0 / p, Cfull.dtype), cap, tol, max_steps_run)
         state = it.state
         s_corr, lam_end, dual, newton_steps = state.s, state.lam, state.dual, it.num_steps
     gap = dual - jnp.sum(s_corr)
@@ -228,7 +236,7 @@ def solve_dense(Sigma, tol, max_steps, lam0, decay, c=2.0, *, b, method="newton"
         # infeasible exactly when the Cholesky factorisation of 2C - diag(s) fails
         jnp.where(~feasible, RESULTS.infeasible, jnp.where(converged, RESULTS.successful, it.result)),
     ).astype(jnp.int32)
-    result = _checks.combine_codes(_checks.traced_sigma_code(Sigma), result)
+    s, result = _common.reject_invalid_sigma(valid, Sigma, s_corr * jnp.diagonal(Sigma), result)
     stats = {
         "num_steps": sweeps + newton_steps,
         "sweeps": sweeps,
@@ -240,4 +248,4 @@ def solve_dense(Sigma, tol, max_steps, lam0, decay, c=2.0, *, b, method="newton"
         "lam": lam_end,
         "min_eig": min_eig_value,
     }
-    return Solution(s_corr * jnp.diagonal(Sigma), result, stats, state)
+    return Solution(s, result, stats, state)

@@ -36,7 +36,7 @@ from jaxknock import _checks
 from jaxknock._iterate import iterative_solve
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.covariance import to_correlation
-from jaxknock.svector import group_mvr
+from jaxknock.svector import _common, group_mvr
 from jaxknock.svector.certificate import smallest_eigenvalue
 
 __all__ = ["BlockDiagonal", "Groups", "group_index", "group_s_matrix", "GROUP_METHODS"]
@@ -545,7 +545,7 @@ def _group_solve(Sigma, members, tol, max_steps, *, method, m):
     # whitening methods also need every diagonal block R_gg positive definite: an exactly
     # singular Sigma (duplicated variables in one group) can pass the full factorisation by
     # rounding while its block factor L_g is NaN (equicorrelated then said successful, S NaN)
-    sigma_pd = jnp.all(jnp.isfinite(jnp.linalg.cholesky(C)))
+    sigma_pd = _common.factorises(C)
     if method != "mvr":
         norm = _normalise(C, members)
         sigma_pd = sigma_pd & jnp.all(jnp.isfinite(norm.L))
@@ -565,8 +565,8 @@ def _group_solve(Sigma, members, tol, max_steps, *, method, m):
         blocks = _rescale_blocks(blocks, jnp.sqrt(jnp.diagonal(Sigma)), members)
     # a NaN / Inf S is never successful
     code = jnp.where((code == RESULTS.successful) & ~jnp.all(jnp.isfinite(blocks)), RESULTS.nonfinite, code)
-    code = jnp.where(sigma_pd, code, RESULTS.infeasible).astype(jnp.int32)
-    return _checks.poison(sigma_pd, blocks), code, stats
+    blocks, code = _common.reject_invalid_sigma(sigma_pd, Sigma, blocks, code)
+    return blocks, code, stats
 
 
 def group_s_matrix(

@@ -234,13 +234,16 @@ def solve_dense_mrc(Sigma, tol, max_steps, m, *, kind, b, min_eig="bound") -> So
     """The unvalidated, traceable core of :func:`mvr` / :func:`maxent` for one ``(p, p)`` matrix."""
     p = Sigma.shape[-1]
     C = to_correlation(Sigma)
+    # under jit validate_sigma cannot run: an indefinite (or NaN) Sigma is reported infeasible
+    # with a NaN s, as the group solvers do, without iterating (the sweeps went NaN: nonfinite)
+    valid = _common.factorises(C)
     m = jnp.asarray(m, C.dtype)
     C2, s0 = _pad(C, m, b)
     it = iterative_solve(
         mrc_init(kind, C2, s0, m, p),
         lambda st: mrc_step(st, kind, C2, m, p, b),
         lambda st: mrc_terminate(st, tol),
-        max_steps=max_steps,
+        max_steps=jnp.where(valid, max_steps, 0),
         finite=lambda st: jnp.all(jnp.isfinite(st.s)),
     )
     st = it.state
@@ -254,7 +257,7 @@ def solve_dense_mrc(Sigma, tol, max_steps, m, *, kind, b, min_eig="bound") -> So
     result = jnp.where(
         ~finite, RESULTS.nonfinite, jnp.where(~feasible | jnp.any(s_corr <= 0), RESULTS.infeasible, it.result)
     ).astype(jnp.int32)
-    result = _checks.combine_codes(_checks.traced_sigma_code(Sigma), result)
+    s, result = _common.reject_invalid_sigma(valid, Sigma, s_corr * jnp.diagonal(Sigma), result)
     stats = {
         "num_steps": it.num_steps,
         "max_steps": max_steps,
@@ -262,7 +265,6 @@ def solve_dense_mrc(Sigma, tol, max_steps, m, *, kind, b, min_eig="bound") -> So
         "gap": jnp.where(feasible, st.gap, jnp.inf),
         "min_eig": me,
     }
-    s = s_corr * jnp.diagonal(Sigma)
     return Solution(s, result, stats, st)
 
 
@@ -311,8 +313,10 @@ _SHARED_DOC = r"""
     on CPU, with ``vmap`` on an accelerator.
 
     Under jit (value checks skipped) a ``Sigma`` with NaN/Inf gives
-    ``nonfinite`` and a non-symmetric or indefinite one ``infeasible`` or
-    ``nonfinite``, never ``successful``; eagerly they raise ``ValueError``.
+    ``nonfinite``; a non-symmetric one, one with a non-positive diagonal, or
+    one whose correlation matrix has no Cholesky factor (indefinite or
+    singular) gives ``infeasible`` without iterating; ``s`` is then all NaN (as
+    :func:`~jaxknock.sdp` and the group solvers). Eagerly they raise ``ValueError``.
 
     Args:
         Sigma: ``(p, p)`` positive definite covariance / correlation (float64),
