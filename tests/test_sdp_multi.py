@@ -210,7 +210,8 @@ def test_newton_step_num_knockoffs_is_the_step_sdp_drives():
         lambda s: newton.path_terminate(s, 1e-5),
     )
     assert int(st.step) == int(sol.stats["newton_steps"])
-    np.testing.assert_allclose(float(st.dual), float(sol.stats["dual"]), rtol=1e-10)
+    # the same steps in two compiled programs (one step per call / sdp's loop): equal to rounding
+    np.testing.assert_allclose(float(st.dual), float(sol.stats["dual"]), rtol=1e-8)
     # and not the m = 1 problem
     assert abs(float(st.dual) - float(jaxknock.sdp(C, tol=1e-5).stats["dual"])) > 1e-3
 

@@ -16,6 +16,7 @@ from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.covariance import FactorModel, to_correlation
 from jaxknock.svector import _common, certificate, coordinate
 from jaxknock.svector.dense import solve_dense
+from jaxknock.svector.newton import default_lam0
 
 __all__ = ["asdp", "scale_to_feasible"]
 
@@ -154,7 +155,7 @@ def asdp(
        beforehand, e.g. by hierarchical clustering, to put correlated ones
        together);
     2. solve every block's SDP (Newton, as :func:`~jaxknock.sdp` with
-       ``lam0 = 0.5``), the blocks one after another in one compiled loop
+       its default ``lam0``), the blocks one after another in one compiled loop
        (the last block is padded with independent unit-variance variables);
     3. :func:`scale_to_feasible`: the largest ``gamma`` with
        ``diag(gamma s) <= 2 Sigma`` on the full matrix (60 bisections).
@@ -220,7 +221,7 @@ def _asdp_jit(Sigma, tol, max_steps, c, *, bs, min_eig):
     b = coordinate.default_block(bs)
 
     def one(B, tol, max_steps, c):
-        return solve_dense(B, tol, max_steps, 0.5, 0.8, c, b=b, method="newton", min_eig="none")
+        return solve_dense(B, tol, max_steps, default_lam0(B.shape[-1]), 0.8, c, b=b, method="newton", min_eig="none")
 
     bsol = _common.solve_stack(one, blocks, tol, max_steps_run, c)  # one block at a time on CPU
     s_blk = bsol.value.reshape(-1)[:p]

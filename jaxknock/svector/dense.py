@@ -101,7 +101,8 @@ def sdp(
         tol: relative duality-gap tolerance.
         max_steps: maximum number of sweeps / Newton steps (``max_sweeps`` is a
             deprecated alias).
-        lam0: initial barrier parameter (default 0.5; Newton starts at ``lam0 / p``).
+        lam0: initial barrier parameter (Newton starts at ``lam0 / p``; default
+            :func:`~jaxknock.svector.newton.default_lam0`, ``max(0.5, p / 20)``; coordinate: 0.5).
         decay: barrier decrease per sweep (coordinate method), in (0, 1).
         block_size: coordinates per block (coordinate method; default 64, or
             ``~p/4`` for small p).
@@ -168,7 +169,8 @@ def sdp(
     if not (_checks.is_int(b) and 1 <= b):
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     b = int(min(b, p))
-    lam0 = 0.5 if lam0 is None else lam0
+    if lam0 is None:
+        lam0 = newton.default_lam0(p) if method == "newton" else 0.5
     if method not in _SDP_METHODS:
         raise ValueError(f"method must be one of {_SDP_METHODS}, got {method!r}")
     min_eig = "exact" if exact_min_eig else "bound"

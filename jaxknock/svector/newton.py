@@ -32,7 +32,7 @@ from jaxknock.svector import _common
 from jaxknock.svector._common import HIGHEST
 from jaxknock.svector.certificate import gap_from_inverse_diag
 
-__all__ = ["NewtonState", "newton_init", "newton_step"]
+__all__ = ["NewtonState", "default_lam0", "newton_init", "newton_step"]
 
 # stall score at which the path stops (see path_step): 8 centred or 32 uncentred
 # steps without a smaller certified gap
@@ -43,6 +43,26 @@ _PD_POWER_STEPS = 8
 # still positive definite, so 2C - diag(s) >= (1 - _PD_FRACTION) times its previous value
 # (see _path_step)
 _PD_FRACTION = 0.7
+
+
+def default_lam0(p: int) -> float:
+    r"""The default ``lam0`` of the Newton path, ``max(0.5, p / 20)``: the barrier starts at ``lam0 / p``.
+
+    On the central path at ``lam`` the duality gap is ``lam`` times the number of
+    barrier terms (``3p``: the log-determinant and the two sides of the box), so
+    ``lam0 / p`` starts the path ``3 lam0`` below the optimum. The optimum grows
+    with ``p`` (``1^T s`` of a well-conditioned ``C`` is ``~0.5 p`` to ``p``); a
+    ``lam0`` that does not (0.5 before session 34) asked the first centring to
+    travel from ``s = 0`` to within 1% of the optimum at once. Its steps then ran
+    into the positive-definite boundary (``lambda_min(2C - diag s)`` 1e-7 while
+    ``lam`` was still 3e-3) and crawled there until the stall test stopped the
+    path ``stagnated``, with certified gaps of 10-50%: Ledoit-Wolf estimates of
+    AR(1) 0.5 designs (``n = 3p``, p = 200 and 800) and of genotype-like
+    ``{0, 1, 2}`` designs (p = 150-800) failed 36 of 46 solves. ``p / 20`` keeps
+    the first gap near ``0.15 p`` of a ``~p`` optimum; all 46 were certified, in
+    fewer steps (``benchmarks/measured/NOTES.md``, session 34). Small ``p`` keeps 0.5.
+    """
+    return max(0.5, 0.05 * p)
 
 
 class NewtonState(NamedTuple):
@@ -323,7 +343,7 @@ def newton_init(Sigma, *, lam0: float | None = None, s0=None, num_knockoffs: int
     """Initial :class:`NewtonState` of :func:`~jaxknock.sdp` (``method="newton"``).
 
     ``s0`` (covariance scale, default 0) is pushed strictly inside the box;
-    the barrier starts at ``lam0 / p`` (``lam0`` default 0.5), as in
+    the barrier starts at ``lam0 / p`` (``lam0`` default :func:`default_lam0`), as in
     :func:`~jaxknock.sdp`. Drive it with :func:`newton_step`.
     ``num_knockoffs = m`` starts the ``m``-knockoff problem
     ``diag(s) <= (m+1)/m C`` of :func:`~jaxknock.sdp`; pass the same ``m`` to
@@ -344,7 +364,7 @@ def newton_init(Sigma, *, lam0: float | None = None, s0=None, num_knockoffs: int
     _common.check_start(lam0, s0, p)
     C2, cap = _problem(Sigma, _common.multi_scale(m))
     s = jnp.zeros(p, C2.dtype) if s0 is None else jnp.asarray(s0, C2.dtype) / jnp.diagonal(Sigma)
-    lam = jnp.asarray((0.5 if lam0 is None else float(lam0)) / p, C2.dtype)
+    lam = jnp.asarray((default_lam0(p) if lam0 is None else float(lam0)) / p, C2.dtype)
     return path_init(C2, s, lam, cap)
 
 
