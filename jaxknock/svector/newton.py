@@ -58,9 +58,12 @@ def default_lam0(p: int) -> float:
     ``lam`` was still 3e-3) and crawled there until the stall test stopped the
     path ``stagnated``, with certified gaps of 10-50%: Ledoit-Wolf estimates of
     AR(1) 0.5 designs (``n = 3p``, p = 200 and 800) and of genotype-like
-    ``{0, 1, 2}`` designs (p = 150-800) failed 36 of 46 solves. ``p / 20`` keeps
+    ``{0, 1, 2}`` designs (p = 150-800) failed 29 of 46 solves. ``p / 20`` keeps
     the first gap near ``0.15 p`` of a ``~p`` optimum; all 46 were certified, in
-    fewer steps (``benchmarks/measured/NOTES.md``, session 34). Small ``p`` keeps 0.5.
+    fewer steps (33-40 against 53-65 on average). The price is paid where the
+    optimum is small: raw sample correlations of near-singular designs take
+    2-40% more steps (blocks of 20, p = 400-800; ``benchmarks/measured/NOTES.md``,
+    session 34). Small ``p`` keeps 0.5.
     """
     return max(0.5, 0.05 * p)
 
