@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import (
+    ar1_correlation,
     hard_correlations,
     hard_factor_models,
     near_singular_ar1,
@@ -369,12 +370,7 @@ def _ledoit_wolf_correlation(X):
 
 
 def _ar1_rows(rng, n, p, rho):
-    e = rng.standard_normal((n, p))
-    X = np.empty((n, p))
-    X[:, 0] = e[:, 0]
-    for j in range(1, p):
-        X[:, j] = rho * X[:, j - 1] + np.sqrt(1 - rho**2) * e[:, j]
-    return X
+    return rng.standard_normal((n, p)) @ np.linalg.cholesky(ar1_correlation(p, rho)).T
 
 
 @pytest.mark.parametrize("design", ["ar05", "genotype"])
