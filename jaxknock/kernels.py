@@ -178,7 +178,7 @@ def _prepare(X, y, kernel, target_kernel, name="X"):
                 f"y holds text labels (dtype {dt}): encode them as numbers, e.g. +1 / -1 for two "
                 "classes or one-hot columns (n, k)"
             )
-    y = _checks.as_float_array(y, "y").astype(X.dtype)
+    y = _checks.as_response(y, X.dtype).astype(X.dtype)  # booleans: 0/1 labels
     if y.ndim == 1:
         y = y[:, None]
     if y.ndim != 2 or y.shape[0] != X.shape[0]:
@@ -224,7 +224,7 @@ def kernel_target_alignment(X, y, *, kernel="gaussian", bandwidth=None, target_k
     be measured.
 
     Args:
-        X: ``(n, p)`` inputs; y: ``(n,)`` or ``(n, k)`` targets.
+        X: ``(n, p)`` inputs; y: ``(n,)`` or ``(n, k)`` targets (booleans are the 0/1 labels).
         kernel, target_kernel: ``"gaussian"`` or ``"linear"``.
         bandwidth, target_bandwidth: Gaussian :math:`\sigma`, any positive real scalar (Python,
             NumPy or 0-d JAX; may be traced: a non-positive one gives NaN under ``jit``);

@@ -299,3 +299,26 @@ def test_squared_distances_checks_shapes_and_takes_sequences():
         squared_distances(X, [1.0, 1.0])
     jitted = jax.jit(squared_distances)(X, jnp.array([1.0, 0.0, 1.0]))
     np.testing.assert_allclose(np.asarray(jitted), D)
+
+
+def test_boolean_y_is_zero_one_labels():
+    """A boolean ``y`` (numpy, JAX, a list; eager and under jit) was a TypeError ("y must be a real floating
+    array"); it is the same labels as 0/1 floats, as in the knockoff statistics (``as_response``)."""
+    X, y = _xor(0, n=40, irrelevant=2)  # the shapes and settings of test_randsel_jax_scalar_drop_and_keep
+    yb = y > 0
+    yf = yb.astype(float)
+    for yy in (yb, jnp.asarray(yb), yb.tolist(), yb[:, None]):
+        ref = yf[:, None] if np.ndim(yy) == 2 else yf
+        assert float(kernel_target_alignment(X, yy)) == float(kernel_target_alignment(X, ref))
+        assert float(hsic(X, yy)) == float(hsic(X, ref))
+    # under jit the 0/1 conversion is part of the compiled program: equal up to rounding
+    kta_jit = float(jax.jit(kernel_target_alignment)(X, jnp.asarray(yb)))
+    np.testing.assert_allclose(kta_jit, float(kernel_target_alignment(X, yf)), rtol=1e-12)
+    sel, a = greedy_kta_selection(X, yb, [0, 1, 2])
+    sel_f, a_f = greedy_kta_selection(X, yf, [0, 1, 2])
+    assert sel.tolist() == sel_f.tolist()
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(a_f))
+    kw = dict(num_subsamples=20, subsample_size=20)
+    res, res_f = randsel(jax.random.key(0), X, yb, **kw), randsel(jax.random.key(0), X, yf, **kw)
+    np.testing.assert_array_equal(res.ranking, res_f.ranking)
+    np.testing.assert_array_equal(res.contributions, res_f.contributions)
