@@ -553,6 +553,7 @@ def knockoff_filter(
         key=key, X=X, y=y, Sigma=Sigma, mu=mu,
     )  # fmt: skip
     _checks.check_key(key)  # before any program: an int seed fails deep inside JAX otherwise
+    num_knockoffs = _checks.check_num_knockoffs(num_knockoffs)  # True == 1 took the single-knockoff path
     _cv.check_patience(cv_patience, "cv_patience")  # before the S solve and the sampling, not in the statistics
     if lasso_tol is not None and (
         isinstance(lasso_tol, (bool, np.bool_, str, bytes))

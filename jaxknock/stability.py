@@ -280,6 +280,9 @@ def _check_layout(num_subsamples, fraction, complementary_pairs, *, minimum=1):
 
 def _check_settings(fraction, complementary_pairs, num_subsamples, threshold, expected_false, assumption):
     _check_layout(num_subsamples, fraction, complementary_pairs, minimum=2)
+    for name, v in (("threshold", threshold), ("expected_false", expected_false)):
+        if isinstance(v, (bool, np.bool_)):  # True is an int to Python: it ran as 1.0
+            raise TypeError(f"{name} must be a number or None, got {v!r} (bool)")
     if threshold is not None and not (isinstance(threshold, (int, float, np.floating)) and 0.5 < threshold <= 1):
         raise ValueError(f"threshold must lie in (0.5, 1] (a selection probability above 1/2), got {threshold!r}")
     if expected_false is not None and not (

@@ -48,6 +48,16 @@ def test_knockoff_filter_multi(data):
     assert np.isin([0, 4, 9, 14, 18, 22], sel.selected).sum() >= 3
     with pytest.raises(ValueError, match="num_knockoffs must be an integer >= 1"):
         jaxknock.knockoff_filter(jax.random.key(0), X, y, num_knockoffs=0)
+    # True == 1 took the single-knockoff path unchecked (KnockoffSelector and the samplers refuse it)
+    for bad in (True, np.bool_(True)):
+        with pytest.raises(TypeError, match="num_knockoffs must be an integer"):
+            jaxknock.knockoff_filter(jax.random.key(0), X, y, num_knockoffs=bad)
+        with pytest.raises(TypeError, match="num_knockoffs"):
+            KnockoffSelector(num_knockoffs=bad).fit(X, y)
+    again = jaxknock.knockoff_filter(
+        jax.random.key(0), X, y, fdr=0.3, s_method="equicorrelated", statistic="correlation", num_knockoffs=np.int64(3)
+    )
+    np.testing.assert_array_equal(again.selected, sel.selected)
     with pytest.raises(ValueError, match="groups has length 23"):
         jaxknock.knockoff_filter(jax.random.key(0), X, y, groups=np.arange(P - 1))
     with pytest.raises(TypeError, match="integer group ids"):

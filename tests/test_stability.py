@@ -149,6 +149,15 @@ def test_bad_input(kwargs, match):
         stability_selection(jax.random.key(0), X, y, **kwargs)
 
 
+@pytest.mark.parametrize("name", ["threshold", "expected_false"])
+def test_bool_probability_settings_refused(name):
+    """``threshold=True`` (a selection probability in (0.5, 1]) ran as 1.0 and ``expected_false=True`` as 1.0."""
+    X, y = _data(0)
+    for bad in (True, np.bool_(True)):
+        with pytest.raises(TypeError, match=name):
+            stability_selection(jax.random.key(0), X, y, num_subsamples=4, num_lambdas=5, **{name: bad})
+
+
 def test_logistic_needs_labels():
     X, y = _data(0)
     with pytest.raises(ValueError, match="binary labels"):
