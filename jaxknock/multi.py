@@ -117,7 +117,7 @@ def multi_knockoff_threshold(kappa, tau, fdr, *, num_knockoffs: int, plus: bool 
     over leading axes.
 
     Args:
-        kappa: ``(..., p)`` integer winners (0 = original).
+        kappa: ``(..., p)`` integer winners in ``0..m`` (0 = original; a traced entry outside: NaN).
         tau: ``(..., p)`` magnitudes.
         fdr: target level ``q`` in ``(0, 1)``.
         num_knockoffs: ``m >= 1``.
@@ -137,6 +137,12 @@ def multi_knockoff_threshold(kappa, tau, fdr, *, num_knockoffs: int, plus: bool 
         raise ValueError(f"kappa and tau must have the same shape (..., p), got {kappa.shape} and {tau.shape}")
     if not jnp.issubdtype(kappa.dtype, jnp.integer):
         raise TypeError(f"kappa must be an integer array (copy indices), got dtype {kappa.dtype}")
+    if _checks.is_concrete(kappa) and kappa.size:  # on the host: jnp.min of a constant is traced under jit
+        lo, hi = int(np.min(np.asarray(kappa))), int(np.max(np.asarray(kappa)))
+        if lo < 0 or hi > m:
+            raise ValueError(
+                f"kappa must hold copy indices in 0..{m} (num_knockoffs = {m}), got values in [{lo}, {hi}]"
+            )  # traced: a NaN threshold for the row (_mk_threshold)
     return _mk_threshold(kappa, tau, jnp.asarray(fdr, tau.dtype), m=m, plus=_checks.static_flag(plus, "plus"))
 
 
@@ -150,9 +156,10 @@ def _mk_threshold(kappa, tau, fdr, *, m, plus):
         n1 = p - jnp.searchsorted(knock, t, side="left")  # #{kappa != 0, tau >= t}
         ratio = (float(plus) + n1) / m / jnp.maximum(n0, 1)
         ok = (ratio <= fdr) & (t > 0)
-        # a NaN magnitude (a failed statistic, unseen under jit) or a traced level outside (0, 1):
-        # NaN threshold, nothing selected
+        # a NaN magnitude (a failed statistic, unseen under jit), a traced level outside (0, 1) or a
+        # traced copy index outside 0..m: NaN threshold, nothing selected
         bad = jnp.any(jnp.isnan(t)) | ~((fdr > 0) & (fdr < 1))  # written so that a NaN level is bad too
+        bad = bad | jnp.any((k < 0) | (k > m))
         return jnp.where(bad, jnp.nan, jnp.min(jnp.where(ok, t, jnp.inf)))
 
     flat_k = kappa.reshape(-1, kappa.shape[-1])

@@ -301,3 +301,17 @@ def test_threshold_of_a_traced_nan_level_is_nan():
     for bad in (np.nan, 0.0, 1.0):
         assert np.isnan(float(thr(bad)))
     assert np.isnan(float(jax.jit(kfilter.knockoff_threshold)(tau, np.nan)))  # the single-knockoff reference
+
+
+def test_threshold_checks_kappa_range():
+    """kappa outside 0..m (a copy index that cannot exist) was counted as a knockoff win: kappa = 3 with m = 2
+    gave a finite T. Eagerly a ValueError naming kappa; under jit (traced kappa) the row's T is NaN."""
+    tau = jnp.array([[5.0, 4.0, 3.0, 2.0, 1.0], [5.0, 4.0, 3.0, 2.0, 1.0]])
+    good = jnp.array([0, 0, 0, 0, 1])
+    for bad_entry in (3, -1):
+        bad = good.at[4].set(bad_entry)
+        with pytest.raises(ValueError, match="kappa"):
+            multi.multi_knockoff_threshold(bad, tau[0], 0.2, num_knockoffs=2)
+        T = jax.jit(lambda k: multi.multi_knockoff_threshold(k, tau, 0.2, num_knockoffs=2))(jnp.stack([good, bad]))
+        assert float(T[0]) == 2.0 and np.isnan(float(T[1]))
+    assert float(multi.multi_knockoff_threshold(good.at[4].set(2), tau[0], 0.2, num_knockoffs=2)) == 2.0  # m: valid
