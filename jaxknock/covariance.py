@@ -486,8 +486,8 @@ def factor_model_from_data(key, X, rank: int, *, shrinkage: bool = True, max_ste
 @jax.jit(static_argnames=("rank", "shrinkage", "max_steps", "oversample"))
 def _factor_from_data(key, X, rank, shrinkage, max_steps, oversample):
     n, p = X.shape
-    # invariant to the units of each column (a column times 1e200 or 1e-160 overflowed or flushed its
-    # variance: the whole model was NaN) and bit for bit the plain (X - mean) / std where that was in range
+    # each column on its power-of-two rescaling: invariant to the units of each column (a column times 1e200
+    # or 1e-160 overflowed or flushed its variance: the whole model was NaN)
     Z = standardise_columns(X)
     ell = min(rank + oversample, n, p)
     Q = jax.random.normal(key, (p, ell), X.dtype)

@@ -45,7 +45,7 @@ from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import FactorFit, FactorModel, factor_model_from_data, ledoit_wolf, to_correlation
 from jaxknock.distributed import shard_batch
 from jaxknock.l1 import cv as _cv
-from jaxknock.svector import asdp, equicorrelated, sdp
+from jaxknock.svector import equicorrelated, sdp
 from jaxknock.svector.group import group_index, group_s_matrix
 
 __all__ = [
@@ -331,17 +331,20 @@ def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings,
         return model, s_sol
     else:
         Sigma, timings["covariance"] = _clock(_lw_correlation, Xs)
-    s_sol, timings["s_vector"] = _clock(_dense_s, solve, s_method, Sigma, asdp_block_size, sdp_tol)
+    s_sol, timings["s_vector"] = _clock(_dense_s, solve, s_method, Sigma, sdp_tol, asdp_block_size=asdp_block_size)
     return Sigma, s_sol
 
 
-def _dense_s(solve, s_method, Sigma, asdp_block_size, sdp_tol):
-    """The dense ``s`` of ``s_method`` (the SDP for a factor method given a dense ``Sigma``) via ``solve``."""
+def _dense_s(solve, s_method, Sigma, sdp_tol, *, asdp_block_size=None, **kw):
+    """The dense ``s`` of ``s_method`` (the SDP for a factor method given a dense ``Sigma``) via ``solve``.
+
+    ``kw`` (``num_knockoffs``) goes to every solver; ``asdp_block_size=None`` keeps :func:`~jaxknock.asdp`'s default.
+    """
     if s_method == "equicorrelated":
-        return solve(equicorrelated, Sigma)
-    if s_method == "asdp":
-        return solve(asdp, Sigma, block_size=asdp_block_size, tol=sdp_tol)
-    return solve(MULTI_S_SOLVERS.get(s_method, sdp), Sigma, tol=sdp_tol)
+        return solve(equicorrelated, Sigma, **kw)
+    if s_method == "asdp" and asdp_block_size is not None:
+        kw["block_size"] = asdp_block_size
+    return solve(MULTI_S_SOLVERS.get(s_method, sdp), Sigma, tol=sdp_tol, **kw)
 
 
 @jax.jit
@@ -825,10 +828,8 @@ def _grouped_or_multi_filter(
         Sigma, timings["covariance"] = _clock(_lw_correlation, Xs)
         if groups is None:
             # m knockoffs of single features: the per-feature S solvers with num_knockoffs=m
-            solver, kw = MULTI_S_SOLVERS[s_method], {} if s_method == "equicorrelated" else {"tol": sdp_tol}
-            s_sol, timings["s_vector"] = _clock(
-                _precision.solve_s_float64, solver, Sigma, num_knockoffs=m, dtype=X.dtype, **kw
-            )
+            solve = functools.partial(_precision.solve_s_float64, dtype=X.dtype)
+            s_sol, timings["s_vector"] = _clock(_dense_s, solve, s_method, Sigma, sdp_tol, num_knockoffs=m)
         else:
             s_sol, timings["s_vector"] = _clock(
                 _precision.solve_s_float64,
