@@ -583,13 +583,13 @@ def test_integer_folds_are_stratified_for_the_logistic_loss():
 
 @pytest.mark.parametrize("K", [2, 3, 5])
 def test_traced_stratified_fold_ids_equal_the_concrete_ones(K):
-    from jaxknock.l1.cv import _binary_stratified_ids, stratified_kfold_ids
+    from jaxknock.l1.cv import binary_stratified_ids, stratified_kfold_ids
 
     rng = np.random.default_rng(K)
     labels = (rng.random((40, 23)) < rng.uniform(0.1, 0.9, (40, 1))).astype(float)
     labels[:, :2] = [0.0, 1.0]  # both classes present
     labels[::2, 0] = 1.0  # half the rows start with class 1 (numbered first)
-    traced = jax.jit(jax.vmap(lambda lab: _binary_stratified_ids(lab, K)))(jnp.asarray(labels))
+    traced = jax.jit(jax.vmap(lambda lab: binary_stratified_ids(lab, K)))(jnp.asarray(labels))
     for lab, got in zip(labels, np.asarray(traced)):
         np.testing.assert_array_equal(got, stratified_kfold_ids(lab, K))
 

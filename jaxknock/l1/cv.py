@@ -84,7 +84,7 @@ def stratified_kfold_ids(y, folds: int) -> np.ndarray:
     return ids
 
 
-def _binary_stratified_ids(y, folds: int):
+def binary_stratified_ids(y, folds: int):
     """:func:`stratified_kfold_ids` for labels in ``{0, 1}`` that may be traced (``jnp``).
 
     Classes are numbered by first appearance (``y[0]``'s class is class 0). Of
@@ -136,7 +136,7 @@ def resolve_folds(n, folds, y=None, loss="squared"):
         _check_fold_count(n, K)
         if _checks.is_concrete(y):
             return stratified_kfold_ids(np.asarray(y), K), K
-        return _binary_stratified_ids(y, K), K
+        return binary_stratified_ids(y, K), K
     ids = np.asarray(folds)
     if ids.shape != (n,) or not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(
