@@ -591,6 +591,7 @@ def knockoff_filter(
             plus=plus,
             lam=lam,
             sdp_tol=sdp_tol,
+            asdp_block_size=asdp_block_size,
             lasso_tol=lasso_tol,
             cv_patience=cv_patience,
         )
@@ -801,6 +802,7 @@ def _grouped_or_multi_filter(
     lasso_tol,
     cv_patience,
     rank=None,
+    asdp_block_size=None,
 ):
     """:func:`knockoff_filter` with ``groups`` and/or ``num_knockoffs > 1`` (see its docstring)."""
     m = _checks.check_num_knockoffs(num_knockoffs)
@@ -829,7 +831,9 @@ def _grouped_or_multi_filter(
         if groups is None:
             # m knockoffs of single features: the per-feature S solvers with num_knockoffs=m
             solve = functools.partial(_precision.solve_s_float64, dtype=X.dtype)
-            s_sol, timings["s_vector"] = _clock(_dense_s, solve, s_method, Sigma, sdp_tol, num_knockoffs=m)
+            s_sol, timings["s_vector"] = _clock(
+                _dense_s, solve, s_method, Sigma, sdp_tol, asdp_block_size=asdp_block_size, num_knockoffs=m
+            )
         else:
             s_sol, timings["s_vector"] = _clock(
                 _precision.solve_s_float64,

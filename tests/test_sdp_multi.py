@@ -151,6 +151,31 @@ def test_pipeline_routes_num_knockoffs_to_vector_solvers(s_method):
     np.testing.assert_allclose(s, np.asarray(solver(jnp.asarray(Sigma), num_knockoffs=2, tol=1e-4).value), atol=1e-6)
 
 
+def test_pipeline_num_knockoffs_asdp_uses_the_block_size():
+    """``knockoff_filter(s_method="asdp", asdp_block_size=b, num_knockoffs=m)`` solves with blocks of ``b``
+    (it used ``asdp``'s default of 100 whatever ``b`` was)."""
+    import jax
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, P)) @ np.linalg.cholesky(C_W).T
+    y = X[:, :3] @ np.ones(3) + rng.standard_normal(60)
+    Sigma = np.asarray(jaxknock.to_correlation(jaxknock.ledoit_wolf((X - X.mean(0)) / X.std(0))[0]))
+    ref = {b: np.asarray(jaxknock.asdp(jnp.asarray(Sigma), block_size=b, num_knockoffs=2).value) for b in (4, 100)}
+    assert np.max(np.abs(ref[4] - ref[100])) > 1e-3  # the block size changes the answer on this design
+    for b in (4, 100):
+        sel = jaxknock.knockoff_filter(
+            jax.random.key(0),
+            X,
+            y,
+            fdr=0.3,
+            s_method="asdp",
+            asdp_block_size=b,
+            statistic="correlation",
+            num_knockoffs=2,
+        )
+        np.testing.assert_allclose(np.asarray(sel.s_solution.value), ref[b], atol=1e-4)  # the filter solves at sdp_tol
+
+
 @pytest.mark.parametrize("method", ["sdp_factor", "mvr_factor"])
 def test_pipeline_factor_methods_num_knockoffs(method):
     """``s_method="sdp_factor"`` / ``"mvr_factor"`` with ``m > 1``: that solver with num_knockoffs=m
