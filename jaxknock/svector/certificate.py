@@ -164,14 +164,24 @@ def _newton_center(C2, s, lam, cap, num_steps=8, num_backtracks=30, damped=True)
     return lax.fori_loop(0, num_steps, step, s)
 
 
-def certified_gap_dense(C, s, lam, cap):
-    """Certified ``(dual, gap)`` for ``s`` from the Newton-centred barrier dual (correlation scale)."""
+def centred_dual(C, s, lam, cap, num_steps=8):
+    """``(sc, L, dual)``: Newton-centred copy ``sc`` of ``s``, the Cholesky factor of ``2C - diag(sc)``, its dual bound.
+
+    ``dual >= OPT`` for every ``sc`` (``inf`` when the factorisation fails);
+    ``sc`` is feasible whenever ``dual`` is finite and its barrier objective at
+    ``lam`` is at least that of ``s`` (:func:`_newton_center` never decreases it).
+    """
     C2 = 2.0 * C
-    sc = _newton_center(C2, s, lam, cap)
+    sc = _newton_center(C2, s, lam, cap, num_steps=num_steps)
     L = jnp.linalg.cholesky(C2 - jnp.diag(sc))
     ok = jnp.all(jnp.isfinite(L))
     dual, _ = gap_from_inverse_diag(sc, _common.inverse_diag_from_cholesky(L), lam)
-    dual = jnp.where(ok, dual, jnp.inf)
+    return sc, L, jnp.where(ok, dual, jnp.inf)
+
+
+def certified_gap_dense(C, s, lam, cap):
+    """Certified ``(dual, gap)`` for ``s`` from the Newton-centred barrier dual (correlation scale)."""
+    _, _, dual = centred_dual(C, s, lam, cap)
     return dual, dual - jnp.sum(s)
 
 

@@ -73,13 +73,17 @@ def sdp(
     the ``b`` coordinate updates run sequentially on ``G`` (Sherman-Morrison on
     ``b x b``); then the ``b`` rank-one changes are folded into ``L`` by a
     blocked Gill-Golub-Murray-Saunders update (matrix products only).
-    ``L`` is never re-factorised; ``O(p^3)`` flops per sweep. Certification
-    starts once ``lam * p <= tol * 1^T s / 4`` from a Newton-re-centred copy of
-    the iterate; ``lam`` is only decreased after sweeps that found the iterate
-    near the central path. It needs several times more sweeps than Newton
-    needs steps (measured counts: ``benchmarks/measured/NOTES.md``) and can
-    jam a few 1e-4 short of OPT on AR(1)-like matrices (the certificate
-    exposes it as ``RESULTS.stagnated``), which is why Newton is the default;
+    ``O(p^3)`` flops per sweep. Certification starts once
+    ``lam * p <= tol * 1^T s / 4`` from a Newton-re-centred copy of the
+    iterate, which then replaces it; the iterate is also Newton-re-centred
+    (and ``L`` refactorised) each time ``lam`` has dropped tenfold, since pure
+    coordinate ascent falls behind the central path as ``lam`` shrinks and
+    jams 1e-4 to 5e-3 short of OPT (it used to end ``stagnated`` on about a
+    third of small AR(1), block and Ledoit-Wolf problems); ``lam`` is only
+    decreased after sweeps that found the iterate near the central path. It
+    needs several times more sweeps than Newton needs steps (measured counts:
+    ``benchmarks/measured/NOTES.md``), and a solve the certificate cannot
+    close is reported ``RESULTS.stagnated``, which is why Newton is the default;
     the coordinate form is the one that scales to factor models
     (:func:`~jaxknock.sdp_factor`).
 
