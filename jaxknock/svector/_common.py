@@ -14,7 +14,7 @@ from jax.custom_batching import custom_vmap
 
 from jaxknock import _backend, _checks
 from jaxknock._solution import RESULTS
-from jaxknock.covariance import FactorModel
+from jaxknock.covariance import FactorModel, to_correlation
 
 HIGHEST = lax.Precision.HIGHEST
 
@@ -68,6 +68,21 @@ def factorises(C) -> jax.Array:
     Applied to the correlation matrix, so it does not depend on the units.
     """
     return jnp.all(jnp.isfinite(jnp.linalg.cholesky(C)), axis=(-2, -1))
+
+
+def gated_correlation(Sigma, max_steps):
+    """``(C, valid, steps)`` for a dense S solver's core under ``jit`` (traced).
+
+    ``C`` is the correlation matrix of ``Sigma``; ``valid`` is
+    :func:`factorises` of it (the eager ``validate_sigma`` cannot run under
+    ``jit``); ``steps`` is ``max_steps`` where ``valid`` and 0 otherwise, so an
+    indefinite (or NaN) ``Sigma`` is never iterated on. The solver ends with
+    :func:`reject_invalid_sigma` (``infeasible``, NaN ``s``), as the group
+    solvers do.
+    """
+    C = to_correlation(Sigma)
+    valid = factorises(C)
+    return C, valid, jnp.where(valid, max_steps, 0)
 
 
 def reject_invalid_sigma(valid, Sigma, value, result):

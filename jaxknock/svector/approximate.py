@@ -13,7 +13,7 @@ from jax import lax
 from jaxknock import _checks
 from jaxknock._deprecation import renamed_kwargs
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
-from jaxknock.covariance import FactorModel, to_correlation
+from jaxknock.covariance import FactorModel
 from jaxknock.svector import _common, certificate, coordinate
 from jaxknock.svector.dense import solve_dense
 from jaxknock.svector.newton import default_lam0
@@ -209,11 +209,9 @@ _ASDP_BISECTIONS = 60
 def _asdp_jit(Sigma, tol, max_steps, c, *, bs, min_eig):
     p = Sigma.shape[0]
     nb = math.ceil(p / bs)
-    C = to_correlation(Sigma)
-    # under jit validate_sigma cannot run: an indefinite (or NaN) Sigma is infeasible with a NaN s,
-    # as sdp; its blocks need not be indefinite (s finite, infeasible or nonfinite before)
-    valid = _common.factorises(C)
-    max_steps_run = jnp.where(valid, max_steps, 0)
+    # under jit an indefinite (or NaN) Sigma is infeasible with a NaN s, as sdp; its blocks need not be
+    # indefinite (s finite, infeasible or nonfinite before)
+    C, valid, max_steps_run = _common.gated_correlation(Sigma, max_steps)
     n = nb * bs
     Cp = jnp.eye(n, dtype=C.dtype).at[:p, :p].set(C)
     idx = jnp.arange(nb)[:, None] * bs + jnp.arange(bs)[None, :]

@@ -15,7 +15,6 @@ import jax.numpy as jnp
 from jaxknock import _aot, _checks
 from jaxknock._deprecation import renamed_kwargs
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
-from jaxknock.covariance import to_correlation
 from jaxknock.svector import _common, certificate, coordinate, newton
 
 __all__ = ["sdp"]
@@ -207,13 +206,10 @@ def solve_dense(Sigma, tol, max_steps, lam0, decay, c=2.0, *, b, method="newton"
     p = Sigma.shape[-1]
     # m knockoffs: the c = 2 machinery on (c/2) C is the problem diag(s) <= c C exactly;
     # the cap min(1, 2 diag C') = min(1, c) = 1 stays the box s <= 1
-    C = to_correlation(Sigma)
+    # under jit an indefinite (or NaN) Sigma is infeasible with a NaN s, without iterating on it
+    C, valid, max_steps_run = _common.gated_correlation(Sigma, max_steps)
     Cfull = (0.5 * c) * C
     cap = jnp.minimum(1.0, 2.0 * jnp.diagonal(Cfull))
-    # under jit validate_sigma cannot run: an indefinite (or NaN) Sigma is reported infeasible with
-    # a NaN s, as the group solvers do, without iterating on it (the iterates went NaN: nonfinite)
-    valid = _common.factorises(C)
-    max_steps_run = jnp.where(valid, max_steps, 0)
     sweeps = newton_steps = jnp.int32(0)
     if method == "coordinate":
         it = coordinate.solve_sweeps(Cfull, lam0, b, tol, decay, max_steps_run)

@@ -233,17 +233,15 @@ def mrc_terminate(state: MRCState, tol):
 def solve_dense_mrc(Sigma, tol, max_steps, m, *, kind, b, min_eig="bound") -> Solution:
     """The unvalidated, traceable core of :func:`mvr` / :func:`maxent` for one ``(p, p)`` matrix."""
     p = Sigma.shape[-1]
-    C = to_correlation(Sigma)
-    # under jit validate_sigma cannot run: an indefinite (or NaN) Sigma is reported infeasible
-    # with a NaN s, as the group solvers do, without iterating (the sweeps went NaN: nonfinite)
-    valid = _common.factorises(C)
+    # under jit an indefinite (or NaN) Sigma is infeasible with a NaN s, without iterating on it
+    C, valid, max_steps_run = _common.gated_correlation(Sigma, max_steps)
     m = jnp.asarray(m, C.dtype)
     C2, s0 = _pad(C, m, b)
     it = iterative_solve(
         mrc_init(kind, C2, s0, m, p),
         lambda st: mrc_step(st, kind, C2, m, p, b),
         lambda st: mrc_terminate(st, tol),
-        max_steps=jnp.where(valid, max_steps, 0),
+        max_steps=max_steps_run,
         finite=lambda st: jnp.all(jnp.isfinite(st.s)),
     )
     st = it.state
