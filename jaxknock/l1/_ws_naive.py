@@ -41,6 +41,8 @@ _VMIN = 1e-5
 _NEWTON_AFTER = 4
 _NEWTON_MAX_ACTIVE = 384
 _SWEEP_COST = 32
+# active_newton: a pivot below this many machine epsilons of its diagonal entry marks a singular system
+_SINGULAR_PIVOT = 1000
 # inexact proximal Newton (solve_ws): each quadratic model solved to this fraction of the outer violation
 _FORCING = 0.1
 
@@ -166,6 +168,21 @@ def _kkt_ws(g, beta, lam, mask):
     return jnp.max(jnp.where(mask, v, 0), axis=-1)
 
 
+def _weighted_ridge(L, HA, hd, bA, a, singular, eps):
+    r"""Cholesky factors of ``H_AA + sqrt(eps) D`` for the members whose ``H_AA`` is singular (``L`` for the rest).
+
+    ``D_jj = H_jj max_k |b_k| / |b_j|``: the step splits a direction the columns do not determine (the
+    difference of two equal columns) in proportion to the coefficients, so a twin at rounding level
+    (``|b_j| ~ eps``) stays where it is and the step is not cut at once by its sign change, while the
+    directions the columns do determine move as the Newton step, up to ``sqrt(eps)``.
+    """
+    ab = jnp.abs(bA)
+    ratio = jnp.max(ab, axis=1, keepdims=True) / jnp.where(a & (ab > 0), ab, 1.0)
+    ridge = jnp.where(a, jnp.sqrt(eps) * hd * jnp.minimum(ratio, 1 / eps**2), 0.0)
+    L2 = jnp.linalg.cholesky(HA + ridge[:, :, None] * jnp.eye(HA.shape[-1], dtype=HA.dtype)[None])
+    return jnp.where(singular[:, None, None], L2, L)
+
+
 def active_newton(beta, vr, g, lam, v, XW, xm, nf, sv, valid, cap: int):
     r"""One Newton step of the quadratic model on each member's active set, cut at the first sign change.
 
@@ -181,6 +198,18 @@ def active_newton(beta, vr, g, lam, v, XW, xm, nf, sv, valid, cap: int):
     its minimum at the full step, so every cut step decreases the objective. A
     member whose ``H_AA`` is not positive definite (a singular active set) does
     not move; coordinate descent goes on from wherever this leaves it.
+
+    Exactly duplicated columns (twins, ``x`` and ``-x``, a knockoff equal to its
+    original) make ``H_AA`` singular once both are active, and coordinate
+    descent makes the second one active at rounding level (``|b| ~ 1e-15``:
+    its gradient is the first one's, ``lam (1 + eps)``). The plain factor then
+    has a pivot at the rounding floor: a step of ``1e15`` in opposite directions
+    on the twins, cut at once, or ``NaN``; the Newton steps did nothing and
+    coordinate descent crawled (18x the epochs of the design without the twins
+    for the CV, ``max_steps_reached`` on the whole path, issue of session 35).
+    A member with a pivot below ``_SINGULAR_PIVOT`` epsilons of its diagonal
+    entry is solved with the weighted ridge of :func:`_weighted_ridge`; the
+    others (every member of a design without such columns) as before.
     """
     M = beta.shape[0]
     nz = (beta != 0) & valid[None]
@@ -195,7 +224,14 @@ def active_newton(beta, vr, g, lam, v, XW, xm, nf, sv, valid, cap: int):
     sgn = jnp.sign(bA)
     rhs = jnp.where(a, jnp.take_along_axis(g, cols, axis=1) - lam * sgn, 0.0)
     eye = jnp.eye(cap, dtype=beta.dtype)
-    L = jnp.linalg.cholesky(jnp.where(a[:, :, None] & a[:, None, :], H, eye[None]))
+    HA = jnp.where(a[:, :, None] & a[:, None, :], H, eye[None])
+    L = jnp.linalg.cholesky(HA)
+    # a singular system (duplicated columns both active): a pivot at the rounding floor, or none
+    eps = jnp.finfo(beta.dtype).eps
+    hd = jnp.diagonal(HA, axis1=1, axis2=2)
+    piv = jnp.diagonal(L, axis1=1, axis2=2) ** 2
+    singular = ~jnp.all(jnp.isfinite(L), axis=(1, 2)) | jnp.any(a & ~(piv > _SINGULAR_PIVOT * eps * hd), axis=1)
+    L = lax.cond(jnp.any(singular), lambda: _weighted_ridge(L, HA, hd, bA, a, singular, eps), lambda: L)
     delta = jnp.where(a, jax.scipy.linalg.cho_solve((L, True), rhs[..., None])[..., 0], 0.0)
     ok = jnp.all(jnp.isfinite(delta), axis=1)
     delta = jnp.where(ok[:, None], delta, 0.0)
