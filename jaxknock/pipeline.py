@@ -468,9 +468,10 @@ def knockoff_filter(
         fdr: target FDR in (0, 1).
         s_method: ``"sdp"``, ``"mvr_factor"``, ``"sdp_factor"``, ``"asdp"``, ``"equicorrelated"``,
             ``"mvr"`` or ``"maxent"`` (:func:`~jaxknock.mvr` / :func:`~jaxknock.maxent`),
-            or ``"auto"`` (default, :func:`resolve_s_method`): ``"sdp"`` when
-            ``n > p`` (or with a known ``Sigma``), and
-            ``"mvr_factor"`` when ``p >= n`` or ``rank`` is given (``"mvr"``
+            or ``"auto"`` (default, :func:`resolve_s_method`): ``"mvr"`` when
+            ``n > p`` or with a known ``Sigma`` (knockpy's default; the SDP's
+            FDR went over the target under the estimated law, and with a known
+            law its power can collapse), and ``"mvr_factor"`` when ``p >= n`` or ``rank`` is given (``"mvr"``
             with ``groups`` or, up to ``p = 2000``, ``num_knockoffs > 1``), where the
             dense Ledoit-Wolf estimate is too close to singular for the SDP's
             ``s``. At ``p >= n`` the dense methods run only as ``"mvr"`` or
@@ -526,8 +527,8 @@ def knockoff_filter(
             the group SDP), group statistics ``W_g = sum_{j in g} W_j`` and the
             group knockoff+ filter at group-level FDR ``fdr`` (see
             :mod:`jaxknock.multi`). Not with the factor methods; ``"auto"``
-            runs ``"sdp"`` when ``n > p`` and ``"mvr"`` (the group MVR on the
-            Ledoit-Wolf estimate) when ``p >= n``.
+            runs ``"mvr"`` (the group MVR; on the Ledoit-Wolf estimate unless
+            ``Sigma`` is known).
         num_knockoffs: ``m`` simultaneous knockoffs (Gimenez & Zou 2019): ``S``
             solved for ``(m+1)/m Sigma - S >= 0`` (without ``groups``: the
             ``s_method`` solver called with ``num_knockoffs=m``; with

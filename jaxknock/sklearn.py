@@ -182,7 +182,7 @@ class KnockoffSelector(_RandomisedSelector):
     Args:
         fdr: target false discovery rate in (0, 1).
         method: S-vector method: ``"auto"`` (default, as :func:`~jaxknock.knockoff_filter`
-            and the CLI: ``"sdp"``, or ``"mvr_factor"`` when ``p >= n`` or with ``rank``; see
+            and the CLI: ``"mvr"``, or ``"mvr_factor"`` when ``p >= n`` or with ``rank``; see
             :func:`jaxknock.pipeline.resolve_s_method`), ``"asdp"`` (faster for thousands
             of features), ``"sdp"``, ``"mvr_factor"``, ``"sdp_factor"``, ``"mvr"``, ``"maxent"`` or
             ``"equicorrelated"`` (aliases ``"equi"``, ``"mvr-factor"``, ``"sdp-factor"``).

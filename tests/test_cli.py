@@ -190,7 +190,7 @@ def test_select_sdp_factor_and_npy_index_target(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "shape, extra, resolved",
-    [((120, 20), [], "sdp"), ((40, 60), [], "mvr_factor"), ((120, 20), ["--rank", "3"], "mvr_factor")],
+    [((120, 20), [], "mvr"), ((40, 60), [], "mvr_factor"), ((120, 20), ["--rank", "3"], "mvr_factor")],
 )
 def test_select_default_method_is_the_librarys_auto(tmp_path, capsys, shape, extra, resolved):
     """The CLI's default S-vector method was ``asdp`` while its help promised sdp-factor for p >= n:

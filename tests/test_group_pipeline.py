@@ -156,5 +156,5 @@ def test_auto_with_multiple_knockoffs_at_p_ge_n_is_the_dense_mvr_up_to_its_size_
     assert resolve_s_method("auto", (100, 200), num_knockoffs=2, rank=10) == "mvr_factor"
     assert resolve_s_method("auto", (100, DENSE_MULTI_MAX_P + 1), num_knockoffs=3) == "mvr_factor"
     assert resolve_s_method("auto", (100, 200)) == "mvr_factor"  # one knockoff: the factor model (FDR 0.078)
-    assert resolve_s_method("auto", (300, 200), num_knockoffs=2) == "sdp"
+    assert resolve_s_method("auto", (600, 200), num_knockoffs=2) == "mvr"
     assert resolve_s_method("auto", (100, 200), num_knockoffs="2") == "mvr_factor"  # named later by its check

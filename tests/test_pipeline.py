@@ -22,6 +22,34 @@ def test_strong_signals_are_found(key, s_method):
     assert set(sel.timings) == {"covariance", "s_vector", "sampling", "statistics", "selection"}
 
 
+def test_default_keeps_power_where_sdp_knockoffs_lose_it():
+    """The default (MVR) on blocks of 10 features correlated 0.5 with the law known: there the SDP's
+    ``s = 1`` makes ``2 Sigma - diag(s)`` singular, each feature is recovered from the others and the
+    knockoffs, and the SDP's power collapses (Spector & Janson 2022); ``"auto"`` was ``"sdp"`` until
+    session 35 and fails this test."""
+    p, n, b = 60, 600, 10
+    C = np.kron(np.eye(p // b), np.full((b, b), 0.5))
+    np.fill_diagonal(C, 1.0)
+    L = np.linalg.cholesky(C)
+    power = {"auto": [], "sdp": []}
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        X = rng.standard_normal((n, p)) @ L.T
+        signals = rng.choice(p, 12, replace=False)
+        beta = np.zeros(p)
+        beta[signals] = 0.35 * rng.choice([-1.0, 1.0], 12)
+        y = X @ beta + rng.standard_normal(n)
+        for method in power:
+            sel = knockoff_filter(
+                jax.random.key(seed), X, y, fdr=0.2, s_method=method, Sigma=C, statistic="lcd", lam=0.02
+            )
+            power[method].append(np.isin(signals, np.asarray(sel.selected)).mean())
+            if method == "auto":
+                assert sel.settings["s_method"] == "mvr"
+    assert np.mean(power["sdp"]) <= 0.5  # the pathology is there (mean 0.28 when this was written)
+    assert np.mean(power["auto"]) >= 0.9  # and the default does not have it (1.0)
+
+
 def test_replicates_aggregation_and_determinism(key):
     X, y, beta = make_data(seed=1)
     a = knockoff_filter(key, X, y, fdr=0.2, s_method="equicorrelated", statistic="correlation", num_replicates=6)
@@ -83,13 +111,14 @@ def test_bad_inputs(key):
 
 
 def test_default_s_method_is_dense_for_tall_and_factor_for_wide_designs(key):
-    """``s_method="auto"`` (the default): the dense SDP when n > p, the factor-model MVR when p >= n
+    """``s_method="auto"`` (the default): the dense MVR when n > p (the SDP until session 35), the
+    factor-model MVR when p >= n
     (before, the default raised for p >= n: a user had to know to ask for sdp_factor; then it was
     sdp_factor, whose FDR under the estimated law was 0.16 at fdr=0.1 on AR(1) 0.9, n = 150, p = 200)."""
     X, y, beta = make_data(n=300, p=30, amp=1.5)
     tall = knockoff_filter(key, X, y, fdr=0.2, statistic="lcd", lam=0.05)
-    assert tall.settings["s_method"] == "sdp"
-    same = knockoff_filter(key, X, y, fdr=0.2, s_method="sdp", statistic="lcd", lam=0.05)
+    assert tall.settings["s_method"] == "mvr"
+    same = knockoff_filter(key, X, y, fdr=0.2, s_method="mvr", statistic="lcd", lam=0.05)
     np.testing.assert_array_equal(np.asarray(tall.W), np.asarray(same.W))
     Xw, yw, beta_w = make_data(n=100, p=120, k=6, amp=1.5, seed=4)
     wide = knockoff_filter(key, Xw, yw, fdr=0.2)
@@ -104,9 +133,11 @@ def test_default_s_method_is_dense_for_tall_and_factor_for_wide_designs(key):
     assert knockoff_filter(key, X, y, fdr=0.2, rank=3, statistic="correlation").settings["s_method"] == "mvr_factor"
     from jaxknock.pipeline import resolve_s_method
 
-    assert resolve_s_method("auto", (100, 120), known=True) == "sdp"
+    assert resolve_s_method("auto", (100, 120), known=True) == "mvr"
     assert resolve_s_method("auto", (100, 120), groups=np.arange(120) // 2) == "mvr"  # group MVR at p >= n
-    assert resolve_s_method("auto", (300, 120), groups=np.arange(120) // 2) == "sdp"
+    assert resolve_s_method("auto", (3000, 120), groups=np.arange(120) // 2) == "mvr"
+    assert resolve_s_method("auto", (3000, 120)) == "mvr" and resolve_s_method("auto", (121, 120)) == "mvr"
+    assert resolve_s_method("sdp", (3000, 120)) == "sdp"
     assert resolve_s_method("equicorrelated", (100, 120)) == "equicorrelated"
 
 

@@ -65,7 +65,7 @@ def test_exemptions_have_reasons():
     assert SparseNaiveBayes().__sklearn_tags__().input_tags.positive_only
 
 
-@pytest.mark.parametrize("n, p, resolved", [(120, 20, "sdp"), (40, 60, "mvr_factor")])
+@pytest.mark.parametrize("n, p, resolved", [(120, 20, "mvr"), (40, 60, "mvr_factor")])
 def test_knockoff_selector_default_method_is_the_librarys(n, p, resolved):
     """The default S-vector method is ``knockoff_filter``'s ``"auto"`` (it was ``"asdp"``, which
     refuses a design with ``p >= n``): the same method and the same ``W`` as the function."""

@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--method",
         choices=sorted(METHODS),
         default="auto",
-        help="S-vector method (default auto, as knockoff_filter: sdp with more rows than features, "
+        help="S-vector method (default auto, as knockoff_filter: mvr with more rows than features, "
         "mvr-factor otherwise or with --rank; asdp is faster for thousands of features)",
     )
     sel.add_argument("--rank", type=int, default=None, help="factor-model rank for --method mvr-factor / sdp-factor")

@@ -103,8 +103,8 @@ def _load_groups(path, p):
 def _resolve_method(args, method, shape):
     """``--method auto``: the library's choice for a design of ``shape`` (:func:`~jaxknock.pipeline.resolve_s_method`).
 
-    ``sdp`` with more rows than features, ``mvr-factor`` otherwise or with ``--rank``;
-    with ``--groups`` (a group law is dense) ``sdp``, or ``mvr`` when rows <= features;
+    ``mvr`` with more rows than features, ``mvr-factor`` otherwise or with ``--rank``;
+    with ``--groups`` (a group law is dense) ``mvr``;
     with ``--knockoffs > 1`` and rows <= features <= 2000, ``mvr``. Any other method is kept.
     """
     if method != "auto":
