@@ -145,7 +145,7 @@ def main(argv=None):
     ap.add_argument(
         "--s-method",
         default="auto",
-        help="jaxknock's s_method: 'auto' = the library default (sdp where p < n, mvr_factor where p >= n); "
+        help="jaxknock's s_method: 'auto' = the library default (mvr where p < n, mvr_factor where p >= n); "
         "knockpy always runs its default",
     )
     args = ap.parse_args(argv)
