@@ -173,17 +173,23 @@ def test_logistic_max_steps_bounds_the_epochs_of_a_grid_penalty():
         assert int(sol.result) == RESULTS.max_steps_reached
 
 
+def _equicorrelated_logistic_design(n=400, m=200):
+    """Equicorrelated columns (one factor, rho = 0.8), six +-1 signals among the first columns, Bernoulli ``y``."""
+    rng = np.random.default_rng(0)
+    X = np.sqrt(0.8) * rng.standard_normal((n, 1)) + np.sqrt(0.2) * rng.standard_normal((n, m))
+    beta = np.zeros(m)
+    beta[:6] = rng.choice([-1, 1], 6)
+    y = (rng.random(n) < 1 / (1 + np.exp(-(X @ beta)))).astype(float)
+    return X, y
+
+
 def test_logistic_cv_on_strongly_correlated_columns_converges_within_the_default_budget():
     """Equicorrelated columns (rho = 0.8), n = 400, m = 200: coordinate descent alone crawled (78 000
     epochs, and a grid penalty ran out of its 10 000-epoch budget: ``max_steps_reached``); the active-set
     Newton steps of the inner solves (``_ws_naive.active_newton``) converge in ~2 000 epochs.
     The chosen fit is checked against scikit-learn's liblinear at the same penalty."""
-    rng = np.random.default_rng(0)
-    n, m = 400, 200
-    X = np.sqrt(0.8) * rng.standard_normal((n, 1)) + np.sqrt(0.2) * rng.standard_normal((n, m))
-    beta = np.zeros(m)
-    beta[:6] = rng.choice([-1, 1], 6)
-    y = (rng.random(n) < 1 / (1 + np.exp(-(X @ beta)))).astype(float)
+    X, y = _equicorrelated_logistic_design()
+    n = X.shape[0]
     sol = l1_cv(X, y, loss="logistic", tol=1e-4)
     assert int(sol.result) == RESULTS.successful
     assert int(sol.stats["num_steps"]) < 10_000
@@ -714,12 +720,8 @@ def test_logistic_path_on_exactly_duplicated_columns_keeps_its_newton_steps():
     twins. The singular members are now solved with a weighted ridge (``_ws_naive._weighted_ridge``). Checked by the KKT
     residual over all columns and the duality gap (liblinear at tol 1e-8 did not finish in 90 s at these
     penalties; the split between twins is not unique)."""
-    rng = np.random.default_rng(0)
-    n, m = 400, 200
-    X = np.sqrt(0.8) * rng.standard_normal((n, 1)) + np.sqrt(0.2) * rng.standard_normal((n, m))
-    beta = np.zeros(m)
-    beta[:6] = rng.choice([-1, 1], 6)
-    y = (rng.random(n) < 1 / (1 + np.exp(-(X @ beta)))).astype(float)
+    X, y = _equicorrelated_logistic_design()
+    n, m = X.shape
     X[:, m - 5 :] = X[:, :5]
     lam_max = np.max(np.abs((X - X.mean(0)).T @ (y - y.mean()))) / n
     lams = lam_max * np.geomspace(1.0, 1e-3, 100)[[60, 65, 70, 75]]
