@@ -42,7 +42,7 @@ FDR = 0.1
 DESIGNS = ("negar", "equi", "snp", "t3", "pairs", "wide", "gauss")
 
 
-def _ar1(rng, n, p, rho):
+def ar1_rows(rng, n, p, rho):
     e = rng.standard_normal((n, p))
     X = np.empty((n, p))
     X[:, 0] = e[:, 0]
@@ -51,7 +51,7 @@ def _ar1(rng, n, p, rho):
     return X
 
 
-def _signals(rng, p, k, amp):
+def random_signals(rng, p, k, amp):
     beta = np.zeros(p)
     beta[rng.choice(p, k, replace=False)] = rng.choice([-1.0, 1.0], k) * amp
     return beta
@@ -62,36 +62,36 @@ def make_design(design: str, seed: int, gauss_n: int = 300):
     rng = np.random.default_rng(1000 * (DESIGNS.index(design) + 1) + seed)
     if design == "negar":
         n, p = 500, 150
-        X, beta = _ar1(rng, n, p, -0.7), _signals(rng, p, 15, 0.35)
+        X, beta = ar1_rows(rng, n, p, -0.7), random_signals(rng, p, 15, 0.35)
     elif design == "equi":
         n, p, rho = 500, 150, 0.6
         X = np.sqrt(rho) * rng.standard_normal((n, 1)) + np.sqrt(1 - rho) * rng.standard_normal((n, p))
-        beta = _signals(rng, p, 15, 0.3)
+        beta = random_signals(rng, p, 15, 0.3)
     elif design == "snp":
         n, p = 800, 150
-        latent = _ar1(rng, n, p, 0.8)  # linkage: neighbouring markers share haplotypes
+        latent = ar1_rows(rng, n, p, 0.8)  # linkage: neighbouring markers share haplotypes
         maf = rng.uniform(0.1, 0.5, p)
         cut = np.array([NormalDist().inv_cdf(1 - m) for m in maf])  # the latent columns are N(0, 1)
-        X = (latent > cut).astype(float) + (_ar1(rng, n, p, 0.8) > cut).astype(float)  # two haplotypes
-        beta = _signals(rng, p, 15, 0.6)
+        X = (latent > cut).astype(float) + (ar1_rows(rng, n, p, 0.8) > cut).astype(float)  # two haplotypes
+        beta = random_signals(rng, p, 15, 0.6)
         eta = (X - X.mean(0)) @ beta
         y = (rng.uniform(size=n) < 1 / (1 + np.exp(-eta))).astype(float)
         return X, y, beta != 0
     elif design in ("t3", "gauss"):
         n, p, df = 300 if design == "t3" else gauss_n, 200, 3
-        X = _ar1(rng, n, p, 0.5)
+        X = ar1_rows(rng, n, p, 0.5)
         if design == "t3":
             X = X / np.sqrt(rng.chisquare(df, (n, 1)) / df)
-        beta = _signals(rng, p, 20, 0.45 * np.sqrt(300 / n))  # the same signal-to-noise at every n
+        beta = random_signals(rng, p, 20, 0.45 * np.sqrt(300 / n))  # the same signal-to-noise at every n
     elif design == "pairs":
         n, p = 500, 150
-        X = _ar1(rng, n, p, 0.8)
+        X = ar1_rows(rng, n, p, 0.8)
         beta = np.zeros(p)
         starts = rng.choice(np.arange(0, p - 1, 2), 8, replace=False)
         beta[starts], beta[starts + 1] = 0.5, -0.5
     elif design == "wide":
         n, p = 200, 400
-        X, beta = _ar1(rng, n, p, 0.5), _signals(rng, p, 20, 0.6)
+        X, beta = ar1_rows(rng, n, p, 0.5), random_signals(rng, p, 20, 0.6)
     else:
         raise ValueError(f"unknown design {design!r}")
     return X, X @ beta + rng.standard_normal(n), beta != 0

@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_fdr_designs import _ar1, _signals
+from bench_fdr_designs import ar1_rows, random_signals
 from bench_fdr_pn import fdp_power, summary
 
 FDR = 0.1
@@ -47,16 +47,16 @@ def make_design(design: str, seed: int, n: int, p: int = P):
     """``(X, y, truth, Sigma)`` of data set ``seed`` of ``design`` with ``n`` rows."""
     rng = np.random.default_rng(50_000 + 1000 * DESIGNS.index(design) + seed)
     if design == "ar5":
-        X, C, amp = _ar1(rng, n, p, 0.5), _ar1_cov(p, 0.5), 0.25
+        X, C, amp = ar1_rows(rng, n, p, 0.5), _ar1_cov(p, 0.5), 0.25
     elif design == "ar8":
-        X, C, amp = _ar1(rng, n, p, 0.8), _ar1_cov(p, 0.8), 0.3
+        X, C, amp = ar1_rows(rng, n, p, 0.8), _ar1_cov(p, 0.8), 0.3
     elif design == "blk":
         C = np.kron(np.eye(p // 20), np.full((20, 20), 0.5))
         np.fill_diagonal(C, 1.0)
         X, amp = rng.standard_normal((n, p)) @ np.linalg.cholesky(C).T, 0.3
     else:
         raise ValueError(f"unknown design {design!r}")
-    beta = _signals(rng, p, 20, amp * np.sqrt(300 / n))
+    beta = random_signals(rng, p, 20, amp * np.sqrt(300 / n))
     return X, X @ beta + rng.standard_normal(n), beta != 0, C
 
 
