@@ -42,7 +42,7 @@ DENSE_MULTI_MAX_P = 2000
 
 
 def resolve_s_method(
-    s_method: str, shape, *, known: bool = False, groups=None, rank=None, num_knockoffs: int = 1
+    s_method: str, shape, *, known: bool | str = False, groups=None, rank=None, num_knockoffs: int = 1
 ) -> str:
     """The S-vector method :func:`knockoff_filter` runs for ``s_method`` on a design of ``shape`` ``(n, p)``.
 
@@ -65,7 +65,11 @@ def resolve_s_method(
     0.111 +- 0.006, dense ``"mvr"`` 0.084 +- 0.006, power 0.84 / 0.78);
     ``"mvr_factor"`` above it.
 
-    Otherwise (``n > p``, a known ``Sigma``, or ``groups`` at ``n > p``):
+    A known ``Sigma`` given as a factor model (``known="factor"``, no
+    ``groups``): ``"mvr_factor"``, the same MVR optimum in ``O(p k^2)`` per step
+    and ``O(p k)`` memory, without forming the ``p x p`` matrix.
+
+    Otherwise (``n > p``, a known dense ``Sigma``, or ``groups`` at ``n > p``):
     ``"mvr"``, the dense MVR, knockpy's default. Until session 35 it was
     ``"sdp"``. The SDP's larger ``s`` leans harder on an estimated law, and
     its FDR went over the target: AR(1) 0.5, ``p = 200``, 20 signals,
@@ -83,6 +87,8 @@ def resolve_s_method(
         ('mvr', 'mvr_factor')
         >>> resolve_s_method("auto", (300, 1000), known=True), resolve_s_method("sdp", (600, 200))
         ('mvr', 'sdp')
+        >>> resolve_s_method("auto", (600, 200), known="factor")
+        'mvr_factor'
         >>> wide = (300, 1000)
         >>> resolve_s_method("auto", wide, groups=[0, 0, 1]), resolve_s_method("auto", wide, num_knockoffs=2)
         ('mvr', 'mvr')
@@ -92,6 +98,8 @@ def resolve_s_method(
     if s_method != "auto":
         return s_method
     wide = len(shape) == 2 and shape[1] >= shape[0]
+    if known == "factor" and groups is None:
+        return "mvr_factor"
     if known or groups is not None:
         return "mvr"
     multi = _checks.is_int(num_knockoffs) and num_knockoffs > 1  # a bad value is named by the filter's check

@@ -469,7 +469,7 @@ def knockoff_filter(
         s_method: ``"sdp"``, ``"mvr_factor"``, ``"sdp_factor"``, ``"asdp"``, ``"equicorrelated"``,
             ``"mvr"`` or ``"maxent"`` (:func:`~jaxknock.mvr` / :func:`~jaxknock.maxent`),
             or ``"auto"`` (default, :func:`resolve_s_method`): ``"mvr"`` when
-            ``n > p`` or with a known ``Sigma`` (knockpy's default; the SDP's
+            ``n > p`` or with a known dense ``Sigma`` (knockpy's default; the SDP's
             FDR went over the target under the estimated law, and with a known
             law its power can collapse), and ``"mvr_factor"`` when ``p >= n`` or ``rank`` is given (``"mvr"``
             with ``groups`` or, up to ``p = 2000``, ``num_knockoffs > 1``), where the
@@ -519,7 +519,8 @@ def knockoff_filter(
             knockoffs from the true law when ``mu`` is the true mean). A
             factor model is solved by :func:`~jaxknock.mvr_factor` /
             :func:`~jaxknock.sdp_factor` with ``s_method="mvr_factor"`` /
-            ``"sdp_factor"``, densified otherwise.
+            ``"sdp_factor"`` or ``"auto"`` (``"mvr_factor"``, never ``p x p``),
+            densified for the dense methods.
         mu: the known mean of the rows of ``X`` (``(p,)``; only with ``Sigma``).
         groups: ``(p,)`` integer group labels: group knockoffs (block-diagonal
             ``S`` from :func:`jaxknock.group_s_matrix` with ``s_method``
@@ -570,8 +571,9 @@ def knockoff_filter(
             f"{'a known Sigma=' if Sigma is not None else 'groups='} the S solve uses a dense p x p "
             "covariance: drop rank"
         )
+    known = "factor" if isinstance(Sigma, (FactorModel, FactorFit)) else Sigma is not None
     s_method = resolve_s_method(
-        s_method, np.shape(X), known=Sigma is not None, groups=groups, rank=rank, num_knockoffs=num_knockoffs
+        s_method, np.shape(X), known=known, groups=groups, rank=rank, num_knockoffs=num_knockoffs
     )
     X, mu = _precision.centre_before_cast(X, mu)
     if groups is not None or num_knockoffs != 1:

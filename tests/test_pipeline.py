@@ -72,8 +72,8 @@ def test_binary_response_uses_logistic(key):
     yb = (y > 0).astype(float)
     sel = knockoff_filter(key, X, yb, fdr=0.2, s_method="equicorrelated", statistic="lcd", lam=0.02)
     assert sel.settings["loss"] == "logistic"
-    power, _ = power_fdp(sel.selected, beta)
-    assert power >= 0.5
+    power, fdp = power_fdp(sel.selected, beta)
+    assert power >= 0.8 and fdp <= 0.3
 
 
 def test_bad_inputs(key):
@@ -439,3 +439,35 @@ def test_half_precision_input_runs_as_float32():
         np.testing.assert_array_equal(
             lasso(X16, y.astype(np.float32), 0.1).value, lasso(X32, y.astype(np.float32), 0.1).value
         )
+
+
+def test_a_known_factor_model_runs_the_factor_mvr_without_a_dense_law(key, monkeypatch):
+    """A known ``Sigma`` given as a :class:`~jaxknock.FactorModel` ran ``"auto"`` as the dense MVR on
+    ``model.dense()`` (``p x p``). It now runs :func:`~jaxknock.mvr_factor` on the model, the same MVR optimum:
+    its ``s`` matches the dense MVR of ``model.dense()`` given as a dense ``Sigma``, and no ``p x p`` law is
+    formed (``FactorModel.dense`` is patched to fail)."""
+    from jaxknock import FactorModel
+
+    rng = np.random.default_rng(3)
+    n, p, k = 400, 150, 3
+    U = rng.normal(size=(p, k))
+    share = rng.uniform(0.2, 0.7, p)  # the factors' share of each unit variance
+    U *= np.sqrt(share / (U**2).sum(1))[:, None]
+    d = 1.0 - share
+    model = FactorModel(jnp.asarray(d), jnp.asarray(U))
+    X = rng.standard_normal((n, k)) @ U.T + rng.standard_normal((n, p)) * np.sqrt(d)
+    beta = np.zeros(p)
+    beta[:15] = 0.5
+    y = X @ beta + rng.standard_normal(n)
+    dense = np.asarray(model.dense())
+    ref = knockoff_filter(key, X, y, s_method="mvr", Sigma=dense, mu=np.zeros(p), lam=0.05, sdp_tol=1e-8)
+
+    def no_dense(self):
+        raise AssertionError("a p x p law was formed")
+
+    monkeypatch.setattr(FactorModel, "dense", no_dense)
+    sel = knockoff_filter(key, X, y, Sigma=model, mu=np.zeros(p), lam=0.05, sdp_tol=1e-8)
+    assert sel.settings["s_method"] == "mvr_factor" and int(sel.s_solution.result) == 0
+    np.testing.assert_allclose(sel.s_solution.value, ref.s_solution.value, rtol=1e-3, atol=1e-6)
+    power, fdp = power_fdp(sel.selected, beta)
+    assert power >= 0.8 and fdp <= 0.3
