@@ -2,8 +2,9 @@
 
 JAX's persistent compilation cache (:mod:`jaxknock.cache`) removes the XLA
 compile from a fresh process's first call, but not the Python tracing and the
-lowering to StableHLO that come before it. For the two largest programs of the
-knockoff filter (the cross-validated lasso engine and the SDP Newton solver)
+lowering to StableHLO that come before it. For the largest programs of the
+knockoff filter (the cross-validated lasso engine and the S-vector solvers:
+the SDP Newton solver, the dense and the factor-model MVR / maximum entropy)
 those take about a second together on a 2-core CPU, most of the time to a first
 answer once the compiled programs are cached.
 

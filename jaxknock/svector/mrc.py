@@ -62,7 +62,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxknock import _checks
+from jaxknock import _aot, _checks
 from jaxknock._iterate import iterative_solve
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.covariance import to_correlation
@@ -282,7 +282,8 @@ def _solve(kind, Sigma, num_knockoffs, tol, max_steps, block_size, throw):
     b = default_block(p) if block_size is None else block_size
     if not (_checks.is_int(b) and b >= 1):
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
-    sol = _mrc_jit(Sigma, tol, max_steps, float(m), kind=kind, b=int(min(b, p)))
+    # a fresh process with the compilation cache on loads the traced program (jaxknock/_aot.py)
+    sol = _aot.call(_mrc_jit, Sigma, tol, max_steps, float(m), kind=kind, b=int(min(b, p)))
     return raise_if_failed(sol, throw)
 
 

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxknock import _checks
+from jaxknock import _aot, _checks
 from jaxknock._iterate import iterative_solve
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.covariance import FactorModel
@@ -179,10 +179,11 @@ def _solve(kind, model, num_knockoffs, tol, max_steps, method, throw):
     _common.check_settings(tol, max_steps, 0.5, None)
     m = _checks.check_num_knockoffs(num_knockoffs)
     model = _common.validate_model(model)
-    fn = functools.partial(_mrc_factor_jit, kind=kind, method=method)
     if model.U.ndim == 3:
-        fn = jax.vmap(fn, in_axes=(0, 0, None, None, None))
-    sol = fn(model.d, model.U, tol, max_steps, float(m))
+        fn = jax.vmap(functools.partial(_mrc_factor_jit, kind=kind, method=method), in_axes=(0, 0, None, None, None))
+        sol = fn(model.d, model.U, tol, max_steps, float(m))
+    else:  # a fresh process with the compilation cache on loads the traced program (jaxknock/_aot.py)
+        sol = _aot.call(_mrc_factor_jit, model.d, model.U, tol, max_steps, float(m), kind=kind, method=method)
     return raise_if_failed(sol, throw)
 
 
