@@ -569,6 +569,11 @@ def test_enable_compilation_cache_second_process_loads_programs(tmp_path):
     assert (tmp_path / "cache" / "jaxknock-capacity.json").is_file()
 
 
+def _exported_again(*args, **kwargs):
+    """Stands in for ``_aot.export_program`` where a program must be loaded from disk, not exported."""
+    raise AssertionError("exported again")
+
+
 def test_exported_programs_on_disk_give_the_plain_answer(tmp_path, monkeypatch):
     """``_aot.call``: exported once, loaded from disk by a "fresh process" (nothing in memory, exporting
     forbidden), the same answer as the plain call; shapes and static arguments are in the key; inside
@@ -588,12 +593,9 @@ def test_exported_programs_on_disk_give_the_plain_answer(tmp_path, monkeypatch):
     first = cv(X, y)
     assert len(list(tmp_path.glob("*.pkl"))) == 1
 
-    def forbidden(*args, **kwargs):
-        raise AssertionError("exported again")
-
     monkeypatch.setattr(_aot, "LOADED", {})
     with monkeypatch.context() as m:
-        m.setattr(_aot, "export_program", forbidden)
+        m.setattr(_aot, "export_program", _exported_again)
         second = cv(X, y)
     for sol in (first, second):
         np.testing.assert_array_equal(np.asarray(sol.value), np.asarray(plain.value))
@@ -634,11 +636,13 @@ def test_the_s_vector_solvers_programs_are_exported_too(tmp_path, monkeypatch):
     Sigma = model.dense()
     plain = [jaxknock.mvr(Sigma), jaxknock.mvr_factor(model)]
     monkeypatch.setattr(_aot, "export_directory", lambda: tmp_path)
-    for loaded in ({}, {}):  # the first round exports, the second (a "fresh process") loads from disk
-        monkeypatch.setattr(_aot, "LOADED", loaded)
-        got = [jaxknock.mvr(Sigma), jaxknock.mvr_factor(model)]
-        assert len(list(tmp_path.glob("*.pkl"))) == 2
-        monkeypatch.setattr(_aot, "export_program", lambda *a, **k: (_ for _ in ()).throw(AssertionError("again")))
-        for sol, ref in zip(got, plain):
-            np.testing.assert_array_equal(np.asarray(sol.value), np.asarray(ref.value))
-            assert int(sol.result) == int(ref.result) == 0
+    monkeypatch.setattr(_aot, "LOADED", {})
+    exported = [jaxknock.mvr(Sigma), jaxknock.mvr_factor(model)]
+    assert len(list(tmp_path.glob("*.pkl"))) == 2
+    monkeypatch.setattr(_aot, "LOADED", {})  # a "fresh process": loads from disk, must not export
+    monkeypatch.setattr(_aot, "export_program", _exported_again)
+    loaded = [jaxknock.mvr(Sigma), jaxknock.mvr_factor(model)]
+    assert len(list(tmp_path.glob("*.pkl"))) == 2
+    for sol, ref in zip(exported + loaded, plain + plain):
+        np.testing.assert_array_equal(np.asarray(sol.value), np.asarray(ref.value))
+        assert int(sol.result) == int(ref.result) == 0
