@@ -7,11 +7,11 @@ every fresh Python process. JAX can keep the compiled programs on disk
 (``jax_compilation_cache_dir``); :func:`enable_compilation_cache` turns that on
 in a per-user directory, which the ``jaxknock`` CLI does by default.
 
-With the cache on, the two largest programs (the cross-validated lasso engine
-and the SDP Newton solver) are also kept *traced and lowered*
-(:mod:`jax.export`, in ``jaxknock-exports/`` inside the cache directory): a
-fresh process then skips their Python tracing too, about a second of its first
-call at n = 600, p = 200 (``jaxknock/_aot.py``). The working-set capacities the
+With the cache on, the knockoff filter's programs (the cross-validated lasso
+engine, the S-vector solvers and the sampling / statistics stages) are also
+kept *traced* (:mod:`jax.export`, in ``jaxknock-exports/`` inside the cache
+directory): a fresh process then skips their Python tracing too, about a
+second of its first call at n = 600, p = 200 (``jaxknock/_aot.py``). The working-set capacities the
 l1 engines grew into are kept in ``jaxknock-capacity.json`` there
 (``jaxknock/_capacity.py``), so a fresh process does not climb to them again.
 

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock import _checks, _memory, _mesh, _precision, _selection
+from jaxknock import _aot, _checks, _memory, _mesh, _precision, _selection
 from jaxknock import filter as _filter
 from jaxknock import multi as _multi
 from jaxknock import sampling as _sampling
@@ -330,7 +330,7 @@ def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings,
         s_sol, timings["s_vector"] = _clock(solve, FACTOR_SOLVERS[s_method], model, tol=sdp_tol)
         return model, s_sol
     else:
-        Sigma, timings["covariance"] = _clock(_lw_correlation, Xs)
+        Sigma, timings["covariance"] = _clock(_aot.call, _lw_correlation, Xs)
     s_sol, timings["s_vector"] = _clock(_dense_s, solve, s_method, Sigma, sdp_tol, asdp_block_size=asdp_block_size)
     return Sigma, s_sol
 
@@ -608,7 +608,7 @@ def knockoff_filter(
     timings = {}
     estimated = Sigma is None
     if estimated:
-        Xs, k_fac, k_samp = _standardise_and_split(X, key)  # one program (a fresh process compiles each)
+        Xs, k_fac, k_samp = _aot.call(_standardise_and_split, X, key)  # one program (a fresh process compiles each)
         known = None
     else:
         k_fac, k_samp = jax.random.split(key)
@@ -822,7 +822,7 @@ def _grouped_or_multi_filter(
     if m > 1 and R > 1 and aggregate != "frequency":
         raise ValueError("num_knockoffs > 1 with num_replicates > 1 needs aggregate='frequency'")
     timings = {}
-    Xs, k_fac, k_samp = _standardise_and_split(X, key)
+    Xs, k_fac, k_samp = _aot.call(_standardise_and_split, X, key)
     if s_method in FACTOR_SOLVERS:
         # m knockoffs under a rank-`rank` factor model of the data, never p x p (as with m = 1)
         (Sigma, _), timings["covariance"] = _clock(factor_model_from_data, k_fac, Xs, rank)
@@ -830,7 +830,7 @@ def _grouped_or_multi_filter(
             _precision.solve_s_float64, FACTOR_SOLVERS[s_method], Sigma, num_knockoffs=m, tol=sdp_tol, dtype=X.dtype
         )
     else:
-        Sigma, timings["covariance"] = _clock(_lw_correlation, Xs)
+        Sigma, timings["covariance"] = _clock(_aot.call, _lw_correlation, Xs)
         if groups is None:
             # m knockoffs of single features: the per-feature S solvers with num_knockoffs=m
             solve = functools.partial(_precision.solve_s_float64, dtype=X.dtype)

@@ -60,7 +60,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _feasibility, _memory, _mesh, _sampling_checks, _sampling_common, _sampling_factor, _sampling_multi
+from jaxknock import (
+    _aot,
+    _feasibility,
+    _memory,
+    _mesh,
+    _sampling_checks,
+    _sampling_common,
+    _sampling_factor,
+    _sampling_multi,
+)
 from jaxknock._checks import (
     as_float_array,
     check_key,
@@ -618,7 +627,7 @@ def sample_replicates(
     else:
         chunk = int(min(chunk_size, R))
     if chunk >= R and not stream:  # one program: the plan, the keys and every replicate
-        return _plan_and_draw(key, X, params, mu, R, kind=kind, m=m)
+        return _aot.call(_plan_and_draw, key, X, params, mu, R=R, kind=kind, m=m)
     plan = _plan(X, params, mu, kind, m)
     keys = jax.random.split(key, R)
     if stream:

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _checks
+from jaxknock import _aot, _checks
 from jaxknock._solution import Solution, raise_if_failed
 from jaxknock.l1 import working_set as _working_set
 from jaxknock.l1.cv import check_folds_nonempty, check_patience, cv_solve, resolve_folds
@@ -295,7 +295,7 @@ def lcd(
     )
     copies = int(num_knockoffs) + 1
     n, m = Xk3.shape[1:]
-    Xk3, cols, ties = canonical_columns(Xk3, copies)  # exact flip-sign property, ties included
+    Xk3, cols, ties = _aot.call(canonical_columns, Xk3, copies=copies)  # exact flip-sign property, ties included
     if lam is not None:
         lam = jnp.asarray(lam, Xk3.dtype)
         try:
@@ -352,7 +352,7 @@ def lcd(
             eps=float(eps),
             patience=patience,
         )
-    sol = _lcd_statistics(sol, cols, ties, copies)
+    sol = _aot.call(_lcd_statistics, sol, cols, ties, copies=copies)
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
 
 
@@ -445,7 +445,9 @@ def lsm(
     else:
         num_lambdas = check_grid_settings(num_lambdas, eps)
     copies = int(num_knockoffs) + 1
-    Xk3, cols, ties = canonical_columns(Xk3, copies)  # exact flip-sign property, ties included (see lcd)
+    Xk3, cols, ties = _aot.call(
+        canonical_columns, Xk3, copies=copies
+    )  # exact flip-sign property, ties included (see lcd)
     sol = _lsm_jit(Xk3, y, lambdas, settings, num_lambdas=num_lambdas, eps=float(eps))
     sol = _lsm_statistics(sol, cols, ties, copies)
     return raise_if_failed(_unflatten(sol, batch_shape), throw)

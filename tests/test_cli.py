@@ -646,3 +646,36 @@ def test_the_s_vector_solvers_programs_are_exported_too(tmp_path, monkeypatch):
     for sol, ref in zip(exported + loaded, plain + plain):
         np.testing.assert_array_equal(np.asarray(sol.value), np.asarray(ref.value))
         assert int(sol.result) == int(ref.result) == 0
+
+
+def test_the_filters_stage_programs_are_exported_too(tmp_path, monkeypatch):
+    """``knockoff_filter``'s stage programs (standardisation, Ledoit-Wolf, sampling, canonical columns, the
+    CV engine, the MVR, the LCD scores: with the cache on, their tracing was half of a fresh process's first
+    call) go through ``_aot.call``: each is exported (none fails), then loaded without exporting, and ``W``
+    and the selection are the plain call's."""
+    import jax
+
+    import jaxknock
+    from jaxknock import _aot
+
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((60, 6))
+    y = X[:, 0] - X[:, 1] + 0.5 * rng.standard_normal(60)
+    run = lambda: jaxknock.knockoff_filter(jax.random.key(0), X, y, fdr=0.2)
+    plain = run()
+    monkeypatch.setattr(_aot, "export_directory", lambda: tmp_path)
+    monkeypatch.setattr(_aot, "LOADED", {})
+    exported = []
+    export = _aot.export_program
+    with monkeypatch.context() as m:
+        m.setattr(_aot, "export_program", lambda fn, *a: exported.append(fn.__name__) or export(fn, *a))
+        first = run()
+    stages = {"_standardise_and_split", "_lw_correlation", "_mrc_jit", "_plan_and_draw", "canonical_columns"}
+    assert stages | {"cv_jit", "_lcd_statistics"} <= set(exported), exported
+    assert not list(tmp_path.glob("*.failed")) and len(list(tmp_path.glob("*.pkl"))) == len(exported)
+    monkeypatch.setattr(_aot, "LOADED", {})  # a "fresh process": loads from disk, must not export
+    monkeypatch.setattr(_aot, "export_program", _exported_again)
+    second = run()
+    for sel in (first, second):
+        np.testing.assert_array_equal(np.asarray(sel.W), np.asarray(plain.W))
+        np.testing.assert_array_equal(sel.selected, plain.selected)
