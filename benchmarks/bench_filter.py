@@ -708,6 +708,7 @@ def fdr_conditions(*, p=100, fdr=0.1, seed=0, budget_s=600.0, json_path=None, wh
     """
     rows = []
     methods = tuple(s_methods) if s_methods else (None,)
+    first = methods[0]  # the paired differences are against it
     print(f"# fdr_conditions: p={p} fdr={fdr} budget={budget_s:.0f}s defaults of knockoff_filter\n# {uptime()}")
     print(
         f"{'condition':32s} {'s_method':>8s} {'n':>5s} {'sets':>5s} {'FDR':>7s} {'+-se':>6s} {'power':>7s} "
@@ -721,9 +722,9 @@ def fdr_conditions(*, p=100, fdr=0.1, seed=0, budget_s=600.0, json_path=None, wh
         rng = np.random.default_rng(seed + 1000 * c_i)
         fdps, powers = {m: [] for m in methods}, {m: [] for m in methods}
         t0 = time.perf_counter()
-        while len(fdps[methods[0]]) < 5 or time.perf_counter() - t0 < budget_s / len(chosen):
+        while len(fdps[first]) < 5 or time.perf_counter() - t0 < budget_s / len(chosen):
             X, y, truth = fdr_condition_data(rng, n, p, design, response)
-            key = jax.random.key(seed + len(fdps[methods[0]]))
+            key = jax.random.key(seed + len(fdps[first]))
             for m in methods:
                 sel = P.knockoff_filter(key, X, y, fdr=fdr, **({} if m is None else dict(s_method=m)))
                 mask = np.zeros(p, bool)
@@ -731,7 +732,7 @@ def fdr_conditions(*, p=100, fdr=0.1, seed=0, budget_s=600.0, json_path=None, wh
                 fdp, power = fdp_power(mask, truth)
                 fdps[m].append(float(fdp))
                 powers[m].append(float(power))
-        sets = len(fdps[methods[0]])
+        sets = len(fdps[first])
         per_set = (time.perf_counter() - t0) / sets
         for m in methods:
             (f_m, f_se), (p_m, p_se) = mean_se(fdps[m]), mean_se(powers[m])
@@ -748,9 +749,9 @@ def fdr_conditions(*, p=100, fdr=0.1, seed=0, budget_s=600.0, json_path=None, wh
                 "seconds_per_set": per_set,
             }
             paired = ""
-            if m != methods[0]:
-                d_f = mean_se(np.subtract(fdps[m], fdps[methods[0]]))
-                d_p = mean_se(np.subtract(powers[m], powers[methods[0]]))
+            if m != first:
+                d_f = mean_se(np.subtract(fdps[m], fdps[first]))
+                d_p = mean_se(np.subtract(powers[m], powers[first]))
                 row.update(paired_fdp=d_f, paired_power=d_p)
                 paired = f"  {d_f[0]:+.3f} +- {d_f[1]:.3f}, {d_p[0]:+.3f} +- {d_p[1]:.3f}"
             rows.append(row)

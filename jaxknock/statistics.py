@@ -445,9 +445,8 @@ def lsm(
     else:
         num_lambdas = check_grid_settings(num_lambdas, eps)
     copies = int(num_knockoffs) + 1
-    Xk3, cols, ties = _aot.call(
-        canonical_columns, Xk3, copies=copies
-    )  # exact flip-sign property, ties included (see lcd)
+    # exact flip-sign property, ties included (see lcd)
+    Xk3, cols, ties = _aot.call(canonical_columns, Xk3, copies=copies)
     sol = _lsm_jit(Xk3, y, lambdas, settings, num_lambdas=num_lambdas, eps=float(eps))
     sol = _lsm_statistics(sol, cols, ties, copies)
     return raise_if_failed(_unflatten(sol, batch_shape), throw)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 
-from jaxknock._s_methods import resolve_s_method
 from jaxknock.cli.common import CLIError, enable_x64, timed
 from jaxknock.cli.progress import Progress, Ticker, progress_enabled
 from jaxknock.cli.report import print_table
@@ -52,6 +51,7 @@ def run_demo(args) -> int:
     import numpy as np
 
     import jaxknock as jk
+    from jaxknock.pipeline import resolve_s_method
 
     for name in ("n", "p", "rank", "signals", "replicates"):
         if getattr(args, name) < 1:
