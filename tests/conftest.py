@@ -1,16 +1,6 @@
 import os
 
-# The suite is bound by XLA compile time, not by run time: in tests/test_pipeline.py 89 s of 109 s were
-# XLA:CPU compiles (JAX_LOG_COMPILES=1, session 36). The tests therefore compile without LLVM's optimisation
-# passes; the full run went from 1598 s to 1295 s on the 2-core CI machine. XLA's own graph passes still run, and
-# every numerical assertion compares with a tolerance or within one process (the same flags on both sides).
-# The docstring examples and the benchmarks run at the default level. JAXKNOCK_TEST_XLA_OPT=default opts out;
-# an XLA_FLAGS that sets the level itself is kept. Set before the first computation initialises the backend.
-if os.environ.get("JAXKNOCK_TEST_XLA_OPT") != "default" and "xla_backend_optimization_level" not in os.environ.get(
-    "XLA_FLAGS", ""
-):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
-
+# XLA_FLAGS for the tests (LLVM passes off) are set in the repository's conftest.py, loaded first.
 import jax
 
 jax.config.update("jax_enable_x64", True)
