@@ -364,6 +364,13 @@ def test_jit_vmap_and_no_retrace():
         sparse_naive_bayes(sums, None, 7)
         sparse_naive_bayes(sums, None, 9)
     assert not compiles
+    # predicting again on the same shapes compiles nothing (the scores' lax.cond, run eagerly
+    # on closures, compiled a new program at every call)
+    eager.value.predict_proba(X), eager.value.predict(X)
+    with count_compiles() as compiles:
+        eager.value.predict_proba(X[::-1].copy())
+        eager.value.predict(X)
+    assert not compiles, compiles
 
 
 def test_path_is_monotone_and_batches_agree():

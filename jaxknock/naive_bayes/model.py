@@ -55,23 +55,43 @@ def _linear_scores(X, coef, intercept, support):
         if X.shape[0] == 0:
             raise ValueError(f"X is empty (shape {tuple(X.shape)}): nothing to predict")
     check_values(X, "multinomial")  # finite and non-negative (bernoulli models binarise nothing here)
-    # alpha=0 can fit a probability of 0 (coef = -inf) or, Bernoulli, of 1 (coef = +inf, see
-    # _classifier): such a feature contributes 0 where the data agree with it (0 * log 0 = 0, not
-    # NaN) and rules the class out (-inf) where they do not (x > 0, resp. x < 1); a feature at the
-    # same infinity in every class rules none out (a term common to all classes, dropped as off the support)
+    if is_sparse(X):
+        return _sparse_scores(X, coef, intercept, support)
+    return _dense_scores(X, coef, intercept)
+
+
+def _ruled_out(coef):
+    """Entries at an infinity that rule a class out, and ``coef`` with them zeroed.
+
+    ``alpha=0`` can fit a probability of 0 (coef = -inf) or, Bernoulli, of 1 (coef = +inf, see
+    ``_classifier``): such a feature contributes 0 where the data agree with it (0 * log 0 = 0, not
+    NaN) and rules the class out (-inf) where they do not (x > 0, resp. x < 1); a feature at the
+    same infinity in every class rules none out (a term common to all classes, dropped as off the support).
+    """
     never = (coef == -jnp.inf) & ~jnp.all(coef == -jnp.inf, axis=0)
     always = (coef == jnp.inf) & ~jnp.all(coef == jnp.inf, axis=0)
-    coef = jnp.where(jnp.isinf(coef), 0.0, coef)
-    if is_sparse(X):
-        idx = np.flatnonzero(np.asarray(support))
-        X = X.tocsr()[:, idx]
-        scores = jnp.asarray(np.asarray(X @ np.asarray(coef)[:, idx].T)) + intercept
-        if np.any(np.asarray(never | always)):
-            Xd = X.toarray()  # a model fitted with alpha=0: rare; the support columns only
-            never_w, always_w = (np.asarray(a, np.float64)[:, idx].T for a in (never, always))
-            miss = (Xd > 0) @ never_w + (Xd < 1) @ always_w
-            scores = jnp.where(miss > 0, -jnp.inf, scores)
-        return scores
+    return never, always, jnp.where(jnp.isinf(coef), 0.0, coef)
+
+
+def _sparse_scores(X, coef, intercept, support):
+    """Scores of a scipy.sparse ``X``, multiplied on the host (support columns only)."""
+    never, always, coef = _ruled_out(coef)
+    idx = np.flatnonzero(np.asarray(support))
+    X = X.tocsr()[:, idx]
+    scores = jnp.asarray(np.asarray(X @ np.asarray(coef)[:, idx].T)) + intercept
+    if np.any(np.asarray(never | always)):
+        Xd = X.toarray()  # a model fitted with alpha=0: rare; the support columns only
+        never_w, always_w = (np.asarray(a, np.float64)[:, idx].T for a in (never, always))
+        miss = (Xd > 0) @ never_w + (Xd < 1) @ always_w
+        scores = jnp.where(miss > 0, -jnp.inf, scores)
+    return scores
+
+
+@jax.jit
+def _dense_scores(X, coef, intercept):
+    """Scores of a dense ``X``: one compiled program per shape (called eagerly, a ``lax.cond``
+    on closures compiled a new program at every call), NaN rows for bad counts."""
+    never, always, coef = _ruled_out(coef)
     scores = jnp.matmul(X.astype(coef.dtype), coef.T, precision=lax.Precision.HIGHEST) + intercept
 
     def rule_out(s):
