@@ -48,15 +48,15 @@ def _linear_scores(X, coef, intercept, support):
     (``ValueError`` naming ``X`` and the entries); under ``jit`` a row with a
     NaN, Inf or negative entry gets NaN scores.
     """
-    if not is_sparse(X):
-        X = jnp.asarray(X)
-        if X.ndim != 2 or X.shape[1] != coef.shape[1]:
-            raise ValueError(f"X must have shape (n, {coef.shape[1]}), got {tuple(X.shape)}")
-        if X.shape[0] == 0:
-            raise ValueError(f"X is empty (shape {tuple(X.shape)}): nothing to predict")
-    check_values(X, "multinomial")  # finite and non-negative (bernoulli models binarise nothing here)
     if is_sparse(X):
+        check_values(X, "multinomial")  # finite and non-negative (bernoulli models binarise nothing here)
         return _sparse_scores(X, coef, intercept, support)
+    X = jnp.asarray(X)
+    if X.ndim != 2 or X.shape[1] != coef.shape[1]:
+        raise ValueError(f"X must have shape (n, {coef.shape[1]}), got {tuple(X.shape)}")
+    if X.shape[0] == 0:
+        raise ValueError(f"X is empty (shape {tuple(X.shape)}): nothing to predict")
+    check_values(X, "multinomial")
     return _dense_scores(X, coef, intercept)
 
 
