@@ -138,7 +138,9 @@ print(json.dumps({"gap": gap, "shape": list(b.stats["objective"].shape),
 
 def test_tune_lifted_sharded_equals_single_device():
     out = _run_script(_LIFTED)
-    assert out["gap"] <= 1e-12 and out["obj"] <= 1e-12
+    # float64; the per-device batch (2 of the padded 4 against 3) may be vectorised differently, so
+    # equal up to rounding (1.5e-12 seen); a wrong key, padding or gather is off by O(1)
+    assert out["gap"] <= 1e-10 and out["obj"] <= 1e-10
     assert out["shape"] == [3, 2] and out["lead"] == 3 and len(out["result"]) == 3
 
 
