@@ -2,6 +2,9 @@
 
 import os
 
+import jax
+import pytest
+
 # Tests and docstring examples are bound by XLA compile time, not by run time: in tests/test_pipeline.py 89 s of
 # 109 s were XLA:CPU compiles (JAX_LOG_COMPILES=1, session 36). They therefore compile without LLVM's optimisation
 # passes (--xla_backend_optimization_level=0: the test run 1598 -> 1295 s on the 2-core CI machine of session 36,
@@ -19,9 +22,6 @@ if os.environ.get("JAXKNOCK_TEST_XLA_OPT") != "default":
     _given = os.environ.get("XLA_FLAGS", "")
     _extra = [f"--{k}={v}" for k, v in _TEST_XLA_FLAGS.items() if k not in _given]
     os.environ["XLA_FLAGS"] = " ".join([_given, *_extra]).strip()
-
-import jax
-import pytest
 
 
 @pytest.fixture(autouse=True)

@@ -165,12 +165,16 @@ def _ar1_knockoff_model(p, rho):
     )
 
 
-def _simulate(key, statistics, *, reps, n=200, p=100, k=20, amplitude=0.5, rho=0.4, R=5):
+def _simulate(key, statistics, *, reps, n=200, p=100, k=20, amplitude=0.5, rho=0.4, R=5, traced=True):
     """``reps`` data sets y = X beta + noise, each with ``R`` exact knockoff copies.
 
     Returns ``(W_1, W_2, ...)``, one ``(reps, R, p)`` array per function in
     ``statistics`` (called as ``f(Xk, y)`` with ``Xk`` of shape ``(R, n, 2p)``),
-    and the boolean signal mask. Randomness comes from ``key`` only.
+    and the boolean signal mask. Randomness comes from ``key`` only. With
+    ``traced`` the data sets run through one ``lax.map`` (the statistics are
+    traced); without it the statistics are called eagerly, one data set at a
+    time, as a user calls them (e.g. ``lcd``'s working-set CV engine, which
+    does not trace).
     """
     chol, mean_map, cond_chol = _ar1_knockoff_model(p, rho)
     beta = np.zeros(p)
@@ -178,15 +182,19 @@ def _simulate(key, statistics, *, reps, n=200, p=100, k=20, amplitude=0.5, rho=0
     signals = beta != 0
     beta = jnp.asarray(beta)
 
-    def one(key):
+    def data(key):
         kx, ky, kk = jax.random.split(key, 3)
         X = jax.random.normal(kx, (n, p)) @ chol.T
         y = X @ beta + jax.random.normal(ky, (n,))
         Xt = X @ mean_map + jax.random.normal(kk, (R, n, p)) @ cond_chol.T
-        Xk = jnp.concatenate([jnp.broadcast_to(X, Xt.shape), Xt], axis=-1)
-        return tuple(f(Xk, y) for f in statistics)
+        return jnp.concatenate([jnp.broadcast_to(X, Xt.shape), Xt], axis=-1), y
 
-    return jax.lax.map(one, jax.random.split(key, reps)), signals
+    keys = jax.random.split(key, reps)
+    if traced:
+        return jax.lax.map(lambda key: tuple(f(*data(key)) for f in statistics), keys), signals
+    data = jax.jit(data)
+    per_set = [tuple(f(*data(key)) for f in statistics) for key in keys]
+    return tuple(jnp.stack(w) for w in zip(*per_set)), signals
 
 
 def _fdp(selected, signals):
@@ -241,15 +249,17 @@ def _lcd_fixed_fraction(Xk, y):
 
 
 def _lcd_cv(Xk, y):
-    return S.lcd(Xk[:1], y, folds=3, num_lambdas=10, eps=5e-2, tol=1e-6).value
+    return S.lcd(Xk, y, folds=3, num_lambdas=10, eps=5e-2, tol=1e-6).value
 
 
 @pytest.mark.slow
 def test_fdr_control_lcd(key):
     """200 data sets, p = 100: LCD at a fixed fraction of lambda_max (knockoff+ and
-    e-values over 5 replicates) and cross-validated LCD (knockoff+) control the FDR;
-    shifting LCD towards the originals breaks it."""
-    (W, W_cv), signals = _simulate(key, [_lcd_fixed_fraction, _lcd_cv], reps=200)
+    e-values over 5 replicates; traced, so the classic path solver) and cross-validated
+    LCD (knockoff+; eager, so the default working-set engine a user gets) control the
+    FDR; shifting LCD towards the originals breaks it."""
+    (W,), signals = _simulate(key, [_lcd_fixed_fraction], reps=200)
+    (W_cv,), _ = _simulate(jax.random.fold_in(key, 1), [_lcd_cv], reps=200, R=1, traced=False)
     W, W_cv = np.asarray(W), np.asarray(W_cv)
     _check_fdr(W, signals, valid=True)
     _check_fdr(W + 0.5 * np.abs(W).mean(), signals, valid=False)
