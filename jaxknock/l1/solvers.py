@@ -139,10 +139,12 @@ def certify(prob: Problem, lam, state: LassoState, settings: L1Settings) -> Lass
     extrapolations (Anderson, line) combine stored predictors with large
     weights, so rounding drift in ``z`` would otherwise grow, the gap would
     certify a predictor the coefficients do not give, and the epochs would
-    converge to the optimum of the drifted problem (session 39: with XLA:CPU's
-    legacy emitters an l1-logistic solve stalled at a reported gap of 2e-10
-    with coefficients 2e-8 from the optimum). One ``X @ coef`` per epoch.
-    FISTA recomputes ``z`` at every iteration already.
+    converge to the optimum of the drifted problem (with XLA:CPU's legacy
+    emitters an l1-logistic solve stalled at a reported gap of 2e-10 with
+    coefficients 2e-8 from the optimum; in float32 at ``tol = 1e-6`` the true
+    gap was up to 8x the reported one: ``benchmarks/measured/NOTES.md``,
+    session 39). One ``X @ coef`` per epoch. FISTA recomputes ``z`` at every
+    iteration already.
     """
     offset, z = state.offset, state.z
     if state.momentum is None:  # FISTA moves the offset by gradient steps instead
