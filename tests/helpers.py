@@ -1,4 +1,4 @@
-"""Shared problem generators for the tests (import as ``from helpers import ...``).
+"""Shared problem generators and utilities for the tests (import as ``from helpers import ...``).
 
 Each area keeps its generators under its own header; every generator is a
 pure function of its arguments (seeded NumPy), so tests that share one draw
@@ -6,10 +6,17 @@ the same data as before.
 """
 
 import contextlib
+import json
 import logging
+import os
+import subprocess
+import sys
+import textwrap
 
 import jax
 import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # --------------------------------------------------------------------------
 # core: covariance, sampling, filter, pipeline, cli
@@ -86,6 +93,25 @@ def count_compiles(name=None):
             yield compiles
     finally:
         logger.removeHandler(handler)
+
+
+def run_json_script(code, env, *, timeout=240):
+    """Run ``code`` in a fresh interpreter (``env``, in the repository root); it prints one JSON line last.
+
+    For checks that need another process's settings (XLA flags, device count,
+    x64). Returns the parsed last line; a non-zero exit fails with the tail of
+    the script's stderr.
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 # --------------------------------------------------------------------------

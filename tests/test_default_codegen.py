@@ -12,13 +12,9 @@ script can fail: run with the suite's flags on the solver before that fix,
 its l1-logistic solve ends ``max_steps_reached`` 1.9e-8 from scikit-learn's.)
 """
 
-import json
 import os
-import subprocess
-import sys
-import textwrap
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import run_json_script
 
 _SCRIPT = """
 import json, os
@@ -49,7 +45,7 @@ for name, A, target, lam, loss in [("lasso", X, y, 0.08, "squared"), ("logistic"
                                  max_iter=100_000).fit(A, target).coef_[0]
     out[name] = [int(sol.result), float(np.max(np.abs(np.asarray(sol.value) - ref)))]
 
-p, k = 60, 10
+p = 60
 Xf = rng.standard_normal((400, p)) + 0.5 * rng.standard_normal((400, 1))
 signals = np.zeros(p, bool)
 signals[::6] = True
@@ -66,16 +62,7 @@ print(json.dumps(out))
 def test_solvers_and_filter_at_xla_default_flags():
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["JAX_PLATFORMS"] = "cpu"
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_SCRIPT)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_json_script(_SCRIPT, env, timeout=600)
     assert out["xla_flags"] == ""  # XLA's defaults, not the suite's flags
     for name in ("lasso", "logistic"):
         code, err = out[name]

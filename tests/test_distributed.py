@@ -11,13 +11,13 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from helpers import run_json_script
 
 import jaxknock
 from jaxknock import distributed as dist
@@ -37,17 +37,8 @@ def _env(devices=8):
 
 
 def _run_script(code, *, devices=8, timeout=240):
-    """Run ``code`` in a fresh interpreter; it prints one JSON line last."""
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=_env(devices),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """Run ``code`` in a fresh interpreter with ``devices`` CPU devices; it prints one JSON line last."""
+    return run_json_script(code, _env(devices), timeout=timeout)
 
 
 # --------------------------------------------------------------------------
