@@ -305,7 +305,7 @@ def lcd(
                 f"lam must be a scalar or broadcast to the batch shape {batch_shape}, got shape {lam.shape}"
             ) from None
         _checks.check_lam(lam)
-        sol = _lcd_fixed_jit(Xk3, y, lam, settings)
+        sol = _aot.call(_lcd_fixed_jit, Xk3, y, lam, settings)
     elif _working_set.use_engine(engine, Xk3, fit_intercept, solver=solver, screen=screen):
         fold_ids, K = resolve_folds(n, folds, y, loss)
         check_folds_nonempty(fold_ids, K, y, loss)
@@ -447,8 +447,8 @@ def lsm(
     copies = int(num_knockoffs) + 1
     # exact flip-sign property, ties included (see lcd)
     Xk3, cols, ties = _aot.call(canonical_columns, Xk3, copies=copies)
-    sol = _lsm_jit(Xk3, y, lambdas, settings, num_lambdas=num_lambdas, eps=float(eps))
-    sol = _lsm_statistics(sol, cols, ties, copies)
+    sol = _aot.call(_lsm_jit, Xk3, y, lambdas, settings, num_lambdas=num_lambdas, eps=float(eps))
+    sol = _aot.call(_lsm_statistics, sol, cols, ties, copies=copies)
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
 
 

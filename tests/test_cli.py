@@ -648,6 +648,38 @@ def test_the_s_vector_solvers_programs_are_exported_too(tmp_path, monkeypatch):
         assert int(sol.result) == int(ref.result) == 0
 
 
+@pytest.mark.parametrize("statistic", ["lsm", "lcd_fixed_lam"])
+def test_the_other_lasso_statistics_programs_are_exported_too(statistic, tmp_path, monkeypatch):
+    """The signed-max statistic's path program and scores, and the LCD at a given ``lam`` (its fixed-penalty
+    program), go through ``_aot.call`` as the default LCD's CV does: exported, loaded again without exporting,
+    and the plain call's ``W``."""
+    from jaxknock import _aot, statistics
+
+    rng = np.random.default_rng(3)
+    Xk = rng.standard_normal((50, 8))
+    y = Xk[:, 0] + 0.3 * rng.standard_normal(50)
+    if statistic == "lsm":
+        run, names = lambda: statistics.lsm(Xk, y, num_lambdas=20), {"_lsm_jit", "_lsm_statistics"}
+    else:
+        run, names = lambda: statistics.lcd(Xk, y, lam=0.05), {"_lcd_fixed_jit", "_lcd_statistics"}
+    plain = run()
+    monkeypatch.setattr(_aot, "export_directory", lambda: tmp_path)
+    monkeypatch.setattr(_aot, "LOADED", {})
+    exported = []
+    export = _aot.export_program
+    with monkeypatch.context() as m:
+        m.setattr(_aot, "export_program", lambda fn, *a: exported.append(fn.__name__) or export(fn, *a))
+        first = run()
+    assert names <= set(exported), exported
+    assert not list(tmp_path.glob("*.failed"))
+    monkeypatch.setattr(_aot, "LOADED", {})  # a "fresh process": loads from disk, must not export
+    monkeypatch.setattr(_aot, "export_program", _exported_again)
+    second = run()
+    for sol in (first, second):
+        np.testing.assert_array_equal(np.asarray(sol.value), np.asarray(plain.value))
+        assert int(sol.result) == int(plain.result) == 0
+
+
 def test_the_filters_stage_programs_are_exported_too(tmp_path, monkeypatch):
     """``knockoff_filter``'s stage programs (standardisation, Ledoit-Wolf, sampling, canonical columns, the
     CV engine, the MVR, the LCD scores: with the cache on, their tracing was half of a fresh process's first
