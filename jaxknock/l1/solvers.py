@@ -264,7 +264,12 @@ def lasso(
         fit_intercept: fit an unpenalised intercept (columns are centred).
         init: optional ``(m,)`` warm start for the coefficients.
         tol: stop when ``gap <= tol * D0``, ``D0`` the null deviance per sample
-            (default 1e-6 in float64, 1e-4 in float32).
+            (default 1e-6 in float64, 1e-4 in float32). The gap is computed in
+            the input's precision; in float32 it is reliable to about 1e-6 relative:
+            its floor is the product :math:`X_c^\top u` that scales the dual point
+            (rounding ``eps sum_i |x_ij u_i|`` on gradients of size ``lambda``), not
+            the loss sums, so at ``tol = 1e-6`` a float32 l1-logistic gap read up to
+            0.7x the float64 value (``benchmarks/measured/NOTES.md``, session 40).
         max_steps: epochs (``cd``, default 1000) or iterations (``fista``,
             default 20000).
         solver: ``"auto"``, ``"cd"`` or ``"fista"`` (see :mod:`jaxknock.l1.solvers`).
