@@ -586,6 +586,19 @@ def test_predict_rejects_nan_or_negative_counts(bad):
     assert bool(jnp.all(jnp.isnan(jax.jit(model.predict_proba)(jnp.asarray(Xb))[3])))
 
 
+def test_predict_rejects_sparse_x_with_the_wrong_number_of_features():
+    # a scipy.sparse X is multiplied on its support columns only: 5 or 7 columns for a model of 6
+    # features gave plausible labels (dense X raised)
+    model, X = _small_fit()
+    for Xw in (X[:, :5], np.hstack([X, X[:, :1]])):
+        for fmt in ("csr", "csc"):
+            with pytest.raises(ValueError, match=r"X must have shape \(n, 6\)"):
+                model.predict(sp.csr_matrix(Xw).asformat(fmt))
+    with pytest.raises(ValueError, match="X is empty"):
+        model.predict(sp.csr_matrix(X[:0]))
+    np.testing.assert_array_equal(model.predict(sp.csr_matrix(X)), model.predict(X))
+
+
 def test_corrupt_npz_names_the_file(tmp_path):
     bad = tmp_path / "bad.npz"
     bad.write_bytes(os.urandom(200))

@@ -44,19 +44,22 @@ __all__ = ["NaiveBayesModel", "SNBPath", "sparse_naive_bayes", "sparse_naive_bay
 def _linear_scores(X, coef, intercept, support):
     """``X coef' + intercept``; scipy.sparse X is multiplied on the host (support columns only).
 
-    ``X`` must hold finite, non-negative counts: concrete input is checked
+    ``X`` must be ``(n, m)`` (``m`` the model's features; ``ValueError`` otherwise, dense or
+    sparse) and hold finite, non-negative counts: concrete input is checked
     (``ValueError`` naming ``X`` and the entries); under ``jit`` a row with a
     NaN, Inf or negative entry gets NaN scores.
     """
-    if is_sparse(X):
-        check_values(X, "multinomial")  # finite and non-negative (bernoulli models binarise nothing here)
-        return _sparse_scores(X, coef, intercept, support)
-    X = jnp.asarray(X)
-    if X.ndim != 2 or X.shape[1] != coef.shape[1]:
+    if not is_sparse(X):
+        X = jnp.asarray(X)
+    # scipy.sparse X too: its product reads the support columns only, so X with fewer or more
+    # columns than the model's features gave plausible scores
+    if len(X.shape) != 2 or X.shape[1] != coef.shape[1]:
         raise ValueError(f"X must have shape (n, {coef.shape[1]}), got {tuple(X.shape)}")
     if X.shape[0] == 0:
         raise ValueError(f"X is empty (shape {tuple(X.shape)}): nothing to predict")
-    check_values(X, "multinomial")
+    check_values(X, "multinomial")  # finite and non-negative (bernoulli models binarise nothing here)
+    if is_sparse(X):
+        return _sparse_scores(X, coef, intercept, support)
     return _dense_scores(X, coef, intercept)
 
 
