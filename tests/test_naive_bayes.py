@@ -680,6 +680,22 @@ def test_traced_k_outside_range_is_infeasible(model):
     assert int(emp(X, np.zeros(60, int))) == RESULTS.infeasible
 
 
+@pytest.mark.parametrize("model", ["multinomial", "bernoulli"])
+def test_traced_negative_alpha_is_infeasible(model):
+    """A traced alpha < 0 (eager: ValueError) fitted counts + alpha and reported success."""
+    rng = np.random.default_rng(11)
+    X = rng.poisson(1.0, (40, 6))
+    X = (X > 0).astype(int) if model == "bernoulli" else X
+    sums = class_sums(X, np.arange(40) % 2)
+    fit = jax.jit(lambda a: sparse_naive_bayes(sums, None, 2, model=model, alpha=a))
+    for alpha, code in [(1.0, RESULTS.successful), (-0.5, RESULTS.infeasible), (np.inf, RESULTS.nonfinite)]:
+        sol = fit(alpha)
+        assert int(sol.result) == code
+        assert np.all(np.isfinite(np.asarray(sol.value.theta))) == (code == RESULTS.successful)
+    path = jax.jit(lambda a: sparse_naive_bayes_path(sums, None, jnp.array([1, 2]), model=model, alpha=a))(-0.5)
+    assert np.asarray(path.result).tolist() == [RESULTS.infeasible] * 2 and np.isnan(np.asarray(path.value.psi)).all()
+
+
 def test_traced_classes_are_named():
     """``classes`` traced (passed through jit, or built with jnp inside the jitted function) was JAX's
     TracerArrayConversionError from ``np.asarray``; a concrete JAX array outside jit works."""

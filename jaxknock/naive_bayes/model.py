@@ -263,17 +263,19 @@ def _final_code(dual_result, finite):
     return jnp.where(finite, dual_result, jnp.int32(RESULTS.nonfinite)).astype(jnp.int32)
 
 
-def _input_code(counts, n_samples, k, model):
-    """``RESULTS`` code for what :func:`_check_sums` / :func:`_check_k` cannot see under ``jit``.
+def _input_code(counts, n_samples, k, model, alpha):
+    """``RESULTS`` code for what :func:`_check_sums` / :func:`_check_k` / :func:`_check_model_alpha`
+    cannot see under ``jit``.
 
     ``nonfinite`` for NaN/Inf sums (:func:`class_sums` NaN-poisons the sums of
-    traced bad counts or labels), ``infeasible`` for negative sums, an empty
-    class, Bernoulli sums above the class sizes or ``k`` outside ``[0, m]``
-    (previously clamped silently); ``successful`` for every input the eager
-    checks accept.
+    traced bad counts or labels) or a NaN/Inf ``alpha``, ``infeasible`` for
+    negative sums, an empty class, Bernoulli sums above the class sizes, ``k``
+    outside ``[0, m]`` (previously clamped silently) or a negative ``alpha``
+    (previously fitted and reported successful); ``successful`` for every input
+    the eager checks accept.
     """
-    finite = jnp.all(jnp.isfinite(counts)) & jnp.all(jnp.isfinite(n_samples))
-    valid = jnp.all(counts >= 0) & jnp.all(n_samples > 0) & (k >= 0) & (k <= counts.shape[1])
+    finite = jnp.all(jnp.isfinite(counts)) & jnp.all(jnp.isfinite(n_samples)) & jnp.isfinite(alpha)
+    valid = jnp.all(counts >= 0) & jnp.all(n_samples > 0) & (k >= 0) & (k <= counts.shape[1]) & (alpha >= 0)
     if model == "bernoulli":
         valid = valid & jnp.all(counts <= n_samples[:, None])
     return jnp.where(~finite, RESULTS.nonfinite, jnp.where(valid, RESULTS.successful, RESULTS.infeasible)).astype(
@@ -312,7 +314,7 @@ def fit_core(counts, n_samples, k, alpha, tol, *, model, max_steps, method=None)
         "dual": p.astype(dt),
     }
     # bad input under jit: a non-success code and NaN everywhere, never a plausible model
-    in_code = _input_code(counts, n_samples, k, model)
+    in_code = _input_code(counts, n_samples, k, model, alpha)
     ok = in_code == RESULTS.successful
     theta, coef, intercept = poison(ok, theta, coef, intercept)
     stats = {key: poison(ok, v) for key, v in stats.items()}
@@ -343,7 +345,7 @@ def path_core(counts, n_samples, ks, alpha, tol, *, model, max_steps, batch_size
     else:
         upper, lower, obj, steps, codes = lax.map(one, ks, batch_size=batch_size)
     finite = jnp.isfinite(upper) & jnp.isfinite(obj)
-    in_code = jax.vmap(lambda k: _input_code(counts, n_samples, k, model))(ks)
+    in_code = jax.vmap(lambda k: _input_code(counts, n_samples, k, model, alpha))(ks)
     ok = in_code == RESULTS.successful
     upper, lower, obj = poison(ok, upper, lower, obj)
     return upper, lower, obj, steps, combine_codes(in_code, _final_code(codes, finite))
@@ -494,7 +496,8 @@ def sparse_naive_bayes(
         (may be traced: no recompilation per ``k``; vmappable). A traced ``k``
         outside ``[0, m]`` gives ``RESULTS.infeasible`` and NaN parameters.
       model: ``"multinomial"`` (counts) or ``"bernoulli"`` (binary X).
-      alpha: Laplace smoothing (pseudo-count), ``>= 0``.
+      alpha: Laplace smoothing (pseudo-count), ``>= 0`` (may be traced: a traced
+        negative ``alpha`` gives ``RESULTS.infeasible`` and NaN parameters).
       classes: label order (default: sorted unique labels); needed under ``jit``.
       tol: relative tolerance on the dual gap ``psi_upper - psi_lower``
         (default ``1e-10`` in float64, ``1e-5`` in float32).
@@ -516,8 +519,8 @@ def sparse_naive_bayes(
       non-success ``result`` and NaN ``theta`` / ``coef`` / ``intercept`` /
       stats: ``nonfinite`` for NaN/Inf, negative or (Bernoulli) non-binary
       ``X`` or a label outside ``classes`` (the sums are NaN-poisoned),
-      ``infeasible`` for invalid :class:`ClassSums` (negative, an empty class)
-      or ``k`` outside ``[0, m]``.
+      ``infeasible`` for invalid :class:`ClassSums` (negative, an empty class),
+      ``k`` outside ``[0, m]`` or a negative ``alpha``.
 
     Example::
 
