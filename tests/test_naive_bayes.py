@@ -599,6 +599,21 @@ def test_predict_rejects_sparse_x_with_the_wrong_number_of_features():
     np.testing.assert_array_equal(model.predict(sp.csr_matrix(X)), model.predict(X))
 
 
+def test_sparse_duplicate_entries_are_checked_as_their_sum():
+    # a non-canonical CSR stores X[0, 1] = 2 as two entries of 1: each passed the Bernoulli check (dense
+    # X[0, 1] = 2 raised), and the fit counted 2 for a binary feature and reported success
+    X = sp.csr_matrix((np.ones(5), np.array([1, 1, 0, 2, 1]), np.array([0, 2, 3, 4, 5])), shape=(4, 3))
+    assert not X.has_canonical_format and X.toarray()[0, 1] == 2
+    y = np.array([0, 0, 1, 1])
+    with pytest.raises(ValueError, match=r"binary X.*X\[0, 1\] = 2"):
+        sparse_naive_bayes(X, y, 1, model="bernoulli")
+    with pytest.raises(ValueError, match=r"binary X.*X\[0, 1\] = 2"):
+        class_sums(X, y, model="bernoulli")
+    # entries -1 and 2 at one place are the count 1: accepted, as the dense matrix
+    Y = sp.csr_matrix((np.array([-1.0, 2.0, 1.0]), np.array([0, 0, 1]), np.array([0, 2, 3])), shape=(2, 2))
+    np.testing.assert_array_equal(np.asarray(class_sums(Y, [0, 1]).counts), [[1.0, 0.0], [0.0, 1.0]])
+
+
 def test_corrupt_npz_names_the_file(tmp_path):
     bad = tmp_path / "bad.npz"
     bad.write_bytes(os.urandom(200))

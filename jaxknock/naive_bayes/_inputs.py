@@ -119,6 +119,10 @@ def check_values(X, model):
     """Value checks on concrete X (dense or scipy.sparse), before any tracing."""
     if is_sparse(X):
         Xc = X if X.format in ("csr", "csc") else X.tocsr()
+        if not Xc.has_canonical_format:
+            # duplicate entries add up (X[i, j] = 1 + 1 = 2): check the matrix's values, not the stored ones
+            Xc = Xc.copy()
+            Xc.sum_duplicates()
         data = np.asarray(Xc.data)
 
         def where(bad):
