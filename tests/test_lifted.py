@@ -579,6 +579,21 @@ def test_bad_inputs_raise_specific_errors(key):
         fenchel_relu_regression(X, -jnp.ones((120, 2)))
 
 
+def test_fenchel_relu_regression_checks_rho_and_flags_traced_bad_input(key):
+    """rho < 0 ran (W = 0, max_steps_reached), max_steps=2.5 was truncated; under jit a negative Y made the
+    objective unbounded below and the solve reported a huge negative objective as successful."""
+    X = jax.random.normal(key, (30, 3))
+    Y = jax.nn.relu(X @ jnp.array([[1.0], [-1.0], [0.5]]))
+    for kw, name in [(dict(rho=-1.0), "rho"), (dict(tol=-1.0), "tol"), (dict(max_steps=2.5), "max_steps")]:
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            fenchel_relu_regression(X, Y, **kw)
+    fit = jax.jit(lambda Y, rho: fenchel_relu_regression(X, Y, rho=rho, max_steps=50))
+    assert int(fit(Y, 0.0).result) == RESULTS.successful
+    for bad in (fit(-Y - 1.0, 0.0), fit(Y, -1.0)):
+        assert int(bad.result) == RESULTS.infeasible
+        assert np.isnan(np.asarray(bad.value["w"])).all() and np.isnan(float(bad.stats["objective"]))
+
+
 def test_counts_and_tolerances_are_checked_not_truncated(key):
     """``int()`` truncated epochs=2.5 / batch_size=10.7 / alternations=1.9 / init widths 6.5, parsed "2" and
     took True as 1; passes=0 or -1 returned the forward scores; a negative or NaN (inner_)tol or

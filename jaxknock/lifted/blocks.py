@@ -26,7 +26,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock._checks import as_float_array, check_finite, check_ndim, is_concrete
+from jaxknock._checks import (
+    as_float_array,
+    check_count,
+    check_finite,
+    check_ndim,
+    check_real,
+    combine_codes,
+    is_concrete,
+    poison,
+)
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.lifted._common import HI, Info, colsum, guard, mm, sum_infos
 from jaxknock.lifted.inner import accelerated_mm, cg_mm, nonneg_apg, simplex_xent
@@ -150,12 +159,14 @@ def fenchel_relu_regression(X, Y, *, rho=0.0, init=None, tol: float = 1e-8, max_
 
     Args:
       X: ``(N, p)`` inputs. Y: ``(N, q)`` non-negative targets.
-      rho: ridge weight on ``W``. init: optional ``(W, b)`` warm start.
-      tol: relative step tolerance. max_steps: iteration limit.
+      rho: ridge weight ``>= 0`` on ``W``. init: optional ``(W, b)`` warm start.
+      tol: relative step tolerance ``>= 0``. max_steps: iteration limit (a positive integer).
 
     Returns:
       ``Solution(value={"w", "b"}, result, stats={"num_steps", "max_steps",
-      "objective", "gradient_norm"})``.
+      "objective", "gradient_norm"})``. Bad concrete input raises ``ValueError``;
+      under ``jit`` a negative ``Y`` or ``rho`` (the problem is then unbounded below)
+      gives ``RESULTS.infeasible`` and NaN weights and stats.
 
     Example:
       >>> X = jax.random.normal(jax.random.key(0), (50, 3))
@@ -174,6 +185,10 @@ def fenchel_relu_regression(X, Y, *, rho=0.0, init=None, tol: float = 1e-8, max_
     check_finite(Y, "Y")
     if is_concrete(Y) and np.any(np.asarray(Y) < 0):
         raise ValueError("Y must be non-negative (it is the output of a ReLU)")
+    if is_concrete(rho):  # rho < 0 ran and returned W = 0 (max_steps_reached)
+        check_real(rho, "rho")
+    tol = check_real(tol, "tol")  # tol=-1 / NaN ran to max_steps
+    max_steps = check_count(max_steps, "max_steps")  # int() truncated 2.5
     N, p = X.shape
     q = Y.shape[1]
     if init is None:
@@ -215,6 +230,12 @@ def _fenchel_regression(X, Y, W, b, rho, tol, max_steps):
         jnp.where(info.failures == 0, jnp.int32(RESULTS.successful), jnp.int32(RESULTS.max_steps_reached)),
         jnp.int32(RESULTS.nonfinite),
     )
+    # traced Y < 0 or rho < 0 (the eager checks raise): the objective is unbounded below, and the solve
+    # stopped at a huge negative value it reported successful
+    ok = jnp.all(Y >= 0) & (rho >= 0)
+    code = combine_codes(jnp.where(ok, jnp.int32(RESULTS.successful), jnp.int32(RESULTS.infeasible)), code)
+    layer = {key: poison(ok, v) for key, v in layer.items()}
+    obj, gnorm = poison(ok, obj, gnorm)
     stats = {"num_steps": info.steps, "max_steps": jnp.int32(max_steps), "objective": obj, "gradient_norm": gnorm}
     return Solution(layer, code, stats)
 
