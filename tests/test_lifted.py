@@ -160,6 +160,20 @@ def test_simplex_bisection_without_labels_is_the_simplex_projection(key):
         np.testing.assert_allclose(z, ref, atol=1e-12)
 
 
+def test_simplex_bisection_checks_its_inputs(key):
+    """Y < 0 came back as a NaN row with RESULTS.nonfinite (and max_steps=2.5 was truncated), not a ValueError."""
+    X0 = jax.random.normal(key, (3, 4))
+    Y = jnp.eye(4)[:3]
+    with pytest.raises(ValueError, match="Y must be non-negative"):
+        solve_simplex_cross_entropy(X0, -Y, 1.0)
+    with pytest.raises(ValueError, match="X0"):
+        solve_simplex_cross_entropy(X0.at[0, 0].set(jnp.nan), Y, 1.0)
+    for kw, name in [(dict(max_steps=2.5), "max_steps"), (dict(tol=-1.0), "tol")]:
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            solve_simplex_cross_entropy(X0, Y, 1.0, **kw)
+    assert int(solve_simplex_cross_entropy(X0, Y, 1.0).result) == RESULTS.successful
+
+
 # --- subproblem optimality conditions ---------------------------------------
 
 

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxknock import _backend
-from jaxknock._checks import as_float_array, is_concrete
+from jaxknock._checks import as_float_array, check_count, check_finite, check_real, is_concrete
 from jaxknock._iterate import iterative_solve
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.lifted._common import HI, Info, fista_next, guard, rel_change
@@ -320,8 +320,14 @@ def solve_simplex_cross_entropy(X0, Y, lam, *, tol: float | None = None, max_ste
         raise ValueError(f"X0 and Y must be 2-D arrays of the same shape, got {X0.shape} and {Y.shape}")
     if is_concrete(lam) and not float(lam) > 0:
         raise ValueError(f"lam must be positive, got {lam}")
-    tol = float(4 * jnp.finfo(dtype).eps) if tol is None else float(tol)
-    return simplex_xent(X0, Y, jnp.asarray(lam, dtype), tol, int(max_steps))
+    # Y < 0 made sqrt(a^2 + 2 y / lam) NaN: the row came back NaN with RESULTS.nonfinite, not a ValueError
+    check_finite(X0, "X0")
+    check_finite(Y, "Y")
+    if is_concrete(Y) and bool(jnp.any(Y < 0)):
+        raise ValueError("Y must be non-negative (weights of the log terms, e.g. one-hot labels)")
+    tol = float(4 * jnp.finfo(dtype).eps) if tol is None else check_real(tol, "tol")
+    max_steps = check_count(max_steps, "max_steps")  # int() truncated 2.5
+    return simplex_xent(X0, Y, jnp.asarray(lam, dtype), tol, max_steps)
 
 
 def _simplex_z(X0, Y, lam, nu):
