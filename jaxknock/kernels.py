@@ -75,8 +75,9 @@ def squared_distances(X, weights=None):
 
     Args:
         X: ``(n, p)`` rows.
-        weights: ``(p,)`` non-negative feature weights (a 0/1 mask selects a
-            feature subset), or ``None``.
+        weights: ``(p,)`` non-negative, finite feature weights (a 0/1 mask selects a
+            feature subset), or ``None``; a negative one raises ``ValueError``
+            (under ``jit``: every entry NaN).
 
     Returns:
         ``(n, n)`` array, ``X``'s dtype.
@@ -94,11 +95,13 @@ def squared_distances(X, weights=None):
         weights = _checks.as_float_array(w.astype(X.dtype) if w.dtype == bool else w, "weights").astype(X.dtype)
         if weights.shape != X.shape[1:]:
             raise ValueError(f"weights must have shape ({X.shape[1]},), one per feature, got {tuple(weights.shape)}")
+        _checks.check_vector_nonnegative_finite(weights, "weights")
     X = X - jnp.mean(X, axis=0)
     Xw = X if weights is None else X * weights
     sq = jnp.sum(Xw * X, axis=1)
-    D = sq[:, None] + sq[None, :] - 2.0 * jnp.matmul(Xw, X.T, precision=HI)
-    return jnp.maximum(D, 0.0)
+    D = jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * jnp.matmul(Xw, X.T, precision=HI), 0.0)
+    # a negative weight gave a plausible "distance" (clipped at 0 where negative): NaN under jit, as eager raises
+    return D if weights is None else _checks.poison(jnp.all(weights >= 0), D)
 
 
 def _median_sigma2(D):

@@ -301,6 +301,16 @@ def test_squared_distances_checks_shapes_and_takes_sequences():
     np.testing.assert_allclose(np.asarray(jitted), D)
 
 
+def test_squared_distances_refuses_negative_weights():
+    """A negative weight gave a plausible "distance" (-9 + 16 = 7 here, clipped to 0 where negative)."""
+    X = np.array([[0.0, 0.0], [3.0, 4.0]])
+    for w in ([-1.0, 1.0], [np.nan, 1.0]):
+        with pytest.raises(ValueError, match="weights"):
+            squared_distances(X, w)
+    assert np.isnan(np.asarray(jax.jit(squared_distances)(X, jnp.array([-1.0, 1.0])))).all()
+    np.testing.assert_allclose(np.asarray(jax.jit(squared_distances)(X, jnp.array([1.0, 1.0]))), [[0, 25], [25, 0]])
+
+
 def test_boolean_y_is_zero_one_labels():
     """A boolean ``y`` (numpy, JAX, a list; eager and under jit) was a TypeError ("y must be a real floating
     array"); it is the same labels as 0/1 floats, as in the knockoff statistics (``as_response``)."""
