@@ -86,16 +86,28 @@ def _fdp_estimates(w, plus):
 
 @functools.partial(jax.jit, static_argnames=("plus",))
 def _threshold(W, fdr, *, plus):
+    return _threshold_found(W, fdr, plus=plus)[0]
+
+
+@functools.partial(jax.jit, static_argnames=("plus",))
+def _threshold_found(W, fdr, *, plus):
+    """``(T, found)``: the thresholds and whether some ``t`` qualified (``T = +inf`` either way when none did).
+
+    Selections are ``(W >= T) & found``: ``W >= +inf`` alone would select every ``W_j = +inf`` (e.g. a
+    ``-log`` p-value of 0) in a row where no threshold qualifies.
+    """
+
     def one(w):
         t, ratio = _fdp_estimates(w, plus)
         ok = (ratio <= fdr) & (t > 0)
         # a NaN statistic (a failed fit, unseen under jit) or a traced level outside (0, 1): NaN
         # threshold, so W >= T selects nothing
         bad = jnp.any(jnp.isnan(w)) | ~_valid_level(fdr)
-        return jnp.where(bad, jnp.nan, jnp.min(jnp.where(ok, t, jnp.inf)))
+        return jnp.where(bad, jnp.nan, jnp.min(jnp.where(ok, t, jnp.inf))), jnp.any(ok) & ~bad
 
     flat = W.reshape(-1, W.shape[-1])
-    return jax.vmap(one)(flat).reshape(W.shape[:-1])
+    T, found = jax.vmap(one)(flat)
+    return T.reshape(W.shape[:-1]), found.reshape(W.shape[:-1])
 
 
 def knockoff_min_fdr(W, *, plus: bool = True):
@@ -178,6 +190,9 @@ def min_selecting_fdr(W, *, aggregate: str = "ebh", plus: bool = True, grid=None
 def knockoff_select(W, fdr, *, plus: bool = True):
     """Selected features ``W_j >= T`` with ``T`` from :func:`knockoff_threshold`.
 
+    Nothing is selected in a row where no threshold qualifies (``T = +inf``),
+    not even a statistic ``W_j = +inf``.
+
     Returns:
         ``(..., p)`` boolean mask.
 
@@ -185,8 +200,15 @@ def knockoff_select(W, fdr, *, plus: bool = True):
         >>> knockoff_select(jnp.array([5.0, 4.0, 3.0, 2.0, -1.0]), 0.5).tolist()
         [True, True, True, True, False]
     """
-    T = knockoff_threshold(W, fdr, plus=plus)
-    return jnp.asarray(W) >= T[..., None]
+    _checks.check_fdr(fdr)
+    W = _checks.check_statistics(W)
+    return _select(W, _checks.call_scalar(fdr, W.dtype), plus=_checks.static_flag(plus, "plus"))
+
+
+@functools.partial(jax.jit, static_argnames=("plus",))
+def _select(W, fdr, *, plus):
+    T, found = _threshold_found(W, fdr, plus=plus)
+    return (W >= T[..., None]) & found[..., None]
 
 
 def knockoff_evalues(W, fdr, *, plus: bool = True):
@@ -215,9 +237,10 @@ def knockoff_evalues(W, fdr, *, plus: bool = True):
 @functools.partial(jax.jit, static_argnames=("plus",))
 def _evalues(W, fdr, *, plus):
     p = W.shape[-1]
-    T = _threshold(W, fdr, plus=plus)[..., None]
+    T, found = _threshold_found(W, fdr, plus=plus)
+    T, found = T[..., None], found[..., None]
     n_neg = jnp.sum(W <= -T, axis=-1, keepdims=True)
-    return jnp.where(jnp.isnan(T), jnp.nan, p * (W >= T) / (1.0 + n_neg))  # NaN threshold: NaN e-values
+    return jnp.where(jnp.isnan(T), jnp.nan, p * ((W >= T) & found) / (1.0 + n_neg))  # NaN threshold: NaN e-values
 
 
 # ----------------------------------------------------------------------------
@@ -424,8 +447,8 @@ def _ebh_mask(W, fdr, alpha_kn, plus):
 
 def _frequency_mask(W, fdr, eta, plus):
     """Features selected by knockoff(+) at ``fdr`` in at least a fraction ``eta`` of the replicates."""
-    T = _threshold(W, fdr, plus=plus)
+    T, found = _threshold_found(W, fdr, plus=plus)
     # a failed replicate (NaN threshold, unseen under jit) or a traced eta outside (0, 1] voids the
     # aggregate, as in aggregate_ebh
     valid = ~jnp.any(jnp.isnan(T)) & (eta > 0) & (eta <= 1)
-    return (jnp.mean(W >= T[:, None], axis=0) >= eta) & valid
+    return (jnp.mean((W >= T[:, None]) & found[:, None], axis=0) >= eta) & valid

@@ -115,6 +115,22 @@ def test_aggregation_degenerate_cases():
     assert not np.any(F.aggregate_frequency(two, 0.5, eta=1.0))  # W_j and -W_j never both pass
 
 
+def test_an_infinite_statistic_is_not_selected_where_no_threshold_qualifies():
+    """No threshold qualifies for ``[inf, -1, -2, -3, -4]`` at 0.1 (the smallest selecting level is 1), so
+    ``T = +inf``; the selection was ``W >= T``, which kept the ``W_j = +inf`` (e.g. a ``-log`` p-value of 0) as
+    a discovery, with a positive knockoff e-value and in the frequency aggregate. Where ``+inf`` itself
+    qualifies (ten of them at 0.1) they are still selected."""
+    W = jnp.array([jnp.inf, -1.0, -2.0, -3.0, -4.0])
+    assert float(F.knockoff_min_fdr(W)) == 1.0 and np.isinf(float(F.knockoff_threshold(W, 0.1)))
+    assert not np.any(F.knockoff_select(W, 0.1))
+    assert not np.any(jax.jit(F.knockoff_select)(W, 0.1))
+    np.testing.assert_array_equal(F.knockoff_evalues(W, 0.1), np.zeros(5))
+    assert not np.any(F.aggregate_frequency(jnp.stack([W, W]), 0.1, eta=0.5))
+    assert not np.any(multi.group_knockoff_select(W, 0.1))
+    many = jnp.array([jnp.inf] * 10 + [-1.0])
+    np.testing.assert_array_equal(F.knockoff_select(many, 0.1), np.arange(11) < 10)
+
+
 def test_docstring_examples():
     import doctest
 
