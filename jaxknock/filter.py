@@ -173,9 +173,11 @@ def min_selecting_fdr(W, *, aggregate: str = "ebh", plus: bool = True, grid=None
     """
     W = _checks.check_statistics(W)
     _checks.check_choice(aggregate, ("ebh", "frequency"), "aggregate")
-    if W.ndim == 1 or W.shape[0] == 1:
-        return knockoff_min_fdr(W.reshape(-1), plus=plus)
-    W = _checks.check_replicates(W)
+    if W.ndim == 1:
+        return knockoff_min_fdr(W, plus=plus)
+    W = _checks.check_replicates(W)  # (R, p): a (1, R, p) batch is not R replicates flattened into one
+    if W.shape[0] == 1:
+        return knockoff_min_fdr(W[0], plus=plus)
     grid = jnp.geomspace(1e-3, 0.999, 400, dtype=W.dtype) if grid is None else jnp.asarray(grid, W.dtype)
 
     def selects(q):

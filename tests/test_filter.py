@@ -317,6 +317,17 @@ def test_min_selecting_fdr_for_aggregated_replicates():
     assert not bool(F.aggregate_ebh(W, q * 0.95).any())
 
 
+def test_min_selecting_fdr_refuses_a_batch_of_replicates_instead_of_flattening_it():
+    """``(1, R, p)`` went down the one-replicate path as ``W.reshape(-1)``: the ``R p`` statistics of ``R``
+    replicates pooled into one row, a plausible level (1/7 here, where neither replicate selects below 1/4)."""
+    from jaxknock.filter import min_selecting_fdr
+
+    W = jnp.array([[5.0, 4.0, 3.0, 2.0, -1.0], [6.0, 1.0, 2.0, 3.0, -1.0]])
+    with pytest.raises(ValueError, match=r"shape \(R, p\), got \(1, 2, 5\)"):
+        min_selecting_fdr(W[None])
+    assert float(min_selecting_fdr(W[:1])) == float(min_selecting_fdr(W[0])) == 0.25
+
+
 def test_empty_selection_explains_why_and_the_smallest_level():
     from jaxknock.pipeline import explain_empty_selection
 
