@@ -45,7 +45,7 @@ from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import FactorFit, FactorModel, factor_model_from_data, ledoit_wolf, to_correlation
 from jaxknock.distributed import shard_batch
 from jaxknock.l1 import cv as _cv
-from jaxknock.svector import equicorrelated, sdp
+from jaxknock.svector import equicorrelated, mvr, sdp
 from jaxknock.svector.group import group_index, group_s_matrix
 
 __all__ = [
@@ -59,6 +59,8 @@ __all__ = [
     "AGGREGATES",
 ]
 
+# the dense solver of each s_method (a factor method given a dense known Sigma runs its dense criterion)
+_DENSE_SOLVERS = {**MULTI_S_SOLVERS, "mvr_factor": mvr, "sdp_factor": sdp}
 STATISTICS = ("lcd", "lsm", "correlation", "centroid")
 AGGREGATES = ("ebh", "frequency")
 _CV_FOLDS = 5  # folds of the cross-validated lasso statistics (lam=None)
@@ -336,7 +338,8 @@ def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings,
 
 
 def _dense_s(solve, s_method, Sigma, sdp_tol, *, asdp_block_size=None, **kw):
-    """The dense ``s`` of ``s_method`` (the SDP for a factor method given a dense ``Sigma``) via ``solve``.
+    """The dense ``s`` of ``s_method`` via ``solve``; a factor method given a dense ``Sigma`` runs its dense
+    criterion (``"mvr_factor"``: :func:`~jaxknock.mvr`, the same optimum; ``"sdp_factor"``: :func:`~jaxknock.sdp`).
 
     ``kw`` (``num_knockoffs``) goes to every solver; ``asdp_block_size=None`` keeps :func:`~jaxknock.asdp`'s default.
     """
@@ -344,7 +347,7 @@ def _dense_s(solve, s_method, Sigma, sdp_tol, *, asdp_block_size=None, **kw):
         return solve(equicorrelated, Sigma, **kw)
     if s_method == "asdp" and asdp_block_size is not None:
         kw["block_size"] = asdp_block_size
-    return solve(MULTI_S_SOLVERS.get(s_method, sdp), Sigma, tol=sdp_tol, **kw)
+    return solve(_DENSE_SOLVERS[s_method], Sigma, tol=sdp_tol, **kw)
 
 
 @jax.jit
@@ -520,7 +523,9 @@ def knockoff_filter(
             factor model is solved by :func:`~jaxknock.mvr_factor` /
             :func:`~jaxknock.sdp_factor` with ``s_method="mvr_factor"`` /
             ``"sdp_factor"`` or ``"auto"`` (``"mvr_factor"``, never ``p x p``),
-            densified for the dense methods.
+            densified for the dense methods; a dense ``Sigma`` with
+            ``"mvr_factor"`` / ``"sdp_factor"`` runs the dense :func:`~jaxknock.mvr`
+            (the same MVR optimum) / :func:`~jaxknock.sdp`.
         mu: the known mean of the rows of ``X`` (``(p,)``; only with ``Sigma``).
         groups: ``(p,)`` integer group labels: group knockoffs (block-diagonal
             ``S`` from :func:`jaxknock.group_s_matrix` with ``s_method``

@@ -471,3 +471,20 @@ def test_a_known_factor_model_runs_the_factor_mvr_without_a_dense_law(key, monke
     np.testing.assert_allclose(sel.s_solution.value, ref.s_solution.value, rtol=1e-3, atol=1e-6)
     power, fdp = power_fdp(sel.selected, beta)
     assert power >= 0.8 and fdp <= 0.3
+
+
+def test_a_factor_method_with_a_known_dense_sigma_runs_its_dense_criterion(key):
+    """``s_method="mvr_factor"`` with a dense ``Sigma=`` ran the SDP (``_dense_s`` fell back to it for any
+    factor method): ``s = 1`` on this equicorrelated 0.5 law, the power-collapse case the MVR is there to avoid,
+    while ``settings["s_method"]`` said ``"mvr_factor"``. It now runs the dense MVR (the same optimum as
+    :func:`~jaxknock.mvr_factor` on the law as a factor model); ``"sdp_factor"`` the dense SDP."""
+    p, n = 8, 60
+    C = np.full((p, p), 0.5)
+    np.fill_diagonal(C, 1.0)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, p)) @ np.linalg.cholesky(C).T
+    y = X[:, 0] + rng.standard_normal(n)
+    run = lambda m: knockoff_filter(key, X, y, Sigma=C, s_method=m, statistic="correlation")
+    for factor, dense in (("mvr_factor", "mvr"), ("sdp_factor", "sdp")):
+        np.testing.assert_allclose(run(factor).s_solution.value, run(dense).s_solution.value, rtol=1e-6)
+    assert np.all(np.asarray(run("mvr_factor").s_solution.value) < 0.6)  # the MVR's s, not the SDP's 1
