@@ -272,6 +272,11 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, k
     _checks.check_no_constant_columns(Xh, "X")
     if not isinstance(plus, (bool, np.bool_)):
         raise TypeError(f"plus must be True (knockoff+) or False (knockoff), got {plus!r}")
+    if lam is not None and statistic != "lcd":  # the other statistics have no penalty: never ignore it silently
+        raise ValueError(
+            f"lam={lam!r} is the fixed lasso penalty of statistic='lcd'; statistic={statistic!r} does not use "
+            "one: drop lam or use statistic='lcd'"
+        )
     if statistic == "lcd" and lam is None:
         _check_cv_rows(y_norm, binary, n)
     if p >= n and s_method not in (*FACTOR_SOLVERS, *WIDE_DENSE_SOLVERS) and not known:
@@ -493,7 +498,8 @@ def knockoff_filter(
         num_replicates: knockoff replicates ``R``.
         aggregate: ``"ebh"`` or ``"frequency"`` (``R > 1``).
         plus: knockoff+ thresholds.
-        lam: fixed lasso penalty for ``"lcd"`` (default: cross-validation).
+        lam: fixed lasso penalty for ``"lcd"`` (default: cross-validation);
+            a ``ValueError`` with the other statistics, which have no penalty.
         asdp_block_size: block size for ``"asdp"``.
         sdp_tol: relative certified-gap tolerance for the SDP solvers.
         lasso_tol: relative duality-gap tolerance of the lasso solves for

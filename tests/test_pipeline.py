@@ -420,6 +420,30 @@ def test_bad_lasso_tol_and_rank_with_a_dense_law_raise_before_any_work(key, monk
         knockoff_filter(key, X, y, groups=np.arange(X.shape[1]) // 2, rank=3)
 
 
+def test_a_penalty_for_a_statistic_without_one_is_refused_not_ignored(key, monkeypatch):
+    """``lam`` is the fixed penalty of ``statistic="lcd"``; with ``"lsm"``, ``"correlation"`` or ``"centroid"``
+    (and on the group / multi-knockoff path) it was silently dropped, even a nonsensical ``lam="0.1"``, and the
+    result looked like a fixed-penalty run. It is refused, naming ``lam``, before the S solve."""
+    import jaxknock.pipeline as pipeline
+
+    def no_s_solve(*a, **k):
+        raise AssertionError("the S solve ran before the settings were checked")
+
+    monkeypatch.setattr(pipeline, "covariance_and_s", no_s_solve)
+    X, y, _ = make_data()
+    yb = (np.asarray(y) > 0).astype(float)
+    for statistic, lam, yy in (
+        ("correlation", 0.1, y),
+        ("lsm", 0.1, y),
+        ("centroid", 0.1, yb),
+        ("correlation", "0.1", y),
+    ):
+        with pytest.raises(ValueError, match=f"lam=.* statistic='lcd'; statistic='{statistic}' does not use one"):
+            knockoff_filter(key, X, yy, statistic=statistic, lam=lam)
+    with pytest.raises(ValueError, match="lam=0.1 is the fixed lasso penalty"):
+        knockoff_filter(key, X, y, statistic="correlation", lam=0.1, num_knockoffs=2)
+
+
 def test_half_precision_input_runs_as_float32():
     """A float16 ``X`` failed deep inside the S solve with ``NotImplementedError: Unsupported dtype float16``
     (no argument named). Half precision is exact in float32, which every stage supports: the same answers."""
