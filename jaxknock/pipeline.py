@@ -294,7 +294,7 @@ def _validate(X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, k
                 "use s_method='sdp'"
             )
         k = rank if rank is not None else min(50, max(1, min(n, p) // 4))
-        if not (isinstance(k, (int, np.integer)) and 1 <= k < min(n, p)):
+        if not (_checks.is_int(k) and 1 <= k < min(n, p)):  # a bool is not a rank; a JAX integer is
             raise ValueError(f"rank must be an integer in [1, min(n, p) = {min(n, p)}), got {rank!r}")
         rank = int(k)
     elif rank is not None:

@@ -444,6 +444,18 @@ def test_a_penalty_for_a_statistic_without_one_is_refused_not_ignored(key, monke
         knockoff_filter(key, X, y, statistic="correlation", lam=0.1, num_knockoffs=2)
 
 
+def test_factor_rank_takes_a_jax_integer_and_refuses_a_bool(key):
+    """``rank=jnp.int32(3)`` was refused ("rank must be an integer ..., got Array(3, dtype=int32)") while
+    ``np.int32(3)`` passed, and ``rank=True`` was taken as a rank of 1 (a bool is an ``int`` to Python)."""
+    X, y, _ = make_data()
+    with pytest.raises(ValueError, match="rank must be an integer in .*got True"):
+        knockoff_filter(key, X, y, rank=True, statistic="correlation")
+    a = knockoff_filter(key, X, y, s_method="mvr_factor", rank=jnp.int32(3), statistic="correlation")
+    b = knockoff_filter(key, X, y, s_method="mvr_factor", rank=3, statistic="correlation")
+    assert a.settings["rank"] == 3 and type(a.settings["rank"]) is int
+    np.testing.assert_array_equal(a.W, b.W)
+
+
 def test_half_precision_input_runs_as_float32():
     """A float16 ``X`` failed deep inside the S solve with ``NotImplementedError: Unsupported dtype float16``
     (no argument named). Half precision is exact in float32, which every stage supports: the same answers."""
