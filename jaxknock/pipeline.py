@@ -377,8 +377,18 @@ def _standardise(X, Sigma, mu):
     if isinstance(Sigma, FactorFit):
         Sigma = Sigma.model
     if isinstance(Sigma, FactorModel):
-        if Sigma.U.ndim != 2 or Sigma.U.shape[0] != p:
-            raise ValueError(f"Sigma (a FactorModel) must describe p = {p} features, got U of shape {Sigma.U.shape}")
+        if Sigma.U.ndim != 2 or Sigma.U.shape[0] != p or np.shape(Sigma.d) != (p,):
+            raise ValueError(
+                f"Sigma (a FactorModel) must describe p = {p} features (d of shape ({p},), U of shape ({p}, k)), "
+                f"got d of shape {tuple(np.shape(Sigma.d))} and U of shape {tuple(np.shape(Sigma.U))}"
+            )
+        _checks.check_finite(Sigma.d, "Sigma.d")
+        _checks.check_finite(Sigma.U, "Sigma.U")
+        if not np.all(np.asarray(Sigma.d) > 0):  # before the rescaling by the diagonal, which would hide it
+            raise ValueError(
+                "Sigma.d must be strictly positive (a FactorModel diag(d) + U U^T is positive definite only then), "
+                f"got min(d) = {float(np.min(np.asarray(Sigma.d))):.3g}"
+            )
         diag = Sigma.diagonal()
         known = FactorModel(
             jnp.asarray(Sigma.d, X.dtype) / diag, jnp.asarray(Sigma.U, X.dtype) / jnp.sqrt(diag)[:, None]

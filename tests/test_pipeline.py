@@ -509,6 +509,29 @@ def test_a_known_factor_model_runs_the_factor_mvr_without_a_dense_law(key, monke
     assert power >= 0.8 and fdp <= 0.3
 
 
+def test_a_known_factor_model_with_a_bad_d_is_refused_naming_it(key, monkeypatch):
+    """A known ``Sigma=FactorModel(d, U)`` with ``d`` of the wrong length failed deep in JAX ("add got
+    incompatible shapes for broadcasting: (11,), (12,)"), and with a non-positive ``d`` the rescaling by the
+    diagonal turned it into NaN loadings, reported as "model.U contains 24 non-finite value(s)"."""
+    import jaxknock.pipeline as pipeline
+    from jaxknock import FactorModel
+
+    def no_s_solve(*a, **k):
+        raise AssertionError("the S solve ran before the law was checked")
+
+    monkeypatch.setattr(pipeline, "covariance_and_s", no_s_solve)
+    X, y, _ = make_data()
+    p = X.shape[1]
+    U = jnp.asarray(np.random.default_rng(0).standard_normal((p, 2)) * 0.3)
+    with pytest.raises(ValueError, match=r"got d of shape \(29,\) and U of shape \(30, 2\)"):
+        knockoff_filter(key, X, y, Sigma=FactorModel(jnp.ones(p - 1), U), statistic="correlation")
+    for d in (-jnp.ones(p), jnp.zeros(p)):
+        with pytest.raises(ValueError, match="Sigma.d must be strictly positive"):
+            knockoff_filter(key, X, y, Sigma=FactorModel(d, U), statistic="correlation")
+    with pytest.raises(ValueError, match="Sigma.U contains 1 non-finite"):
+        knockoff_filter(key, X, y, Sigma=FactorModel(jnp.ones(p), U.at[0, 0].set(jnp.nan)), statistic="correlation")
+
+
 def test_a_factor_method_with_a_known_dense_sigma_runs_its_dense_criterion(key):
     """``s_method="mvr_factor"`` with a dense ``Sigma=`` ran the SDP (``_dense_s`` fell back to it for any
     factor method): ``s = 1`` on this equicorrelated 0.5 law, the power-collapse case the MVR is there to avoid,
