@@ -132,6 +132,8 @@ def _key_from_random_state(random_state):
         seed = int(np.random.SeedSequence().generate_state(1)[0])
     elif isinstance(random_state, numbers.Integral):
         seed = int(random_state)
+        if not -(2**63) <= seed < 2**63:  # jax.random.key's range: beyond it NumPy's OverflowError, deep in JAX
+            raise ValueError(f"random_state must be an integer in [-2**63, 2**63), got {seed}")
     elif isinstance(random_state, np.random.RandomState):
         seed = int(random_state.randint(np.iinfo(np.int32).max))
     elif isinstance(random_state, np.random.Generator):

@@ -354,6 +354,16 @@ def test_argparse_errors_return_code(capsys):
     assert cli.main(["--help"]) == 0
 
 
+@pytest.mark.parametrize("command", ["select", "demo", "stability", "randsel"])
+def test_a_seed_outside_the_key_range_is_an_argument_error(command, capsys):
+    """``--seed 2**63`` (or ``2**63 - 1``, which the demo increments) passed argparse and failed in
+    ``jax.random.key`` after the data was loaded, with NumPy's ``OverflowError`` traceback."""
+    extra = ["x.csv", "--target", "y"] if command in ("select", "stability", "randsel") else []
+    for bad in (str(2**63), str(2**63 - 1), str(-(2**63) - 1)):
+        assert cli.main([command, *extra, "--seed", bad]) == 2
+        assert "argument --seed: must be an integer in [-2**63, 2**63 - 1)" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- snb
 
 

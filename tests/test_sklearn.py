@@ -141,6 +141,16 @@ def test_random_state_kinds():
         KnockoffSelector(**{**FAST, "random_state": "zero"}).fit(X, y)
 
 
+def test_a_random_state_outside_the_key_range_is_named():
+    """``random_state=2**64`` failed in ``jax.random.key`` with NumPy's ``OverflowError`` ("Python int too large
+    to convert to C long"), naming nothing; the ends of the range still work."""
+    X, y = regression()
+    for bad in (2**63, 2**64, -(2**63) - 1):
+        with pytest.raises(ValueError, match=r"random_state must be an integer in \[-2\*\*63, 2\*\*63\)"):
+            KnockoffSelector(**{**FAST, "random_state": bad}).fit(X, y)
+    KnockoffSelector(**{**FAST, "random_state": 2**63 - 1}).fit(X, y)
+
+
 def test_sparse_naive_bayes_reuses_core_and_matches_multinomialnb():
     X, y = counts()
     ours = SparseNaiveBayes(k=3).fit(X, y)

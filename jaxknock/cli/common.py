@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import time
 
-__all__ = ["CLIError", "enable_x64", "timed"]
+__all__ = ["CLIError", "enable_x64", "seed", "timed"]
 
 
 class CLIError(Exception):
     """A user-facing error: printed as one line, exit code 2."""
+
+
+def seed(text: str) -> int:
+    """``--seed``: an integer that ``jax.random.key`` takes (64-bit, one below the top for the demo's ``seed + 1``).
+
+    Beyond that range the key failed after the data was loaded, with NumPy's ``OverflowError`` traceback.
+    """
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not -(2**63) <= value < 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"must be an integer in [-2**63, 2**63 - 1), got {value}")
+    return value
 
 
 def enable_x64():

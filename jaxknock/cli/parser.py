@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from jaxknock.cli.bench import run_bench
-from jaxknock.cli.common import CLIError, enable_compile_cache
+from jaxknock.cli.common import CLIError, enable_compile_cache, seed
 from jaxknock.cli.demo import run_demo
 from jaxknock.cli.report import check_writable
 from jaxknock.cli.select import METHODS, run_select
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--fdr", type=float, default=0.1, help="target FDR (default 0.1)")
     demo.add_argument("--replicates", type=int, default=5, help="knockoff replicates for aggregation")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--seed", type=seed, default=0)
     demo.add_argument(
         "--plot",
         metavar="OUT.png",
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--aggregate", choices=AGGREGATES, default="ebh", help="how replicates are combined")
     sel.add_argument("--statistic", choices=STATISTICS, default="lcd", help="feature statistic W (default lcd)")
     sel.add_argument("--lam", type=float, default=None, help="fixed lasso penalty for lcd (default: cross-validated)")
-    sel.add_argument("--seed", type=int, default=0)
+    sel.add_argument("--seed", type=seed, default=0)
     sel.add_argument(
         "--groups",
         default=None,

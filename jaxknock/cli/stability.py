@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from jaxknock.cli.common import CLIError, enable_x64
+from jaxknock.cli.common import CLIError, enable_x64, seed
 from jaxknock.cli.progress import Progress, Ticker, progress_enabled
 from jaxknock.cli.report import device, print_table, sha256, versions, write_json
 from jaxknock.cli.tables import load_table, preview, resolve_target
@@ -55,7 +55,7 @@ def add_parsers(sub) -> None:
     st.add_argument("--subsamples", type=int, default=100, help="number of subsamples (even; default 100)")
     st.add_argument("--lambdas", type=int, default=50, help="grid size (default 50)")
     st.add_argument("--loss", choices=("auto", "squared", "logistic"), default="auto")
-    st.add_argument("--seed", type=int, default=0)
+    st.add_argument("--seed", type=seed, default=0)
     st.add_argument("--out", default=None, metavar="RESULT.json", help="write a JSON report")
     st.add_argument("--quiet", action="store_true", help="only the selection, no progress bar")
     st.set_defaults(func=run_stability)
@@ -72,7 +72,7 @@ def add_parsers(sub) -> None:
     rs.add_argument("--subsample-size", type=int, default=None, help="rows per draw (default rows // 4)")
     rs.add_argument("--drop", type=float, default=0.25, help="fraction culled per round (default 0.25)")
     rs.add_argument("--top", type=int, default=None, help="also report the top K of the ranking")
-    rs.add_argument("--seed", type=int, default=0)
+    rs.add_argument("--seed", type=seed, default=0)
     rs.add_argument("--out", default=None, metavar="RESULT.json", help="write a JSON report")
     rs.add_argument("--quiet", action="store_true", help="only the selection, no progress bar")
     rs.set_defaults(func=run_randsel)
