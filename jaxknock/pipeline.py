@@ -527,10 +527,13 @@ def knockoff_filter(
             first ``d``, or a 1-D ``mesh``. Keys are split before sharding, so
             ``W`` equals the single-device run. In the fused stage
             ``timings["sampling"]`` holds both stages and
-            ``timings["statistics"]`` is 0.
+            ``timings["statistics"]`` is 0. With ``groups`` or
+            ``num_knockoffs > 1`` the run is on one device: ``devices`` / ``mesh``
+            must be ``None`` there (``None`` does not shard it).
         chunk_size: replicates per device and step of the fused stage
             (default: planned from the free memory of a device; also selects
-            the fused stage on a single device, to bound memory for large ``R``).
+            the fused stage on a single device, to bound memory for large ``R``;
+            not with ``groups`` or ``num_knockoffs > 1``).
         Sigma: the known covariance of the rows of ``X`` (``(p, p)``), or a
             :class:`~jaxknock.FactorModel` / :class:`~jaxknock.FactorFit`:
             skips the estimation stage; ``X`` is then centred by ``mu`` (default:
@@ -600,6 +603,13 @@ def knockoff_filter(
     if groups is not None or num_knockoffs != 1:
         if Sigma is not None:
             raise ValueError("Sigma= (a known law) is not supported yet with groups= or num_knockoffs > 1")
+        if mu is not None:
+            raise ValueError("mu is only used together with a known Sigma; pass Sigma too")
+        given = [
+            name for name, v in (("chunk_size", chunk_size), ("devices", devices), ("mesh", mesh)) if v is not None
+        ]
+        if given:  # that path runs on one device, unchunked: never ignore them silently
+            raise ValueError(f"{' / '.join(given)} is not supported yet with groups= or num_knockoffs > 1")
         return _grouped_or_multi_filter(
             key,
             X,

@@ -444,6 +444,27 @@ def test_a_penalty_for_a_statistic_without_one_is_refused_not_ignored(key, monke
         knockoff_filter(key, X, y, statistic="correlation", lam=0.1, num_knockoffs=2)
 
 
+def test_group_and_multi_knockoff_runs_refuse_options_they_would_ignore(key, monkeypatch):
+    """With ``groups=`` or ``num_knockoffs > 1``, ``mu=`` (refused without ``Sigma`` on the plain path) and
+    ``chunk_size`` / ``devices`` / ``mesh`` were dropped on the way to that path: the run was neither
+    centred by ``mu`` nor chunked nor sharded, and said nothing."""
+    import jaxknock.pipeline as pipeline
+
+    def no_s_solve(*a, **k):
+        raise AssertionError("the S solve ran before the settings were checked")
+
+    monkeypatch.setattr(pipeline, "covariance_and_s", no_s_solve)
+    monkeypatch.setattr(pipeline, "_grouped_or_multi_filter", no_s_solve)
+    X, y, _ = make_data()
+    p = X.shape[1]
+    for opts in ({"groups": np.arange(p) // 2}, {"num_knockoffs": 2}):
+        with pytest.raises(ValueError, match="mu is only used together with a known Sigma"):
+            knockoff_filter(key, X, y, mu=np.zeros(p), **opts)
+        for name, value in (("chunk_size", 2), ("devices", 1), ("mesh", object())):
+            with pytest.raises(ValueError, match=f"{name} is not supported yet with groups= or num_knockoffs > 1"):
+                knockoff_filter(key, X, y, **{name: value}, **opts)
+
+
 def test_factor_rank_takes_a_jax_integer_and_refuses_a_bool(key):
     """``rank=jnp.int32(3)`` was refused ("rank must be an integer ..., got Array(3, dtype=int32)") while
     ``np.int32(3)`` passed, and ``rank=True`` was taken as a rank of 1 (a bool is an ``int`` to Python)."""
