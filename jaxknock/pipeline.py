@@ -589,11 +589,15 @@ def knockoff_filter(
         or not (np.ndim(lasso_tol) == 0 and np.isfinite(lasso_tol) and lasso_tol > 0)
     ):  # on the host (no program), before the S solve and the sampling
         raise ValueError(f"lasso_tol must be None or a positive, finite number, got {lasso_tol!r}")
-    if s_method == "auto" and rank is not None and (Sigma is not None or groups is not None):
+    if rank is not None and Sigma is not None:  # whatever s_method: no factor model is fitted to X
         raise ValueError(
-            f"rank={rank!r} is the rank of a factor model fitted to X (s_method='mvr_factor'); with "
-            f"{'a known Sigma=' if Sigma is not None else 'groups='} the S solve uses a dense p x p "
-            "covariance: drop rank"
+            f"rank={rank!r} is the rank of a factor model fitted to X; with a known Sigma= none is fitted (a "
+            "known factor law is given as Sigma=FactorModel(d, U)): drop rank"
+        )
+    if s_method == "auto" and rank is not None and groups is not None:
+        raise ValueError(
+            f"rank={rank!r} is the rank of a factor model fitted to X (s_method='mvr_factor'); with groups= "
+            "the S solve uses a dense p x p covariance: drop rank"
         )
     known = "factor" if isinstance(Sigma, (FactorModel, FactorFit)) else Sigma is not None
     s_method = resolve_s_method(

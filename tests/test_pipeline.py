@@ -420,6 +420,26 @@ def test_bad_lasso_tol_and_rank_with_a_dense_law_raise_before_any_work(key, monk
         knockoff_filter(key, X, y, groups=np.arange(X.shape[1]) // 2, rank=3)
 
 
+def test_rank_with_a_known_law_is_refused_whatever_the_factor_method(key, monkeypatch):
+    """``rank=`` with a known ``Sigma`` was refused for ``s_method="auto"`` only: with ``"mvr_factor"`` /
+    ``"sdp_factor"`` (a dense law or a :class:`~jaxknock.FactorModel`) no model is fitted to ``X`` and the rank
+    was dropped without a word (``settings["rank"]`` even recorded it)."""
+    import jaxknock.pipeline as pipeline
+    from jaxknock import FactorModel
+
+    def no_s_solve(*a, **k):
+        raise AssertionError("the S solve ran before the settings were checked")
+
+    monkeypatch.setattr(pipeline, "covariance_and_s", no_s_solve)
+    X, y, _ = make_data()
+    p = X.shape[1]
+    model = FactorModel(jnp.ones(p), jnp.full((p, 2), 0.1))
+    for Sigma in (np.eye(p), model):
+        for method in ("mvr_factor", "sdp_factor"):
+            with pytest.raises(ValueError, match="rank=3 is the rank of a factor model .* known Sigma= .* drop rank"):
+                knockoff_filter(key, X, y, Sigma=Sigma, s_method=method, rank=3, statistic="correlation")
+
+
 def test_a_penalty_for_a_statistic_without_one_is_refused_not_ignored(key, monkeypatch):
     """``lam`` is the fixed penalty of ``statistic="lcd"``; with ``"lsm"``, ``"correlation"`` or ``"centroid"``
     (and on the group / multi-knockoff path) it was silently dropped, even a nonsensical ``lam="0.1"``, and the
