@@ -320,6 +320,9 @@ def bad_files(tmp_path):
         ("wide", ["--method", "sdp", "--knockoffs", "2"], ["--method sdp on a dense covariance"]),
         ("wide", ["--method", "sdp-factor", "--rank", "25"], ["--rank must be smaller than min(rows, features) = 20"]),
         ("text", ["--lam", "-1"], ["--lam must be positive"]),
+        # reached knockoff_filter after the table was read, in its Python names (lam=, aggregate='frequency')
+        ("text", ["--lam", "0.1", "--statistic", "lsm"], ["--lam only applies to --statistic lcd"]),
+        ("text", ["--knockoffs", "2", "--replicates", "2"], ["--replicates > 1 needs --aggregate frequency"]),
     ],
 )
 def test_select_bad_input(bad_files, tmp_path, capsys, case, extra, fragments):

@@ -78,6 +78,10 @@ def _check_select_args(args, method) -> None:
         raise CLIError(f"--rank must be a positive integer, got {args.rank}")
     if args.lam is not None and args.lam <= 0:
         raise CLIError(f"--lam must be positive, got {args.lam}")
+    if args.lam is not None and args.statistic != "lcd":
+        raise CLIError(f"--lam only applies to --statistic lcd (the lasso penalty); {args.statistic} has none")
+    if getattr(args, "knockoffs", 1) > 1 and args.replicates > 1 and args.aggregate != "frequency":
+        raise CLIError("--knockoffs > 1 with --replicates > 1 needs --aggregate frequency")
     if getattr(args, "knockoffs", 1) < 1:
         raise CLIError(f"--knockoffs must be a positive integer (the number of knockoff copies), got {args.knockoffs}")
     if getattr(args, "groups", None) is not None and method in FACTOR_METHODS:
