@@ -245,7 +245,8 @@ class KnockoffSelector(_RandomisedSelector):
         self.num_knockoffs = num_knockoffs
 
     def _check_params(self):
-        if not isinstance(self.fdr, numbers.Real) or not (0 < self.fdr < 1):
+        fdr = _checks.real_setting(self.fdr)  # a 0-d NumPy / JAX number (jnp.float32(0.1)) as a float
+        if isinstance(fdr, (bool, np.bool_)) or not isinstance(fdr, numbers.Real) or not (0 < fdr < 1):
             raise ValueError(f"fdr must lie in (0, 1), got {self.fdr!r}")
         method = _METHOD_ALIASES.get(self.method, self.method)
         if method not in S_METHODS:

@@ -141,6 +141,17 @@ def test_random_state_kinds():
         KnockoffSelector(**{**FAST, "random_state": "zero"}).fit(X, y)
 
 
+def test_fdr_may_be_a_jax_scalar_and_not_a_bool():
+    """``fdr=jnp.float32(0.2)`` was refused ("fdr must lie in (0, 1), got Array(0.2, dtype=float32)") though
+    :func:`~jaxknock.knockoff_filter` takes it; ``fdr=True`` is refused as before."""
+    X, y = regression()
+    a = KnockoffSelector(**{**FAST, "fdr": jax.numpy.float32(0.25)}).fit(X, y)
+    b = KnockoffSelector(**{**FAST, "fdr": 0.25}).fit(X, y)
+    np.testing.assert_array_equal(a.support_, b.support_)
+    with pytest.raises(ValueError, match="fdr must lie in"):
+        KnockoffSelector(**{**FAST, "fdr": True}).fit(X, y)
+
+
 def test_a_random_state_outside_the_key_range_is_named():
     """``random_state=2**64`` failed in ``jax.random.key`` with NumPy's ``OverflowError`` ("Python int too large
     to convert to C long"), naming nothing; the ends of the range still work."""
