@@ -232,6 +232,16 @@ def _clock(fn, *args, **kwargs):
     return out, time.perf_counter() - t0
 
 
+def _statistic_folds(y, binary, statistic, lam):
+    """The folds of the cross-validated lasso statistic (``"lcd"`` without ``lam``); ``K`` (unused) otherwise.
+
+    Only that statistic builds folds: the stratified ones of a binary ``y`` need ``K`` rows, and a
+    fold error from a statistic that has no folds (``"correlation"`` on 4 rows) would blame a setting
+    the user never passed.
+    """
+    return _cv.cv_folds(y, binary, K=_CV_FOLDS) if statistic == "lcd" and lam is None else _CV_FOLDS
+
+
 def _check_cv_rows(y, binary, n):
     """Enough rows for the 5-fold cross-validated lasso statistic (``lam=None``), said in the filter's terms."""
     if n < _CV_FOLDS:
@@ -670,7 +680,7 @@ def knockoff_filter(
             loss=loss,
             lasso_tol=lasso_tol,
             cv_patience=cv_patience,
-            folds=_cv.cv_folds(y, binary, K=_CV_FOLDS),
+            folds=_statistic_folds(y, binary, statistic, lam),
             devices=devices,
             mesh=mesh,
             chunk_size=chunk_size,
@@ -891,7 +901,7 @@ def _grouped_or_multi_filter(
     # statistic is lcd, lsm or correlation here ('centroid' is refused above)
     scores, stat_sol = _statistics(
         Xk, y, lam, statistic=statistic, loss=loss, lasso_tol=lasso_tol, cv_patience=cv_patience,
-        folds=_cv.cv_folds(y, binary, K=_CV_FOLDS), num_knockoffs=m,
+        folds=_statistic_folds(y, binary, statistic, lam), num_knockoffs=m,
     )  # fmt: skip
     if groups is not None:
         scores = _multi.group_statistics(scores, g)

@@ -553,13 +553,15 @@ def w_cases(draw, two_d=False):
     return cast(W, draw(st.sampled_from(["float64", "float32", "int32", "bool"]))), draw(st.sampled_from(FDRS))
 
 
-def knockoff_threshold_ref(W, q, plus=True):
+def knockoff_threshold_found_ref(W, q, plus=True):
+    """``(T, found)``: the knockoff(+) threshold, and whether some ``t`` qualified (``T = inf`` either way when
+    none did: then nothing is selected, not even a ``W_j = inf``)."""
     W = np.asarray(W, np.float64)
     ts = np.sort(np.unique(np.abs(W[W != 0])))
     for t in ts:
         if (plus + np.sum(W <= -t)) / max(1, np.sum(W >= t)) <= q:
-            return t
-    return np.inf
+            return t, True
+    return np.inf, False
 
 
 def _fdr_ok(q):
@@ -588,13 +590,13 @@ def test_knockoff_filter_functions_contract(fname, case, jit):
                 raise Violation(f"{fname} gave a plausible answer for W with NaN/Inf: {Wf}")
             if not _fdr_ok(q):
                 raise Violation(f"{fname} accepted fdr={q!r}")
-        T = knockoff_threshold_ref(Wf, float(q))
+        T, found = knockoff_threshold_found_ref(Wf, float(q))
         if fname == "knockoff_threshold":
             ok = (np.isinf(T) and np.isinf(out)) or np.isclose(float(out), T, rtol=1e-6)
         elif fname == "knockoff_select":
-            ok = np.array_equal(out.astype(bool), Wf >= T)
+            ok = np.array_equal(out.astype(bool), (Wf >= T) & found)
         else:
-            ok = np.all(out >= 0) and np.all(out[Wf < T] == 0)
+            ok = np.all(out >= 0) and np.all(out[Wf < T] == 0) and (found or np.all(out == 0))
         if not ok:
             raise Violation(f"{fname}(W={Wf}, fdr={q}) = {out}; knockoff+ threshold {T}")
         return "correct"

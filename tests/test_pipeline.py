@@ -110,6 +110,17 @@ def test_bad_inputs(key):
         knockoff_filter(key, X[:, :1], y, s_method="sdp_factor")
 
 
+def test_the_advice_for_too_few_rows_runs(key):
+    """The too-few-rows message advises ``lam=`` or ``statistic='correlation'``; with a binary ``y`` on
+    4 rows that advice failed too ("folds must be an integer in [2, n_samples=4]": the filter built the
+    stratified CV folds for statistics that have none)."""
+    X, _, _ = make_data(n=50, p=10)
+    y = np.array([0.0, 1.0, 0.0, 1.0])
+    for kw in ({"statistic": "correlation"}, {"lam": 0.1}):
+        sel = knockoff_filter(key, X[:4, :2], y, **kw)
+        assert np.asarray(sel.W).shape[-1] == 2 and np.all(np.isfinite(np.asarray(sel.W)))
+
+
 def test_default_s_method_is_dense_for_tall_and_factor_for_wide_designs(key):
     """``s_method="auto"`` (the default): the dense MVR when n > p (the SDP until session 35), the
     factor-model MVR when p >= n
