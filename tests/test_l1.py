@@ -93,6 +93,27 @@ def test_path_matches_sklearn_lasso_path():
     assert np.count_nonzero(below) >= 1
 
 
+def test_default_grid_floor_for_constant_design():
+    # every centred column zero (or constant up to rounding): lambda_max is 0 or ~1e-17 and the default
+    # grid used to hold zeros (lasso_path / lasso_cv raised "lambdas must be positive" for lambdas the user
+    # never passed) or to reach 1e-20, where the path fitted rounding noise with coefficients of 1e31
+    # (max_steps_reached); scikit-learn's grid is num copies of 1e-15, where every coefficient is zero.
+    # The grids only (the solves compile for seconds): lambda_grid / the classic engine and the working-set engine
+    from jaxknock.l1 import _ws_driver
+
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=20)
+    for X in (np.zeros((20, 4)), np.tile(rng.normal(size=4), (20, 1))):
+        np.testing.assert_array_equal(L.lambda_grid(X, y, num=5), np.full(5, 1e-15))
+        np.testing.assert_array_equal(
+            _ws_driver._default_grid(jnp.asarray(X), jnp.asarray(y), 1e-3, 5), np.full(5, 1e-15)
+        )
+    X = rng.normal(size=(20, 4))  # a usual design keeps sklearn's geometric grid
+    np.testing.assert_allclose(
+        L.lambda_grid(X, y, num=3, eps=1e-2), float(L.lambda_max(X, y)) * np.array([1, 0.1, 0.01])
+    )
+
+
 def test_cv_matches_sklearn_lassocv():
     X, y = _regression(seed=3, noise=2.0)
     sol = L.lasso_cv(X, y, folds=3, num_lambdas=15, tol=1e-12)

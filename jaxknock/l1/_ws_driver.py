@@ -27,6 +27,7 @@ from jaxknock.l1 import _resolve
 from jaxknock.l1 import _ws_covariance as _cov
 from jaxknock.l1 import _ws_homotopy as _hom
 from jaxknock.l1 import _ws_naive as _naive
+from jaxknock.l1.problem import geometric_grid
 
 _DEV_MAX = 0.999
 _DEV_REL = 1e-5
@@ -529,9 +530,7 @@ def _used(sol, engine: str) -> tuple[int, int]:
 
 @functools.partial(jax.jit, static_argnums=3)
 def _default_grid(X, y, eps, num_lambdas):
-    lmax = _lambda_max(X, y)
-    t = jnp.linspace(0.0, 1.0, num_lambdas, dtype=X.dtype)
-    return lmax[..., None] * eps ** t[(None,) * lmax.ndim]
+    return geometric_grid(_lambda_max(X, y), num_lambdas, eps)
 
 
 def validated_grid(X, y, lambdas, num_lambdas, eps):

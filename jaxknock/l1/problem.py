@@ -226,10 +226,21 @@ def problem_lambda_max(prob: Problem, settings: L1Settings):
     return jnp.max(jnp.abs(grad)) / prob.n_w
 
 
+# scikit-learn's floor (``np.finfo(np.float64).resolution``): a lambda_max at or below it (an all-zero or
+# all-constant centred design) gives the constant grid at the floor, where every coefficient is zero
+GRID_FLOOR = 1e-15
+
+
 def geometric_grid(lam_max, num, eps):
-    """``lam_max * eps**(k / (num - 1))``, ``k = 0..num-1`` (traceable)."""
-    lam_max = jnp.maximum(lam_max, jnp.finfo(lam_max.dtype).tiny)
-    return lam_max * eps ** jnp.linspace(0.0, 1.0, num, dtype=lam_max.dtype)
+    """``lam_max * eps**(k / (num - 1))``, ``k = 0..num-1`` (traceable; ``lam_max`` may be batched, ``(..., num)``).
+
+    As scikit-learn's ``_alpha_grid``: ``lam_max <= 1e-15`` gives ``num`` copies of ``1e-15``
+    (a grid from a rounding-level ``lam_max`` down to ``eps`` of it fitted pure rounding noise, and an
+    exactly zero one underflowed to ``lambdas = 0``).
+    """
+    lam_max = jnp.asarray(lam_max)
+    grid = lam_max[..., None] * eps ** jnp.linspace(0.0, 1.0, num, dtype=lam_max.dtype)
+    return jnp.where(lam_max[..., None] <= GRID_FLOOR, jnp.asarray(GRID_FLOOR, lam_max.dtype), grid)
 
 
 def default_grid(X, y, settings: L1Settings, *, num, eps):
@@ -375,7 +386,9 @@ def lambda_grid(
 ) -> jax.Array:
     """Geometric grid from ``lambda_max`` down to ``eps * lambda_max`` (``num`` values).
 
-    Same grid as scikit-learn's ``LassoCV(n_alphas=num, eps=eps)``.
+    Same grid as scikit-learn's ``LassoCV(n_alphas=num, eps=eps)``, including its floor:
+    when ``lambda_max <= 1e-15`` (every centred column zero, or constant up to rounding)
+    the grid is ``num`` copies of ``1e-15``, where every coefficient is zero.
 
     Example:
         >>> X = jnp.eye(3); y = jnp.array([1.0, 2.0, 3.0])
