@@ -661,12 +661,30 @@ def test_the_s_vector_solvers_programs_are_exported_too(tmp_path, monkeypatch):
         assert int(sol.result) == int(ref.result) == 0
 
 
+def _exported_then_loaded(run, tmp_path, monkeypatch):
+    """``(names exported, first result, second result)``: ``run()`` with ``_aot``'s directory at ``tmp_path``,
+    once exporting (no export may fail), then as a "fresh process" that must load every program from disk."""
+    from jaxknock import _aot
+
+    monkeypatch.setattr(_aot, "export_directory", lambda: tmp_path)
+    monkeypatch.setattr(_aot, "LOADED", {})
+    exported = []
+    export = _aot.export_program
+    with monkeypatch.context() as m:
+        m.setattr(_aot, "export_program", lambda fn, *a: exported.append(fn.__name__) or export(fn, *a))
+        first = run()
+    assert not list(tmp_path.glob("*.failed"))
+    monkeypatch.setattr(_aot, "LOADED", {})  # a "fresh process": loads from disk, must not export
+    monkeypatch.setattr(_aot, "export_program", _exported_again)
+    return exported, first, run()
+
+
 @pytest.mark.parametrize("statistic", ["lsm", "lcd_fixed_lam"])
 def test_the_other_lasso_statistics_programs_are_exported_too(statistic, tmp_path, monkeypatch):
     """The signed-max statistic's path program and scores, and the LCD at a given ``lam`` (its fixed-penalty
     program), go through ``_aot.call`` as the default LCD's CV does: exported, loaded again without exporting,
     and the plain call's ``W``."""
-    from jaxknock import _aot, statistics
+    from jaxknock import statistics
 
     rng = np.random.default_rng(3)
     Xk = rng.standard_normal((50, 8))
@@ -676,18 +694,8 @@ def test_the_other_lasso_statistics_programs_are_exported_too(statistic, tmp_pat
     else:
         run, names = lambda: statistics.lcd(Xk, y, lam=0.05), {"_lcd_fixed_jit", "_lcd_statistics"}
     plain = run()
-    monkeypatch.setattr(_aot, "export_directory", lambda: tmp_path)
-    monkeypatch.setattr(_aot, "LOADED", {})
-    exported = []
-    export = _aot.export_program
-    with monkeypatch.context() as m:
-        m.setattr(_aot, "export_program", lambda fn, *a: exported.append(fn.__name__) or export(fn, *a))
-        first = run()
+    exported, first, second = _exported_then_loaded(run, tmp_path, monkeypatch)
     assert names <= set(exported), exported
-    assert not list(tmp_path.glob("*.failed"))
-    monkeypatch.setattr(_aot, "LOADED", {})  # a "fresh process": loads from disk, must not export
-    monkeypatch.setattr(_aot, "export_program", _exported_again)
-    second = run()
     for sol in (first, second):
         np.testing.assert_array_equal(np.asarray(sol.value), np.asarray(plain.value))
         assert int(sol.result) == int(plain.result) == 0
@@ -701,26 +709,16 @@ def test_the_filters_stage_programs_are_exported_too(tmp_path, monkeypatch):
     import jax
 
     import jaxknock
-    from jaxknock import _aot
 
     rng = np.random.default_rng(2)
     X = rng.standard_normal((60, 6))
     y = X[:, 0] - X[:, 1] + 0.5 * rng.standard_normal(60)
     run = lambda: jaxknock.knockoff_filter(jax.random.key(0), X, y, fdr=0.2)
     plain = run()
-    monkeypatch.setattr(_aot, "export_directory", lambda: tmp_path)
-    monkeypatch.setattr(_aot, "LOADED", {})
-    exported = []
-    export = _aot.export_program
-    with monkeypatch.context() as m:
-        m.setattr(_aot, "export_program", lambda fn, *a: exported.append(fn.__name__) or export(fn, *a))
-        first = run()
+    exported, first, second = _exported_then_loaded(run, tmp_path, monkeypatch)
     stages = {"_standardise_and_split", "_lw_correlation", "_mrc_jit", "_plan_and_draw", "canonical_columns"}
     assert stages | {"cv_jit", "_lcd_statistics"} <= set(exported), exported
-    assert not list(tmp_path.glob("*.failed")) and len(list(tmp_path.glob("*.pkl"))) == len(exported)
-    monkeypatch.setattr(_aot, "LOADED", {})  # a "fresh process": loads from disk, must not export
-    monkeypatch.setattr(_aot, "export_program", _exported_again)
-    second = run()
+    assert len(list(tmp_path.glob("*.pkl"))) == len(exported)
     for sel in (first, second):
         np.testing.assert_array_equal(np.asarray(sel.W), np.asarray(plain.W))
         np.testing.assert_array_equal(sel.selected, plain.selected)
