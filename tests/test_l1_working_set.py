@@ -212,6 +212,19 @@ def test_logistic_cv_runs():
     assert np.all(b[:3] != 0)
 
 
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_a_grid_below_lambda_max_by_far_is_certified_at_the_gradients_rounding_floor(loss):
+    """``lambdas=[1e-12]`` (a user's grid that starts far below lambda_max): the KKT target was relative to
+    the grid's first penalty, ``100 eps * 1e-12`` in absolute terms, under the gradient's rounding (~1e-17),
+    and both engines ended ``max_steps_reached`` (the logistic one after 10 000 epochs) on problems the
+    classic engine solves. The floor now scales with lambda_max; the fit is the one at 1e-10 up to ~1e-10."""
+    X, y = _data(200, 6, seed=0, loss=loss)
+    tiny, small = (l1_cv(X, y, folds=3, lambdas=[lam], loss=loss) for lam in (1e-12, 1e-10))
+    for sol in (tiny, small):
+        assert int(sol.result) == RESULTS.successful, sol.stats["num_steps"]
+    np.testing.assert_allclose(np.asarray(tiny.value), np.asarray(small.value), atol=1e-7)
+
+
 def test_jit_equals_eager_and_vmap_equals_loop():
     Xs, ys = zip(*[_data(80, 30, seed=s) for s in range(2)])
     Xs, ys = np.stack(Xs), np.stack(ys)

@@ -131,6 +131,7 @@ def path_core(
     Wc = W + chunk
     dt = X.dtype
     m = X.shape[1]
+    scale = gradient_scale(X, y, lambdas)
 
     def kkt_violation(st, lam):
         b = jnp.zeros((M, m), dt).at[:, st.idx].add(jnp.where(jnp.arange(Wc) < st.size, st.beta, 0))
@@ -204,7 +205,7 @@ def path_core(
 
         ic0 = (st, jnp.int32(0), ~go, jnp.int32(0), jnp.bool_(True))
         # the inner solvers' KKT target, not below the rounding floor of the gradient (float32: kkt_bound)
-        tol_k = jnp.maximum(tol, _rounding_floor(dt, lam, lam0)).astype(tol.dtype)
+        tol_k = jnp.maximum(tol, _rounding_floor(dt, lam, scale)).astype(tol.dtype)
         st, _, clean, ep, conv = loop(icond, ibody, (d, lam, tol_k), ic0)
         if engine == "homotopy":
             st = mod.accept(st)  # a finished design: its current point is already its anchor
@@ -366,7 +367,7 @@ def _cv_one(
     stats["intercept_path"] = jnp.where(solved, out["b0"], jnp.nan)
     converged = ok_all & ~st.overflow
     if engine == "homotopy":  # exact between kinks: the KKT check is the certificate
-        bound = kkt_bound(tol, b.dtype, lambdas, lam0)
+        bound = kkt_bound(tol, b.dtype, lambdas, gradient_scale(X, y, lambdas))
         converged = converged & jnp.all(jnp.where(solved, out["kkt"] <= bound, True))
     finite = jnp.all(jnp.isfinite(b))
     code = jnp.where(converged, jnp.int32(RESULTS.successful), jnp.int32(RESULTS.max_steps_reached))
@@ -374,12 +375,23 @@ def _cv_one(
     return Solution(b, code, stats, None)
 
 
+def gradient_scale(X, y, lambdas):
+    r"""``lam0 = max(lambdas[0], lambda_max(X, y))``: the size of the gradient :math:`X_c^\top r / n` along the path.
+
+    The grid's largest penalty alone was not it for a grid that starts below
+    :math:`\lambda_{\max}`: with ``lambdas=[1e-12]`` the floor was ``100 eps`` relative to ``1e-12``, an
+    absolute KKT target of ``2e-26`` against a gradient computed to ``~1e-17``, and both engines reported
+    ``max_steps_reached`` on problems the classic engine solved (session 40).
+    """
+    return jnp.maximum(lambdas[0], _lambda_max(X, y))
+
+
 def kkt_bound(tol, dtype, lambdas, lam0):
     r"""The homotopy certificate: the largest relative KKT violation at each of ``lambdas`` accepted as rounding.
 
     ``max(tol, 1e-6, 1000 eps, 100 eps lam0 / lam)``. The last term is the
     rounding floor of the gradient: :math:`X^\top r / n` is computed to about
-    ``eps * lam0`` in absolute terms (``lam0`` = the grid's largest penalty,
+    ``eps * lam0`` in absolute terms (``lam0`` = :func:`gradient_scale`,
     :math:`\lambda_{\max}` on the default grid), so relative to ``lam`` its floor
     grows as the path descends. It only matters in float32: at
     ``lam = 1e-3 lam0`` it is ``1.2e-2`` there and ``2.2e-11`` in float64.

@@ -399,5 +399,5 @@ def member_paths(
     slot_over = getattr(st, "slot_over", jnp.bool_(False))
     ok = out["ok"]
     if engine == "homotopy":
-        ok = ok & (out["kkt"] <= _driver.kkt_bound(tol, X.dtype, lambdas, lambdas[0]))
+        ok = ok & (out["kkt"] <= _driver.kkt_bound(tol, X.dtype, lambdas, _driver.gradient_scale(X, y, lambdas)))
     return coefs, ok & ~st.overflow, st.overflow, slot_over
