@@ -93,7 +93,10 @@ class StabilityResult(NamedTuple):
         lambdas: ``(L,)`` the grid (decreasing).
         num_lambdas_used: length ``k`` of the chosen range ``lambdas[:k]``.
         assumption: ``"unimodal"`` (Shah-Samworth eq. 8) or ``"none"`` (q^2/((2 pi - 1) p)).
-        num_failed: ``(L,)`` number of subsample fits per lambda that did not converge.
+        num_failed: ``(L,)`` number of subsample fits per lambda that did not converge. The
+            working-set engine solves the two halves of a complementary pair as one design and
+            certifies them together, so a pair that did not converge counts as two failed fits
+            (an upper bound on the halves that failed).
         expected_false: the target E[V] asked for (``None``: the whole grid at ``threshold``).
     """
 
