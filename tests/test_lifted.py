@@ -533,6 +533,13 @@ def test_predict_feedforward_and_lifted(key):
     assert s2.shape == (10, 3) and bool(jnp.all(jnp.isfinite(s2)))
     with pytest.raises(ValueError, match="method"):
         predict_lifted(sol.value, X_TR, spec, method="bayes")
+    # the lifted rule's hyper-parameters are checked (a negative lam gave -inf scores, a per-model lam of
+    # shape (2,) a broadcast error that named nothing)
+    hyper = spec.hyper(X_TR.dtype)
+    with pytest.raises(ValueError, match="lam must be positive"):
+        predict_lifted(sol.value, X_TR, spec, method="lifted", hyper=hyper._replace(lam=-hyper.lam))
+    with pytest.raises(ValueError, match="hyper.lam must be a scalar"):
+        predict_lifted(sol.value, X_TR, spec, method="lifted", hyper=hyper._replace(lam=jnp.stack([hyper.lam] * 2)))
 
 
 def test_lifted_initialisation_of_optax_network(key):

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxknock._checks import as_float_array, check_count, check_finite, check_ndim
-from jaxknock.lifted._inputs import check_params
+from jaxknock.lifted._inputs import check_hyper_values, check_params
 from jaxknock.lifted.blocks import forward_state, x_steps
 from jaxknock.lifted.mlp import mlp_apply
 from jaxknock.lifted.objective import objective_rows
@@ -70,6 +70,11 @@ def predict_lifted(
     if method != "lifted":
         raise ValueError(f"method must be 'feedforward' or 'lifted', got {method!r}")
     hyper = spec.hyper(X.dtype) if hyper is None else hyper
+    # one model's hyper-parameters: a per-model lam of shape (H,) failed in a broadcast that named nothing,
+    # and a negative lam returned all -inf scores
+    if jnp.ndim(hyper.lam) != 0:
+        raise ValueError(f"hyper.lam must be a scalar (one model's hyper-parameters), got shape {jnp.shape(hyper.lam)}")
+    check_hyper_values(hyper, batched=False)
     settings = default_settings(X.dtype, inner_tol=inner_tol, inner_max_steps=inner_max_steps)
     return _lifted_scores(params, X, hyper, spec, settings, passes)
 
