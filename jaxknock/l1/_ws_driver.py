@@ -182,7 +182,7 @@ def path_core(
         return (c[1] < L) & ~c[2]
 
     def body(ops, c):
-        d, lambdas, lam0, tol = ops
+        d, lambdas, lam0, tol, scale = ops  # operands, not closures: the loop is a custom_vmap
         st, k, stop, out, best, steps, ok_all, gprev = c
         go = cond(ops, c)
         lam = lambdas[jnp.minimum(k, L - 1)]
@@ -254,7 +254,7 @@ def path_core(
 
     inf = jnp.asarray(jnp.inf, dt)
     c0 = (st, jnp.int32(0), jnp.bool_(False), out0, (jnp.int32(0), inf, inf), jnp.int32(0), jnp.bool_(True), st.grad)
-    st, nsolved, _, out, _, steps, ok_all, _ = loop(cond, body, (d, lambdas, lam0, tol), c0)
+    st, nsolved, _, out, _, steps, ok_all, _ = loop(cond, body, (d, lambdas, lam0, tol, scale), c0)
     return st, nsolved, out, steps, ok_all
 
 
