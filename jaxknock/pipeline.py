@@ -613,12 +613,12 @@ def knockoff_filter(
     s_method = resolve_s_method(
         s_method, np.shape(X), known=known, groups=groups, rank=rank, num_knockoffs=num_knockoffs
     )
+    if mu is not None and Sigma is None:  # every path: a mean without its law was ignored silently
+        raise ValueError("mu is only used together with a known Sigma; pass Sigma too")
     X, mu = _precision.centre_before_cast(X, mu)
     if groups is not None or num_knockoffs != 1:
         if Sigma is not None:
             raise ValueError("Sigma= (a known law) is not supported yet with groups= or num_knockoffs > 1")
-        if mu is not None:
-            raise ValueError("mu is only used together with a known Sigma; pass Sigma too")
         given = [
             name for name, v in (("chunk_size", chunk_size), ("devices", devices), ("mesh", mesh)) if v is not None
         ]
@@ -648,8 +648,6 @@ def knockoff_filter(
     )
     if statistic == "centroid" and not binary:
         raise ValueError("statistic='centroid' needs a binary y (two distinct labels)")
-    if mu is not None and Sigma is None:
-        raise ValueError("mu is only used together with a known Sigma; pass Sigma too")
     timings = {}
     estimated = Sigma is None
     if estimated:

@@ -107,11 +107,14 @@ def _plain_while_loop(cond_fun, body_fun, operands, init):
 
 # fmt: off
 def path_core(
-    X, y, lambdas, lam0, rows, excl, *, engine, loss, W, chunk, tol, max_steps, patience, early_stop, slots=0,
-    keep_members=False, tiered=False,
+    X, y, lambdas, lam0, rows, excl, *, scale, engine, loss, W, chunk, tol, max_steps, patience, early_stop,
+    slots=0, keep_members=False, tiered=False,
 ):
     # fmt: on
-    """One design, all members, the whole path (traceable); ``keep_members``: every member's path too."""
+    """One design, all members, the whole path (traceable); ``keep_members``: every member's path too.
+
+    ``scale``: :func:`gradient_scale` of the design, which the caller's homotopy certificate uses too.
+    """
     mod = {"cov": _cov, "homotopy": _hom, "naive": _naive}[engine]
     if engine == "homotopy":
         d = mod.cov_data(X, y, rows, excl)
@@ -131,7 +134,6 @@ def path_core(
     Wc = W + chunk
     dt = X.dtype
     m = X.shape[1]
-    scale = gradient_scale(X, y, lambdas)
 
     def kkt_violation(st, lam):
         b = jnp.zeros((M, m), dt).at[:, st.idx].add(jnp.where(jnp.arange(Wc) < st.size, st.beta, 0))
@@ -313,6 +315,7 @@ def _cv_one(
     M = excl.shape[0]
     K = M - 1
     lam0 = lambdas[0]
+    scale = gradient_scale(X, y, lambdas)
     st, nsolved, out, steps, ok_all = path_core(
         X,
         y,
@@ -320,6 +323,7 @@ def _cv_one(
         lam0,
         rows,
         excl,
+        scale=scale,
         engine=engine,
         loss=loss,
         W=W,
@@ -367,7 +371,7 @@ def _cv_one(
     stats["intercept_path"] = jnp.where(solved, out["b0"], jnp.nan)
     converged = ok_all & ~st.overflow
     if engine == "homotopy":  # exact between kinks: the KKT check is the certificate
-        bound = kkt_bound(tol, b.dtype, lambdas, gradient_scale(X, y, lambdas))
+        bound = kkt_bound(tol, b.dtype, lambdas, scale)
         converged = converged & jnp.all(jnp.where(solved, out["kkt"] <= bound, True))
     finite = jnp.all(jnp.isfinite(b))
     code = jnp.where(converged, jnp.int32(RESULTS.successful), jnp.int32(RESULTS.max_steps_reached))

@@ -388,8 +388,9 @@ def member_paths(
     engine = _driver.engine_for(loss, method)
     chunk = min(chunk or cache_chunk(m), m)
     W = min(W, m)
+    scale = _driver.gradient_scale(X, y, lambdas)
     st, _, out, _, _ = _driver.path_core(
-        X, y, lambdas, lambdas[0], rows, excl, engine=engine, loss=loss, W=W, chunk=chunk,
+        X, y, lambdas, lambdas[0], rows, excl, scale=scale, engine=engine, loss=loss, W=W, chunk=chunk,
         tol=jnp.asarray(tol, X.dtype), max_steps=max_steps, patience=1, early_stop=False,
         slots=min(slots, W + chunk) if engine == "homotopy" else 0, keep_members=True,
     )  # fmt: skip
@@ -399,5 +400,5 @@ def member_paths(
     slot_over = getattr(st, "slot_over", jnp.bool_(False))
     ok = out["ok"]
     if engine == "homotopy":
-        ok = ok & (out["kkt"] <= _driver.kkt_bound(tol, X.dtype, lambdas, _driver.gradient_scale(X, y, lambdas)))
+        ok = ok & (out["kkt"] <= _driver.kkt_bound(tol, X.dtype, lambdas, scale))
     return coefs, ok & ~st.overflow, st.overflow, slot_over
