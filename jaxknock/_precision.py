@@ -127,7 +127,7 @@ def centre_before_cast(X, mu=None):
         return Xh - mean, None
     mh = np.asarray(mu, dtype=np.float64) if np.asarray(mu).dtype.kind in "fiu" else None
     if mh is None or mh.shape != (Xh.shape[1],) or not np.isfinite(mh).all():
-        return X, mu  # checked (and named) by _standardise
+        return X, mu  # checked (and named) by _filter_inputs.standardise_by_law
     return Xh - mh, np.zeros_like(mh)
 
 

@@ -6,11 +6,11 @@ import sys
 import time
 from pathlib import Path
 
+from jaxknock._s_methods import FACTOR_SOLVERS, WIDE_DENSE_SOLVERS
 from jaxknock.cli.common import CLIError, enable_x64
 from jaxknock.cli.progress import Progress, Ticker, progress_enabled
 from jaxknock.cli.report import device, print_table, sha256, versions, write_json
 from jaxknock.cli.tables import load_table, preview, resolve_target
-from jaxknock.pipeline import FACTOR_SOLVERS, WIDE_DENSE_SOLVERS
 
 __all__ = ["METHODS", "run_select"]
 
