@@ -20,7 +20,7 @@ import numpy as np
 from jaxknock import _checks
 from jaxknock._s_methods import FACTOR_SOLVERS, S_METHODS, WIDE_DENSE_SOLVERS
 from jaxknock.covariance import FactorFit, FactorModel, to_correlation
-from jaxknock.l1 import cv as _cv
+from jaxknock.l1.folds import cv_folds
 
 STATISTICS = ("lcd", "lsm", "correlation", "centroid")
 AGGREGATES = ("ebh", "frequency")
@@ -69,7 +69,7 @@ def statistic_folds(y, binary, statistic, lam):
     fold error from a statistic that has no folds (``"correlation"`` on 4 rows) would blame a setting
     the user never passed.
     """
-    return _cv.cv_folds(y, binary, K=CV_FOLDS) if statistic == "lcd" and lam is None else CV_FOLDS
+    return cv_folds(y, binary, K=CV_FOLDS) if statistic == "lcd" and lam is None else CV_FOLDS
 
 
 def check_cv_rows(y, binary, n):

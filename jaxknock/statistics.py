@@ -39,7 +39,8 @@ from jax import lax
 from jaxknock import _aot, _checks
 from jaxknock._solution import Solution, raise_if_failed
 from jaxknock.l1 import working_set as _working_set
-from jaxknock.l1.cv import check_folds_nonempty, check_patience, cv_solve, resolve_folds
+from jaxknock.l1.cv import check_patience, cv_solve
+from jaxknock.l1.folds import check_folds_nonempty, resolve_folds
 from jaxknock.l1.path import path_solve
 from jaxknock.l1.problem import check_grid_settings, check_lambdas, default_grid
 from jaxknock.l1.settings import make_settings

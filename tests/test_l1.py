@@ -383,7 +383,7 @@ def test_stratified_kfold_ids_equal_scikit_learns_stratified_kfold():
 
     from sklearn.model_selection import StratifiedKFold
 
-    from jaxknock.l1.cv import stratified_kfold_ids
+    from jaxknock.l1.folds import stratified_kfold_ids
 
     rng = np.random.default_rng(0)
     checked = 0
@@ -599,7 +599,7 @@ def test_logistic_dual_probabilities_stay_in_the_unit_interval_when_saturated():
 def test_integer_folds_are_stratified_for_the_logistic_loss():
     # lasso_cv(loss="logistic", folds=K) used contiguous folds (KFold) while knockoff_filter and
     # LogisticRegressionCV stratify; on rows sorted by class they held out one class per fold.
-    from jaxknock.l1.cv import resolve_folds, stratified_kfold_ids
+    from jaxknock.l1.folds import resolve_folds, stratified_kfold_ids
     from jaxknock.l1.working_set import l1_cv
 
     X, y = _classification(seed=7, n=60, m=8)
@@ -627,7 +627,7 @@ def test_integer_folds_are_stratified_for_the_logistic_loss():
 
 @pytest.mark.parametrize("K", [2, 3, 5])
 def test_traced_stratified_fold_ids_equal_the_concrete_ones(K):
-    from jaxknock.l1.cv import binary_stratified_ids, stratified_kfold_ids
+    from jaxknock.l1.folds import binary_stratified_ids, stratified_kfold_ids
 
     rng = np.random.default_rng(K)
     labels = (rng.random((40, 23)) < rng.uniform(0.1, 0.9, (40, 1))).astype(float)

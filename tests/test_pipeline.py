@@ -291,7 +291,7 @@ def test_binary_response_sorted_by_class_gets_stratified_folds(key):
     """Rows sorted by class (cases first) with 12 cases in 200: the first contiguous fold held every case,
     so its training rows had a single class and knockoff_filter raised; stratified folds keep 2-3 cases
     in every held-out fold."""
-    from jaxknock.l1.cv import cv_folds
+    from jaxknock.l1.folds import cv_folds
 
     X, _, _ = make_data(n=200, p=10)
     y = np.r_[np.ones(12), np.zeros(188)]

@@ -12,10 +12,13 @@ The engine reads in data-flow order:
 * :mod:`~jaxknock.l1.solvers` -- init / step / solve at one penalty
   (:func:`lasso`, :func:`lasso_init`, :func:`lasso_step`, :class:`LassoState`);
 * :mod:`~jaxknock.l1.path` -- warm-started paths (:func:`lasso_path`);
-* :mod:`~jaxknock.l1.cv` -- K-fold cross-validation (:func:`lasso_cv`, :func:`kfold_ids`).
+* :mod:`~jaxknock.l1.folds` -- the folds (:func:`kfold_ids`, stratified by class for the logistic loss);
+* :mod:`~jaxknock.l1.cv` -- K-fold cross-validation (:func:`lasso_cv`); the working-set engine
+  (:mod:`~jaxknock.l1.working_set`) is its default for the whole path.
 """
 
-from jaxknock.l1.cv import kfold_ids, lasso_cv
+from jaxknock.l1.cv import lasso_cv
+from jaxknock.l1.folds import kfold_ids
 from jaxknock.l1.path import lasso_path
 from jaxknock.l1.problem import lambda_grid, lambda_max
 from jaxknock.l1.settings import L1Settings, make_settings

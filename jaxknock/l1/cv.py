@@ -3,7 +3,9 @@
 The ``K`` training folds and the full data are ``K + 1`` problems that differ
 only in their 0/1 row weights (:func:`jaxknock.l1.problem.make_problem` under
 ``vmap``); they are solved together at every lambda of the grid and warm
-started along it by ``lax.scan`` (:func:`cv_solve`).
+started along it by ``lax.scan`` (:func:`cv_solve`). The folds come from
+:mod:`jaxknock.l1.folds` (re-exported here: ``cv_folds``, ``kfold_ids``,
+``stratified_kfold_ids``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from jax import lax
 from jaxknock import _checks
 from jaxknock._solution import Solution, raise_if_failed
 from jaxknock.l1 import working_set
+from jaxknock.l1.folds import check_folds_nonempty, cv_folds, kfold_ids, resolve_folds, stratified_kfold_ids
 from jaxknock.l1.problem import (
     centre_on_host,
     intercept,
@@ -31,138 +34,6 @@ from jaxknock.l1.settings import L1Settings, make_settings
 from jaxknock.l1.solvers import solve
 
 __all__ = ["cv_folds", "kfold_ids", "lasso_cv", "stratified_kfold_ids"]
-
-
-def _check_fold_count(n, folds):
-    if not (_checks.is_int(folds) and 2 <= folds <= n):
-        raise ValueError(f"folds must be an integer in [2, n_samples={n}], got {folds!r}")
-
-
-def kfold_ids(n: int, folds: int) -> np.ndarray:
-    """Fold index of each row for contiguous K-fold splits.
-
-    Same splits as ``sklearn.model_selection.KFold(folds)`` (no shuffling):
-    the first ``n % folds`` folds hold one extra row.
-
-    Example:
-        >>> kfold_ids(5, 2)
-        array([0, 0, 0, 1, 1], dtype=int32)
-    """
-    _check_fold_count(n, folds)
-    folds = int(folds)
-    sizes = np.full(folds, n // folds)
-    sizes[: n % folds] += 1
-    return np.repeat(np.arange(folds, dtype=np.int32), sizes)
-
-
-def stratified_kfold_ids(y, folds: int) -> np.ndarray:
-    """Fold index of each row for stratified K-fold splits of the labels ``y``.
-
-    Same splits as ``sklearn.model_selection.StratifiedKFold(folds)`` (no
-    shuffling): the sorted labels are dealt to the folds in turn, which fixes
-    how many rows of each class every fold holds, and each class's rows go,
-    in their order, to the folds in contiguous runs of those sizes. Every
-    fold's held-out rows then mirror the class proportions, whatever the order
-    of the rows (contiguous folds on rows sorted by class hold out one class).
-    Classes are numbered in order of first appearance, as scikit-learn does.
-
-    Example:
-        >>> stratified_kfold_ids([0, 0, 0, 0, 1, 1], 2)
-        array([0, 0, 1, 1, 0, 1], dtype=int32)
-    """
-    y = np.asarray(y)
-    _check_fold_count(y.shape[0], folds)
-    folds, n = int(folds), y.shape[0]
-    _, first, lexical = np.unique(y, return_index=True, return_inverse=True)
-    codes = np.argsort(np.argsort(first))[lexical.reshape(-1)]  # classes numbered by first appearance
-    num_classes = first.size
-    dealt = np.sort(codes)
-    allocation = np.stack([np.bincount(dealt[i::folds], minlength=num_classes) for i in range(folds)])
-    ids = np.empty(n, np.int32)
-    for c in range(num_classes):
-        ids[codes == c] = np.repeat(np.arange(folds, dtype=np.int32), allocation[:, c])
-    return ids
-
-
-def binary_stratified_ids(y, folds: int):
-    """:func:`stratified_kfold_ids` for labels in ``{0, 1}`` that may be traced (``jnp``).
-
-    Classes are numbered by first appearance (``y[0]``'s class is class 0). Of
-    the sorted labels, fold ``k`` is dealt the positions ``i = k (mod K)``;
-    ``#{i < m : i = k (mod K)} = (m - k + K - 1) // K``, which gives every
-    fold's share of each class, and a row's rank within its class picks the
-    fold whose run of that class holds it.
-    """
-    K = int(folds)
-    code = (y != y[0]).astype(jnp.int32)
-    n0 = y.shape[0] - jnp.sum(code)
-    k = jnp.arange(K)
-    share0 = (n0 - k + K - 1) // K
-    share1 = (y.shape[0] - k + K - 1) // K - share0
-    rank = jnp.where(code == 0, jnp.cumsum(1 - code), jnp.cumsum(code)) - 1
-    ends = jnp.where(code[:, None] == 0, jnp.cumsum(share0)[None, :], jnp.cumsum(share1)[None, :])
-    return jnp.sum(rank[:, None] >= ends, axis=1).astype(jnp.int32)
-
-
-def cv_folds(y, binary: bool, K: int = 5):
-    """The folds :func:`~jaxknock.knockoff_filter` cross-validates its lasso statistic on.
-
-    Stratified (:func:`stratified_kfold_ids`, what scikit-learn's
-    ``LogisticRegressionCV`` uses) for a binary response; otherwise the
-    integer ``K``, i.e. contiguous folds (``KFold``, the default of
-    :func:`~jaxknock.lcd`). Contiguous folds on rows sorted by class hold out
-    a single class, or leave a training fold without the rarer class.
-
-    Example:
-        >>> cv_folds([1, 1, 0, 0, 0, 0], True, K=2), cv_folds([0.5, 1.5, 2.5], False)
-        (array([0, 1, 0, 0, 1, 1], dtype=int32), 5)
-    """
-    return stratified_kfold_ids(np.asarray(y), K) if binary else K
-
-
-def resolve_folds(n, folds, y=None, loss="squared"):
-    """Resolve ``folds`` (int or per-row fold ids) into ``(ids, K)``.
-
-    An integer ``K`` means contiguous folds (:func:`kfold_ids`, scikit-learn's
-    ``KFold``) for least squares and stratified folds of the labels ``y``
-    (:func:`stratified_kfold_ids`, ``StratifiedKFold`` as in
-    ``LogisticRegressionCV``) for the logistic loss; traced labels (``{0, 1}``)
-    get the same folds as a traced array.
-    """
-    if _checks.is_int(folds):
-        K = int(folds)
-        if loss != "logistic":
-            return kfold_ids(n, K), K
-        _check_fold_count(n, K)
-        if _checks.is_concrete(y):
-            return stratified_kfold_ids(np.asarray(y), K), K
-        return binary_stratified_ids(y, K), K
-    ids = np.asarray(folds)
-    if ids.shape != (n,) or not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(
-            f"folds must be an int or an integer array of shape ({n},), got {ids.dtype} array of shape {ids.shape}"
-        )
-    uniq = np.unique(ids)
-    if uniq.size < 2 or uniq[0] != 0 or uniq[-1] != uniq.size - 1:
-        raise ValueError(f"fold ids must be 0, 1, ..., K-1 with K >= 2, got {uniq.tolist()[:10]}")
-    return ids.astype(np.int32), int(uniq.size)
-
-
-def check_folds_nonempty(fold_ids, K, y, loss):
-    """Every fold keeps training rows (and, for the logistic loss, both classes)."""
-    if not _checks.is_concrete(fold_ids):  # stratified folds of traced labels: K <= n, never empty
-        return
-    counts = np.bincount(fold_ids, minlength=K)
-    if np.any(counts == fold_ids.size):
-        raise ValueError("every fold leaves no training rows; use more folds")
-    if loss == "logistic" and _checks.is_concrete(y):
-        yv = np.asarray(y)
-        for k in range(K):
-            train = yv[fold_ids != k]
-            if np.unique(train).size < 2:
-                raise ValueError(
-                    f"the training rows of fold {k} hold a single class; use fewer folds or shuffle the fold ids"
-                )
 
 
 def check_patience(patience, name: str = "patience"):

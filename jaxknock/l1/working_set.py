@@ -99,6 +99,7 @@ from jaxknock import _checks
 from jaxknock._solution import Solution
 from jaxknock.l1 import _ws_driver as _driver
 from jaxknock.l1._ws_driver import cache_chunk
+from jaxknock.l1.folds import stratified_kfold_ids
 from jaxknock.l1.problem import centre_on_host, restore_intercept
 
 __all__ = ["cache_chunk", "l1_cv", "l1_path", "fold_rows", "member_paths", "use_engine"]
@@ -137,8 +138,6 @@ def fold_rows(folds, n: int):
 
 def _stratified_folds(y, folds):
     """Stratified fold ids of the labels (one ``(n,)`` row, or ``(R, n)`` equal rows)."""
-    from jaxknock.l1.cv import stratified_kfold_ids  # cv imports this module
-
     if not _checks.is_concrete(y):
         raise ValueError(
             "integer folds with loss='logistic' are stratified by the labels, which are traced here; "
