@@ -520,6 +520,30 @@ def test_step_apis_check_their_start_like_sdp():
             sdp_init(C, block_size=b)
 
 
+def test_step_apis_refuse_an_infeasible_start():
+    """An infeasible ``s0`` gave ``sdp_init`` a NaN state and was replaced by the default start in
+    ``newton_init`` without a word. A start on the boundary (``2C - diag s`` singular) is feasible for the
+    Newton path (pushed inside) but cannot be factored by the coordinate method."""
+    p, rho = 6, 0.9
+    C = (1 - rho) * np.eye(p) + rho  # lambda_min = 0.1: the equicorrelated s is 2 * 0.1
+    boundary = np.full(p, 2 * (1 - rho))
+    for bad in (np.full(p, 0.9), np.full(p, 1.5), -boundary):  # not PSD; above the box (cap 1); negative
+        with pytest.raises(ValueError, match="s0"):
+            newton_init(C, s0=bad)
+        with pytest.raises(ValueError, match="s0"):
+            sdp_init(C, s0=bad)
+    with pytest.raises(ValueError, match="positive definite"):
+        sdp_init(C, s0=boundary)
+    st = newton_init(C, s0=boundary)
+    assert np.all(np.isfinite(np.asarray(st.s))) and np.all(np.asarray(st.s) < boundary)
+    state, _ = sdp_init(C, s0=0.5 * boundary)
+    assert np.all(np.isfinite(np.asarray(state.L)))
+    np.testing.assert_allclose(np.asarray(state.s[:p]), 0.5 * boundary)
+    scaled = np.diag([4.0, 1, 1, 1, 1, 1]) ** 0.5 @ C @ np.diag([4.0, 1, 1, 1, 1, 1]) ** 0.5  # covariance scale
+    state, _ = sdp_init(scaled, s0=0.5 * boundary * np.diag(scaled))
+    np.testing.assert_allclose(np.asarray(state.s[:p]), 0.5 * boundary)
+
+
 def test_sdp_factor_step_is_the_step_sdp_factor_drives():
     rng = np.random.default_rng(0)
     model = FactorModel(jnp.asarray(rng.uniform(0.1, 1.0, 40)), jnp.asarray(0.5 * rng.standard_normal((40, 3))))

@@ -134,6 +134,33 @@ def check_start(lam0, s0, p: int, block_size=None) -> None:
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
 
 
+def check_start_feasible(C2, s, cap, *, strict: bool) -> None:
+    r"""A given start ``s0`` of the step APIs is feasible (concrete values only; ``s`` on the correlation scale).
+
+    Feasible: :math:`0 \le s \le` ``cap`` and ``C2 - diag(s)`` (``C2 = 2C``) positive semidefinite, or
+    positive definite when ``strict`` (:func:`~jaxknock.sdp_init` factors it at the start). An infeasible
+    ``s0`` gave a NaN state (``sdp_init``) or was replaced by the default start without a word
+    (``newton_init``). Traced values are not checked: under ``jit`` the first stays NaN (never a plausible
+    answer), the second starts from the interior point it can reach (:func:`~jaxknock.sdp` itself takes no ``s0``).
+    """
+    if not (_checks.is_concrete(C2) and _checks.is_concrete(s)):
+        return
+    C2, s, cap = (np.asarray(a, dtype=np.float64) for a in (C2, s, cap))
+    slack = 64 * np.finfo(np.float64).eps * max(1.0, float(np.max(np.abs(C2))))
+    if np.any(s < -slack) or np.any(s > cap + slack):
+        raise ValueError(
+            "s0 must satisfy 0 <= s0_j <= min(1, 2 C_jj) Sigma_jj (the box of the knockoff SDP, on Sigma's "
+            f"scale); on the correlation scale it spans [{s.min():.3g}, {s.max():.3g}]"
+        )
+    lam_min = float(np.linalg.eigvalsh(C2 - np.diag(s))[0])
+    if lam_min < (slack if strict else -slack * C2.shape[0]):
+        need = "positive definite" if strict else "positive semidefinite"
+        raise ValueError(
+            f"s0 is infeasible: 2 Sigma - diag(s0) (scaled to a correlation) must be {need}, its smallest "
+            f"eigenvalue is {lam_min:.3g}; start from a feasible s0 (e.g. the equicorrelated one) or s0=None"
+        )
+
+
 # --------------------------------------------------------------------------
 # dense linear algebra
 # --------------------------------------------------------------------------

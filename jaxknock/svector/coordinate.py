@@ -272,7 +272,8 @@ def solve_sweeps(Cfull, lam0, b, tol, decay, max_steps) -> Iteration:
 def sdp_init(Sigma, *, lam0=None, block_size=None, s0=None, num_knockoffs: int = 1) -> tuple[SDPState, int]:
     """Initial :class:`SDPState` of :func:`~jaxknock.sdp` (``method="coordinate"``).
 
-    ``s = s0`` (covariance scale) or 0, ``L = chol(2C - diag s)``, ``lam = lam0``
+    ``s = s0`` (covariance scale, strictly feasible: ``ValueError`` otherwise) or 0,
+    ``L = chol(2C - diag s)``, ``lam = lam0``
     (default 0.5). Returns ``(state, block_size)``. Drive it with
     :func:`sdp_step` (notebooks, debugging). ``num_knockoffs = m`` starts the
     ``m``-knockoff problem ``diag(s) <= (m+1)/m C`` of :func:`~jaxknock.sdp`
@@ -296,6 +297,9 @@ def sdp_init(Sigma, *, lam0=None, block_size=None, s0=None, num_knockoffs: int =
     C = pad_correlation(_common.multi_scale(m) * to_correlation(Sigma), b)
     n = C.shape[-1]
     s = jnp.zeros(n, C.dtype) if s0 is None else jnp.zeros(n, C.dtype).at[:p].set(s0 / jnp.diagonal(Sigma))
+    if s0 is not None:
+        C2 = 2.0 * C[:p, :p]
+        _common.check_start_feasible(C2, s[:p], jnp.minimum(1.0, jnp.diagonal(C2)), strict=True)
     lam = jnp.asarray(0.5 if lam0 is None else lam0, C.dtype)
     return sweep_init(C, s, lam), b
 

@@ -345,7 +345,7 @@ def _problem(Sigma, scale=1.0):
 def newton_init(Sigma, *, lam0: float | None = None, s0=None, num_knockoffs: int = 1) -> NewtonState:
     """Initial :class:`NewtonState` of :func:`~jaxknock.sdp` (``method="newton"``).
 
-    ``s0`` (covariance scale, default 0) is pushed strictly inside the box;
+    ``s0`` (covariance scale, default 0; feasible, ``ValueError`` otherwise) is pushed strictly inside the box;
     the barrier starts at ``lam0 / p`` (``lam0`` default :func:`default_lam0`), as in
     :func:`~jaxknock.sdp`. Drive it with :func:`newton_step`.
     ``num_knockoffs = m`` starts the ``m``-knockoff problem
@@ -367,6 +367,8 @@ def newton_init(Sigma, *, lam0: float | None = None, s0=None, num_knockoffs: int
     _common.check_start(lam0, s0, p)
     C2, cap = _problem(Sigma, _common.multi_scale(m))
     s = jnp.zeros(p, C2.dtype) if s0 is None else jnp.asarray(s0, C2.dtype) / jnp.diagonal(Sigma)
+    if s0 is not None:
+        _common.check_start_feasible(C2, s, cap, strict=False)
     lam = jnp.asarray((default_lam0(p) if lam0 is None else float(lam0)) / p, C2.dtype)
     return path_init(C2, s, lam, cap)
 
