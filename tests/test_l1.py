@@ -342,6 +342,16 @@ def test_bad_inputs():
         L.lasso_path(X, y, eps=2.0)
     with pytest.raises(ValueError, match="init must have shape"):
         L.lasso(X, y, 0.1, init=np.zeros(3))
+    # a non-finite or text warm start: named before the solve (it returned `nonfinite` after it)
+    bad = np.zeros(X.shape[1])
+    bad[2] = np.nan
+    for fit in (L.lasso, L.lasso_init):
+        with pytest.raises(ValueError, match="init contains 1 non-finite"):
+            fit(X, y, 0.1, init=bad)
+    with pytest.raises(TypeError, match="init must be a numeric array"):
+        L.lasso(X, y, 0.1, init=["a"] * X.shape[1])
+    traced = jax.jit(lambda c: L.lasso(X, y, 0.1, init=c).result)(jnp.asarray(bad))  # under jit: a failure code
+    assert int(traced) != int(jaxknock.RESULTS.successful)
 
 
 def test_settings_seam_and_gap_key():

@@ -219,9 +219,10 @@ def fit(X, y, lam, coef0, settings: L1Settings) -> Solution:
 def check_init(init, m, dtype):
     if init is None:
         return jnp.zeros(m, dtype)
-    init = jnp.asarray(init, dtype)
+    init = jnp.asarray(_checks.as_float_array(init, "init"), dtype)
     if init.shape != (m,):
         raise ValueError(f"init must have shape ({m},) like the coefficients, got {init.shape}")
+    _checks.check_finite(init, "init")  # a NaN warm start returned `nonfinite` after the solve
     return init
 
 
