@@ -396,6 +396,12 @@ def aggregate_ebh_across_processes(W_local, fdr, *, num_replicates: int, alpha_k
         ...                     aggregate_ebh(W, 0.8, alpha_kn=0.5)))
         True
     """
+    # before any work (and before the all-gather, so every process raises alike): 2.7 was truncated to 2
+    # and "2" parsed, and 0 reached e-BH as 0 / 0 ("evalues contains NaN"), as in process_replicates
+    if isinstance(num_replicates, (bool, np.bool_)) or not isinstance(num_replicates, (int, np.integer)):
+        raise TypeError(f"num_replicates must be an integer, got {num_replicates!r}")
+    if num_replicates < 1:
+        raise ValueError(f"num_replicates must be >= 1, got {num_replicates}")
     _checks.check_fdr(fdr)
     alpha = fdr / 2 if alpha_kn is None else alpha_kn
     _checks.check_fdr(alpha, "alpha_kn")

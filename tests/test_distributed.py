@@ -234,6 +234,20 @@ def test_aggregate_across_processes_single_process_equals_aggregate_ebh():
         jaxknock.aggregate_ebh_across_processes(W, 0.2, num_replicates=7)
 
 
+def test_aggregate_across_processes_checks_num_replicates():
+    """``num_replicates=2.7`` with two rows was truncated to 2 and ``"2"`` parsed (process_replicates refuses
+    both); ``num_replicates=0`` with no rows reached e-BH as 0 / 0 and failed with "evalues contains NaN"."""
+    W = jnp.array([[5.0, 4.0, 3.0, 2.0, -1.0], [6.0, 1.0, 2.0, 3.0, -1.0]])
+    for bad in (2.7, "2", True):
+        with pytest.raises(TypeError, match="num_replicates must be an integer"):
+            jaxknock.aggregate_ebh_across_processes(W, 0.8, num_replicates=bad)
+    with pytest.raises(ValueError, match="num_replicates must be >= 1"):
+        jaxknock.aggregate_ebh_across_processes(np.zeros((0, 5)), 0.8, num_replicates=0)
+    assert jaxknock.aggregate_ebh_across_processes(W, 0.8, num_replicates=np.int64(2), alpha_kn=0.5).tolist() == [
+        True, True, True, True, False,
+    ]  # fmt: skip
+
+
 # --------------------------------------------------------------------------
 # Two processes joined by jax.distributed (single-host simulation)
 # --------------------------------------------------------------------------
