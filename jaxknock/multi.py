@@ -206,6 +206,8 @@ def group_statistics(W, groups):
         [3.0, -1.0]
     """
     W = _checks.as_float_array(W, "W")
+    if W.ndim < 1:  # W.shape[-1] was an IndexError ("tuple index out of range")
+        raise ValueError(f"W must have shape (..., p): one statistic per feature, got a scalar (shape {W.shape})")
     g = group_index(groups, W.shape[-1])
     return _segment_sum(W, jnp.asarray(g.group_of), G=g.num_groups)
 
@@ -241,6 +243,8 @@ def expand_groups(group_mask, groups):
     """
     g = groups if isinstance(groups, Groups) else group_index(groups)
     group_mask = jnp.asarray(group_mask)
+    if group_mask.ndim < 1:  # group_mask.shape[-1] was an IndexError ("tuple index out of range")
+        raise ValueError(f"group_mask must have shape (..., G): one entry per group, got shape {group_mask.shape}")
     if group_mask.shape[-1] != g.num_groups:
         raise ValueError(f"group_mask has {group_mask.shape[-1]} entries but there are {g.num_groups} groups")
     return group_mask[..., np.asarray(g.group_of)]

@@ -337,6 +337,16 @@ def test_group_statistics_flip_sign():
     assert np.asarray(multi.expand_groups(mask, [0, 0, 1, 2, 3, 4])).tolist() == [True, True, True, True, True, False]
 
 
+def test_group_statistics_and_expand_groups_name_a_scalar():
+    """A 0-d ``W`` or ``group_mask`` failed with an ``IndexError`` ("tuple index out of range") naming nothing."""
+    with pytest.raises(ValueError, match=r"W must have shape \(\.\.\., p\)"):
+        multi.group_statistics(np.float64(3.0), [2])
+    with pytest.raises(ValueError, match=r"group_mask must have shape \(\.\.\., G\)"):
+        multi.expand_groups(np.True_, [2, 2, 2])
+    assert multi.group_statistics(np.array([3.0]), [2]).tolist() == [3.0]
+    assert multi.expand_groups(np.array([True]), [2, 2, 2]).tolist() == [True, True, True]
+
+
 def test_group_fdr_by_simulation_and_broken():
     """40 data sets, n = 200, p = 40 in 20 groups of 2 (within rho 0.7, coupling 0.4), 6 signal groups, q = 0.2."""
     D, n, q = 40, 200, 0.2
