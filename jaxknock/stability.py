@@ -168,15 +168,25 @@ def stability_bound(q, p, threshold, *, num_pairs=None, assumption="none") -> fl
         0.043137
     """
     _checks.check_choice(assumption, ASSUMPTIONS, "assumption")
+    # p = 10.5 was truncated to 10, num_pairs = 0 was reported as None, and a negative or NaN q gave a
+    # "bound" (q^2 of q = -2 is that of q = 2)
+    p, num_pairs = _checks.int_setting(p), _checks.int_setting(num_pairs)
+    if not (_checks.is_int(p) and p >= 1):
+        raise ValueError(f"p must be a positive integer (the number of features), got {p!r}")
+    for name, v in (("q", q), ("threshold", threshold)):
+        if isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a number, got {v!r} (bool)")
     q, p, thr = float(q), int(p), float(threshold)
     if not 0.5 < thr <= 1:
         raise ValueError(f"threshold must lie in (0.5, 1], got {threshold}")
-    if p < 1:
-        raise ValueError(f"p must be >= 1, got {p}")
+    if not 0 <= q <= p:  # written so that NaN fails too
+        raise ValueError(f"q (the average number of features selected per subsample) must lie in [0, p = {p}], got {q}")
     if assumption == "none":
         return q * q / ((2 * thr - 1) * p)
-    if num_pairs is None or int(num_pairs) < 1:
+    if num_pairs is None:
         raise ValueError("assumption='unimodal' needs num_pairs (complementary pairs), got None")
+    if not (_checks.is_int(num_pairs) and num_pairs >= 1):
+        raise ValueError(f"num_pairs must be a positive integer (the complementary pairs), got {num_pairs!r}")
     B = int(num_pairs)
     theta = q / p
     simple = q * q / ((2 * thr - 1) * p)  # holds for complementary pairs without the assumption

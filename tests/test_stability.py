@@ -75,6 +75,23 @@ def test_bound_formulas_known_numbers():
         assert stability_bound(8, 500, thr, num_pairs=50, assumption="unimodal") < stability_bound(8, 500, thr)
 
 
+def test_bound_checks_its_arguments():
+    """A negative or NaN ``q`` gave a "bound" (``q = -2`` that of ``q = 2``), ``p = 10.5`` was truncated to 10,
+    ``num_pairs = 2.7`` to 2 and ``num_pairs = 0`` was reported as "got None"."""
+    for q in (-2.0, math.nan, 11.0):
+        with pytest.raises(ValueError, match="q .*must lie in"):
+            stability_bound(q, 10, 0.6)
+    with pytest.raises(ValueError, match="p must be a positive integer"):
+        stability_bound(2, 10.5, 0.6)
+    for bad in (0, 2.7):
+        with pytest.raises(ValueError, match="num_pairs must be a positive integer"):
+            stability_bound(2, 10, 0.9, num_pairs=bad, assumption="unimodal")
+    with pytest.raises(TypeError, match="threshold must be a number"):
+        stability_bound(2, 10, True)
+    assert stability_bound(np.float64(2), np.int64(10), 0.75) == pytest.approx(0.8)
+    assert stability_bound(0, 10, 0.9, num_pairs=np.int32(5), assumption="unimodal") == 0.0
+
+
 def test_expected_false_chooses_threshold_or_range():
     X, y = _data(1)
     lambdas = jaxknock.lambda_grid(X, y, num=L, eps=0.05)
