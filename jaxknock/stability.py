@@ -237,6 +237,7 @@ def stability_subsamples(key, n: int, num_subsamples: int, *, fraction=0.5, comp
         ((4, 5), True)
     """
     _checks.check_key(key)
+    complementary_pairs = _checks.static_flag(complementary_pairs, "complementary_pairs")  # "False" is truthy
     n = _checks.int_setting(n, "n")
     num_subsamples = _checks.int_setting(num_subsamples, "num_subsamples")
     fraction = _checks.real_setting(fraction)
@@ -411,6 +412,9 @@ def stability_selection(
         key=key, X=X, y=y, lambdas=lambdas,
     )  # fmt: skip
     _checks.check_key(key)
+    # text is truthy: complementary_pairs="False" ran the pairs and mixed_precision="no" the float32 products
+    complementary_pairs = _checks.static_flag(complementary_pairs, "complementary_pairs")
+    mixed_precision = _checks.static_flag(mixed_precision, "mixed_precision")
     if assumption is None:
         assumption = "unimodal" if complementary_pairs else "none"
     fraction, threshold, expected_false = map(_checks.real_setting, (fraction, threshold, expected_false))

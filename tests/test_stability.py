@@ -92,6 +92,20 @@ def test_bound_checks_its_arguments():
     assert stability_bound(0, 10, 0.9, num_pairs=np.int32(5), assumption="unimodal") == 0.0
 
 
+def test_switches_refuse_text_and_none():
+    """``complementary_pairs="False"`` ran the complementary pairs (text is truthy), ``None`` ran without them,
+    and ``mixed_precision="no"`` ran the float32 products; they are refused before any work now."""
+    X, y = _data(0)
+    key = jax.random.key(0)
+    for name, bad in (("complementary_pairs", "False"), ("complementary_pairs", None), ("mixed_precision", "no")):
+        with pytest.raises(TypeError, match=f"{name} must be True or False"):
+            jaxknock.stability_selection(key, X, y, num_subsamples=4, num_lambdas=3, **{name: bad})
+    with pytest.raises(TypeError, match="complementary_pairs must be True or False"):
+        stability_subsamples(key, 10, 4, complementary_pairs="False")
+    plain = stability_subsamples(key, 10, 3, complementary_pairs=np.False_)
+    assert plain.shape == (3, 5)
+
+
 def test_expected_false_chooses_threshold_or_range():
     X, y = _data(1)
     lambdas = jaxknock.lambda_grid(X, y, num=L, eps=0.05)
