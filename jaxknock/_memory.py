@@ -12,10 +12,15 @@ single-device replicate loop of ``jaxknock.sample_replicates``.
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 
 import jax
+import numpy as np
 from jax.sharding import Mesh
+
+from jaxknock import _checks
 
 __all__ = [
     "ACCELERATOR_FALLBACK_BYTES",
@@ -121,10 +126,17 @@ def plan_chunk(
         >>> plan_chunk(100, 10 * 2**20, memory_bytes=200 * 2**20)
         10
     """
-    if num_items < 1:
-        raise ValueError(f"num_items must be >= 1, got {num_items}")
-    if per_item_bytes < 0 or shared_bytes < 0:
-        raise ValueError("per_item_bytes and shared_bytes must be non-negative")
+    # num_devices = 0 was taken as 1 and num_items = 2.5 as 2; a NaN byte count failed in int() ("cannot
+    # convert float NaN to integer") naming nothing
+    for name, v in (("num_items", num_items), ("num_devices", num_devices)):
+        if not (_checks.is_int(v) and v >= 1):
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    for name, v in (("per_item_bytes", per_item_bytes), ("shared_bytes", shared_bytes), ("memory_bytes", memory_bytes)):
+        if v is None and name == "memory_bytes":
+            continue
+        v = _checks.real_setting(v)
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real) or not 0 <= v < math.inf:
+            raise ValueError(f"{name} must be a finite number of bytes >= 0, got {v!r}")
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
     M = device_memory_bytes() if memory_bytes is None else int(memory_bytes)

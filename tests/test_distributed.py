@@ -189,6 +189,22 @@ def test_plan_chunk_respects_budget_and_names_the_knob():
     assert dist.device_memory_bytes() > 0
 
 
+def test_plan_chunk_checks_its_counts_and_bytes():
+    """``num_devices=0`` was taken as 1 and ``num_items=2.5`` as 2, and a NaN byte count failed in ``int()``
+    ("cannot convert float NaN to integer") naming nothing."""
+    for kw, name in (
+        (dict(num_devices=0), "num_devices"),
+        (dict(num_items=2.5), "num_items"),
+        (dict(per_item_bytes=float("nan")), "per_item_bytes"),
+        (dict(shared_bytes=float("inf")), "shared_bytes"),
+        (dict(memory_bytes=float("nan")), "memory_bytes"),
+    ):
+        args = {"num_items": 10, "per_item_bytes": 100, "memory_bytes": 10_000, **kw}
+        with pytest.raises(ValueError, match=name):
+            dist.plan_chunk(args.pop("num_items"), args.pop("per_item_bytes"), **args)
+    assert dist.plan_chunk(np.int64(10), np.int64(100), num_devices=np.int32(2), memory_bytes=10_000) == 5
+
+
 def test_sample_replicates_memory_plan_on_one_device():
     # the single-device replicate planner: a budget too small for the result asks for stream=True
     from jaxknock import _memory
