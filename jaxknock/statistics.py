@@ -43,7 +43,7 @@ from jaxknock.l1.cv import check_patience, cv_solve
 from jaxknock.l1.folds import check_folds_nonempty, resolve_folds
 from jaxknock.l1.path import path_solve
 from jaxknock.l1.problem import check_grid_settings, check_lambdas, default_grid
-from jaxknock.l1.settings import make_settings
+from jaxknock.l1.settings import check_loss, make_settings
 from jaxknock.l1.solvers import fit
 
 __all__ = [
@@ -99,6 +99,7 @@ def antisymmetric_combine(Z, *, method: str = "difference"):
 
 def _prepare(Xk, y, *, loss="squared", fit_intercept=True, binary=False, num_knockoffs=1):
     """Checks before tracing; returns (Xk as (R, n, (m+1)p), y, batch_shape)."""
+    check_loss(loss)  # first: loss="huber" with a continuous y blamed y ("y must hold binary labels")
     m = _checks.check_num_knockoffs(num_knockoffs)
     Xk = _checks.as_float_array(Xk, "Xk")
     if Xk.ndim < 2:

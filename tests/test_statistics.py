@@ -214,6 +214,15 @@ def test_bad_inputs():
         S.lcd(np.ones(4), np.ones(4))
 
 
+def test_an_unknown_loss_is_named_not_blamed_on_y():
+    """``loss="huber"`` with a continuous ``y`` failed with "y must hold binary labels" (the response check
+    read every loss but ``"squared"`` as the logistic one) instead of naming ``loss``."""
+    Xk, y = _design(seed=7)
+    for fn in (lambda **k: S.lcd(Xk, y, lam=0.1, **k), lambda **k: S.lsm(Xk, y, **k)):
+        with pytest.raises(ValueError, match=r"loss must be one of \('squared', 'logistic'\), got 'huber'"):
+            fn(loss="huber")
+
+
 def test_statistics_on_zero_rows_name_xk():
     with pytest.raises(ValueError, match="Xk needs at least 2 rows"):
         S.marginal_correlation(np.zeros((0, 2)), np.zeros(0))
