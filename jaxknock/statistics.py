@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _aot, _checks
+from jaxknock import _aot, _checks, _precision
 from jaxknock._solution import Solution, raise_if_failed
 from jaxknock.l1 import working_set as _working_set
 from jaxknock.l1.cv import check_patience, cv_solve
@@ -100,6 +100,11 @@ def antisymmetric_combine(Z, *, method: str = "difference"):
 def _prepare(Xk, y, *, loss="squared", fit_intercept=True, binary=False, num_knockoffs=1):
     """Checks before tracing; returns (Xk as (R, n, (m+1)p), y, batch_shape)."""
     check_loss(loss)  # first: loss="huber" with a continuous y blamed y ("y must hold binary labels")
+    if _checks.static_flag(fit_intercept, "fit_intercept"):
+        # every statistic here with an intercept is invariant to a shift of the columns (and, least squares
+        # and the correlation, of y): with x64 off a float64 host design loses its means in float64 before
+        # JAX rounds it to float32, as in lasso / lasso_cv (Xk + 1e7 moved the correlation by 0.04, lcd by 0.1)
+        Xk, y, _ = _precision.centre_for_fit(Xk, y, centre_y=loss == "squared" and not binary)
     m = _checks.check_num_knockoffs(num_knockoffs)
     Xk = _checks.as_float_array(Xk, "Xk")
     if Xk.ndim < 2:

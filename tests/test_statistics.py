@@ -223,6 +223,22 @@ def test_an_unknown_loss_is_named_not_blamed_on_y():
             fn(loss="huber")
 
 
+def test_float64_host_design_with_an_offset_gives_the_centred_statistics():
+    """With x64 off a float64 NumPy ``Xk`` was cast to float32 before it was centred: on ``Xk + 1e7`` the
+    correlation statistic moved by 0.04 (of 0.65) and the lasso coefficient difference by 0.1 (of 0.82).
+    Every statistic here has an intercept (is invariant to a shift of the columns), so the means now come
+    out in float64 on the host first, as in ``lasso``."""
+    rng = np.random.default_rng(0)
+    Xk = rng.standard_normal((60, 4))
+    y = Xk[:, 0] + rng.standard_normal(60)
+    with jax.enable_x64(False):
+        # the shared input step (_prepare) does it for every statistic; the lasso ones compile a float32
+        # program each (~10 s), so the correlation stands for them here
+        ref, shifted = (np.asarray(S.marginal_correlation(A, y)) for A in (Xk, Xk + 1e7))
+    assert ref.dtype == np.float32
+    np.testing.assert_allclose(shifted, ref, atol=2e-6)
+
+
 def test_statistics_on_zero_rows_name_xk():
     with pytest.raises(ValueError, match="Xk needs at least 2 rows"):
         S.marginal_correlation(np.zeros((0, 2)), np.zeros(0))
