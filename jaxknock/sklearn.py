@@ -625,6 +625,11 @@ class RandSelSelector(_RandomisedSelector):
             raise ValueError(f"n_features_to_select must be a positive integer or None, got {k!r}")
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=False, ensure_min_samples=4)
         y = _encode_target(y)
+        if np.all(y == y[0]):  # HSIC with a constant y: NaN contributions, and n_features_to_select took any k
+            raise ValueError(
+                f"y is constant (every entry equals {y[0]!r}): there is nothing to select features for "
+                "(as KnockoffSelector and StabilitySelector)"
+            )
         n, p = X.shape
         m_a = self.subsample_size if self.subsample_size is not None else min(n, max(4, n // 4))
         if p < 3:

@@ -63,6 +63,15 @@ def test_randsel_selector_matches_function_and_pipeline():
     assert pipe.predict(X).shape == (120,)
 
 
+def test_randsel_selector_refuses_a_constant_y():
+    """A constant ``y`` gave NaN contributions and a selection that looked like one: none, or with
+    ``n_features_to_select=2`` the last two features (a ranking of NaNs); the other selectors refuse it."""
+    X, _ = _regression(n=40, p=6)
+    for k in (None, 2):
+        with pytest.raises(ValueError, match="y is constant"):
+            RandSelSelector(n_features_to_select=k, num_subsamples=10, random_state=0).fit(X, np.full(40, 3.0))
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize(
