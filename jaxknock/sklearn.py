@@ -631,6 +631,7 @@ class RandSelSelector(_RandomisedSelector):
                 "(as KnockoffSelector and StabilitySelector)"
             )
         n, p = X.shape
+        key = _key_from_random_state(self.random_state)  # whatever p: random_state="zero" passed with p < 3
         m_a = self.subsample_size if self.subsample_size is not None else min(n, max(4, n // 4))
         if p < 3:
             self.result_ = None
@@ -640,7 +641,7 @@ class RandSelSelector(_RandomisedSelector):
         else:
             with jax.enable_x64(True):
                 res = randsel(
-                    _key_from_random_state(self.random_state),
+                    key,
                     X,
                     y,
                     num_subsamples=self.num_subsamples,

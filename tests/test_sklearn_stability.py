@@ -72,6 +72,15 @@ def test_randsel_selector_refuses_a_constant_y():
             RandSelSelector(n_features_to_select=k, num_subsamples=10, random_state=0).fit(X, np.full(40, 3.0))
 
 
+def test_randsel_selector_checks_random_state_with_few_features():
+    """With fewer than three features (nothing to rank, all kept) ``random_state="zero"`` was accepted; with
+    three it was refused. It is checked whatever the number of features now."""
+    X, y = _regression(n=40, p=2)
+    with pytest.raises(ValueError, match="random_state must be None, an int"):
+        RandSelSelector(random_state="zero").fit(X, y)
+    assert RandSelSelector(random_state=np.random.RandomState(0)).fit(X, y).get_support().tolist() == [True, True]
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize(
