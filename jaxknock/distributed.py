@@ -223,8 +223,9 @@ def shard_batch(
     if any(_is_key(x) for x in jax.tree_util.tree_leaves(tuple(broadcast))):
         raise TypeError("keys must be batched (split them), not broadcast")
 
+    chunk_size = _checks.int_setting(chunk_size, "chunk_size")  # jnp.int32(2) was refused as not an int
     if chunk_size is not None:
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+        if not _checks.is_int(chunk_size) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}")
         c = int(min(chunk_size, -(-B // D)))
     elif per_item_bytes is not None:

@@ -175,6 +175,16 @@ def test_shard_batch_errors():
         dist.shard_batch(lambda k: k, keys, devices=1, chunk_size=0)
 
 
+def test_shard_batch_takes_a_jax_integer_chunk_size():
+    """``chunk_size=jnp.int32(3)`` was refused ("must be a positive int or None") though ``np.int32(3)``
+    was taken, as every other count setting takes both (``_checks.int_setting``); ``True`` is still refused."""
+    x = jnp.arange(10.0)
+    out = dist.shard_batch(lambda a: 2 * a, x, devices=1, chunk_size=jnp.int32(3))
+    np.testing.assert_array_equal(out, 2 * x)
+    with pytest.raises(ValueError, match="chunk_size"):
+        dist.shard_batch(lambda a: 2 * a, x, devices=1, chunk_size=True)
+
+
 def test_plan_chunk_respects_budget_and_names_the_knob():
     M, per, shared = 1000 * 2**20, 7 * 2**20, 100 * 2**20
     for R, D in ((10, 1), (1000, 1), (1000, 4), (3, 8)):
