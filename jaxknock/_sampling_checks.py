@@ -44,6 +44,17 @@ def _finite_columns(X):
     return jnp.all(jnp.isfinite(jnp.matmul(jnp.ones(X.shape[0], X.dtype), X, precision=HIGHEST)))
 
 
+def _columns_finite_now(X) -> bool:
+    """:func:`_finite_columns` of a concrete ``X``, evaluated now, also inside an outer ``jit``.
+
+    There (``X`` closed over, ``Sigma`` or ``s`` traced) a jitted call on concrete inputs is staged
+    into the outer program and returns a tracer: ``bool()`` of it was JAX's
+    ``TracerBoolConversionError`` instead of the sampler.
+    """
+    with jax.ensure_compile_time_eval():
+        return bool(jax.jit(_finite_columns)(X))
+
+
 def _finite(*arrays):
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in arrays if a is not None]))
 
@@ -95,7 +106,7 @@ def check_dense_values(X, Sigma, s, mu, *, ratio: float = 2.0):
 
 
 def _dense_host_checks(X, Sigma, s, mu, ratio):
-    if is_concrete(X) and not bool(jax.jit(_finite_columns)(X)):
+    if is_concrete(X) and not _columns_finite_now(X):
         check_finite(X, "X")
     check_finite(Sigma, "Sigma")
     check_finite(s, "s")
@@ -143,7 +154,7 @@ def check_factor_values(X, d, U, s, mu, *, ratio: float = 2.0):
     ):
         return
     with jax.transfer_guard("allow"):
-        if is_concrete(X) and not bool(jax.jit(_finite_columns)(X)):
+        if is_concrete(X) and not _columns_finite_now(X):
             check_finite(X, "X")
         for a, name in ((d, "model.d"), (U, "model.U"), (s, "s"), (mu, "mu")):
             if a is not None:
@@ -178,7 +189,7 @@ def check_fixed_x_values(X, s):
     if _all_concrete(X, s) and _fetch(_fixed_x_flags(X, s)):
         return
     with jax.transfer_guard("allow"):
-        if is_concrete(X) and not bool(jax.jit(_finite_columns)(X)):
+        if is_concrete(X) and not _columns_finite_now(X):
             check_finite(X, "X")
         check_finite(s, "s")
         check_nonnegative(s, "s")

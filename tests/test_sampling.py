@@ -467,6 +467,19 @@ def test_samplers_under_jit_poison_bad_sigma():
     assert bool(jnp.all(jnp.isnan(jax.jit(sample_knockoffs_factor)(key, X, bad_model, s))))
 
 
+def test_samplers_under_jit_with_a_closed_over_design():
+    # X concrete (closed over), Sigma / model traced: the partial host checks called bool() on a
+    # jitted finiteness flag of X, which inside the outer trace is a tracer (TracerBoolConversionError)
+    p, Sigma, X, model = _poison_case()
+    key, s = jax.random.key(0), jnp.full(p, 0.5)
+    assert bool(jnp.all(jnp.isfinite(jax.jit(lambda Sigma: sample_knockoffs(key, X, Sigma, s))(Sigma))))
+    Xnan = X.at[0, 0].set(jnp.nan)  # the check of the concrete X still runs: ValueError, before any compile
+    with pytest.raises(ValueError, match="X contains 1 non-finite"):
+        jax.jit(lambda Sigma: sample_knockoffs(key, Xnan, Sigma, s))(Sigma)
+    with pytest.raises(ValueError, match="X contains 1 non-finite"):
+        jax.jit(lambda d: sample_knockoffs_factor(key, Xnan, FactorModel(d, model.U), s))(model.d)
+
+
 def test_vmapped_replicates_poison_each_infeasible_member():
     p, Sigma, X, _ = _poison_case()
     ss = jnp.stack([jnp.full(p, 0.9), jnp.full(p, 1.8)])
