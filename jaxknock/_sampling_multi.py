@@ -13,7 +13,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxknock import _sampling_common, _sampling_factor
+from jaxknock import _sampling_checks, _sampling_common, _sampling_factor
+from jaxknock._checks import traced_sigma_code
+from jaxknock._solution import RESULTS
 
 __all__ = [
     "MultiDensePlan",
@@ -39,6 +41,13 @@ def multi_dense_plan(X, Sigma, s, mu, m: int) -> MultiDensePlan:
     p = X.shape[1]
     if mu is None:
         mu = _sampling_common.column_means(X)
+    # traced input checks, O(p^2), as the m = 1 vector sampler's: a non-symmetric Sigma (or a
+    # non-symmetric matrix S, which the eager check refuses) poisons the draw instead of being
+    # symmetrised into a different, plausible law
+    rtol = _sampling_checks.symmetry_rtol(Sigma.dtype)
+    valid = traced_sigma_code(Sigma, rtol=rtol) == RESULTS.successful
+    if s.ndim == 2:
+        valid = valid & (jnp.max(jnp.abs(s - s.T)) <= rtol * jnp.maximum(jnp.max(jnp.abs(s)), 1e-300))
     S = jnp.diag(s) if s.ndim == 1 else 0.5 * (s + s.T)
     # on the correlation scale (_sampling_common.correlation_scale): Omega = D Omega_c D, S = D S_c D
     d, C, S = _sampling_common.correlation_scale(Sigma, S)
@@ -49,6 +58,7 @@ def multi_dense_plan(X, Sigma, s, mu, m: int) -> MultiDensePlan:
     eps = jnp.finfo(X.dtype).eps
     tol = jnp.sqrt(eps) * (jnp.max(jnp.abs(jnp.diagonal(S))) + jnp.max(jnp.abs(jnp.diagonal(Omega))))
     L, ok = _sampling_common.psd_factor_checked(Omega, tol)
+    ok = ok & valid
     L = L * d[:, None]
     if m == 1:
         Ls = jnp.zeros((p,), X.dtype)  # unused

@@ -480,6 +480,17 @@ def test_samplers_under_jit_with_a_closed_over_design():
         jax.jit(lambda d: sample_knockoffs_factor(key, Xnan, FactorModel(d, model.U), s))(model.d)
 
 
+def test_multi_and_matrix_s_samplers_under_jit_poison_non_symmetric_input():
+    # the plan of m > 1 copies or a matrix S symmetrised a non-symmetric Sigma or S under jit and drew
+    # finite knockoffs from a law the caller never gave (eager input raises "must be symmetric")
+    p, Sigma, X, _ = _poison_case()
+    S = 0.4 * jnp.eye(p)
+    f = jax.jit(lambda Sigma, S: sample_knockoffs(jax.random.key(0), X, Sigma, S, num_knockoffs=2))
+    assert bool(jnp.all(jnp.isfinite(f(Sigma, S))))
+    assert bool(jnp.all(jnp.isnan(f(Sigma.at[0, 1].add(0.3), S))))
+    assert bool(jnp.all(jnp.isnan(f(Sigma, S.at[0, 1].add(0.2)))))
+
+
 def test_vmapped_replicates_poison_each_infeasible_member():
     p, Sigma, X, _ = _poison_case()
     ss = jnp.stack([jnp.full(p, 0.9), jnp.full(p, 1.8)])
