@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxknock import _checks
@@ -334,8 +335,13 @@ def estimate_factor_model(
     Args:
         Sigma: ``(p, p)`` symmetric matrix (usually a correlation matrix).
         rank: number of factors ``k``, ``1 <= k < p``.
-        max_steps: alternations; ``tol``: stop when the objective decreases
-            by less than ``tol * ||Sigma||_F`` in one alternation.
+        max_steps: alternations (an integer ``>= 1``); ``tol``: stop when the
+            objective decreases by less than ``tol * ||Sigma||_F`` in one
+            alternation (finite, ``>= 0``).
+        min_diag: the floor of ``d``, finite and ``> 0`` (a floor ``<= 0``
+            gave a ``d`` with zero or negative entries, i.e. a model that is not
+            positive definite, reported successful). Under ``jit`` a traced
+            ``min_diag <= 0`` gives the result ``infeasible``.
 
     Returns:
         :class:`~jaxknock.Solution` with ``value`` a :class:`FactorModel`
@@ -353,9 +359,16 @@ def estimate_factor_model(
     if not (_checks.is_int(rank) and 1 <= rank < p):
         raise ValueError(f"rank must be an integer with 1 <= rank < p = {p}, got {rank!r}")
     rank = int(rank)
+    # the settings are traced by the fit (new values never recompile): concrete ones are checked here
+    if _checks.is_concrete(max_steps) and not (_checks.is_int(max_steps) and max_steps >= 1):
+        raise ValueError(f"max_steps must be an integer >= 1 (alternations), got {max_steps!r}")
+    if _checks.is_concrete(tol) and not (np.isfinite(tol) and tol >= 0):
+        raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
+    floor_ok = _checks.check_positive_scalar(min_diag, "min_diag")
     _checks.check_finite(Sigma, "Sigma")
     _checks.check_symmetric(Sigma)
     d, U, obj, rel, result, steps = _fit_factor_model(Sigma, rank, max_steps, tol, min_diag)
+    result = jnp.where(floor_ok, result, jnp.int32(RESULTS.infeasible))
     sol = Solution(
         value=FactorModel(d, U),
         result=result,

@@ -256,3 +256,22 @@ def test_estimate_factor_model_of_a_huge_covariance():
     ref, fit = estimate_factor_model(S, 3), estimate_factor_model(S * 1e160, 3)
     assert int(fit.result) == int(ref.result) == 0
     np.testing.assert_allclose(np.asarray(fit.value.dense()) / 1e160, np.asarray(ref.value.dense()), rtol=0, atol=1e-6)
+
+
+def test_estimate_factor_model_checks_its_settings():
+    # min_diag <= 0 returned d with entries -1 (or 0), a model that is not positive definite, as
+    # "successful"; max_steps 0 / 2.5 and tol NaN / -1 were taken as they came (one step, or int(2.5))
+    C = 0.5 * np.eye(5) + 0.5
+    for kwargs, name in (
+        ({"min_diag": -1.0}, "min_diag"),
+        ({"min_diag": 0.0}, "min_diag"),
+        ({"max_steps": 0}, "max_steps"),
+        ({"max_steps": 2.5}, "max_steps"),
+        ({"tol": np.nan}, "tol"),
+        ({"tol": -1.0}, "tol"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            estimate_factor_model(C, rank=1, **kwargs)
+    # traced: the settings stay traced (no recompilation); a floor <= 0 is reported, never successful
+    fit = jax.jit(lambda floor: estimate_factor_model(C, rank=1, max_steps=3, min_diag=floor).result)
+    assert int(fit(-1.0)) == 3 and int(fit(1e-6)) != 3  # infeasible
