@@ -482,6 +482,8 @@ def factor_model_from_data(key, X, rank: int, *, shrinkage: bool = True, max_ste
         >>> X = jax.random.normal(jax.random.key(1), (100, 1000))
         >>> model, delta = factor_model_from_data(jax.random.key(0), X, rank=5)
     """
+    _checks.check_key(key)  # an int seed failed inside jax.random.normal ("invalid PRNG key data")
+    shrinkage = _checks.static_flag(shrinkage, "shrinkage")  # "no" / None were truthy: shrinkage applied
     X = _check_data(X)
     n, p = X.shape
     if not (_checks.is_int(rank) and 1 <= rank < min(n, p)):

@@ -275,3 +275,14 @@ def test_estimate_factor_model_checks_its_settings():
     # traced: the settings stay traced (no recompilation); a floor <= 0 is reported, never successful
     fit = jax.jit(lambda floor: estimate_factor_model(C, rank=1, max_steps=3, min_diag=floor).result)
     assert int(fit(-1.0)) == 3 and int(fit(1e-6)) != 3  # infeasible
+
+
+def test_factor_model_from_data_checks_key_and_shrinkage():
+    # an int seed failed inside jax.random ("invalid PRNG key data", naming nothing); shrinkage="no" or
+    # None were truthy and applied the shrinkage the caller switched off
+    X = np.random.default_rng(3).standard_normal((20, 6))
+    with pytest.raises(TypeError, match="key must be a jax.random key"):
+        factor_model_from_data(0, X, rank=2)
+    for flag in ("no", None):
+        with pytest.raises(TypeError, match="shrinkage must be True or False"):
+            factor_model_from_data(jax.random.key(0), X, rank=2, shrinkage=flag)
