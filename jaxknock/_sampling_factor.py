@@ -136,16 +136,23 @@ def factor_plan(X, d, U, s, mu, force_recursion: bool = False, scale: float = 2.
     c, Z, VN = lowrank_conditional_cov(d, U, s, scale)
     cb = pad_last_block(c, m, 1.0).reshape(nb, m)
     Zb = pad_last_block(Z, m, 0.0).reshape(nb, m, k)
+    # the recursion runs on the correlation scale (Omega = D_s Omega_c D_s, D_s = diag(Sigma)^1/2):
+    # its rounding tolerances are relative to the largest entry of each block, which on the
+    # covariance scale swamped a variable whose variance is orders of magnitude smaller (variances
+    # 1e-10 .. 1e10 gave cross-covariances of [X, X~] wrong by 0.3 on the correlation scale). Then
+    # A = D_s A_c and F = F_c (F = M Z^T A^-T is scale-free).
+    sig = pad_last_block(jnp.sqrt(d + jnp.sum(U * U, axis=1)), m, 1.0).reshape(nb, m)
 
-    def body(M, cz):
-        M, A, F = factor_block(M, *cz)
-        return M, (A, F)
+    def body(M, czs):
+        cj, Zj, sj = czs
+        M, A, F = factor_block(M, cj / (sj * sj), Zj / sj[:, None])
+        return M, (A * sj[:, None], F)
 
     def recursion():
         # C indefinite: s > 2d somewhere, or s < 0, or NaN. Only here can s be
         # infeasible (C >= 0 means 0 <= s <= 2d), so only here is feasibility tested.
         feasible = _feasibility.feasible_factor_traced(d, U, s, ratio=scale)
-        return lax.scan(body, jnp.eye(k, dtype=U.dtype), (cb, Zb))[1], feasible
+        return lax.scan(body, jnp.eye(k, dtype=U.dtype), (cb, Zb, sig))[1], feasible
 
     def no_recursion():
         return (jnp.zeros((nb, m, m), U.dtype), jnp.zeros((nb, k, m), U.dtype)), jnp.all(d > 0)

@@ -331,7 +331,9 @@ def sample_knockoffs_factor(key, X, model, s, *, mu=None, num_knockoffs=1):
       complement is carried as a ``k x k`` matrix ``M``; each block of ``m``
       columns factorises its ``m x m`` Schur complement (Cholesky, or an
       eigendecomposition with the pseudo-inverse where a block is singular,
-      which is Algorithm 6's ``Delta_jj = 0`` case), and the below-diagonal part
+      which is Algorithm 6's ``Delta_jj = 0`` case; both on the correlation scale,
+      ``Omega = D_s Omega_c D_s``, ``D_s = diag(Sigma)^{1/2}``, so variables in very
+      different units get the same knockoffs as in unit variance), and the below-diagonal part
       of ``A`` is ``Z_I F_J`` (rank ``k``), never stored. The sequential
       recursions of Algorithms 7-8 become matrix products per block:
       ``X~_J = mean_J + G_J A_J^T + W Z_J^T`` and ``W += G_J F_J^T``.

@@ -542,6 +542,22 @@ def test_dense_sampler_is_invariant_to_the_units_of_the_variables(m, group):
     assert max_z(joint, G) < Z_MAX
 
 
+def test_factor_sampler_recursion_is_invariant_to_the_units_of_the_variables():
+    # the blocked L Delta L^T recursion (C = 2S - S D^-1 S indefinite) compared its pivots and eigenvalues
+    # with a tolerance relative to the block's largest entry: with variances 1e-10 .. 1e10 the small
+    # variables' noise was clipped and Cov(X~) was wrong by 0.2 on the correlation scale; now the
+    # recursion runs on the correlation scale
+    C, sd = _mixed_units()
+    p, n = C.shape[0], 4_000
+    U_c = np.sqrt(0.5) * np.ones((p, 1))  # correlation 0.5: lambda_min = 0.5
+    model = FactorModel(jnp.asarray(0.5 * sd**2), jnp.asarray(U_c * sd[:, None]))
+    S = np.diag(np.full(p, 0.8))  # feasible: 2 lambda_min = 1
+    plan = sampling.replicate_plan(np.zeros((n, p)), model, np.diag(S) * sd**2, mu=0.0, force_recursion=True)
+    Xk = np.asarray(sampling.draw_replicate(jax.random.key(5), plan)) / sd  # X = mu = 0: X~ is the noise
+    Omega = 2 * S - S @ np.linalg.solve(0.5 * np.eye(p) + U_c @ U_c.T, S)  # Cov(X~ | X), correlation scale
+    assert np.max(np.abs(np.cov(Xk.T) - Omega)) < 0.1  # 5 sd of a sample covariance at n = 4000
+
+
 def test_infeasible_s_on_a_small_variance_variable_is_refused():
     # s_0 = 3 Sigma_00 (3 > 2 on the correlation scale) on the variable with the smallest variance passed the
     # eager checks (slack sqrt(eps) max diag Sigma) and gave finite knockoffs under jit; now ValueError / NaN
