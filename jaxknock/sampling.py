@@ -76,6 +76,8 @@ from jaxknock._checks import (
     check_ndim,
     check_num_knockoffs,
     check_square,
+    int_setting,
+    static_flag,
     traced_sigma_code,
 )
 from jaxknock._solution import RESULTS, Solution
@@ -597,6 +599,10 @@ def sample_replicates(
         ...     jax.random.key(0), X, Sigma, jnp.full(4, 0.9), 8, stream=True))
     """
     check_key(key)
+    # a concrete JAX integer (jnp.int32(8)) is a count like np.int32(8); stream="no" / None were truthy
+    num_replicates = int_setting(num_replicates, "num_replicates")
+    chunk_size = None if chunk_size is None else int_setting(chunk_size, "chunk_size")
+    stream = static_flag(stream, "stream")
     if isinstance(num_replicates, bool) or not isinstance(num_replicates, (int, np.integer)):
         raise TypeError(f"num_replicates must be an int, got {type(num_replicates).__name__}")
     R = int(num_replicates)

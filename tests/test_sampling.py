@@ -336,6 +336,19 @@ def test_sample_replicates_bad_args(small_problem):
         sample_replicates(jax.random.key(0), X, Sigma, s, 2, chunk_size=0)
 
 
+def test_sample_replicates_settings_as_jax_integers_and_bool_stream():
+    # jnp.int32(2) replicates or chunk size was refused as "must be an int" (np.int32(2) passed);
+    # stream="no" / None were truthy and returned an iterator instead of the array
+    p, Sigma, X, _ = _poison_case()
+    key, s = jax.random.key(0), jnp.full(p, 0.5)
+    ref = sample_replicates(key, X, Sigma, s, 2, chunk_size=1)
+    out = sample_replicates(key, X, Sigma, s, jnp.int32(2), chunk_size=jnp.int32(1))
+    np.testing.assert_array_equal(out, ref)
+    for flag in ("no", None):
+        with pytest.raises(TypeError, match="stream must be True or False"):
+            sample_replicates(key, X, Sigma, s, 2, stream=flag)
+
+
 # ------------------------------------------------------------------ fixed-X
 
 
