@@ -182,6 +182,8 @@ def _check_data(X, name="X"):
     _checks.check_ndim(X, 2, name, "a 2-D (n_samples, n_features) array")
     if X.shape[0] < 2:
         raise ValueError(f"{name} needs at least 2 rows (samples), got shape {tuple(X.shape)}")
+    if X.shape[1] < 1:  # was JAX's "zero-size array to reduction operation max", naming nothing
+        raise ValueError(f"{name} needs at least 1 column (feature), got shape {tuple(X.shape)}")
     _checks.check_finite(X, name)
     return X
 

@@ -286,3 +286,10 @@ def test_factor_model_from_data_checks_key_and_shrinkage():
     for flag in ("no", None):
         with pytest.raises(TypeError, match="shrinkage must be True or False"):
             factor_model_from_data(jax.random.key(0), X, rank=2, shrinkage=flag)
+
+
+def test_estimators_name_x_without_columns():
+    # p = 0 failed inside the power-of-two scaling with "zero-size array to reduction operation max"
+    for estimator in (empirical_covariance, ledoit_wolf):
+        with pytest.raises(ValueError, match="X needs at least 1 column"):
+            estimator(np.zeros((5, 0)))
