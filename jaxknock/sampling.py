@@ -80,6 +80,7 @@ from jaxknock._checks import (
     static_flag,
     traced_sigma_code,
 )
+from jaxknock._scaling import pow2_exponent
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import FactorModel
 from jaxknock.distributed import shard_batch
@@ -728,7 +729,9 @@ def fixed_x_knockoffs(X, s):
     ``X``. Then exactly ``X~^T X~ = X^T X`` and ``X^T X~ = X^T X - diag(s)``.
     ``C`` comes from the eigendecomposition with rounding-level negative
     eigenvalues clipped; ``U~`` from a Householder QR of ``[X, 0]``. ``X`` is not
-    centred (centre it first if the model has an intercept). Matches fanok's
+    centred (centre it first if the model has an intercept). Each column is first
+    scaled by a power of two (exact), so the normalisation neither overflows nor
+    flushes to zero whatever its units. Matches fanok's
     ``fixed_knockoffs`` / knockpy's fixed-X construction up to the choice of ``U~``.
 
     Cost: ``O(n p^2 + p^3)`` time, ``O(n p + p^2)`` memory.
@@ -759,6 +762,19 @@ def fixed_x_knockoffs(X, s):
         )
     s = _as_s(s, p)
     X, s = _common_dtype(X, s)
+    X = _pow2_columns(X)
     _sampling_checks.check_fixed_x_values(X, s)
     Xn = X / jnp.linalg.norm(X, axis=0)
     return Xn, _fixed_x(Xn, s)
+
+
+@jax.jit
+def _pow2_columns(X):
+    """Each column on its power-of-two scale, ``max |X_j / 2^e_j|`` in ``[0.5, 1)`` (exact; NaN, Inf, 0 kept).
+
+    The normalisation ``X_j / ||X_j||`` is then the same to the bit where ``||X_j||`` was
+    representable, and does not overflow or flush to zero where it was not (columns in units
+    ``1e160`` or ``1e-170`` in float64, ``1e25`` / ``1e-25`` in float32, were refused as linearly
+    dependent or all-zero).
+    """
+    return jnp.ldexp(X, -pow2_exponent(jnp.max(jnp.abs(X), axis=0)))

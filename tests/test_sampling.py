@@ -378,6 +378,18 @@ def test_fixed_x_identities():
 # --------------------------------------------------------------- bad input
 
 
+def test_fixed_x_is_invariant_to_the_units_of_the_columns():
+    # X_j / ||X_j|| overflowed or flushed for a column in units 1e200 / 1e-170: valid designs were
+    # refused as "linearly dependent" or "all-zero"; now the columns are first scaled by powers of two
+    X = np.asarray(jax.random.normal(jax.random.key(2), (12, 4)))
+    s = np.full(4, 0.2)
+    Xn, Xk = fixed_x_knockoffs(X, s)
+    units = np.array([1e200, 1.0, 1e-170, 2.0**-60])
+    Xn_u, Xk_u = fixed_x_knockoffs(X * units, s)
+    np.testing.assert_allclose(Xn_u, Xn, rtol=0, atol=1e-15)  # 1e200 / 1e-170 round X; 2^-60 is exact
+    np.testing.assert_allclose(Xk_u, Xk, rtol=0, atol=1e-12)
+
+
 def test_shape_errors(ar1, small_problem):
     Sigma, s = ar1
     key = jax.random.key(0)
