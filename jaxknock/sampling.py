@@ -357,8 +357,8 @@ def sample_knockoffs_factor(key, X, model, s, *, mu=None, num_knockoffs=1):
     so the same linear-time draw), plus centred independent parts
     ``e_k - e_bar``, ``e_k ~ N(0, diag(s))``; ``O(m n p)`` more. Returns
     ``(n, m, p)``. Feasibility ``(m+1)/m Sigma - diag(s) >= 0`` is checked on
-    concrete inputs in ``O(p k^2)``; under ``jit`` it is not re-checked (an
-    infeasible ``s`` gives a covariance with clipped negative directions). Only
+    concrete inputs in ``O(p k^2)``; under ``jit`` an infeasible ``s`` returns
+    all-NaN knockoffs (as for ``m = 1``). Only
     a diagonal ``S`` (a vector ``s``): group knockoffs need the dense sampler.
 
     Args:
