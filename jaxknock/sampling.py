@@ -176,6 +176,11 @@ def _dense_draw(key, plan: _DensePlan):
 def _validate_dense(X, Sigma, s, mu, m: int = 1):
     X = _as_X(X)
     n, p = X.shape
+    if isinstance(Sigma, FactorModel):  # was "Sigma must be a numeric array: ... inhomogeneous shape"
+        raise TypeError(
+            "Sigma is a jaxknock.FactorModel: use sample_knockoffs_factor (or sample_replicates, which "
+            "takes either), or pass the dense matrix Sigma.dense()"
+        )
     Sigma = as_float_array(Sigma, "Sigma")
     check_square(Sigma, "Sigma")
     if Sigma.shape[0] != p:

@@ -390,6 +390,13 @@ def test_fixed_x_is_invariant_to_the_units_of_the_columns():
     np.testing.assert_allclose(Xk_u, Xk, rtol=0, atol=1e-12)
 
 
+def test_dense_sampler_points_a_factor_model_to_the_factor_sampler():
+    # a FactorModel given to sample_knockoffs failed in np.asarray ("inhomogeneous shape"), naming no remedy
+    p, _, X, model = _poison_case()
+    with pytest.raises(TypeError, match="use sample_knockoffs_factor"):
+        sample_knockoffs(jax.random.key(0), X, model, jnp.full(p, 0.5))
+
+
 def test_shape_errors(ar1, small_problem):
     Sigma, s = ar1
     key = jax.random.key(0)
