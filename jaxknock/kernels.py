@@ -530,6 +530,11 @@ def randsel(
         raise ValueError(f"subsample_size must be an integer in [4, n={n}], got {subsample_size!r}")
     if p < 2:
         raise ValueError(f"X needs at least 2 features, got {p}")
+    if bool(jnp.all(y == y[0])):  # a zero target kernel: every contribution and alignment 0, an arbitrary ranking
+        raise ValueError(
+            "y is constant (every entry equals the first): there is nothing to select features for "
+            "(as RandSelSelector and the CLI)"
+        )
     if chunk_size is not None and not (_checks.is_int(chunk_size) and chunk_size >= 1):
         raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
     if not (_checks.is_int(max_eval_rows) and max_eval_rows >= 4):

@@ -332,3 +332,12 @@ def test_boolean_y_is_zero_one_labels():
     res, res_f = randsel(jax.random.key(0), X, yb, **kw), randsel(jax.random.key(0), X, yf, **kw)
     np.testing.assert_array_equal(res.ranking, res_f.ranking)
     np.testing.assert_array_equal(res.contributions, res_f.contributions)
+
+
+def test_randsel_refuses_a_constant_y():
+    """A constant y (every column, for an ``(n, k)`` y) gave all-zero contributions and alignments, selected
+    nothing and returned an arbitrary ranking; RandSelSelector and the CLI refuse it, and so does randsel."""
+    X, _ = _xor(0, n=40, irrelevant=2)
+    for y in (np.ones(40), np.tile([2.0, -1.0], (40, 1)), np.zeros(40, bool)):
+        with pytest.raises(ValueError, match="y is constant"):
+            randsel(jax.random.key(0), X, y, num_subsamples=10)
