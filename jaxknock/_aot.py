@@ -20,7 +20,9 @@ the compiled programs; a later process loads it (milliseconds) and calls it, and
 XLA finds the compiled executable in the compilation cache. Results are those of
 the plain call (the same StableHLO). The entry is keyed by the function, the
 static arguments, the argument types and shapes, the JAX version, the x64 flag,
-the backend and a hash of jaxknock's source, so any change recompiles.
+the settings that change a traced program (``jax_threefry_partitionable``, the
+default matmul precision and PRNG implementation), the backend and a hash of
+jaxknock's source, so any change recompiles.
 
 The plain call is used instead when the cache is off, inside a trace (``jit`` /
 ``vmap`` of a caller), with several devices, or if exporting fails (the failure
@@ -63,6 +65,9 @@ def export_directory() -> Path | None:
     return None if not base else Path(base) / _SUBDIR
 
 
+_TRACE_SETTINGS = ("jax_threefry_partitionable", "jax_default_matmul_precision", "jax_default_prng_impl")
+
+
 def _usable(args) -> bool:
     return all(_checks.is_concrete(a) for a in jax.tree.leaves(args)) and jax.device_count() == 1
 
@@ -78,6 +83,9 @@ def _key(fn, args, static) -> str:
         repr(types),
         jax.__version__,
         str(jax.config.jax_enable_x64),
+        # settings that change the traced program (its random bits, its matmul precision): a program
+        # exported under one was called under the other
+        *(str(getattr(jax.config, name, None)) for name in _TRACE_SETTINGS),
         _backend.platform(),
         _source_hash(),
     )

@@ -722,3 +722,24 @@ def test_the_filters_stage_programs_are_exported_too(tmp_path, monkeypatch):
     for sel in (first, second):
         np.testing.assert_array_equal(np.asarray(sel.W), np.asarray(plain.W))
         np.testing.assert_array_equal(sel.selected, plain.selected)
+
+
+def test_exported_programs_are_keyed_by_the_settings_that_change_them(tmp_path, monkeypatch):
+    """A program exported under one ``jax_threefry_partitionable`` was called under the other (the cached
+    knockoffs' random bits were not the plain call's); the default matmul precision is in the key too."""
+    import jax
+
+    from jaxknock import _aot
+
+    monkeypatch.setattr(_aot, "export_directory", lambda: tmp_path)
+    monkeypatch.setattr(_aot, "LOADED", {})
+    draw = jax.jit(lambda k: jax.random.bits(k, (4,)))
+    key = jax.random.key(0)
+    bits = []
+    for setting in (True, False):
+        with jax.threefry_partitionable(setting):
+            bits.append(np.asarray(_aot.call(draw, key)))
+    assert not np.array_equal(*bits) and len(list(tmp_path.glob("*.pkl"))) == 2
+    with jax.default_matmul_precision("highest"):
+        highest = _aot._key(draw, (key,), {})
+    assert highest != _aot._key(draw, (key,), {})
