@@ -47,6 +47,7 @@ from jaxknock import _backend, _checks
 
 _SUBDIR = "jaxknock-exports"
 LOADED: dict = {}  # this process's entries, by path: loaded (or exported) once
+FAILED: set = set()  # this process's failed exports, by path (the marker file may not be writable)
 
 
 @functools.lru_cache(maxsize=1)
@@ -122,13 +123,14 @@ def call(fn, *args, **static):
     exported = LOADED.get(path)
     if exported is not None:  # a warm call: no file-system access
         return exported.call(*args)
-    if failed.exists():
+    if path in FAILED or failed.exists():
         return fn(*args, **static)
     exported = _load(path) if path.exists() else None
     if exported is None:
         try:
             exported = export_program(fn, args, static, path)
-        except Exception:  # e.g. a program with host callbacks: plain calls from now on
+        except Exception:  # e.g. a program with host callbacks, or a read-only directory: plain calls from now on
+            FAILED.add(path)
             try:
                 failed.parent.mkdir(parents=True, exist_ok=True)
                 failed.touch()

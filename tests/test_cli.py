@@ -743,3 +743,25 @@ def test_exported_programs_are_keyed_by_the_settings_that_change_them(tmp_path, 
     with jax.default_matmul_precision("highest"):
         highest = _aot._key(draw, (key,), {})
     assert highest != _aot._key(draw, (key,), {})
+
+
+def test_a_failed_export_in_an_unwritable_directory_is_not_retried(tmp_path, monkeypatch):
+    """Where neither the entry nor the ``.failed`` marker could be written (a read-only cache directory), every
+    call traced and exported the program again before falling back to the plain call."""
+    import jax
+
+    from jaxknock import _aot
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # its "subdirectory" cannot be created, even by root
+    monkeypatch.setattr(_aot, "export_directory", lambda: blocker / "exports")
+    monkeypatch.setattr(_aot, "LOADED", {})
+    monkeypatch.setattr(_aot, "FAILED", set(), raising=False)
+    calls = []
+    real = _aot.export_program
+    monkeypatch.setattr(_aot, "export_program", lambda *a: calls.append(1) or real(*a))
+    cumsum = jax.jit(jax.numpy.cumsum)
+    x = np.arange(5.0)
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(_aot.call(cumsum, x)), np.cumsum(x))
+    assert len(calls) == 1
