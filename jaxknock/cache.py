@@ -77,7 +77,7 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> str | Non
 
     Returns:
         The directory in use, or ``None`` when opted out (``JAXKNOCK_NO_COMPILE_CACHE=1``)
-        or the directory cannot be created (the process then simply compiles as usual).
+        or the directory cannot be created or written to (the process then simply compiles as usual).
 
     Example:
         >>> import tempfile, jax
@@ -96,6 +96,8 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> str | Non
     path = compilation_cache_dir() if path is None else os.fspath(path)
     try:
         os.makedirs(path, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):  # an existing read-only directory: JAX warned at every compile
+            return None
         jax.config.update("jax_compilation_cache_dir", path)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", _MIN_COMPILE_SECS)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

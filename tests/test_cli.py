@@ -765,3 +765,23 @@ def test_a_failed_export_in_an_unwritable_directory_is_not_retried(tmp_path, mon
     for _ in range(3):
         np.testing.assert_array_equal(np.asarray(_aot.call(cumsum, x)), np.cumsum(x))
     assert len(calls) == 1
+
+
+def test_a_read_only_cache_directory_is_not_enabled(tmp_path, monkeypatch):
+    """An existing directory the user cannot write to was enabled all the same: JAX then warned "Error writing
+    persistent compilation cache entry" at every compilation (the docstring promises ``None``)."""
+    import jax
+
+    from jaxknock import cache
+
+    monkeypatch.delenv("JAXKNOCK_NO_COMPILE_CACHE", raising=False)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if str(p) == str(tmp_path) else real(p, mode, **kw))
+    before = jax.config.jax_compilation_cache_dir
+    got, now = cache.enable_compilation_cache(tmp_path), jax.config.jax_compilation_cache_dir
+    if now != before:  # the old behaviour: put the setting back for the other tests
+        from jax.experimental.compilation_cache import compilation_cache as cc
+
+        jax.config.update("jax_compilation_cache_dir", before)
+        cc.reset_cache()
+    assert got is None and now == before
