@@ -341,3 +341,17 @@ def test_randsel_refuses_a_constant_y():
     for y in (np.ones(40), np.tile([2.0, -1.0], (40, 1)), np.zeros(40, bool)):
         with pytest.raises(ValueError, match="y is constant"):
             randsel(jax.random.key(0), X, y, num_subsamples=10)
+
+
+@pytest.mark.parametrize("top", ["-2", "0"])
+def test_cli_randsel_refuses_a_top_below_one(tmp_path, capsys, top):
+    """``--top -2`` printed "top -2:" and every feature but the last two; ``--top 0`` was silently ignored."""
+    from jaxknock.cli import main
+
+    X, y = _xor(0, n=16, irrelevant=2)
+    path = tmp_path / "x.csv"
+    np.savetxt(path, np.c_[X, y], delimiter=",", header="a,b,c,d,y", comments="")
+    argv = ["randsel", str(path), "--target", "y", "--subsamples", "4", "--top", top]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert "top" not in out and len(err.strip().splitlines()) == 1 and "--top must be a positive integer" in err

@@ -229,6 +229,8 @@ def run_randsel(args) -> int:
         raise CLIError(f"--subsamples must be a positive integer, got {args.subsamples}")
     if not 0 < args.drop < 1:
         raise CLIError(f"--drop must lie in (0, 1), got {args.drop}")
+    if args.top is not None and args.top < 1:  # -2 printed all but the last two features as the "top -2"
+        raise CLIError(f"--top must be a positive integer, got {args.top}")
     target, features, X, y = _load(args)
     if len(features) < 3:
         raise CLIError(f"randsel needs at least 3 feature columns, got {len(features)}")
