@@ -496,6 +496,24 @@ def test_demo_bad_arguments(capsys):
     assert_error(["demo", "--n", "20", "--p", "10", "--rank", "10"], capsys, "--rank < min(--n, --p)")
 
 
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--fdr", "1.5"], "--fdr must lie strictly between 0 and 1"),
+        (["--amplitude", "nan"], "--amplitude must be a finite number"),
+        (["--plot", "no/such/folder/out.png"], "cannot write the plot to no/such/folder/out.png"),
+    ],
+)
+def test_demo_bad_options_fail_before_the_work(monkeypatch, capsys, extra, fragment):
+    """``--fdr 1.5`` failed after the covariance and solver tables (as knockoff_filter's ``fdr``), ``--amplitude
+    nan`` as "y contains non-finite value(s)", an unwritable ``--plot`` after everything had run."""
+    from jaxknock.cli import demo
+
+    monkeypatch.setattr(demo, "_require_matplotlib", lambda option: None)
+    code, out, err = run(["demo", "--n", "20", "--p", "6", "--rank", "2", "--signals", "2", "--quiet", *extra], capsys)
+    assert code == 2 and out == "" and err.startswith("jaxknock: error: ") and fragment in err, (out, err)
+
+
 # the small demo itself (with --plot when matplotlib is installed) runs in tests/test_readme.py
 
 

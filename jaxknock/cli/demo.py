@@ -12,7 +12,7 @@ import sys
 
 from jaxknock.cli.common import CLIError, enable_x64, timed
 from jaxknock.cli.progress import Progress, Ticker, progress_enabled
-from jaxknock.cli.report import print_table
+from jaxknock.cli.report import check_writable, print_table
 
 __all__ = ["power_fdp", "run_demo", "synthetic_factor_data"]
 
@@ -58,6 +58,14 @@ def run_demo(args) -> int:
             raise ValueError(f"--{name} must be a positive integer, got {getattr(args, name)}")
     if args.rank >= min(args.n, args.p) or args.signals > args.p:
         raise ValueError("need --rank < min(--n, --p) and --signals <= --p")
+    # before the work: --fdr 1.5 failed after the solvers' table (as knockoff_filter's fdr=), a NaN
+    # amplitude as "y contains non-finite values", an unwritable --plot after everything had run
+    if not 0 < args.fdr < 1:
+        raise CLIError(f"--fdr must lie strictly between 0 and 1, got {args.fdr}")
+    if not np.isfinite(args.amplitude):
+        raise CLIError(f"--amplitude must be a finite number, got {args.amplitude}")
+    if args.plot:
+        check_writable(args.plot, what="the plot")
     key = jax.random.key(args.seed)
     kdata, kfac = jax.random.split(key)
     n, p, k = args.n, args.p, args.rank

@@ -67,16 +67,16 @@ def sha256(path):
     return h.hexdigest()
 
 
-def check_writable(path) -> None:
-    """Raise :class:`CLIError` unless a report can be written at ``path`` (its folder exists and is writable)."""
+def check_writable(path, what="the report") -> None:
+    """Raise :class:`CLIError` unless ``what`` can be written at ``path`` (its folder exists and is writable)."""
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
-        raise CLIError(f"cannot write the report to {path}: it is a directory")
+        raise CLIError(f"cannot write {what} to {path}: it is a directory")
     if not folder.is_dir():
-        raise CLIError(f"cannot write the report to {path}: the folder {folder} does not exist")
+        raise CLIError(f"cannot write {what} to {path}: the folder {folder} does not exist")
     if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise CLIError(f"cannot write the report to {path}: permission denied")
+        raise CLIError(f"cannot write {what} to {path}: permission denied")
 
 
 def write_json(path, report):
