@@ -803,3 +803,20 @@ def test_a_read_only_cache_directory_is_not_enabled(tmp_path, monkeypatch):
         jax.config.update("jax_compilation_cache_dir", before)
         cc.reset_cache()
     assert got is None and now == before
+
+
+def test_npz_table_with_a_separate_target_array(tmp_path, capsys):
+    """``numpy.savez(path, X=X, y=y)``: the 1-D ``y`` was dropped next to the 2-D table, and ``--target y``
+    said "target column 'y' is not in" the file; it is the table's last column now (other 1-D arrays stay out)."""
+    from jaxknock.cli.tables import load_table, resolve_target
+
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((12, 3)), rng.standard_normal(12)
+    path = tmp_path / "xy.npz"
+    np.savez(path, X=X, y=y, ids=np.arange(12.0), columns=np.array(["a", "b", "c"]))
+    names, table, _ = load_table(path, target="y")
+    assert names == ["a", "b", "c", "y"] and resolve_target(names, "y", path) == 3
+    np.testing.assert_array_equal(table, np.column_stack([X, y]))
+    assert load_table(path, target="b")[0] == ["a", "b", "c"]
+    np.savez(tmp_path / "short.npz", X=X, y=y[:-1])
+    assert_error(["select", str(tmp_path / "short.npz"), "--target", "y"], capsys, "'y' has 11 entries for the 12 rows")

@@ -133,7 +133,8 @@ def load_table(path, target=None):
     * NPY: a 2-D numeric array; columns are named ``x0, x1, ...``.
     * NPZ: either 1-D arrays of equal length (one per column, named by key), or
       one 2-D array (key ``X``, ``data`` or the only 2-D array) with optional
-      ``columns`` / ``names`` (column names).
+      ``columns`` / ``names`` (column names); a 1-D array named ``target`` next
+      to it is its last column (``numpy.savez(path, X=X, y=y)``, ``--target y``).
     """
     import numpy as np
 
@@ -191,7 +192,18 @@ def load_table(path, target=None):
             names = names or default_names(X.shape[1])
             if len(names) != X.shape[1]:
                 raise CLIError(f"{path}: {len(names)} column names for {X.shape[1]} columns")
-            return names, _as_float(path, X), None
+            X = _as_float(path, X)
+            # the target as a 1-D array next to the table (numpy.savez(path, X=X, y=y)) is its last column:
+            # it was dropped, and --target y said "'y' is not in" the file (other 1-D arrays stay out)
+            t = arrays.get(target) if target is not None and target not in names else None
+            if t is not None and t.ndim == 1:
+                if t.shape[0] != X.shape[0]:
+                    raise CLIError(
+                        f"{path}: the target array {target!r} has {t.shape[0]} entries for the "
+                        f"{X.shape[0]} rows of {key!r}; it needs one per row"
+                    )
+                return names + [target], np.column_stack([X, _as_float(path, t, target)]), None
+            return names, X, None
         one_d = {k: v for k, v in arrays.items() if v.ndim == 1}
         if not one_d:
             raise CLIError(f"{path} holds no 1-D or 2-D arrays; save columns with numpy.savez(path, a=..., b=...)")
