@@ -387,6 +387,24 @@ def test_snb_csv_with_text_labels(tmp_path, capsys):
     assert {"versions", "device", "timings", "settings"} <= set(rep)
 
 
+def test_snb_csv_numeric_labels_written_differently_are_one_class(tmp_path):
+    """Labels ``1`` and ``1.0`` (or ``01``) in one CSV column were two classes of text: four classes for
+    a binary target, a report of the wrong classes; ``select`` reads them as one number."""
+    import argparse
+
+    from jaxknock.cli.snb import _load_snb
+
+    X, y = count_table(n=24, m=4)
+    labels = [["0", "-0"][i % 2] if c == 0 else ["1", "1.0", "01"][i % 3] for i, c in enumerate(y)]
+    path = write_csv(
+        tmp_path / "counts.csv", ["a", "b", "c", "d", "label"], [r + [v] for r, v in zip(X.tolist(), labels)]
+    )
+    args = argparse.Namespace(data=path, target="label", labels=None, model="multinomial", k=2)
+    names, X_read, y_read = _load_snb(args)
+    assert names == ["a", "b", "c", "d"] and np.unique(y_read).tolist() == ["0", "1"]
+    np.testing.assert_array_equal(y_read == "1", y == 1)
+
+
 def test_snb_sparse_npz_matches_library(tmp_path, capsys):
     sp = pytest.importorskip("scipy.sparse")
     import jaxknock as jk

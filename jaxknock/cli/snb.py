@@ -32,6 +32,23 @@ def _load_labels(path):
     return labels
 
 
+def _canonical_numbers(labels):
+    """Text labels that are all whole numbers as the text of their integers (``1.0``, ``01``, ``+1``: ``1``).
+
+    As text, ``1`` and ``1.0`` in one column were two classes (``select`` reads them as one number).
+    Anything else (words, fractions, which :func:`check_class_labels` refuses) is returned as is.
+    """
+    import numpy as np
+
+    try:
+        num = labels.astype(np.float64)
+    except ValueError:
+        return labels
+    if not (np.all(np.isfinite(num)) and np.all(num == np.round(num))):
+        return labels
+    return np.asarray([str(int(v)) for v in num])
+
+
 def _load_snb(args):
     """``(names, X, y)``: X dense NumPy or scipy.sparse CSR (non-negative), y labels."""
     import numpy as np
@@ -91,6 +108,7 @@ def _load_snb(args):
         what = f"target column {header[j]!r}"
         if any(v.lower() in MISSING for v in cols[j]):
             raise CLIError(f"target column {header[j]!r} has missing labels; drop those rows")
+        y = _canonical_numbers(y)
         names = [h for i, h in enumerate(header) if i != j]
         X = (
             np.column_stack([numeric_column(path, header[i], cols[i]) for i in range(len(header)) if i != j])
