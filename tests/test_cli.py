@@ -823,6 +823,13 @@ def test_a_read_only_cache_directory_is_not_enabled(tmp_path, monkeypatch):
     assert got is None and now == before
 
 
+def test_csv_error_names_the_files_line_after_blank_lines(tmp_path, capsys):
+    """A short row after blank lines was reported at its position among the non-blank rows (line 3, not 5)."""
+    path = tmp_path / "gaps.csv"
+    path.write_text("a,b,y\n1,2,3\n\n\n4,5\n6,7,8\n")
+    assert_error(["select", str(path), "--target", "y"], capsys, "line 5 has 2 fields but the header has 3")
+
+
 def test_npz_table_with_a_separate_target_array(tmp_path, capsys):
     """``numpy.savez(path, X=X, y=y)``: the 1-D ``y`` was dropped next to the 2-D table, and ``--target y``
     said "target column 'y' is not in" the file; it is the table's last column now (other 1-D arrays stay out)."""

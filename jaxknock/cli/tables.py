@@ -52,12 +52,17 @@ def read_csv_table(path):
                 dialect = csv.Sniffer().sniff(sample, delimiters=",;\t")
             except csv.Error:
                 dialect = csv.excel
-            rows = list(csv.reader(fh, dialect))
+            reader = csv.reader(fh, dialect)
+            rows, lines = [], []  # the file's line of each row (blank lines are skipped below)
+            for r in reader:
+                rows.append(r)
+                lines.append(reader.line_num)
     except UnicodeDecodeError:
         raise CLIError(f"{path} is not a text CSV file (cannot decode it as UTF-8)") from None
     except csv.Error as err:
         raise CLIError(f"{path} is not a valid CSV file: {err}") from None
-    rows = [r for r in rows if any(c.strip() for c in r)]
+    kept = [i for i, r in enumerate(rows) if any(c.strip() for c in r)]
+    rows, lines = [rows[i] for i in kept], [lines[i] for i in kept]
     if not rows:
         raise CLIError(f"{path} is empty; it needs a header row with column names and data rows")
     header = [h.strip() for h in rows[0]]
@@ -72,7 +77,7 @@ def read_csv_table(path):
     for i, r in enumerate(body):
         if len(r) != len(header):
             raise CLIError(
-                f"{path}: line {i + 2} has {len(r)} fields but the header has {len(header)}; "
+                f"{path}: line {lines[i + 1]} has {len(r)} fields but the header has {len(header)}; "
                 "fix the row or the delimiter"
             )
     columns = [[r[j].strip() for r in body] for j in range(len(header))]
