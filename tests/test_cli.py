@@ -823,6 +823,16 @@ def test_a_read_only_cache_directory_is_not_enabled(tmp_path, monkeypatch):
     assert got is None and now == before
 
 
+def test_a_report_path_naming_the_input_is_refused(reg_csv, tmp_path, capsys):
+    """``--out`` naming the data file ran the selection and then overwrote the table with the JSON report."""
+    data = tmp_path / "d.csv"
+    data.write_bytes(Path(reg_csv).read_bytes())
+    before = data.read_bytes()
+    for out in (str(data), str(tmp_path / "." / "d.csv")):
+        assert_error(["select", str(data), "--target", "y", "--out", out], capsys, "the report would overwrite it")
+    assert data.read_bytes() == before
+
+
 def test_csv_error_names_the_files_line_after_blank_lines(tmp_path, capsys):
     """A short row after blank lines was reported at its position among the non-blank rows (line 3, not 5)."""
     path = tmp_path / "gaps.csv"

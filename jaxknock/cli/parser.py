@@ -104,6 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_not_an_input(args) -> None:
+    """``--out`` naming the data (or ``--labels`` / ``--groups``) file: the report overwrote the input."""
+    from pathlib import Path
+
+    out = Path(args.out).resolve()
+    for flag, value in (("DATA", getattr(args, "data", None)), ("--labels", getattr(args, "labels", None)),
+                        ("--groups", getattr(args, "groups", None))):  # fmt: skip
+        if value and Path(value).resolve() == out:
+            raise CLIError(f"--out {args.out} is the {flag} file; the report would overwrite it: name another file")
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     try:
@@ -114,6 +125,7 @@ def main(argv=None) -> int:
     try:
         if getattr(args, "out", None):
             check_writable(args.out)  # before the work, not after it (the selection ran, then --out failed)
+            _check_not_an_input(args)
         return args.func(args)
     except CLIError as err:
         msg = " ".join(str(err).split())
