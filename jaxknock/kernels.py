@@ -340,6 +340,8 @@ def greedy_kta_selection(
         raise ValueError(f"ranking must be a non-empty 1-D array of feature indices, got {r!r}")
     if r.min() < 0 or r.max() >= X.shape[1] or np.unique(r).size != r.size:
         raise ValueError(f"ranking must hold distinct feature indices in [0, {X.shape[1]}), got {r.tolist()[:10]}")
+    if bool(jnp.all(y == y[0])):  # every alignment 0: ranking[:1] was "selected"
+        raise ValueError("y is constant (every entry equals the first): there is nothing to select features for")
     a = _prefix_alignments(
         X, y, jnp.asarray(r), bandwidth, target_bandwidth, kernel=kernel, target_kernel=target_kernel
     )

@@ -341,6 +341,8 @@ def test_randsel_refuses_a_constant_y():
     for y in (np.ones(40), np.tile([2.0, -1.0], (40, 1)), np.zeros(40, bool)):
         with pytest.raises(ValueError, match="y is constant"):
             randsel(jax.random.key(0), X, y, num_subsamples=10)
+        with pytest.raises(ValueError, match="y is constant"):  # every alignment 0: ranking[:1] was selected
+            greedy_kta_selection(X, y, [2, 0, 1])
 
 
 @pytest.mark.parametrize("top", ["-2", "0"])
