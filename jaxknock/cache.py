@@ -43,7 +43,7 @@ def compilation_cache_dir() -> str | None:
     """The per-user directory of the persistent compilation cache, or ``None`` if opted out.
 
     ``$JAXKNOCK_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/jaxknock/jax`` (default
-    ``~/.cache/jaxknock/jax``); ``None`` when ``JAXKNOCK_NO_COMPILE_CACHE`` is set to a
+    ``~/.cache/jaxknock/jax``), a leading ``~`` expanded; ``None`` when ``JAXKNOCK_NO_COMPILE_CACHE`` is set to a
     value other than ``0``.
 
     Example:
@@ -56,9 +56,9 @@ def compilation_cache_dir() -> str | None:
     if _opted_out():
         return None
     base = os.environ.get("JAXKNOCK_CACHE_DIR")
-    if base:
-        return base
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    if base:  # "~/cache" (quoted in a shell, or an ENV line) made a folder named "~" in the working directory
+        return os.path.expanduser(base)
+    xdg = os.path.expanduser(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"))
     return str(Path(xdg) / "jaxknock" / "jax")
 
 

@@ -803,6 +803,20 @@ def test_a_failed_export_in_an_unwritable_directory_is_not_retried(tmp_path, mon
     assert len(calls) == 1
 
 
+def test_a_cache_directory_under_home_is_expanded(tmp_path, monkeypatch):
+    """``JAXKNOCK_CACHE_DIR="~/cache"`` (quoted in a shell, or a Dockerfile ENV line) made a folder named ``~``
+    in the working directory."""
+    from jaxknock.cache import compilation_cache_dir
+
+    monkeypatch.delenv("JAXKNOCK_NO_COMPILE_CACHE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("JAXKNOCK_CACHE_DIR", "~/cache")
+    assert compilation_cache_dir() == str(tmp_path / "cache")
+    monkeypatch.delenv("JAXKNOCK_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", "~/xdg")
+    assert compilation_cache_dir() == str(tmp_path / "xdg" / "jaxknock" / "jax")
+
+
 def test_a_read_only_cache_directory_is_not_enabled(tmp_path, monkeypatch):
     """An existing directory the user cannot write to was enabled all the same: JAX then warned "Error writing
     persistent compilation cache entry" at every compilation (the docstring promises ``None``)."""
