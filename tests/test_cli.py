@@ -869,3 +869,11 @@ def test_npz_table_with_a_separate_target_array(tmp_path, capsys):
     assert load_table(path, target="b")[0] == ["a", "b", "c"]
     np.savez(tmp_path / "short.npz", X=X, y=y[:-1])
     assert_error(["select", str(tmp_path / "short.npz"), "--target", "y"], capsys, "'y' has 11 entries for the 12 rows")
+
+
+def test_npz_duplicate_column_names_are_refused(tmp_path, capsys):
+    """``columns`` with a name twice was taken (a CSV header is refused): the report's names were ambiguous
+    and its ``W_mean`` by name kept one of the two."""
+    X = np.random.default_rng(0).standard_normal((12, 4))
+    np.savez(tmp_path / "dup.npz", X=X, columns=np.array(["a", "b", "a", "y"]))
+    assert_error(["select", str(tmp_path / "dup.npz"), "--target", "y"], capsys, "duplicate column name(s) ['a']")

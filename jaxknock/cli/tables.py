@@ -197,6 +197,9 @@ def load_table(path, target=None):
             names = names or default_names(X.shape[1])
             if len(names) != X.shape[1]:
                 raise CLIError(f"{path}: {len(names)} column names for {X.shape[1]} columns")
+            dup = sorted({h for h in names if names.count(h) > 1})
+            if dup:  # as in a CSV header: the report's names (and W_mean by name) were ambiguous
+                raise CLIError(f"{path}: duplicate column name(s) {dup}; make the column names unique")
             X = _as_float(path, X)
             # the target as a 1-D array next to the table (numpy.savez(path, X=X, y=y)) is its last column:
             # it was dropped, and --target y said "'y' is not in" the file (other 1-D arrays stay out)
