@@ -403,6 +403,11 @@ def test_snb_csv_numeric_labels_written_differently_are_one_class(tmp_path):
     names, X_read, y_read = _load_snb(args)
     assert names == ["a", "b", "c", "d"] and np.unique(y_read).tolist() == ["0", "1"]
     np.testing.assert_array_equal(y_read == "1", y == 1)
+    labels_file = tmp_path / "labels.txt"  # --labels FILE (one per line) for a sparse .npz: the same
+    labels_file.write_text("\n".join(labels) + "\n")
+    from jaxknock.cli.snb import _load_labels
+
+    assert np.unique(_load_labels(labels_file)).tolist() == ["0", "1"]
 
 
 def test_snb_sparse_npz_matches_library(tmp_path, capsys):

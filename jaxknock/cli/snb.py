@@ -25,6 +25,7 @@ def _load_labels(path):
     else:
         try:
             labels = np.asarray([line.strip() for line in path.read_text().splitlines() if line.strip()])
+            labels = _canonical_numbers(labels) if labels.size else labels  # 1 and 1.0: one class
         except UnicodeDecodeError:
             raise CLIError(f"{path} is not a text file of labels (one per line)") from None
     if labels.ndim != 1:
