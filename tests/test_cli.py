@@ -566,6 +566,40 @@ def test_progress_draws_only_on_tty():
     assert progress_enabled(FakeTTY()) and not progress_enabled(io.StringIO())
 
 
+def test_demo_progress_is_drawn_where_stderr_is_a_terminal(monkeypatch):
+    """The demo's solver bar is drawn on stderr but was enabled when *stdout* was a terminal: ``jaxknock demo
+    2> log`` wrote the carriage-return redraws into the log (and a terminal stderr with stdout piped got none)."""
+    import types
+
+    from jaxknock.cli import build_parser, demo
+
+    class Stop(Exception):
+        pass
+
+    seen = []
+
+    def bar(total, desc, enabled):
+        seen.append(enabled)
+        raise Stop
+
+    import jaxknock
+
+    p = 4  # numpy stand-ins, no JAX work before the bar: the test is about its stream only
+    data = (np.ones((8, p)), np.ones(8), np.ones(p), np.eye(p))
+    monkeypatch.setattr(demo, "synthetic_factor_data", lambda *a: data)
+    fake = (types.SimpleNamespace(dense=lambda: np.eye(p)), 0.0)
+    monkeypatch.setattr(demo, "timed", lambda fn, *a: ((np.eye(p), 0.0) if fn.__name__ == "ledoit_wolf" else fake, 0.0))
+    monkeypatch.setattr(jaxknock, "to_correlation", lambda S: S)
+    monkeypatch.setattr(demo, "Progress", bar)
+    args = build_parser().parse_args(["demo", "--n", "8", "--p", str(p), "--rank", "1", "--signals", "1"])
+    for out, err in ((FakeTTY(), io.StringIO()), (io.StringIO(), FakeTTY())):
+        monkeypatch.setattr(sys, "stdout", out)
+        monkeypatch.setattr(sys, "stderr", err)
+        with pytest.raises(Stop):
+            demo.run_demo(args)
+    assert seen == [False, True]
+
+
 def test_select_progress_silent_when_not_tty(reg_csv, capsys):
     # capsys streams are not TTYs: no progress characters in either stream
     code, out, err = run(["select", reg_csv, "--target", "y", "--method", "equi", "--statistic", "correlation"], capsys)

@@ -102,7 +102,7 @@ def run_demo(args) -> int:
     default = resolve_s_method("auto", (n, p))  # knockoff_filter's choice for this shape
     solvers = [(f"{name}  <- default" if name.split()[0] == default else name, fn) for name, fn in solvers]
     rows, sols = [], {}
-    bar = Progress(len(solvers), "S-vector solvers", enabled=progress_enabled(sys.stdout, args.quiet))
+    bar = Progress(len(solvers), "S-vector solvers", enabled=progress_enabled(sys.stderr, args.quiet))
     with bar, Ticker(bar):
         for name, fn in solvers:
             bar.set_description(name)
