@@ -893,6 +893,17 @@ def test_csv_error_names_the_files_line_after_blank_lines(tmp_path, capsys):
     assert_error(["select", str(path), "--target", "y"], capsys, "line 5 has 2 fields but the header has 3")
 
 
+@pytest.mark.parametrize("first", ["1.5,,3", "1.5,NA,3"])
+def test_a_headerless_csv_with_a_missing_value_in_its_first_row(tmp_path, capsys, first):
+    """The first data row of a file without a header, with a missing value, was read as a header: "column 2 of
+    the header has no name", or a column named "NA"."""
+    path = tmp_path / "nohead.csv"
+    path.write_text(first + "\n4,5,6\n7,8,9\n")
+    assert_error(["select", str(path), "--target", "y"], capsys, "has no header row")
+    path.write_text(",0,1\n0,5,6\n1,8,9\n")  # pandas' to_csv of unnamed columns: its index column has no name
+    assert_error(["select", str(path), "--target", "y"], capsys, "column 1 of the header has no name")
+
+
 def test_npz_table_with_a_separate_target_array(tmp_path, capsys):
     """``numpy.savez(path, X=X, y=y)``: the 1-D ``y`` was dropped next to the 2-D table, and ``--target y``
     said "target column 'y' is not in" the file; it is the table's last column now (other 1-D arrays stay out)."""

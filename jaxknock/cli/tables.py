@@ -66,7 +66,9 @@ def read_csv_table(path):
     if not rows:
         raise CLIError(f"{path} is empty; it needs a header row with column names and data rows")
     header = [h.strip() for h in rows[0]]
-    if all(_float_or_none(h) is not None for h in header):
+    numeric = [_float_or_none(h) is not None for h in header]
+    # "1.5,,3" or "1.5,NA,3": data, no header (",0,1,2", a pandas index column without a name, is a header)
+    if header[0] and any(numeric) and all(f or h.lower() in MISSING for f, h in zip(numeric, header)):
         raise CLIError(f"{path} has no header row (the first row is numeric); add a row of column names")
     if any(not h for h in header):
         raise CLIError(f"{path}: column {header.index('') + 1} of the header has no name; name every column")
