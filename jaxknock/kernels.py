@@ -193,6 +193,14 @@ def _prepare(X, y, kernel, target_kernel, name="X"):
     return X, y
 
 
+def _check_linear_widths(kernel, bandwidth, target_kernel, target_bandwidth):
+    """A width for a linear kernel was silently ignored (the kernel has none): refused, naming it."""
+    for k, bw, kname, bname in ((kernel, bandwidth, "kernel", "bandwidth"),
+                                (target_kernel, target_bandwidth, "target_kernel", "target_bandwidth")):  # fmt: skip
+        if k == "linear" and bw is not None:
+            raise ValueError(f"{bname} only applies to {kname}='gaussian'; the linear kernel has no width: pass None")
+
+
 def _as_width(bandwidth, dtype):
     return None if bandwidth is None else jnp.asarray(bandwidth, dtype)
 
@@ -231,7 +239,7 @@ def kernel_target_alignment(X, y, *, kernel="gaussian", bandwidth=None, target_k
         kernel, target_kernel: ``"gaussian"`` or ``"linear"``.
         bandwidth, target_bandwidth: Gaussian :math:`\sigma`, any positive real scalar (Python,
             NumPy or 0-d JAX; may be traced: a non-positive one gives NaN under ``jit``);
-            ``None``: median heuristic.
+            ``None``: median heuristic (and the only value for a linear kernel).
 
     Example:
         >>> X = jnp.array([[0.0], [1.0], [2.0], [3.0]])
@@ -240,6 +248,7 @@ def kernel_target_alignment(X, y, *, kernel="gaussian", bandwidth=None, target_k
     """
     ok = _check_bandwidth(bandwidth) & _check_bandwidth(target_bandwidth, "target_bandwidth")
     X, y = _prepare(X, y, kernel, target_kernel)
+    _check_linear_widths(kernel, bandwidth, target_kernel, target_bandwidth)
     bandwidth, target_bandwidth = _as_width(bandwidth, X.dtype), _as_width(target_bandwidth, X.dtype)
     a = _measure(X, y, bandwidth, target_bandwidth, kernel=kernel, target_kernel=target_kernel, estimator="kta")
     return _checks.poison(ok, a)  # a bad traced bandwidth: NaN
@@ -264,6 +273,7 @@ def hsic(X, y, *, kernel="gaussian", bandwidth=None, target_kernel="linear", tar
     """
     ok = _check_bandwidth(bandwidth) & _check_bandwidth(target_bandwidth, "target_bandwidth")
     X, y = _prepare(X, y, kernel, target_kernel)
+    _check_linear_widths(kernel, bandwidth, target_kernel, target_bandwidth)
     bandwidth, target_bandwidth = _as_width(bandwidth, X.dtype), _as_width(target_bandwidth, X.dtype)
     est = "unbiased" if _checks.static_flag(unbiased, "unbiased") else "hsic"
     h = _measure(X, y, bandwidth, target_bandwidth, kernel=kernel, target_kernel=target_kernel, estimator=est)
@@ -334,6 +344,7 @@ def greedy_kta_selection(
     _check_bandwidth(bandwidth)
     _check_bandwidth(target_bandwidth, "target_bandwidth")
     X, y = _prepare(X, y, kernel, target_kernel)
+    _check_linear_widths(kernel, bandwidth, target_kernel, target_bandwidth)
     bandwidth, target_bandwidth = _as_width(bandwidth, X.dtype), _as_width(target_bandwidth, X.dtype)
     r = np.asarray(ranking)
     if r.ndim != 1 or r.size == 0 or not np.issubdtype(r.dtype, np.integer):

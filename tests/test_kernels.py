@@ -357,3 +357,14 @@ def test_cli_randsel_refuses_a_top_below_one(tmp_path, capsys, top):
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert "top" not in out and len(err.strip().splitlines()) == 1 and "--top must be a positive integer" in err
+
+
+def test_a_width_for_a_linear_kernel_is_refused():
+    """``kernel="linear", bandwidth=2.0`` (or ``target_bandwidth`` with the default linear target kernel) was
+    silently ignored: the value of the linear kernel came back as if the width were used."""
+    X, y = _xor(0, n=40, irrelevant=2)
+    for fn in (kernel_target_alignment, hsic, lambda X, y, **kw: greedy_kta_selection(X, y, [0, 1], **kw)):
+        with pytest.raises(ValueError, match="bandwidth only applies to kernel='gaussian'"):
+            fn(X, y, kernel="linear", bandwidth=2.0)
+        with pytest.raises(ValueError, match="target_bandwidth only applies to target_kernel='gaussian'"):
+            fn(X, y, target_bandwidth=2.0)
