@@ -904,6 +904,23 @@ def test_a_headerless_csv_with_a_missing_value_in_its_first_row(tmp_path, capsys
     assert_error(["select", str(path), "--target", "y"], capsys, "column 1 of the header has no name")
 
 
+def test_a_missing_groups_file_is_named(tmp_path, capsys):
+    """``--groups nope.txt`` ended with numpy's "nope.txt not found.", naming neither the option nor the problem."""
+    X = np.random.default_rng(0).standard_normal((12, 4))
+    np.savez(tmp_path / "t.npz", X=X, columns=np.array(["a", "b", "c", "y"]))
+    argv = [
+        "select",
+        str(tmp_path / "t.npz"),
+        "--target",
+        "y",
+        "--method",
+        "equi",
+        "--groups",
+        str(tmp_path / "nope.txt"),
+    ]
+    assert_error(argv, capsys, "--groups file", "does not exist")
+
+
 def test_npz_table_with_a_separate_target_array(tmp_path, capsys):
     """``numpy.savez(path, X=X, y=y)``: the 1-D ``y`` was dropped next to the 2-D table, and ``--target y``
     said "target column 'y' is not in" the file; it is the table's last column now (other 1-D arrays stay out)."""

@@ -92,6 +92,8 @@ def _load_groups(path, p):
     """``--groups FILE``: one integer group id per feature, text (whitespace separated) or ``.npy``."""
     import numpy as np
 
+    if not Path(path).is_file():  # was numpy's "x.txt not found." (no option named)
+        raise CLIError(f"--groups file {str(path)!r} does not exist; check the path")
     try:
         g = np.load(path) if str(path).endswith(".npy") else np.loadtxt(path, ndmin=1)
     except ValueError as err:
