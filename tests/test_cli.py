@@ -904,6 +904,15 @@ def test_a_headerless_csv_with_a_missing_value_in_its_first_row(tmp_path, capsys
     assert_error(["select", str(path), "--target", "y"], capsys, "column 1 of the header has no name")
 
 
+def test_a_missing_labels_file_is_named(tmp_path):
+    """``snb --labels nope.txt`` said "data file 'nope.txt' does not exist" (the data file was there)."""
+    from jaxknock.cli.common import CLIError
+    from jaxknock.cli.snb import _load_labels
+
+    with pytest.raises(CLIError, match="--labels file .*nope.txt' does not exist"):
+        _load_labels(tmp_path / "nope.txt")
+
+
 def test_a_missing_groups_file_is_named(tmp_path, capsys):
     """``--groups nope.txt`` ended with numpy's "nope.txt not found.", naming neither the option nor the problem."""
     X = np.random.default_rng(0).standard_normal((12, 4))

@@ -16,7 +16,9 @@ __all__ = ["run_snb"]
 def _load_labels(path):
     import numpy as np
 
-    path = check_file(path)
+    if not Path(path).is_file():  # check_file called it the "data file"
+        raise CLIError(f"--labels file {str(path)!r} does not exist; check the path")
+    path = Path(path)
     if path.suffix.lower() == ".npy":
         try:
             labels = np.load(path, allow_pickle=False)
