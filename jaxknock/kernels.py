@@ -536,13 +536,13 @@ def randsel(
         raise ValueError(f"fix_after must be a positive integer or None, got {fix_after!r}")
     if not (_checks.is_int(num_subsamples) and num_subsamples >= 1):
         raise ValueError(f"num_subsamples must be a positive integer, got {num_subsamples!r}")
+    if p < 2:  # before min_features: one column was "min_features must be an integer in [1, p=1), got 2"
+        raise ValueError(f"X needs at least 2 features, got {p}")
     if not (_checks.is_int(min_features) and 1 <= min_features < p):
         raise ValueError(f"min_features must be an integer in [1, p={p}), got {min_features!r}")
     m_a = min(n, max(4, n // 4)) if subsample_size is None else subsample_size  # n // 4 < 4 blamed subsample_size=None
     if not (_checks.is_int(m_a) and 4 <= m_a <= n):
         raise ValueError(f"subsample_size must be an integer in [4, n={n}], got {subsample_size!r}")
-    if p < 2:
-        raise ValueError(f"X needs at least 2 features, got {p}")
     if bool(jnp.all(y == y[0])):  # a zero target kernel: every contribution and alignment 0, an arbitrary ranking
         raise ValueError(
             "y is constant (every entry equals the first): there is nothing to select features for "

@@ -368,3 +368,10 @@ def test_a_width_for_a_linear_kernel_is_refused():
             fn(X, y, kernel="linear", bandwidth=2.0)
         with pytest.raises(ValueError, match="target_bandwidth only applies to target_kernel='gaussian'"):
             fn(X, y, target_bandwidth=2.0)
+
+
+def test_randsel_one_feature_is_named_as_such():
+    """One column was refused as "min_features must be an integer in [1, p=1), got 2", an argument not passed."""
+    X, y = _xor(0, n=40, irrelevant=2)
+    with pytest.raises(ValueError, match="X needs at least 2 features, got 1"):
+        randsel(jax.random.key(0), X[:, :1], y, num_subsamples=4)
