@@ -218,6 +218,25 @@ def test_jit_and_vmap_of_group_s_matrix(problem):
     np.testing.assert_allclose(np.asarray(batched), np.stack(loop), atol=1e-8)
 
 
+def test_dense_and_diagonal_of_a_vmapped_block_diagonal():
+    # jax.vmap (e.g. of group_s_matrix) batches every leaf of the BlockDiagonal, the index arrays too;
+    # dense() then returned a (B, B, B, p) mixture of the entries and diagonal() a (B, B, p) one
+    g = np.array([2, 2, -1, 5, 5, 5, -1])  # unsorted, negative, non-contiguous labels
+    gi = group_index(g)
+    blocks = np.random.default_rng(0).standard_normal((2, gi.num_groups, 3, 3))
+    index = [np.stack([a, a]) for a in (gi.members, gi.group_of, gi.position)]  # what vmap returns
+    dense, diag = jax.jit(lambda S: (S.dense(), S.diagonal()))(BlockDiagonal(blocks, *index))
+    assert dense.shape == (2, 7, 7) and diag.shape == (2, 7)
+    for k in range(2):
+        ref = np.zeros((7, 7))
+        for i in range(7):
+            for j in range(7):
+                if g[i] == g[j]:
+                    ref[i, j] = blocks[k, gi.group_of[i], gi.position[i], gi.position[j]]
+        np.testing.assert_array_equal(np.asarray(dense[k]), ref)
+        np.testing.assert_array_equal(np.asarray(diag[k]), np.diag(ref))
+
+
 @pytest.mark.parametrize("method, m", [("equicorrelated", 1), ("sdp", 1), ("maxent", 1), ("mvr", 1), ("maxent", 2)])
 def test_indefinite_sigma_under_jit_is_infeasible_with_nan_s(problem, method, m):
     # under jit validate_sigma cannot run; an indefinite Sigma (positive diagonal, symmetric) used to

@@ -156,13 +156,23 @@ class BlockDiagonal(NamedTuple):
         return (p, p)
 
     def dense(self):
-        """The ``(p, p)`` matrix (``O(p^2)`` memory; leading batch axes of ``blocks`` are kept)."""
+        """The ``(p, p)`` matrix (``O(p^2)`` memory; leading batch axes of ``blocks`` are kept).
+
+        ``S[i, j] = blocks[g(i), pos(i), pos(j)]`` when ``g(i) = g(j)``, else 0. A value returned
+        by ``jax.vmap`` (e.g. of :func:`group_s_matrix`) carries the batch axis on the index
+        arrays too; each batch entry is then built from its own index (it was a ``(B, B, B, p)``
+        mixture of the entries).
+        """
+        if self.group_of.ndim > 1:
+            return jax.vmap(BlockDiagonal.dense)(self)
         g, pos = self.group_of, self.position
         vals = self.blocks[..., g[:, None], pos[:, None], pos[None, :]]
         return jnp.where(g[:, None] == g[None, :], vals, 0.0)
 
     def diagonal(self):
-        """The ``(p,)`` diagonal."""
+        """The ``(p,)`` diagonal ``blocks[g(i), pos(i), pos(i)]`` (``(B, p)`` batched, see :meth:`dense`)."""
+        if self.group_of.ndim > 1:
+            return jax.vmap(BlockDiagonal.diagonal)(self)
         return self.blocks[..., self.group_of, self.position, self.position]
 
 
