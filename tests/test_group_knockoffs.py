@@ -313,6 +313,18 @@ def test_bad_groups_and_methods(problem):
     assert group_index(g.astype(float)).num_groups == len(SIZES)
 
 
+def test_bad_tol_and_max_steps_are_refused(problem):
+    # group_s_matrix took them unchecked: tol <= 0 or NaN ran to max_steps (a plausible S labelled
+    # stagnated), max_steps = 1.5 / True ran 1 step and 0 / -1 none, as the ungrouped solvers refuse
+    Sigma, g = problem
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="tol must be positive"):
+            group_s_matrix(Sigma, g, method="sdp", tol=bad)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="max_steps must be a positive integer"):
+            group_s_matrix(Sigma, g, method="maxent", max_steps=bad)
+
+
 # ----------------------------------------------------------------- sampling with block-diagonal S
 
 

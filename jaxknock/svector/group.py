@@ -667,8 +667,8 @@ def group_s_matrix(
             :func:`group_index`) or a :class:`Groups`.
         method: ``"equicorrelated"``, ``"sdp"``, ``"maxent"`` or ``"mvr"``.
         num_knockoffs: ``m >= 1``.
-        tol: relative certified-gap tolerance (``gap <= tol max(1, |objective|)``).
-        max_steps: iteration limit.
+        tol: relative certified-gap tolerance (``gap <= tol max(1, |objective|)``), ``> 0``.
+        max_steps: iteration limit, a positive integer (concrete).
         throw: raise ``RuntimeError`` if the solve did not succeed.
 
     Returns:
@@ -688,6 +688,8 @@ def group_s_matrix(
     """
     _checks.check_choice(method, GROUP_METHODS, "method")
     m = _checks.check_num_knockoffs(num_knockoffs)
+    # as the ungrouped solvers: tol = -1 / 0 / NaN ran to max_steps, max_steps = 1.5 / 0 / True ran 1 / 0 / 1 steps
+    _common.check_settings(tol, max_steps, 0.5, None)
     Sigma = _checks.validate_sigma(Sigma, batch_ok=False, need_x64=method != "equicorrelated")
     g = group_index(groups, Sigma.shape[-1])
     members = jnp.asarray(g.members)
