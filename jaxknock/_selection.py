@@ -69,8 +69,10 @@ def select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate):
     return mask, thresholds
 
 
-def select_multi(scores, timings, fdr, plus, num_replicates, num_knockoffs):
+def select_multi(scores, stat_sol, s_sol, timings, fdr, plus, num_replicates, num_knockoffs):
     """``(W (R, u), mask (u,), thresholds (R,))`` of the multi-knockoff filter on ``scores`` ``(R, m + 1, u)``.
+
+    Warns first if ``s_sol`` or ``stat_sol`` is uncertified (:func:`warn_if_uncertified`), as :func:`select`.
 
     ``scores`` hold the originals (row 0) and the ``m = num_knockoffs``
     knockoffs of ``u`` units (features or groups). ``W`` is ``tau`` signed by
@@ -80,6 +82,7 @@ def select_multi(scores, timings, fdr, plus, num_replicates, num_knockoffs):
     overall (``R > 1``) when selected in at least half the replicates. Sets
     ``timings["selection"]``.
     """
+    warn_if_uncertified(s_sol, stat_sol)  # the m > 1 path dropped a failed S or lasso solve silently
     t0 = time.perf_counter()
     kappa, tau = _multi.multi_knockoff_statistics(scores)
     thresholds = _multi.multi_knockoff_threshold(kappa, tau, fdr, num_knockoffs=num_knockoffs, plus=plus)

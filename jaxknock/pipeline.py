@@ -777,7 +777,7 @@ def _grouped_or_multi_filter(
         W = scores
         unit_mask, thresholds = _selection.select(scores, stat_sol, s_sol, timings, fdr, plus, R, aggregate)
     else:
-        W, unit_mask, thresholds = _selection.select_multi(scores, timings, fdr, plus, R, m)
+        W, unit_mask, thresholds = _selection.select_multi(scores, stat_sol, s_sol, timings, fdr, plus, R, m)
     if groups is None:
         return Selection(np.flatnonzero(unit_mask), unit_mask, W, thresholds, s_sol, stat_sol, timings, settings)
     mask = np.asarray(unit_mask)[np.asarray(g.group_of)]

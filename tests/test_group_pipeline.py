@@ -1,6 +1,7 @@
 """knockoff_filter / CLI / KnockoffSelector with groups= and num_knockoffs= (small, closed-form statistics)."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -117,6 +118,25 @@ def test_sklearn_groups(data):
     np.testing.assert_array_equal(est.support_, np.isin(groups, est.selection_.selected_groups))
     with pytest.raises(ValueError, match="num_knockoffs"):
         KnockoffSelector(num_knockoffs=0).fit(X, y)
+
+
+def test_an_uncertified_s_warns_with_multiple_knockoffs(data, monkeypatch):
+    """The ``num_knockoffs > 1`` selection dropped a failed S (or lasso) result code silently, where one
+    knockoff (with or without groups) warns; now every path warns, naming the stage."""
+    from jaxknock import RESULTS, _precision
+
+    X, y, groups = data
+    real = _precision.solve_s_float64
+
+    def stagnated(*args, **kwargs):
+        return real(*args, **kwargs)._replace(result=jnp.int32(RESULTS.stagnated))
+
+    monkeypatch.setattr(_precision, "solve_s_float64", stagnated)
+    common = dict(fdr=0.3, s_method="equicorrelated", statistic="correlation")
+    for kw in (dict(num_knockoffs=3), dict(groups=groups, num_knockoffs=2), dict(groups=groups)):
+        with pytest.warns(RuntimeWarning, match=r"\(S-vector\): the solve failed with result code 4 \(stagnated\)"):
+            sel = jaxknock.knockoff_filter(jax.random.key(0), X, y, **common, **kw)
+        assert int(sel.s_solution.result) == RESULTS.stagnated
 
 
 def test_groups_and_multiple_knockoffs_at_p_ge_n(data, tmp_path, capsys):
