@@ -44,6 +44,7 @@ from jaxknock import _checks
 from jaxknock.naive_bayes.model import sparse_naive_bayes
 from jaxknock.naive_bayes.sums import ClassSums
 from jaxknock.pipeline import AGGREGATES, S_METHODS, STATISTICS, Selection, knockoff_filter
+from jaxknock.svector.group import Groups
 
 try:
     from sklearn.base import BaseEstimator, ClassifierMixin
@@ -195,7 +196,8 @@ class KnockoffSelector(_RandomisedSelector):
         rank: factor-model rank for ``"mvr_factor"`` / ``"sdp_factor"``.
         lam: fixed lasso penalty for ``"lcd"`` (default: cross-validated).
         asdp_block_size: block size for ``"asdp"``.
-        groups: ``(n_features,)`` integer group labels: group knockoffs at
+        groups: ``(n_features,)`` integer group labels (or a
+            :class:`~jaxknock.svector.group.Groups` index): group knockoffs at
             group-level FDR (``support_`` keeps every feature of the selected
             groups; ``statistics_`` is then per group, ``selection_.selected_groups``
             the selected labels). See :func:`jaxknock.knockoff_filter`.
@@ -301,7 +303,7 @@ class KnockoffSelector(_RandomisedSelector):
                 aggregate=self.aggregate,
                 lam=self.lam,
                 asdp_block_size=self.asdp_block_size,
-                **({} if self.groups is None else {"groups": np.asarray(self.groups)}),
+                **({} if self.groups is None else {"groups": _group_labels(self.groups)}),
                 **({} if self.num_knockoffs == 1 else {"num_knockoffs": int(self.num_knockoffs)}),
             )
             sel = Selection(*_to_numpy(tuple(sel)))
@@ -316,6 +318,12 @@ class KnockoffSelector(_RandomisedSelector):
     def _get_support_mask(self):
         check_is_fitted(self, "support_")
         return self.support_
+
+
+def _group_labels(groups):
+    """``groups`` for :func:`~jaxknock.knockoff_filter`: a :class:`~jaxknock.svector.group.Groups` index
+    as it is (``np.asarray`` of one was NumPy's "inhomogeneous shape"), anything else as an array."""
+    return groups if isinstance(groups, Groups) else np.asarray(groups)
 
 
 def _streamed(X, y) -> bool:

@@ -116,6 +116,15 @@ def test_sklearn_groups(data):
     ).fit(X, y)
     assert est.statistics_.shape == (P // 2,)
     np.testing.assert_array_equal(est.support_, np.isin(groups, est.selection_.selected_groups))
+    # a Groups index, which knockoff_filter takes, was NumPy's "inhomogeneous shape" in fit
+    from jaxknock.svector.group import group_index
+
+    again = KnockoffSelector(
+        fdr=0.3, method="equicorrelated", statistic="correlation", random_state=0, groups=group_index(groups),
+        num_knockoffs=2,
+    ).fit(X, y)  # fmt: skip
+    np.testing.assert_array_equal(again.statistics_, est.statistics_)
+    np.testing.assert_array_equal(again.selection_.selected_groups, est.selection_.selected_groups)
     with pytest.raises(ValueError, match="num_knockoffs"):
         KnockoffSelector(num_knockoffs=0).fit(X, y)
 
