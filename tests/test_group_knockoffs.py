@@ -311,6 +311,9 @@ def test_bad_groups_and_methods(problem):
         group_s_matrix(Sigma, g, num_knockoffs=0)
     # integer-valued floats are fine (e.g. read from a text file)
     assert group_index(g.astype(float)).num_groups == len(SIZES)
+    # ... inside the int64 range: the cast mapped 1e19 and 2e19 to -2^63, one merged group
+    with pytest.raises(ValueError, match="outside the int64 range"):
+        group_index(np.array([1e19, 1e19, 2e19]))
 
 
 def test_bad_tol_and_max_steps_are_refused(problem):

@@ -86,7 +86,8 @@ def group_index(groups, p: int | None = None, *, name: str = "groups") -> Groups
     Raises:
         TypeError: labels that are not integers (floats with a fractional part,
             booleans, strings).
-        ValueError: not a 1-D vector, or its length differs from ``p``.
+        ValueError: not a 1-D vector, or its length differs from ``p``, or a float label
+            outside the ``int64`` range.
 
     Example:
         >>> g = group_index([5, 5, 2, 5])
@@ -108,6 +109,11 @@ def group_index(groups, p: int | None = None, *, name: str = "groups") -> Groups
         if not np.all(np.isfinite(g)) or np.any(g != np.round(g)):
             bad = g[~np.isfinite(g) | (g != np.round(g))][0]
             raise TypeError(f"{name} must hold integer group ids, one per feature; found the non-integer {bad!r}")
+        if np.any(np.abs(g) >= 2.0**63):  # the cast below mapped every such label to -2^63: one merged group
+            raise ValueError(
+                f"{name} holds the float group id {g[np.abs(g) >= 2.0**63][0]!r}, outside the int64 range; "
+                "pass the labels as integers"
+            )
         g = g.astype(np.int64)
     if p is not None and g.shape[0] != p:
         raise ValueError(f"{name} has length {g.shape[0]} but there are p = {p} features")
