@@ -436,8 +436,9 @@ def knockoff_filter(
             the group SDP), group statistics ``W_g = sum_{j in g} W_j`` and the
             group knockoff+ filter at group-level FDR ``fdr`` (see
             :mod:`jaxknock.multi`). Not with the factor methods; ``"auto"``
-            runs ``"mvr"`` (the group MVR; on the Ledoit-Wolf estimate unless
-            ``Sigma`` is known).
+            runs ``"mvr"`` (the group MVR, on the Ledoit-Wolf estimate: a known
+            ``Sigma`` is not supported yet with ``groups`` or ``num_knockoffs > 1``
+            and raises a ``ValueError``).
         num_knockoffs: ``m`` simultaneous knockoffs (Gimenez & Zou 2019): ``S``
             solved for ``(m+1)/m Sigma - S >= 0`` (without ``groups``: the
             ``s_method`` solver called with ``num_knockoffs=m``; with
