@@ -105,6 +105,10 @@ def test_cli_groups_and_knockoffs(data, tmp_path, capsys):
     np.save(tmp_path / "bad.npy", np.arange(P - 1))
     rc = main(["select", str(path), "--target", "y", "--groups", str(tmp_path / "bad.npy"), "--quiet"])
     assert rc == 2 and "23 group ids but the table has 24 features" in capsys.readouterr().err
+    for bad in ("inf", "1e19"):  # both were cast to -2^63: one group merged from every such id
+        np.savetxt(tmp_path / "bad.txt", np.r_[groups[:-2], [bad, bad]], fmt="%s")
+        rc = main(["select", str(path), "--target", "y", "--groups", str(tmp_path / "bad.txt"), "--quiet"])
+        assert rc == 2 and "must hold integer group ids, found" in capsys.readouterr().err
     rc = main(["select", str(path), "--target", "y", "--knockoffs", "0", "--quiet"])
     assert rc == 2 and "--knockoffs must be a positive integer" in capsys.readouterr().err
 

@@ -101,8 +101,10 @@ def _load_groups(path, p):
     g = np.asarray(g).reshape(-1)
     if g.shape[0] != p:
         raise CLIError(f"--groups {path} has {g.shape[0]} group ids but the table has {p} features")
-    if g.dtype.kind == "f" and not np.all(g == np.round(g)):
-        raise CLIError(f"--groups {path} must hold integer group ids, found {g[g != np.round(g)][0]!r}")
+    # inf passed g == round(g) and, as 1e19, was cast to -2^63: every such id one merged group
+    bad = ~(np.isfinite(g) & (g == np.round(g)) & (np.abs(g) < 2.0**63)) if g.dtype.kind == "f" else None
+    if bad is not None and bad.any():
+        raise CLIError(f"--groups {path} must hold integer group ids, found {g[bad][0]!r}")
     return g.astype(np.int64) if g.dtype.kind == "f" else g
 
 
