@@ -205,6 +205,16 @@ def _as_width(bandwidth, dtype):
     return None if bandwidth is None else jnp.asarray(bandwidth, dtype)
 
 
+def _check_target_varies(y):
+    """Refuse a constant target (every row of ``y`` equals the first).
+
+    Its centred target kernel is zero, so every alignment and HSIC is 0 and
+    any feature set ties: a selection would be arbitrary.
+    """
+    if bool(jnp.all(y == y[0])):
+        raise ValueError("y is constant (every entry equals the first): there is nothing to select features for")
+
+
 def _check_bandwidth(bandwidth, name="bandwidth"):
     """Any positive real scalar (Python, NumPy or 0-d JAX; traced too) or ``None``: the traced ``ok`` flag."""
     if bandwidth is None:
@@ -351,8 +361,7 @@ def greedy_kta_selection(
         raise ValueError(f"ranking must be a non-empty 1-D array of feature indices, got {r!r}")
     if r.min() < 0 or r.max() >= X.shape[1] or np.unique(r).size != r.size:
         raise ValueError(f"ranking must hold distinct feature indices in [0, {X.shape[1]}), got {r.tolist()[:10]}")
-    if bool(jnp.all(y == y[0])):  # every alignment 0: ranking[:1] was "selected"
-        raise ValueError("y is constant (every entry equals the first): there is nothing to select features for")
+    _check_target_varies(y)  # every alignment 0: ranking[:1] was "selected"
     a = _prefix_alignments(
         X, y, jnp.asarray(r), bandwidth, target_bandwidth, kernel=kernel, target_kernel=target_kernel
     )
@@ -543,11 +552,7 @@ def randsel(
     m_a = min(n, max(4, n // 4)) if subsample_size is None else subsample_size  # n // 4 < 4 blamed subsample_size=None
     if not (_checks.is_int(m_a) and 4 <= m_a <= n):
         raise ValueError(f"subsample_size must be an integer in [4, n={n}], got {subsample_size!r}")
-    if bool(jnp.all(y == y[0])):  # a zero target kernel: every contribution and alignment 0, an arbitrary ranking
-        raise ValueError(
-            "y is constant (every entry equals the first): there is nothing to select features for "
-            "(as RandSelSelector and the CLI)"
-        )
+    _check_target_varies(y)  # a zero target kernel: every contribution and alignment 0, an arbitrary ranking
     if chunk_size is not None and not (_checks.is_int(chunk_size) and chunk_size >= 1):
         raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
     if not (_checks.is_int(max_eval_rows) and max_eval_rows >= 4):
