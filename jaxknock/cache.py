@@ -35,8 +35,12 @@ __all__ = ["compilation_cache_dir", "enable_compilation_cache"]
 _MIN_COMPILE_SECS = 0.0
 
 
+_FALSE_WORDS = ("", "0", "false", "no", "off")
+
+
 def _opted_out() -> bool:
-    return os.environ.get("JAXKNOCK_NO_COMPILE_CACHE", "").strip() not in ("", "0")
+    """``JAXKNOCK_NO_COMPILE_CACHE`` set to anything but empty, 0, false, no or off (any case)."""
+    return os.environ.get("JAXKNOCK_NO_COMPILE_CACHE", "").strip().lower() not in _FALSE_WORDS
 
 
 def compilation_cache_dir() -> str | None:
@@ -44,7 +48,7 @@ def compilation_cache_dir() -> str | None:
 
     ``$JAXKNOCK_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/jaxknock/jax`` (default
     ``~/.cache/jaxknock/jax``), a leading ``~`` expanded; ``None`` when ``JAXKNOCK_NO_COMPILE_CACHE`` is set to a
-    value other than ``0``.
+    value other than empty, ``0``, ``false``, ``no`` or ``off``.
 
     Example:
         >>> import os

@@ -236,6 +236,9 @@ def test_persistent_compile_cache_and_opt_out(tmp_path, reg_csv, monkeypatch):
     monkeypatch.delenv("JAXKNOCK_NO_COMPILE_CACHE", raising=False)
     assert compile_cache_dir() == str(tmp_path / "off")
     assert enable_compile_cache(False) is None  # --no-compile-cache
+    for word in ("0", "false", "No", " off "):  # "false" opted out: any non-empty value but "0" did
+        monkeypatch.setenv("JAXKNOCK_NO_COMPILE_CACHE", word)
+        assert compile_cache_dir() == str(tmp_path / "off"), word
     monkeypatch.setenv("JAXKNOCK_NO_COMPILE_CACHE", "1")
     assert compile_cache_dir() is None and enable_compile_cache(True) is None
     assert not (tmp_path / "off").exists()
