@@ -48,7 +48,7 @@ from jaxknock.svector.group import Groups
 
 try:
     from sklearn.base import BaseEstimator, ClassifierMixin
-    from sklearn.exceptions import NotFittedError
+    from sklearn.exceptions import ConvergenceWarning, NotFittedError
     from sklearn.feature_selection import SelectorMixin
     from sklearn.utils.multiclass import check_classification_targets
     from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
@@ -564,6 +564,8 @@ class StabilitySelector(_RandomisedSelector):
                 solver=self.solver,
             )
             res = res._replace(**_to_numpy(res._asdict()))
+        if int(np.sum(res.num_failed)) > 0:  # the stable set came out of understated probabilities, silently
+            warnings.warn(res.explanation, ConvergenceWarning, stacklevel=2)
         self.result_ = res
         self.probabilities_ = np.asarray(res.probabilities)
         self.max_probability_ = np.asarray(res.max_probability)

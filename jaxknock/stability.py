@@ -117,14 +117,24 @@ class StabilityResult(NamedTuple):
     def explanation(self) -> str | None:
         """Why the result says little, in one sentence; ``None`` when the bound is informative.
 
-        Two cases. Nothing selected (which range and threshold were used). Or a
-        *vacuous* bound: ``bound >= `` the number selected, so the guarantee
-        allows every selection to be false. This is what
-        ``expected_false=None`` (the whole grid) gives when ``p`` is small
-        against ``n``, where the lasso on half the rows selects nearly every
-        feature at the small end of the grid.
+        Three cases, the first that applies. Subsample fits that did not
+        converge (``num_failed``): their supports count as empty, so the
+        selection probabilities, ``q`` and the bound are understated. Nothing
+        selected (which range and threshold were used). Or a *vacuous* bound:
+        ``bound >= `` the number selected, so the guarantee allows every
+        selection to be false. This is what ``expected_false=None`` (the whole
+        grid) gives when ``p`` is small against ``n``, where the lasso on half
+        the rows selects nearly every feature at the small end of the grid.
         """
         k, nsel = int(self.num_lambdas_used), int(np.sum(self.selected))
+        failed = np.asarray(self.num_failed)
+        if failed.sum() > 0:
+            first = int(np.flatnonzero(failed)[0])
+            return (
+                f"{int(failed.sum())} subsample fits did not converge (from lambdas[{first}] on): their supports "
+                "count as empty, so the selection probabilities, q and the error bound are understated; "
+                "raise max_steps or shorten the grid (raise eps)"
+            )
         if k == 0:
             return (
                 f"nothing selected: even lambdas[:1] gives q = {float(self.q_path[0]):.3g} features per subsample, "

@@ -63,6 +63,23 @@ def test_randsel_selector_matches_function_and_pipeline():
     assert pipe.predict(X).shape == (120,)
 
 
+def test_stability_selector_warns_when_subsample_fits_fail(monkeypatch):
+    """Fits that ran out of steps count as empty supports: the stable set came from understated
+    probabilities without a word."""
+    import functools
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    import jaxknock.stability
+
+    short = functools.partial(jaxknock.stability.stability_selection, max_steps=2)
+    monkeypatch.setattr(jaxknock.stability, "stability_selection", short)
+    X, y = _regression()
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        sel = StabilitySelector(**STAB).fit(X, y)
+    assert int(sel.result_.num_failed.sum()) > 0
+
+
 def test_randsel_selector_refuses_a_constant_y():
     """A constant ``y`` gave NaN contributions and a selection that looked like one: none, or with
     ``n_features_to_select=2`` the last two features (a ranking of NaNs); the other selectors refuse it."""

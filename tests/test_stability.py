@@ -369,6 +369,7 @@ def test_lockstep_wide_chunked_equals_sklearn():
     # out of steps: the subsamples are reported failed at the grid penalties they did not reach, never silently
     short = jaxknock.stability_selection(key, X, y, solver="lockstep", chunk_size=7, max_steps=5, **kw)
     assert short.num_failed[-1] == B and short.num_failed[0] == 0
+    assert "did not converge" in short.explanation  # was None or about the selection alone
     assert np.all(np.asarray(short.probabilities)[:, -1] == 0)
 
 
