@@ -137,10 +137,13 @@ class Selection(NamedTuple):
             plus=bool(self.settings.get("plus", True)),
             aggregate=self.settings.get("aggregate", "ebh"),
             num_knockoffs=self.settings.get("num_knockoffs", 1),
+            unit="features" if self.selected_groups is None else "groups",
         )
 
 
-def explain_empty_selection(W, fdr, *, plus: bool = True, aggregate: str = "ebh", num_knockoffs: int = 1) -> str:
+def explain_empty_selection(
+    W, fdr, *, plus: bool = True, aggregate: str = "ebh", num_knockoffs: int = 1, unit: str = "features"
+) -> str:
     """A one-paragraph reason why the knockoff(+) filter at level ``fdr`` selected nothing.
 
     Knockoff+ estimates the FDP of the set ``{W_j >= t}`` by
@@ -152,6 +155,7 @@ def explain_empty_selection(W, fdr, *, plus: bool = True, aggregate: str = "ebh"
     ``(1 + #{W_j <= -t}) / (m #{W_j >= t})``: ``ceil(1/(m q))`` positive
     statistics suffice. The smallest selecting level comes from
     :func:`~jaxknock.filter.min_selecting_fdr` (:func:`_multi_min_selecting_fdr` for ``m > 1``).
+    ``unit`` names what ``W`` scores (``"groups"`` for group knockoffs).
     """
     W = np.atleast_2d(np.asarray(W))
     R = W.shape[0]
@@ -183,8 +187,8 @@ def explain_empty_selection(W, fdr, *, plus: bool = True, aggregate: str = "ebh"
     )
     if plus and n_pos < need:
         reason = (
-            f"{name} at q = {q:.3g} needs at least {cut} = {need} features with W_j > 0{per} "
-            f"(a selection of k features has an estimated FDP of at least {smallest}), but only {n_pos} statistics "
+            f"{name} at q = {q:.3g} needs at least {cut} = {need} {unit} with W_j > 0{per} "
+            f"(a selection of k {unit} has an estimated FDP of at least {smallest}), but only {n_pos} statistics "
             f"are positive{where}"
         )
     else:

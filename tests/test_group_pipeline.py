@@ -37,6 +37,11 @@ def test_knockoff_filter_groups(data):
     assert len(sel.selected_groups) >= 3  # strong signals: most signal groups found
     S = np.asarray(sel.s_solution.value.dense())
     assert np.all(S[groups[:, None] != groups[None, :]] == 0)
+    # q = 0.05 needs 20 positive statistics, more than the 12 groups: the reason counts groups (it said "features")
+    none = jaxknock.knockoff_filter(
+        jax.random.key(0), X, y, fdr=0.05, s_method="equicorrelated", statistic="correlation", groups=groups
+    )
+    assert len(none.selected_groups) == 0 and "20 groups with W_j > 0" in none.explanation
 
 
 def test_knockoff_filter_multi(data):
