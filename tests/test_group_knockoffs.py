@@ -416,3 +416,17 @@ def test_group_fdr_by_simulation_and_broken():
     assert f_ok.mean() <= q + 2 * f_ok.std() / np.sqrt(D), f_ok.mean()
     assert power.mean() > 0.2
     assert f_bad.mean() > q + 0.2, f_bad.mean()
+
+
+def test_group_solvers_start_feasible_on_a_nearly_singular_sigma():
+    """lambda_min(2C) = 2.2e-16 (valid: C factorises): the start was the infeasible 4.5e-13 I (its halving stopped
+    at 1e-12), so the SDP ended nonfinite and maximum entropy max_steps_reached, both with c Sigma - S indefinite
+    by -4.5e-13 and no step taken. Now S is feasible to rounding and the SDP is not nonfinite."""
+    r = 1.0 - 2.0**-53
+    C = np.array([[1.0, r], [r, 1.0]])
+    for method in ("maxent", "sdp"):
+        sol = group_s_matrix(C, [0, 1], method=method)
+        S = np.asarray(sol.value.dense())
+        assert np.linalg.eigvalsh(2.0 * C - S)[0] >= -4 * np.finfo(float).eps, method
+        assert np.all(np.diag(S) > 0), method
+        assert int(sol.result) != RESULTS.nonfinite, method

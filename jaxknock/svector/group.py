@@ -264,11 +264,19 @@ def _unwhiten(Sb, L, mask):
 
 
 def _feasible_scale(Cf, c):
-    """A ``gamma`` in ``(0, 1]`` with ``c C - gamma I > 0``: halve from 1 until Cholesky succeeds (no eigensolve)."""
+    """A ``gamma`` in ``(0, 1]`` with ``c C - gamma I > 0``: halve from 1 until Cholesky succeeds (no eigensolve).
+
+    The halving runs down to the smallest normal number: ``c C`` itself factorises (the solvers' gate), so
+    ``c C - gamma I`` does once ``gamma`` is below its rounding (at most ~1000 halvings). It used to stop at
+    ``1e-12`` and return that infeasible start when ``lambda_min(c C) < 1e-12`` (a valid, nearly singular
+    ``Sigma``): the group SDP then ended ``nonfinite`` and maximum entropy ``max_steps_reached``, both with an
+    infeasible ``S`` (``c Sigma - S`` with eigenvalue ``-4.5e-13``) and without one step.
+    """
     eye = jnp.eye(Cf.shape[0], dtype=Cf.dtype)
+    floor = jnp.finfo(Cf.dtype).tiny
 
     def bad(gamma):
-        return ~jnp.all(jnp.isfinite(jnp.linalg.cholesky(c * Cf - gamma * eye))) & (gamma > 1e-12)
+        return ~jnp.all(jnp.isfinite(jnp.linalg.cholesky(c * Cf - gamma * eye))) & (gamma > floor)
 
     return 0.5 * lax.while_loop(bad, lambda g: 0.5 * g, jnp.asarray(1.0, Cf.dtype))
 
