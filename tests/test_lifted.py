@@ -172,6 +172,41 @@ def test_simplex_bisection_checks_its_inputs(key):
         with pytest.raises(ValueError, match=f"{name} must be"):
             solve_simplex_cross_entropy(X0, Y, 1.0, **kw)
     assert int(solve_simplex_cross_entropy(X0, Y, 1.0).result) == RESULTS.successful
+    # under jit a traced negative weight is infeasible with a NaN Z (it was a finite point of the
+    # simplex, RESULTS.successful, for a row whose only label weight was negative)
+    sol = jax.jit(lambda Y: solve_simplex_cross_entropy(X0, Y, 1.0))(Y.at[0, 0].set(-1.0))
+    assert int(sol.result) == RESULTS.infeasible and bool(jnp.all(jnp.isnan(sol.value)))
+
+
+@pytest.mark.parametrize("which", ["bcd", "batch"])
+def test_public_steps_refuse_bad_values_and_poison_them_under_jit(which):
+    """A negative lam / rho / gamma or a NaN X raises eagerly and NaN-poisons the step under jit.
+
+    The safeguarded block solves kept the old block when the new one was NaN or unbounded, so a
+    traced negative rho (or gamma) returned finite weights and a NaN X a finite, changed state.
+    """
+    spec = _spec("fenchel", "mse")
+    X, Y = X_TR[:8], ONEHOT_TR[:8]
+    params = mlp_init(jax.random.key(1), spec.sizes)
+    state = init_lifted_state(params, X, spec)
+    hyper = spec.hyper(X.dtype)
+
+    def call(X, hyper):
+        if which == "bcd":
+            return lifted_bcd_step(state, X, Y, spec, hyper, inner_max_steps=5)[0]
+        return lifted_batch_step(params, X, Y, spec, hyper, inner_max_steps=5)
+
+    cases = [("lam", X, hyper._replace(lam=-hyper.lam)), ("rho", X, hyper._replace(rho=-hyper.rho))]
+    cases += [("gamma", X, hyper._replace(gamma=-hyper.gamma)), ("X", X.at[0, 0].set(jnp.nan), hyper)]
+    for name, Xb, hb in cases:
+        with pytest.raises(ValueError, match=name):
+            call(Xb, hb)
+    # one compiled program for the good input and the four bad ones (each batch member its own flag)
+    Xs, hypers = jax.tree_util.tree_map(lambda *a: jnp.stack(a), (X, hyper), *[c[1:] for c in cases])
+    out = jax.jit(jax.vmap(call))(Xs, hypers)
+    for i, name in enumerate(["good"] + [c[0] for c in cases]):
+        leaves = [a[i] for a in jax.tree_util.tree_leaves(out) if jnp.issubdtype(a.dtype, jnp.floating)]
+        assert leaves and all(bool(jnp.all(jnp.isnan(a) != (i == 0))) for a in leaves), name
 
 
 # --- subproblem optimality conditions ---------------------------------------

@@ -10,10 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock._checks import as_float_array, check_finite, check_ndim, is_concrete
+from jaxknock._checks import as_float_array, check_finite, check_ndim, is_concrete, poison
 from jaxknock.lifted.spec import LiftedHyper, LiftedSpec
 
-__all__ = ["check_hyper_values", "check_params", "prepare_xy"]
+__all__ = ["check_hyper_values", "check_params", "poison_step", "prepare_xy"]
 
 
 def prepare_xy(X, y, spec: LiftedSpec, xname="X", yname="y"):
@@ -84,6 +84,28 @@ def check_hyper_values(hyper: LiftedHyper, batched: bool):
             "batched training (Algorithm 2) needs gamma > 0 for every layer: the proximal "
             f"term gamma ||Theta - Theta0||^2 keeps each batch's W-steps well posed; got {gamma}"
         )
+
+
+def hyper_ok(hyper: LiftedHyper, batched: bool):
+    """Traced twin of :func:`check_hyper_values`: one flag, true when every value is admissible."""
+    lam, rho, gamma = (jnp.asarray(h) for h in hyper)
+    ok = jnp.all(jnp.isfinite(lam) & (lam > 0)) & jnp.all(jnp.isfinite(rho) & (rho >= 0))
+    return ok & jnp.all(jnp.isfinite(gamma) & ((gamma > 0) if batched else (gamma >= 0)))
+
+
+def poison_step(out, hyper: LiftedHyper, X, Y, *, batched: bool):
+    """``out`` (a step's result pytree) with every float leaf NaN unless ``hyper``, ``X`` and ``Y`` are admissible.
+
+    The jit-side twin of :func:`check_hyper_values` and ``check_finite``: the
+    safeguarded block solves reject a NaN or unbounded block and keep the old
+    one, so a negative ``lam`` / ``rho`` / ``gamma`` or a NaN in ``X`` returned
+    finite weights (a plausible answer). Skipped when everything is concrete
+    (those values were checked before the step).
+    """
+    if all(is_concrete(a) for a in (*hyper, X, Y)):
+        return out
+    ok = hyper_ok(hyper, batched) & jnp.all(jnp.isfinite(X)) & jnp.all(jnp.isfinite(Y))
+    return jax.tree_util.tree_map(lambda a: poison(ok, a), out)
 
 
 def check_params(params, spec: LiftedSpec, dtype):

@@ -21,8 +21,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxknock._checks import as_float_array, check_finite
 from jaxknock.lifted._common import zero_info
-from jaxknock.lifted._inputs import check_hyper_values
+from jaxknock.lifted._inputs import check_hyper_values, poison_step
 from jaxknock.lifted.blocks import forward_state, w_factor, w_steps, x_steps
 from jaxknock.lifted.objective import objective_terms
 from jaxknock.lifted.spec import LiftedHyper, LiftedSpec, LiftedState, Settings, default_settings
@@ -83,15 +84,31 @@ def lifted_bcd_step(
     factorised Gram matrix of ``[X_l, 1]``. Each block is safeguarded, so the
     objective :func:`lifted_objective` does not increase.
 
+    Under ``jax.jit`` pass ``spec`` and the keyword settings as static arguments
+    (``static_argnames=("spec", "inner_tol", "inner_max_steps", "w_max_steps")``,
+    or close over them); ``state``, ``X``, ``Y`` and ``hyper`` may be traced.
+
     Returns:
       ``(new_state, info)`` where ``info`` counts inner steps and inner solves
-      that missed their tolerance.
+      that missed their tolerance. Concrete bad input raises ``ValueError``
+      (a non-finite ``X`` or ``Y``, ``lam <= 0``, ``rho < 0`` or ``gamma < 0``);
+      under ``jit`` the same input gives a new state with every float leaf NaN.
     """
+    X, Y = _step_data(X, Y)
     hyper = spec.hyper(X.dtype) if hyper is None else hyper
     check_hyper_values(hyper, batched=False)
     settings = default_settings(X.dtype, inner_tol=inner_tol, inner_max_steps=inner_max_steps, w_max_steps=w_max_steps)
     state, info, _ = bcd_pass(state, X, Y, hyper, spec, settings)
-    return state, info
+    return poison_step(state, hyper, X, Y, batched=False), info
+
+
+def _step_data(X, Y):
+    """``X`` and ``Y`` of a public step as float arrays, checked finite when concrete (``Y`` in ``X``'s dtype)."""
+    X = as_float_array(X, "X")
+    Y = jnp.asarray(Y, X.dtype)
+    check_finite(X, "X")
+    check_finite(Y, "Y")
+    return X, Y
 
 
 def bcd_pass(state, X, Y, hyper, spec, settings, gram0=None):
@@ -175,10 +192,19 @@ def lifted_batch_step(
     which for batches smaller than the layer width is solved in the ``N x N``
     kernel (Woodbury) form ``Theta = Theta~0 + C^{-1} A^T alpha``.
 
+    Under ``jax.jit`` pass ``spec`` and the keyword settings as static arguments
+    (``static_argnames=("spec", "alternations", "inner_tol", "inner_max_steps",
+    "w_max_steps")``, or close over them); ``params``, ``X``, ``Y`` and ``hyper``
+    may be traced.
+
     Returns:
       ``(new_params, metrics)``; metrics hold the batch ``objective`` (without the
       proximal term), ``penalty``, ``violation`` and inner-solver counts.
+      Concrete bad input raises ``ValueError`` (a non-finite ``X`` or ``Y``,
+      ``lam <= 0``, ``rho < 0`` or ``gamma <= 0``); under ``jit`` the same input
+      gives NaN weights and NaN float metrics.
     """
+    X, Y = _step_data(X, Y)
     hyper = spec.hyper(X.dtype) if hyper is None else hyper
     check_hyper_values(hyper, batched=True)
     settings = default_settings(
@@ -188,7 +214,7 @@ def lifted_batch_step(
         w_max_steps=w_max_steps,
         alternations=alternations,
     )
-    return batch_update(params, X, Y, hyper, spec, settings)
+    return poison_step(batch_update(params, X, Y, hyper, spec, settings), hyper, X, Y, batched=True)
 
 
 def batch_update(params, X, Y, hyper, spec, settings, factor0=None):

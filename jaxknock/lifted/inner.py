@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxknock import _backend
-from jaxknock._checks import as_float_array, check_count, check_finite, check_real, is_concrete
+from jaxknock._checks import as_float_array, check_count, check_finite, check_real, is_concrete, poison
 from jaxknock._iterate import iterative_solve
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.lifted._common import HI, Info, fista_next, guard, rel_change
@@ -307,6 +307,9 @@ def solve_simplex_cross_entropy(X0, Y, lam, *, tol: float | None = None, max_ste
 
     Returns:
       ``Solution(value=Z, result, stats={"num_steps", "max_steps", "bracket_width"})``.
+      Concrete bad input raises ``ValueError``; under ``jit`` a negative ``Y`` gives
+      ``RESULTS.infeasible`` and a NaN ``Z``, a non-positive ``lam`` or a NaN in
+      ``X0`` ``RESULTS.nonfinite``.
 
     Example:
       >>> Z = solve_simplex_cross_entropy(jnp.zeros((1, 3)), jnp.eye(3)[:1], 1.0).value
@@ -327,7 +330,14 @@ def solve_simplex_cross_entropy(X0, Y, lam, *, tol: float | None = None, max_ste
         raise ValueError("Y must be non-negative (weights of the log terms, e.g. one-hot labels)")
     tol = float(4 * jnp.finfo(dtype).eps) if tol is None else check_real(tol, "tol")
     max_steps = check_count(max_steps, "max_steps")  # int() truncated 2.5
-    return simplex_xent(X0, Y, jnp.asarray(lam, dtype), tol, max_steps)
+    sol = simplex_xent(X0, Y, jnp.asarray(lam, dtype), tol, max_steps)
+    if is_concrete(Y):
+        return sol
+    # A traced negative weight: the row's bracket is no longer valid and a row with no positive weight
+    # came back as a finite point of the simplex, RESULTS.successful.
+    ok = jnp.all(Y >= 0)
+    code = jnp.where(ok, sol.result, jnp.int32(RESULTS.infeasible))
+    return sol._replace(value=poison(ok, sol.value), result=code)
 
 
 def _simplex_z(X0, Y, lam, nu):
