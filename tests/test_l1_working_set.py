@@ -238,6 +238,33 @@ def test_jit_equals_eager_and_vmap_equals_loop():
     np.testing.assert_allclose(np.asarray(f(Xs[0], ys[0])), np.asarray(batched.value[0]), atol=1e-10)
 
 
+def test_traced_grid_and_input_under_jit():
+    """A concrete grid closed over by an outer jit was a TracerBoolConversionError (its checks were jnp
+    comparisons, staged under the trace); a traced bad grid or a NaN in X came back max_steps_reached with
+    all-zero coefficients. Now: the same fit, or nonfinite with NaN coefficients."""
+    X, y = map(jnp.asarray, _data(30, 5, seed=1))
+    lams = np.array([0.3, 0.1, 0.03])
+    eager = l1_path(X, y, lams, max_features=8)
+    closed = jax.jit(lambda X, y: l1_path(X, y, lams, max_features=8))(X, y)
+    np.testing.assert_allclose(np.asarray(closed.value), np.asarray(eager.value), atol=1e-10)
+    f = jax.jit(lambda X, y, lams: l1_path(X, y, lams, max_features=8))
+    cases = [
+        (X, lams),
+        (X, lams[::-1]),
+        (X, -lams),
+        (X, np.where(lams == 0.1, np.nan, lams)),
+        (jnp.asarray(X).at[0, 0].set(np.nan), lams),
+    ]
+    for i, (Xb, lb) in enumerate(cases):
+        sol = f(Xb, y, jnp.asarray(lb))
+        if i == 0:
+            assert int(sol.result) == RESULTS.successful
+            np.testing.assert_allclose(np.asarray(sol.value), np.asarray(eager.value), atol=1e-10)
+        else:
+            assert int(sol.result) == RESULTS.nonfinite and bool(jnp.all(jnp.isnan(sol.value))), i
+    assert f._cache_size() == 1
+
+
 def test_capacity_overflow_code_and_regrowth():
     X, y = _data(100, 60, seed=5)
     small = l1_cv(X, y, folds=3, early_stop=False, max_features=8)

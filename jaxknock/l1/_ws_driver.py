@@ -556,9 +556,17 @@ def validated_grid(X, y, lambdas, num_lambdas, eps):
             raise ValueError("num_lambdas must be >= 1 and eps in (0, 1)")
         # one grid length for all replicates (a shared program); each replicate gets its own scale
         return None
-    lambdas = jnp.asarray(lambdas, X.dtype)
-    if lambdas.ndim != 1 or lambdas.size == 0 or bool(jnp.any(lambdas <= 0)):
+    if jnp.ndim(lambdas) != 1 or jnp.size(lambdas) == 0:
         raise ValueError("lambdas must be a non-empty 1-D array of positive penalties")
-    if bool(jnp.any(jnp.diff(lambdas) > 0)):
-        raise ValueError("lambdas must be decreasing")
+    if _checks.is_concrete(lambdas):
+        # on the host: jnp comparisons of a constant are traced under an outer jit (bool() of them failed)
+        values = np.asarray(lambdas, np.float64)
+        if not np.all(values > 0):
+            raise ValueError("lambdas must be a non-empty 1-D array of positive penalties")
+        if np.any(np.diff(values) > 0):
+            raise ValueError("lambdas must be decreasing")
+        lambdas = jnp.asarray(lambdas, X.dtype)
+    else:  # traced: a non-positive, NaN or increasing grid is all NaN (every solve fails)
+        lambdas = jnp.asarray(lambdas, X.dtype)
+        lambdas = _checks.poison(jnp.all(lambdas > 0) & jnp.all(jnp.diff(lambdas) <= 0), lambdas)
     return jnp.broadcast_to(lambdas, X.shape[:-2] + lambdas.shape)

@@ -96,7 +96,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxknock import _checks
-from jaxknock._solution import Solution
+from jaxknock._solution import RESULTS, Solution
 from jaxknock.l1 import _ws_driver as _driver
 from jaxknock.l1._ws_driver import cache_chunk
 from jaxknock.l1.folds import stratified_kfold_ids
@@ -214,7 +214,10 @@ def l1_cv(
             class for the logistic loss, as :func:`jaxknock.lasso_cv`; with
             ``(R, n)`` labels they must be the same in every row) or an
             ``(n,)`` array of fold ids.
-        lambdas, num_lambdas, eps: the penalty grid (decreasing).
+        lambdas, num_lambdas, eps: the penalty grid (decreasing; ``lambdas`` may be
+            traced, ``num_lambdas`` and ``eps`` are static). Under ``jit`` a traced
+            grid that is not positive and decreasing, or a NaN in ``X`` / ``y``, gives
+            ``RESULTS.nonfinite`` and NaN coefficients (eager calls raise).
         loss: ``"squared"`` or ``"logistic"``.
         rule: ``"min"`` or ``"1se"``.
         tol: relative KKT tolerance of every solve (traced).
@@ -295,7 +298,7 @@ def l1_cv(
         grid=(eps, num_lambdas),
         batch_mode=batch_mode,
     )
-    return restore_intercept(sol, shift)
+    return restore_intercept(_flag_traced_input(sol, X, y, lam), shift)
 
 
 def l1_path(
@@ -319,6 +322,9 @@ def l1_path(
     (warm-started, strong rules, KKT-checked). Matches
     ``sklearn.linear_model.lasso_path`` on centred data (squared loss).
     With ``early_stop=True`` the path ends at glmnet's deviance-ratio exit.
+
+    ``lambdas`` may be traced; under ``jit`` a bad grid or a NaN in ``X`` / ``y``
+    gives ``RESULTS.nonfinite`` and NaN coefficients, as in :func:`l1_cv`.
 
     Returns:
         :class:`~jaxknock.Solution`: ``value`` the coefficients at the last
@@ -355,7 +361,29 @@ def l1_path(
         throw=throw,
         grid=(eps, num_lambdas),
     )
-    return restore_intercept(sol, shift)
+    return restore_intercept(_flag_traced_input(sol, X, y, lam), shift)
+
+
+def _flag_traced_input(sol, X, y, lam):
+    """``sol`` with ``RESULTS.nonfinite`` and NaN coefficients where traced input is not finite.
+
+    Eager calls refuse such input; under ``jit`` a NaN in ``X`` or ``y`` (or a
+    grid that :func:`~jaxknock.l1._ws_driver.validated_grid` voided: not
+    positive and decreasing) never met the KKT test and came back as
+    ``max_steps_reached`` with all-zero coefficients.
+    """
+    arrays = [a for a in (X, y, lam) if a is not None]
+    if all(_checks.is_concrete(a) for a in arrays):
+        return sol
+    ok = jnp.all(jnp.isfinite(X), axis=(-2, -1)) & jnp.all(jnp.isfinite(y), axis=-1)
+    if lam is not None:
+        ok = ok & jnp.all(jnp.isfinite(lam), axis=-1)
+    stats = dict(sol.stats)
+    for key in ("coef_path", "intercept", "intercept_path", "lam"):
+        if key in stats:
+            stats[key] = _checks.poison(ok, stats[key])
+    result = jnp.where(ok, sol.result, jnp.int32(RESULTS.nonfinite))
+    return sol._replace(value=_checks.poison(ok, sol.value), result=result, stats=stats)
 
 
 def member_paths(
