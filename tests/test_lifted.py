@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import count_compiles
 
 from jaxknock import RESULTS
 from jaxknock.lifted import (
@@ -158,6 +159,17 @@ def test_simplex_bisection_without_labels_is_the_simplex_projection(key):
         r = np.nonzero(u - css / np.arange(1, len(u) + 1) > 0)[0][-1]
         ref = np.maximum(x - css[r] / (r + 1), 0)
         np.testing.assert_allclose(z, ref, atol=1e-12)
+
+
+def test_simplex_bisection_compiles_once_per_shape(key):
+    """Run eagerly, the bisection loop's closures compiled a new XLA program at every call."""
+    X0 = jax.random.normal(key, (3, 4))
+    Y = jnp.eye(4)[:3]
+    X1 = X0 + 1.0
+    solve_simplex_cross_entropy(X0, Y, 1.0)
+    with count_compiles() as compiles:
+        sol = solve_simplex_cross_entropy(X1, Y, 2.0, tol=1e-10)
+    assert not compiles and int(sol.result) == RESULTS.successful
 
 
 def test_simplex_bisection_checks_its_inputs(key):

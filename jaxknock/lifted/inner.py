@@ -330,7 +330,8 @@ def solve_simplex_cross_entropy(X0, Y, lam, *, tol: float | None = None, max_ste
         raise ValueError("Y must be non-negative (weights of the log terms, e.g. one-hot labels)")
     tol = float(4 * jnp.finfo(dtype).eps) if tol is None else check_real(tol, "tol")
     max_steps = check_count(max_steps, "max_steps")  # int() truncated 2.5
-    sol = simplex_xent(X0, Y, jnp.asarray(lam, dtype), tol, max_steps)
+    # one compiled program per shape and max_steps: run eagerly, the loop's closures compiled anew at every call
+    sol = _simplex_xent_jit(X0, Y, jnp.asarray(lam, dtype), jnp.asarray(tol, dtype), max_steps=max_steps)
     if is_concrete(Y):
         return sol
     # A traced negative weight: the row's bracket is no longer valid and a row with no positive weight
@@ -381,3 +382,6 @@ def simplex_xent(X0, Y, lam, tol, max_steps):
     code = jnp.where(jnp.all(jnp.isfinite(Z)), it.result, jnp.int32(RESULTS.nonfinite))
     stats = {"num_steps": it.num_steps, "max_steps": jnp.int32(max_steps), "bracket_width": w}
     return Solution(Z, code, stats)
+
+
+_simplex_xent_jit = jax.jit(simplex_xent, static_argnames=("max_steps",))
