@@ -172,6 +172,26 @@ def test_simplex_bisection_compiles_once_per_shape(key):
     assert not compiles and int(sol.result) == RESULTS.successful
 
 
+@pytest.mark.parametrize("which", ["bcd", "batch"])
+def test_public_steps_compile_once_per_shape(which):
+    """Run eagerly, the steps' inner loops compiled new XLA programs at every call (3 per step)."""
+    spec = _spec("fenchel", "mse")
+    params = [mlp_init(jax.random.key(i), spec.sizes) for i in range(2)]
+    X = [X_TR[:8], X_TR[8:16]]
+    states = [init_lifted_state(params[i], X[i], spec) for i in range(2)]
+    Y = [ONEHOT_TR[:8], ONEHOT_TR[8:16]]
+
+    def call(i):
+        if which == "bcd":
+            return lifted_bcd_step(states[i], X[i], Y[i], spec, inner_max_steps=5)
+        return lifted_batch_step(params[i], X[i], Y[i], spec, inner_max_steps=5)
+
+    call(0)
+    with count_compiles() as compiles:
+        call(1)
+    assert not compiles
+
+
 def test_simplex_bisection_checks_its_inputs(key):
     """Y < 0 came back as a NaN row with RESULTS.nonfinite (and max_steps=2.5 was truncated), not a ValueError."""
     X0 = jax.random.normal(key, (3, 4))

@@ -98,7 +98,7 @@ def lifted_bcd_step(
     hyper = spec.hyper(X.dtype) if hyper is None else hyper
     check_hyper_values(hyper, batched=False)
     settings = default_settings(X.dtype, inner_tol=inner_tol, inner_max_steps=inner_max_steps, w_max_steps=w_max_steps)
-    state, info, _ = bcd_pass(state, X, Y, hyper, spec, settings)
+    state, info = _bcd_step_jit(state, X, Y, hyper, spec, settings)
     return poison_step(state, hyper, X, Y, batched=False), info
 
 
@@ -109,6 +109,13 @@ def _step_data(X, Y):
     check_finite(X, "X")
     check_finite(Y, "Y")
     return X, Y
+
+
+@functools.partial(jax.jit, static_argnames=("spec", "settings"))
+def _bcd_step_jit(state, X, Y, hyper, spec, settings):
+    """:func:`bcd_pass` as one program per shape and settings (run eagerly, its loops compiled at every call)."""
+    state, info, _ = bcd_pass(state, X, Y, hyper, spec, settings)
+    return state, info
 
 
 def bcd_pass(state, X, Y, hyper, spec, settings, gram0=None):
@@ -214,7 +221,13 @@ def lifted_batch_step(
         w_max_steps=w_max_steps,
         alternations=alternations,
     )
-    return poison_step(batch_update(params, X, Y, hyper, spec, settings), hyper, X, Y, batched=True)
+    return poison_step(_batch_step_jit(params, X, Y, hyper, spec, settings), hyper, X, Y, batched=True)
+
+
+@functools.partial(jax.jit, static_argnames=("spec", "settings"))
+def _batch_step_jit(params, X, Y, hyper, spec, settings):
+    """:func:`batch_update` as one program per shape and settings (run eagerly, its loops compiled at every call)."""
+    return batch_update(params, X, Y, hyper, spec, settings)
 
 
 def batch_update(params, X, Y, hyper, spec, settings, factor0=None):
