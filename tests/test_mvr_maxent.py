@@ -164,6 +164,48 @@ def test_hard_matrices_feasible_certified_or_flagged():
                 assert gap <= 1e-6 * max(abs(f), 1.0)
 
 
+def _two_by_two_objective(kind, r, s1, s2, m):
+    """``f(s)`` for ``C = [[1, r], [r, 1]]`` in exact rational arithmetic (``log`` of the exact determinant)."""
+    import math
+    from fractions import Fraction
+
+    c, r, s1, s2 = Fraction(m + 1, m), Fraction(r), Fraction(s1), Fraction(s2)
+    a, b = c - s1, c - s2
+    det = a * b - c * c * r * r
+    assert det > 0 and s1 > 0 and s2 > 0
+    if kind == "mvr":
+        return float((a + b) / det / m + m * (1 / s1 + 1 / s2))
+    return -math.log(det) - m * (math.log(s1) + math.log(s2))
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_successful_means_optimal_at_the_rounding_floor(k):
+    """``lambda_min(C)`` a few ulps (``r = 1 - k 2^-53``, valid: ``C`` factorises): ``H`` is the inverse of
+    the rounded ``A`` and the gap formula certified another matrix. mvr / maxent said ``successful`` 2-7%
+    above the optimum (exact arithmetic), the group MVR with a negative gap. Now: optimal or not successful."""
+    from scipy.optimize import minimize_scalar
+
+    r = 1.0 - k * 2.0**-53
+    C = np.array([[1.0, r], [r, 1.0]])
+    for kind, fn in SOLVERS.items():
+        sol = fn(C)
+        s = np.asarray(sol.value)
+        f = _two_by_two_objective(kind, r, s[0], s[1], 1)
+        bound = 2.0 * (1.0 - r)  # the symmetric optimum lies in (0, c (1 - r)); 1 - r is exact
+        opt = minimize_scalar(
+            lambda u: _two_by_two_objective(kind, r, u * bound, u * bound, 1),
+            bounds=(1e-6, 1 - 1e-9),
+            method="bounded",
+            options={"xatol": 1e-12},
+        ).fun
+        assert int(sol.result) != RESULTS.successful or f - opt <= 1e-6 * max(abs(opt), 1.0), (kind, f, opt)
+        assert float(sol.stats["gap"]) >= 0
+    g = jaxknock.group_s_matrix(C, [0, 1], method="mvr")
+    assert float(g.stats["gap"]) >= 0  # was -0.59 (k = 1) with successful
+    if k == 1:
+        assert int(sol.result) != RESULTS.successful and int(g.result) != RESULTS.successful
+
+
 def test_nonconvergence_and_bad_input():
     sol = jaxknock.maxent(jnp.asarray(C20), max_steps=1)
     assert int(sol.result) == RESULTS.max_steps_reached
