@@ -141,12 +141,24 @@ def inverse_error(kind, C2, s, H, m):
     With ``r = ||R||_F < 1`` (``>= |mu_i|`` and ``||R||_2``) these are at most
     ``||H||_2 r^2 / (m (1 - r))`` (``||H||_2 <= tr H``) and ``r^2 / (2 (1 - r))``;
     ``inf`` when ``r >= 1``. ``R`` is itself computed in floating point, so the
-    term is an estimate of the same order as the error it measures; on
-    well-conditioned ``A`` it is ``~1e-30`` and changes nothing. One ``p^3``
-    product: evaluated once, at the end of a solve, not per sweep.
+    term is an estimate of the same order as the error it measures. One
+    ``p^3`` product, evaluated once at the end of a solve and only when
+    :func:`needs_residual` says ``A`` may be near the rounding floor; otherwise
+    the term is 0 (``r ~ eps kappa`` and the term ``< 1e-12 f``).
     """
     eye = jnp.eye(s.shape[0], dtype=H.dtype)
-    return residual_error(kind, jnp.matmul(C2, H, precision=HIGHEST) - s[:, None] * H - eye, H, m)
+    return lax.cond(
+        needs_residual(C2, H),
+        lambda: residual_error(kind, jnp.matmul(C2, H, precision=HIGHEST) - s[:, None] * H - eye, H, m),
+        lambda: jnp.zeros((), H.dtype),
+    )
+
+
+def needs_residual(C2, H):
+    """``eps ||cC||_inf tr H > 1e-8``: an upper bound on ``eps kappa(A)`` (``||A||_2 <= ||cC||_inf``,
+    ``||A^{-1}||_2 <= tr H``) not small enough to neglect what :func:`inverse_error` measures."""
+    kappa = jnp.max(jnp.sum(jnp.abs(C2), axis=1)) * jnp.trace(H)
+    return ~(jnp.finfo(H.dtype).eps * kappa <= 1e-8)  # NaN: compute
 
 
 def residual_error(kind, R, H, m):
