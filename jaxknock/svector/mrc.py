@@ -343,7 +343,10 @@ _SHARED_DOC = r"""
     products), driven by :func:`jaxknock._iterate.iterative_solve` from
     ``s_j = min(1, c lambda_min(C) / 2)``. After every sweep the **certified gap** (see the module
     docstring) is computed from a fresh Cholesky factorisation of
-    ``A = c C - diag(s)``; it satisfies ``gap >= f(s) - f*``.
+    ``A = c C - diag(s)``; it satisfies ``gap >= f(s) - f*``. At the end,
+    where ``A`` may be near the rounding floor, the gap also holds the bound
+    of ``A^{-1}`` being computed for the rounded ``A`` (:func:`inverse_error`):
+    with ``lambda_min(C)`` a few ulps no answer is ``successful``.
 
     Tolerance: stops with ``successful`` once ``gap <= tol * max(|f(s)|, 1)``
     (relative to the objective, absolute when it is below 1); with
