@@ -55,18 +55,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _anchors
+from bench_fdr_designs import ar1_rows
 
 FDR = 0.1
 K = 20  # signals per design
-
-
-def ar1_rows(rng, n, p, rho):
-    e = rng.standard_normal((n, p))
-    X = np.empty((n, p))
-    X[:, 0] = e[:, 0]
-    for j in range(1, p):
-        X[:, j] = rho * X[:, j - 1] + np.sqrt(1 - rho**2) * e[:, j]
-    return X
 
 
 def haplotype_blocks(rng, n, p):
