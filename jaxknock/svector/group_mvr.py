@@ -188,15 +188,10 @@ def solve_group_mvr(Sigma, members, c, m, tol, max_steps):
     # (it even came out negative): add the residual bound of mrc.inverse_error, once, at the end
     _, _, Linv = evaluate(it.state.S)
     H = jnp.matmul(Linv.T, Linv, precision=HIGHEST)
-
-    def residual():  # the two products apart: c C - S rounds a tiny S away, which is the error R must see
-        R = jnp.matmul(c * Cp, H, precision=HIGHEST) - jnp.matmul(dense(it.state.S), H, precision=HIGHEST) - eye_n
-        return mrc.residual_error("mvr", R, H, m)
-
-    err = lax.cond(mrc.needs_residual(c * Cp, H), residual, lambda: jnp.zeros((), H.dtype))
+    S_dense = dense(it.state.S)
+    err = mrc.inverse_error("mvr", c * Cp, H, m, lambda H: jnp.matmul(S_dense, H, precision=HIGHEST))
     gap = jnp.maximum(it.state.gap, 0.0) + err
-    certified = jnp.isfinite(gap) & (gap <= tol * jnp.maximum(1.0, jnp.abs(it.state.objective)))
-    it = it._replace(result=jnp.where((it.result == RESULTS.successful) & ~certified, RESULTS.stagnated, it.result))
+    it = it._replace(result=mrc.recertified(it.result, gap, it.state.objective, tol))
     # back to the covariance scale: S_g <- D_g^{1/2} S_g D_g^{1/2}
     sd = jnp.sqrt(jnp.diagonal(Sigma))
     scale = jnp.where(realb, sd[jnp.where(realb, members, 0)], 1.0)

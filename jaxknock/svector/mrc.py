@@ -127,13 +127,13 @@ def _dense_certificate(kind, C2, s, m, p):
     return H, f, gap, feasible
 
 
-def inverse_error(kind, C2, s, H, m):
-    r"""What ``H`` not being exactly ``A^{-1}`` (``A = c C - diag s``) can add to the certified gap.
+def inverse_error(kind, C2, H, m, times_s):
+    r"""What ``H`` not being exactly ``A^{-1}`` (``A = c C - S``) can add to the certified gap.
 
     The gap formulas assume ``H = A^{-1}``. ``H`` is the inverse of the
     *rounded* ``A`` (``c C_jj - s_j`` rounds ``s_j`` away once it is below an
     ulp of ``c``), so near the rounding floor (``eps kappa(A)`` not small) the
-    formulas certify another matrix. With the residual ``R = (c C) H - diag(s) H - I``
+    formulas certify another matrix. With the residual ``R = (c C) H - S H - I``
     (``A^{-1} = H (I + R)^{-1}``), weak duality at the same dual point gives
     exactly ``f(s) - g = gap + tr(H R (I + R)^{-1} R) / m`` (MVR) and
     ``gap + tr R - log det(I + R)`` (ME; ``I + R`` is similar to a positive
@@ -141,34 +141,35 @@ def inverse_error(kind, C2, s, H, m):
     With ``r = ||R||_F < 1`` (``>= |mu_i|`` and ``||R||_2``) these are at most
     ``||H||_2 r^2 / (m (1 - r))`` (``||H||_2 <= tr H``) and ``r^2 / (2 (1 - r))``;
     ``inf`` when ``r >= 1``. ``R`` is itself computed in floating point, so the
-    term is an estimate of the same order as the error it measures. One
-    ``p^3`` product, evaluated once at the end of a solve and only when
-    :func:`needs_residual` says ``A`` may be near the rounding floor; otherwise
-    the term is 0 (``r ~ eps kappa`` and the term ``< 1e-12 f``).
+    term is an estimate of the same order as the error it measures.
+
+    ``times_s(H)`` is ``S H`` (``s[:, None] * H`` for a diagonal ``S``, a block
+    product for the group MVR), kept apart from ``c C H``: ``c C - S`` rounds a
+    tiny ``S`` away, which is the error ``R`` must see. One ``p^3`` product,
+    evaluated once at the end of a solve and only where ``eps ||cC||_inf tr H
+    > 1e-8`` (an upper bound on ``eps kappa(A)``: ``||A||_2 <= ||cC||_inf``,
+    ``||A^{-1}||_2 <= tr H``); below that the term is 0 (``r ~ eps kappa`` and
+    the term ``< 1e-12 f``).
     """
-    eye = jnp.eye(s.shape[0], dtype=H.dtype)
-    return lax.cond(
-        needs_residual(C2, H),
-        lambda: residual_error(kind, jnp.matmul(C2, H, precision=HIGHEST) - s[:, None] * H - eye, H, m),
-        lambda: jnp.zeros((), H.dtype),
-    )
 
+    def bound():
+        R = jnp.matmul(C2, H, precision=HIGHEST) - times_s(H) - jnp.eye(H.shape[0], dtype=H.dtype)
+        r = jnp.sqrt(jnp.sum(R * R))
+        if kind == "maxent":
+            err = r * r / (2.0 * (1.0 - r))
+        else:
+            err = jnp.trace(H) * r * r / (m * (1.0 - r))
+        return jnp.where(r < 1.0, err, jnp.inf)
 
-def needs_residual(C2, H):
-    """``eps ||cC||_inf tr H > 1e-8``: an upper bound on ``eps kappa(A)`` (``||A||_2 <= ||cC||_inf``,
-    ``||A^{-1}||_2 <= tr H``) not small enough to neglect what :func:`inverse_error` measures."""
     kappa = jnp.max(jnp.sum(jnp.abs(C2), axis=1)) * jnp.trace(H)
-    return ~(jnp.finfo(H.dtype).eps * kappa <= 1e-8)  # NaN: compute
+    near_floor = ~(jnp.finfo(H.dtype).eps * kappa <= 1e-8)  # NaN: compute
+    return lax.cond(near_floor, bound, lambda: jnp.zeros((), H.dtype))
 
 
-def residual_error(kind, R, H, m):
-    """The bound of :func:`inverse_error` from the residual ``R = A H - I`` (also for a block ``S``)."""
-    r = jnp.sqrt(jnp.sum(R * R))
-    if kind == "maxent":
-        err = r * r / (2.0 * (1.0 - r))
-    else:
-        err = jnp.trace(H) * r * r / (m * (1.0 - r))
-    return jnp.where(r < 1.0, err, jnp.inf)
+def recertified(result, gap, objective, tol):
+    """``result`` with ``successful`` turned ``stagnated`` unless ``gap <= tol * max(|objective|, 1)`` (finite)."""
+    met = jnp.isfinite(gap) & (gap <= tol * jnp.maximum(jnp.abs(objective), 1.0))
+    return jnp.where((result == RESULTS.successful) & ~met, RESULTS.stagnated, result)
 
 
 def coordinate_value(kind, s_j, z, q, m):
@@ -291,10 +292,8 @@ def solve_dense_mrc(Sigma, tol, max_steps, m, *, kind, b, min_eig="bound") -> So
     st = it.state
     s_corr = st.s[:p]
     # near the rounding floor H is the inverse of another matrix: a small formula gap certifies nothing
-    gap = st.gap + inverse_error(kind, C2, st.s, st.H, m)
-    scale = jnp.maximum(jnp.abs(st.objective), 1.0)
-    certified = jnp.isfinite(gap) & (gap <= tol * scale)
-    code = jnp.where((it.result == RESULTS.successful) & ~certified, RESULTS.stagnated, it.result)
+    gap = st.gap + inverse_error(kind, C2, st.H, m, lambda H: st.s[:, None] * H)
+    code = recertified(it.result, gap, st.objective, tol)
     A = C2[:p, :p] - jnp.diag(s_corr)
     if min_eig == "none":
         feasible, me = _common.is_pd(C2[:p, :p], s_corr), jnp.full((), jnp.nan, C.dtype)
@@ -465,7 +464,7 @@ def _objective_gap_jit(Sigma, s, m, *, kind):
     c = (m + 1.0) / m
     s_corr = s / jnp.diagonal(Sigma)
     H, f, gap, feasible = _dense_certificate(kind, c * C, s_corr, m, p)
-    gap = gap + inverse_error(kind, c * C, s_corr, H, m)
+    gap = gap + inverse_error(kind, c * C, H, m, lambda H: s_corr[:, None] * H)
     bad = ~feasible | jnp.any(s <= 0)
     f, gap = jnp.where(bad, jnp.inf, f), jnp.where(bad, jnp.inf, gap)
     # a Sigma that validate_sigma would refuse (traced: non-symmetric, NaN, non-positive diagonal): NaN
