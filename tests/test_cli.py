@@ -164,6 +164,58 @@ def test_select_npz_replicates_and_quiet(reg_npz, capsys):
     assert "features, 200 rows" not in out
 
 
+def _knockoff_plus_threshold(w, q):
+    """Knockoff+ threshold of one row, by direct search (the reference for the CLI's frequencies)."""
+    for t in np.sort(np.abs(w[w != 0])):
+        if (1 + np.sum(w <= -t)) / max(1, np.sum(w >= t)) <= q:
+            return t
+    return np.inf
+
+
+def test_select_ebh_frequency_counts_nonzero_evalues(reg_npz, capsys):
+    # e-BH averages e-values made at fdr / 2: the per-feature frequency must count the replicates giving a
+    # non-zero e-value (W >= T at fdr / 2), not those selecting at fdr (it read "selected in 100%" for
+    # features e-BH itself could not select)
+    from jaxknock import Solution
+    from jaxknock.cli.select import _summarise
+    from jaxknock.pipeline import Selection
+
+    rng = np.random.default_rng(3)
+    p, R, fdr = 60, 4, 0.2
+    W = rng.normal(size=(R, p)) + np.concatenate([np.linspace(4.0, 0.5, 20), np.zeros(p - 20)])
+    at_fdr = np.array([_knockoff_plus_threshold(w, fdr) for w in W])
+    at_half = np.array([_knockoff_plus_threshold(w, fdr / 2) for w in W])
+    expected = (W >= at_half[:, None]).mean(axis=0)
+    assert np.any(expected != (W >= at_fdr[:, None]).mean(axis=0))  # the two counts differ on this W
+    everything = np.ones(p, bool)
+    s_sol = Solution(np.ones(p), np.int32(0), {})
+    settings = {"fdr": fdr, "aggregate": "ebh", "plus": True}
+    sel = Selection(np.arange(p), everything, W, at_fdr, s_sol, None, {}, settings)
+    selections, *_ = _summarise(sel, [f"f{j}" for j in range(p)])
+    got = np.array([s["frequency"] for s in sorted(selections, key=lambda s: s["index"])])
+    np.testing.assert_allclose(got, expected)
+
+    code, out, err = run(
+        [
+            "select",
+            reg_npz,
+            "--target",
+            "y",
+            "--method",
+            "equi",
+            "--statistic",
+            "lsm",
+            "--replicates",
+            "2",
+            "--fdr",
+            "0.4",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    assert "e-BH over 2 replicates" in out and "e > 0 in (at FDR 0.2)" in out
+
+
 def test_select_sdp_factor_and_npy_index_target(tmp_path, capsys):
     X, y = regression_table(n=120, p=20, signals=10, seed=1)
     path = tmp_path / "t.npy"

@@ -185,16 +185,28 @@ def _group_options(args, p) -> dict:
 
 
 def _summarise(sel, features):
-    """Selected features ordered by mean ``W`` (with their selection frequency) and the S-vector summary."""
+    """Selected features ordered by mean ``W`` (with their selection frequency) and the S-vector summary.
+
+    The frequency of a feature is the fraction of replicates whose own knockoff(+) filter selects it: at
+    ``fdr`` (``sel.thresholds``), except under e-BH aggregation, where it is the fraction of replicates
+    giving it a non-zero e-value, i.e. selecting it at the e-values' level ``fdr / 2``
+    (:func:`jaxknock.filter.aggregate_ebh`): a count at ``fdr`` read "selected in 100%" for features
+    that e-BH left out.
+    """
     import numpy as np
 
     from jaxknock import RESULTS
 
     W = np.asarray(sel.W)
     T = np.asarray(sel.thresholds)
+    T_freq = T
+    if _ebh_aggregated(sel):
+        from jaxknock.filter import knockoff_threshold
+
+        T_freq = np.asarray(knockoff_threshold(W, sel.settings["fdr"] / 2, plus=sel.settings.get("plus", True)))
     if sel.selected_groups is not None:  # group-level W: each feature reports its group's statistic
         W = W[:, np.asarray(sel.settings["groups"].group_of)]
-    freq = (W >= T[:, None]).mean(axis=0)
+    freq = (W >= T_freq[:, None]).mean(axis=0)
     W_mean = W.mean(axis=0)
     order = sorted(sel.selected.tolist(), key=lambda i: -W_mean[i])
     selections = [
@@ -211,13 +223,19 @@ def _summarise(sel, features):
     return selections, s_info, W_mean, T
 
 
+def _ebh_aggregated(sel) -> bool:
+    """Whether ``sel`` aggregated several replicates by e-BH (single-knockoff path)."""
+    return sel.W.shape[0] > 1 and sel.settings.get("aggregate") == "ebh" and sel.settings.get("num_knockoffs", 1) == 1
+
+
 def _print_selection(args, selections, p) -> None:
     print(
         f"selected {len(selections)} of {p} features at FDR {args.fdr}"
         + (f" (e-BH over {args.replicates} replicates)" if args.replicates > 1 and args.aggregate == "ebh" else "")
     )
     if selections:
-        headers = ["feature", "W"] + (["selected in"] if args.replicates > 1 else [])
+        freq_header = f"e > 0 in (at FDR {args.fdr / 2:g})" if args.aggregate == "ebh" else "selected in"
+        headers = ["feature", "W"] + ([freq_header] if args.replicates > 1 else [])
         rows = [
             [s["name"], f"{s['W']:.4g}"] + ([f"{s['frequency']:.0%}"] if args.replicates > 1 else [])
             for s in selections
