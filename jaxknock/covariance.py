@@ -335,7 +335,14 @@ def estimate_factor_model(
     ``min_diag`` keeps ``d`` positive so the model is invertible.
 
     Args:
-        Sigma: ``(p, p)`` symmetric matrix (usually a correlation matrix).
+        Sigma: ``(p, p)`` symmetric positive semidefinite matrix (usually a
+            correlation matrix). Singular is fine (a sample covariance with
+            ``n < p``, a rank-one matrix plus a small diagonal): eigenvalues
+            down to ``-50 p eps ||Sigma||_2`` (``eps`` of its dtype) are
+            rounding. An indefinite ``Sigma`` (e.g. assembled from
+            pairwise-complete estimates) is no covariance and raises a
+            ``ValueError``; its "successful" fit used to be taken as a model
+            of the data.
         rank: number of factors ``k``, ``1 <= k < p``.
         max_steps: alternations (an integer ``>= 1``); ``tol``: stop when the
             objective decreases by less than ``tol * ||Sigma||_F`` in one
@@ -350,6 +357,13 @@ def estimate_factor_model(
         and ``stats`` holding ``num_steps``, ``max_steps``, ``objective``
         (the Frobenius residual ``||Sigma - D - U U^T||_F``) and
         ``rel_change``.
+
+    Under ``jax.jit`` (``Sigma`` traced) the value checks that raise on eager
+    input become the result code: ``nonfinite`` for NaN/Inf in ``Sigma``,
+    ``infeasible`` for a ``Sigma`` that is not symmetric or not positive
+    semidefinite (beyond rounding, as above); then ``d``, ``U``, ``objective``
+    and ``rel_change`` are NaN and no alternation runs. Under ``jax.vmap``
+    each matrix of the batch gets its own code.
 
     Example:
         >>> sol = estimate_factor_model(jnp.eye(5) * 0.5 + 0.5, rank=1)
@@ -369,7 +383,19 @@ def estimate_factor_model(
     floor_ok = _checks.check_positive_scalar(min_diag, "min_diag")
     _checks.check_finite(Sigma, "Sigma")
     _checks.check_symmetric(Sigma)
-    d, U, obj, rel, result, steps = _fit_factor_model(Sigma, rank, max_steps, tol, min_diag)
+    # positive semidefiniteness needs an eigendecomposition, which the fit's first alternation computes:
+    # the fit reports it (and, when it fails, stops there with NaN values and the code infeasible), and a
+    # concrete answer raises here, so eager and jitted calls share one test and one compiled program
+    d, U, obj, rel, result, steps, psd, eig_min, eig_rel = _fit_factor_model(Sigma, rank, max_steps, tol, min_diag)
+    if _checks.is_concrete(psd) and not bool(psd):
+        eig_min, eig_rel = (float(v) for v in jax.device_get((eig_min, eig_rel)))
+        raise ValueError(
+            f"Sigma is not positive semidefinite: its smallest eigenvalue is {eig_min:.3g} "
+            f"({eig_rel:.3g} times its largest in magnitude), "
+            "beyond eigendecomposition rounding; a covariance or correlation matrix assembled from "
+            "pairwise-complete or separately estimated entries can be indefinite: estimate it from the data "
+            "with jaxknock.ledoit_wolf(X), or project it onto the positive semidefinite matrices first"
+        )
     result = jnp.where(floor_ok, result, jnp.int32(RESULTS.infeasible))
     sol = Solution(
         value=FactorModel(d, U),
@@ -397,22 +423,49 @@ def _fit_factor_model(Sigma, rank, max_steps, tol, min_diag):
     Fitted to ``Sigma / 4^e`` (``max |Sigma / 4^e|`` in ``[1/4, 1)``; ``e = 0`` for a correlation
     matrix) with ``min_diag / 4^e``, and scaled back: the same problem exactly, whose Frobenius
     norms no longer overflow (entries ~1e160 ended ``nonfinite`` after one step).
+
+    Also returns the input checks of ``Sigma`` made under ``jit``: whether it is positive semidefinite
+    to rounding, its smallest eigenvalue and that eigenvalue relative to the largest in magnitude (for
+    the eager error). A ``Sigma`` that is non-finite (``nonfinite``), asymmetric or indefinite
+    (``infeasible``) takes no alternation, and its ``d``, ``U`` and statistics are NaN.
     """
     e = 2 * (pow2_exponent(jnp.max(jnp.abs(Sigma))) // 2)
-    d, U, obj, rel, result, steps = _fit_factor_model_unit(
-        jnp.ldexp(Sigma, -e), rank, max_steps, tol, jnp.ldexp(jnp.asarray(min_diag, Sigma.dtype), -e)
+    S = jnp.ldexp(Sigma, -e)
+    finite = jnp.all(jnp.isfinite(S))
+    # check_symmetric's test (on Sigma / 4^e, exact): eigh would silently use one triangle of an asymmetric one
+    symmetric = jnp.max(jnp.abs(S - S.T)) <= 1e-8 * jnp.max(jnp.abs(S))
+    d, U, obj, rel, result, steps, psd, eig_min, eig_rel = _fit_factor_model_unit(
+        S, rank, max_steps, tol, jnp.ldexp(jnp.asarray(min_diag, Sigma.dtype), -e), symmetric
     )
-    return jnp.ldexp(d, e), jnp.ldexp(U, e // 2), jnp.ldexp(obj, e), rel, result, steps
+    valid = finite & symmetric & psd
+    result = jnp.where(finite, jnp.where(valid, result, jnp.int32(RESULTS.infeasible)), jnp.int32(RESULTS.nonfinite))
+    d, U, obj, rel = _checks.poison(valid, jnp.ldexp(d, e), jnp.ldexp(U, e // 2), jnp.ldexp(obj, e), rel)
+    return d, U, obj, rel, result, steps, psd, jnp.ldexp(eig_min, e), eig_rel
 
 
-def _fit_factor_model_unit(Sigma, rank, max_steps, tol, min_diag):
+# Positive semidefiniteness to rounding: lambda_min(Sigma) >= -_PSD_RTOL * p * eps * max |lambda(Sigma)|.
+# A covariance computed in floating point carries a few ulps of error per entry (||E||_2 <= p max |E_ij|),
+# and eigh adds a backward error of order p eps ||Sigma||_2 (Householder tridiagonalisation): both are
+# linear in p, which numpy.linalg.matrix_rank's default tolerance (p eps sigma_max, C = 1) also uses.
+# Measured on valid singular inputs (sample covariances and correlations with n < p or collinear
+# columns, float32 and float64, p = 2..800, n up to 1e6, rank one plus 1e-12 I, scaled by 1e-100):
+# -lambda_min / (p eps max |lambda|) stayed below 5 (worst: two collinear columns, n = 1e4, through
+# empirical_covariance), and below 0.2 once p >= 8. C = 50 leaves a factor of ten over that, and still
+# refuses lambda_min = -1e-3 max |lambda| in float32 up to p ~ 160 (in float64 at any p).
+_PSD_RTOL = 50.0
+
+
+def _top_factors(w, V, rank):
+    """``U = V_k max(Lambda_k, 0)^{1/2}`` from ascending eigenpairs ``(w, V)``."""
+    return V[:, -rank:] * jnp.sqrt(jnp.maximum(w[-rank:], 0.0))
+
+
+def _fit_factor_model_unit(Sigma, rank, max_steps, tol, min_diag, symmetric):
     p = Sigma.shape[0]
     scale = jnp.linalg.norm(Sigma)
 
     def fit_u(d):
-        w, V = jnp.linalg.eigh(Sigma - jnp.diag(d))
-        w, V = w[-rank:], V[:, -rank:]
-        return V * jnp.sqrt(jnp.maximum(w, 0.0))
+        return _top_factors(*jnp.linalg.eigh(Sigma - jnp.diag(d)), rank)
 
     def fit_d(U):
         return jnp.maximum(jnp.diagonal(Sigma) - jnp.sum(U**2, axis=1), min_diag)
@@ -435,13 +488,41 @@ def _fit_factor_model_unit(Sigma, rank, max_steps, tol, min_diag):
         code = jnp.where(rel <= tol, jnp.int32(RESULTS.successful), jnp.int32(RESULTS.max_steps_reached))
         return done, code
 
-    d0 = jnp.full((p,), min_diag, Sigma.dtype)
-    U0 = fit_u(d0)
+    w, V = jnp.linalg.eigh(Sigma - jnp.diag(jnp.full((p,), min_diag, Sigma.dtype)))
+    eig_min, eig_ref = _extreme_eigenvalues(Sigma, w, min_diag)
+    psd = eig_min >= -_PSD_RTOL * p * jnp.finfo(Sigma.dtype).eps * eig_ref
+    U0 = _top_factors(w, V, rank)
     d0 = fit_d(U0)
     init = _FactorFitState(d0, U0, residual(d0, U0), jnp.asarray(jnp.inf, Sigma.dtype))
-    it = iterative_solve(init, step, terminate, max_steps=max_steps - 1, finite=lambda st: jnp.isfinite(st.obj))
+    # an asymmetric or indefinite Sigma is refused, not fitted: no alternation (NaN takes none either)
+    it = iterative_solve(
+        init,
+        step,
+        terminate,
+        max_steps=jnp.where(symmetric & psd, max_steps - 1, 0),
+        finite=lambda st: jnp.isfinite(st.obj),
+    )
     st = it.state
-    return st.d, st.U, st.obj, rel_change(st), it.result, it.num_steps + 1
+    return st.d, st.U, st.obj, rel_change(st), it.result, it.num_steps + 1, psd, eig_min, eig_min / eig_ref
+
+
+def _extreme_eigenvalues(Sigma, w, shift):
+    """``(lambda_min, max |lambda|)`` of ``Sigma``, given the eigenvalues ``w`` of ``Sigma - shift I``.
+
+    The first alternation decomposes ``Sigma - min_diag I``, whose eigenvalues are those of ``Sigma``
+    moved by ``-min_diag``, computed to ``eps ||Sigma - min_diag I||``: while ``|min_diag|`` is at most
+    ``||Sigma||_2`` that is within twice the rounding of decomposing ``Sigma`` itself, and the test is
+    free. A larger floor (a default ``1e-6`` on a matrix of scale ``1e-100``) would swamp the
+    eigenvalues of ``Sigma``, which then get their own ``eigvalsh`` (under ``vmap`` both branches run).
+    """
+    lam = w + shift
+    lam_min, lam_ref = lam[0], jnp.maximum(jnp.abs(lam[0]), jnp.abs(lam[-1]))
+
+    def own():
+        lam = jnp.linalg.eigvalsh(Sigma)
+        return lam[0], jnp.maximum(jnp.abs(lam[0]), jnp.abs(lam[-1]))
+
+    return lax.cond(jnp.abs(shift) <= lam_ref, lambda: (lam_min, lam_ref), own)
 
 
 @renamed_kwargs(num_iters="max_steps")

@@ -6,6 +6,7 @@ from helpers import count_compiles, factor_data
 from sklearn.covariance import empirical_covariance as sk_emp
 from sklearn.covariance import ledoit_wolf as sk_lw
 
+from jaxknock import RESULTS
 from jaxknock.covariance import (
     FactorFit,
     FactorModel,
@@ -293,3 +294,111 @@ def test_estimators_name_x_without_columns():
     for estimator in (empirical_covariance, ledoit_wolf):
         with pytest.raises(ValueError, match="X needs at least 1 column"):
             estimator(np.zeros((5, 0)))
+
+
+# ------------------------- estimate_factor_model refuses an indefinite Sigma (not positive semidefinite)
+
+
+def _indefinite(p, dtype, rel=1e-3, seed=0):
+    """A symmetric ``p x p`` matrix with eigenvalues in [0.5, 2] and one at ``-rel * max |eigenvalue|``."""
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.standard_normal((p, p)))
+    ev = rng.uniform(0.5, 2.0, p)
+    ev[0] = -rel * ev.max()
+    A = (Q * ev) @ Q.T
+    return ((A + A.T) / 2).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_estimate_factor_model_refuses_indefinite_sigma(dtype):
+    # an indefinite "covariance" (pairwise-complete estimates, a typo) was fitted and reported successful
+    bad = _indefinite(40, dtype)
+    good = np.corrcoef(factor_data(6, 80, 40, 2).T).astype(dtype)
+    with count_compiles("_fit_factor_model") as compiles:
+        ref = estimate_factor_model(good, rank=2, max_steps=5)
+        with pytest.raises(ValueError, match=r"Sigma is not positive semidefinite: its smallest eigenvalue is -"):
+            estimate_factor_model(bad, rank=2, max_steps=5)
+        with pytest.raises(ValueError, match="Sigma is not positive semidefinite"):  # a ValueError, not SolverError
+            estimate_factor_model(bad, rank=2, max_steps=5, throw=True)
+    assert len(compiles) <= 1  # the check rides on the fit's first eigendecomposition: one program
+    # under jit: infeasible, NaN model and statistics, no alternation; a good matrix is unchanged
+    fit = jax.jit(lambda S: estimate_factor_model(S, rank=2, max_steps=5))
+    sol = fit(bad)
+    assert int(sol.result) == RESULTS.infeasible and int(sol.stats["num_steps"]) == 1
+    for a in (*sol.value, sol.stats["objective"], sol.stats["rel_change"]):
+        assert bool(jnp.all(jnp.isnan(a)))
+    np.testing.assert_array_equal(fit(good).value.U, ref.value.U)
+    # an asymmetric Sigma, refused eagerly by check_symmetric, was fitted from one triangle under jit
+    asym = good.copy()
+    asym[0, 1] += 0.5
+    assert int(fit(asym).result) == RESULTS.infeasible
+    # under vmap each matrix has its own code
+    sols = jax.vmap(lambda S: estimate_factor_model(S, rank=2, max_steps=5))(jnp.stack([bad, good]))
+    assert sols.result.tolist() == [RESULTS.infeasible, int(ref.result)]
+    np.testing.assert_allclose(sols.value.U[1], ref.value.U, rtol=1e-4 if dtype == np.float32 else 1e-10)
+
+
+def _collinear(n, dtype):
+    """Sample covariance of two exactly collinear columns: singular, its rounding is large (~5 p eps ||S||)."""
+    X = (np.random.default_rng(1).standard_normal((n, 1)) * 3.0 + 2.0) * np.array([1.0, -1.3]) + [0.0, 4.0]
+    return empirical_covariance(X.astype(dtype))
+
+
+def _sample_correlation(dtype, scale=1.0, p=40):
+    """Correlation of n = p / 4 samples (rank n - 1), formed in ``dtype``, times ``scale``."""
+    X = factor_data(7, p // 4, p, 3).astype(dtype)
+    return np.asarray(to_correlation(empirical_covariance(X))) * dtype(scale)
+
+
+def _rank_one_plus_small_diagonal(dtype):
+    u = np.random.default_rng(2).standard_normal((40, 1))
+    return (u @ u.T + 1e-12 * np.eye(40)).astype(dtype)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda: _sample_correlation(np.float64), id="corr-n=p/4-f64"),
+        pytest.param(lambda: _sample_correlation(np.float32), id="corr-n=p/4-f32"),
+        pytest.param(lambda: np.cov(factor_data(8, 10, 40, 3).T), id="numpy-cov-n=p/4-f64"),
+        pytest.param(lambda: np.corrcoef(factor_data(8, 10, 40, 3).T).astype(np.float32), id="numpy-corr-cast-f32"),
+        pytest.param(lambda: _sample_correlation(np.float64, 1e-100), id="corr-times-1e-100"),
+        pytest.param(lambda: _sample_correlation(np.float64, 1e100), id="corr-times-1e100"),
+        pytest.param(lambda: _sample_correlation(np.float32, 1e-30), id="corr-f32-times-1e-30"),
+        pytest.param(lambda: _sample_correlation(np.float32, 1e30), id="corr-f32-times-1e30"),
+        pytest.param(lambda: _rank_one_plus_small_diagonal(np.float64), id="rank1-plus-1e-12-f64"),
+        pytest.param(lambda: _rank_one_plus_small_diagonal(np.float32), id="rank1-plus-1e-12-f32"),
+        pytest.param(lambda: _collinear(10_000, np.float64), id="collinear-p=2-f64"),
+        pytest.param(lambda: _collinear(10_000, np.float32), id="collinear-p=2-f32"),
+    ],
+)
+def test_estimate_factor_model_psd_tolerance_is_rounding_only(make):
+    # both sides of lambda_min >= -50 p eps max|lambda|: a singular positive semidefinite matrix, whose
+    # smallest computed eigenvalues are negative by rounding, is fitted; shifted to lambda_min = -1e-3 ||S||
+    # it is refused, eagerly and under jit
+    S = np.asarray(make())
+    p = S.shape[0]
+    lam = np.linalg.eigvalsh(S.astype(np.float64) / np.max(np.abs(S)))
+    assert lam[0] <= 1e3 * np.finfo(S.dtype).eps * lam[-1]  # singular to rounding: the case the tolerance is for
+    rank, floor = min(2, p - 1), 1e-6 * np.max(np.diag(S))  # the floor on the scale of S (1e-6 for a correlation)
+    sol = estimate_factor_model(S, rank=rank, max_steps=5, min_diag=floor)
+    assert int(sol.result) in (RESULTS.successful, RESULTS.max_steps_reached)
+    assert np.all(np.isfinite(np.asarray(sol.value.U))) and np.all(np.asarray(sol.value.d) > 0)
+    fit = jax.jit(lambda A, floor: estimate_factor_model(A, rank=rank, max_steps=5, min_diag=floor).result)
+    assert int(fit(S, floor)) == int(sol.result)
+    shifted = (S - 1e-3 * np.max(np.abs(np.linalg.eigvalsh(S.astype(np.float64)))) * np.eye(p)).astype(S.dtype)
+    with pytest.raises(ValueError, match="Sigma is not positive semidefinite"):
+        estimate_factor_model(shifted, rank=rank, max_steps=5, min_diag=floor)
+    assert int(fit(shifted, floor)) == RESULTS.infeasible
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_estimate_factor_model_psd_check_does_not_depend_on_min_diag(dtype):
+    # the test reads the eigenvalues of Sigma off the fit's eigh(Sigma - min_diag I); a floor far above
+    # the scale of Sigma would swamp them (-1e-3 would pass as rounding), so there Sigma is decomposed itself
+    good, bad = _sample_correlation(dtype, 1e-20), _indefinite(40, dtype) * dtype(1e-20)
+    for floor in (1e-26, 1e-6, 1e3):
+        sol = estimate_factor_model(good, rank=2, max_steps=3, min_diag=floor)
+        assert int(sol.result) != RESULTS.infeasible
+        with pytest.raises(ValueError, match="Sigma is not positive semidefinite"):
+            estimate_factor_model(bad, rank=2, max_steps=3, min_diag=floor)
