@@ -331,6 +331,21 @@ def test_to_correlation_contract(case):
     )
 
 
+def sigma_is_psd(S) -> bool:
+    """Independent check for the factor-model fit: finite, symmetric and positive semidefinite beyond the
+    rounding of its own dtype (numpy ``eigvalsh``; ``lambda_min >= -100 p eps max |lambda|``: a singular PSD
+    matrix is a valid input there, the positive definite ``sigma_is_valid`` called it invalid)."""
+    S = np.asarray(S)
+    if S.dtype == bool or S.ndim != 2 or S.shape[0] == 0 or S.shape[0] != S.shape[1]:
+        return False
+    A = S.astype(np.float64)
+    if not np.all(np.isfinite(A)) or np.max(np.abs(A - A.T)) > 1e-8 * max(np.max(np.abs(A)), 1e-300):
+        return False
+    eps = np.finfo(S.dtype if S.dtype == np.float32 else np.float64).eps
+    lam = np.linalg.eigvalsh(0.5 * (A + A.T))
+    return bool(lam[0] >= -100 * S.shape[0] * eps * np.max(np.abs(lam)))
+
+
 @contract_settings(6)
 @given(case=sigma_cases(sizes=(0, 1, 2, 4)))
 def test_estimate_factor_model_contract(case):
@@ -340,7 +355,7 @@ def test_estimate_factor_model_contract(case):
         d, U = (np.asarray(a, np.float64) for a in sol.value)
         if int(np.asarray(sol.result)) != 0 or not (np.all(np.isfinite(d)) and np.all(np.isfinite(U))):
             return "flagged"
-        if not sigma_is_valid(Sigma):
+        if not sigma_is_psd(Sigma):
             raise Violation("successful factor model of an invalid Sigma")
         if not (np.all(d > 0) and U.shape == (Sigma.shape[0], 1)):
             raise Violation(f"factor model with d = {d}, U shape {U.shape}")
