@@ -312,8 +312,10 @@ _POLISH_SWEEPS = 20
 def _group_sdp(norm: _Normalised, c, tol, max_steps):
     r"""Barrier path following for ``max w^T gamma`` s.t. ``c C - diag(P gamma) >= 0``, ``0 <= gamma <= 1``.
 
-    A path that ends short of ``tol`` (``stagnated`` / ``max_steps_reached``) is re-certified once at
-    its final iterate by ``polished_certificate``; the iterates never depend on the certificate.
+    Certified when ``gap <= tol f``, ``f = w^T gamma`` (relative, as the ungrouped SDP; plus a rounding
+    term ``c n eps``). A path that ends short of ``tol`` (``stagnated`` / ``max_steps_reached``) is
+    re-certified once at its final iterate by ``polished_certificate``; the iterates never depend on the
+    certificate.
     """
     G, b = norm.mask.shape
     Cf = _flat(norm.C)
@@ -360,9 +362,20 @@ def _group_sdp(norm: _Normalised, c, tol, max_steps):
     dual0 = certificate(inverse(chol(gamma0)), mu0)
     zero = jnp.asarray(0.0, Cf.dtype)
     init = GroupSDPState(gamma0, mu0, dual0 - jnp.dot(w, gamma0), zero, dual0, jnp.int32(0))
-    # mu stops shrinking once the central-path gap mu (n + 2G) is far below the tolerance: smaller
-    # values only make 2C - diag(s) numerically singular (the path then breaks down with NaN steps)
+    # mu stops shrinking once the central-path gap mu (n + 2G) is far below the tolerance tol f (or the
+    # rounding below): smaller values only make 2C - diag(s) numerically singular (the path then breaks
+    # down with NaN steps)
     num_barrier_terms = jnp.asarray(jnp.sum(maskf) + 2 * G, Cf.dtype)
+    # the objective's rounding level: the Cholesky test that keeps c C - S positive definite has a backward
+    # error ~ n eps ||c C||, so where c C is singular to rounding an f of this size (lambda_min(2C) = 2.2e-16:
+    # f = 6.7e-16, 1.5x the exact optimum) can be infeasible by all of itself and no relative gap is certified
+    rounding = c * jnp.sum(maskf) * jnp.finfo(Cf.dtype).eps
+
+    def certifies(gap, objective):
+        # relative to the objective, as the ungrouped SDP (gap <= tol 1^T s): with tol max(1, f) a problem
+        # with f << 1 (strongly correlated groups) was "successful" with S 2-4x below the optimum. A zero,
+        # negative or NaN objective certifies nothing, whatever the gap (the optimum is positive)
+        return gap + rounding <= tol * objective
 
     def step(state):
         gamma, mu = state.gamma, state.mu
@@ -392,7 +405,7 @@ def _group_sdp(norm: _Normalised, c, tol, max_steps):
         moved = (alpha > 1e-10) & jnp.all(jnp.isfinite(d))
         gamma_new = jnp.where(moved, gamma + alpha * d, gamma)
         objective = jnp.dot(w, gamma_new)
-        floor = 0.05 * tol * jnp.maximum(1.0, objective) / num_barrier_terms
+        floor = 0.05 * jnp.maximum(tol * objective, rounding) / num_barrier_terms
         mu_new = jnp.where(((dec < 0.5) | ~moved) & (mu > floor), 0.2 * mu, mu)
         dual = jnp.minimum(state.dual, certificate(inverse(chol(gamma_new)), mu))
         gap = dual - objective
@@ -400,7 +413,7 @@ def _group_sdp(norm: _Normalised, c, tol, max_steps):
         return GroupSDPState(gamma_new, mu_new, gap, dec, dual, stall)
 
     def terminate(state):
-        done = state.gap <= tol * jnp.maximum(1.0, jnp.dot(w, state.gamma))
+        done = certifies(state.gap, jnp.dot(w, state.gamma))
         stuck = state.stall >= _GROUP_SDP_PATIENCE
         return done | stuck, jnp.where(done, RESULTS.successful, RESULTS.stagnated).astype(jnp.int32)
 
@@ -458,7 +471,7 @@ def _group_sdp(norm: _Normalised, c, tol, max_steps):
         lambda: it.state.dual,
     )
     gap = jnp.where(unfinished, dual - objective, it.state.gap)
-    certified = unfinished & (gap <= tol * jnp.maximum(1.0, objective))
+    certified = unfinished & certifies(gap, objective)
     it = it._replace(result=jnp.where(certified, RESULTS.successful, it.result).astype(jnp.int32))
     Sb = gamma[:, None, None] * jnp.broadcast_to(jnp.eye(b, dtype=Cf.dtype), (G, b, b))
     stats = {"gamma": gamma, "gap": gap, "objective": objective}
@@ -632,17 +645,24 @@ def group_s_matrix(
       ``t``) and ``diag(v) M diag(v)`` (``v`` lifting each group's diagonal to
       ``|g|``, robust where some ``gamma_g`` sit at 0 and ``c C - S`` is nearly
       singular); ``gap`` is the best bound seen minus ``sum_g |g| gamma_g``
-      (upper-bounds the suboptimality). The barrier weight stops shrinking
-      once the central-path gap is far below ``tol``. Near the optimum the
+      (upper-bounds the suboptimality); it is ``successful`` when
+      ``gap <= tol f``, relative to the objective ``f = sum_g |g| gamma_g``
+      as in :func:`jaxknock.sdp` (``gap <= tol 1^T s``), however small ``f``
+      is (strongly correlated groups: ``f ~ 1e-4`` at correlation 0.9999).
+      The barrier weight stops shrinking once the central-path gap is far
+      below ``tol f``. Near the optimum the
       barrier Hessian is singular to rounding and Newton cannot centre the
       iterate, so a path whose gap has not shrunk for 40 steps (or that runs
       out of steps) gets a polished certificate at its final iterate: the best
       ``diag(v) M diag(v)``, ``v`` constant on each group, by exact coordinate
       descent over the ``G`` group scales; it ends ``successful`` if that
       certifies ``tol``, otherwise ``stagnated`` / ``max_steps_reached``
-      (feasible, with its gap). A solve certified on the path is unchanged. For
-      singleton groups it is the ungrouped SDP (:func:`jaxknock.sdp`, same ``s``
-      to the tolerances).
+      (feasible, with its gap). A solve certified on the path is unchanged. As
+      for :func:`jaxknock.sdp`, the certificate has a rounding floor on
+      near-singular optima (about ``1e-6`` relative for equicorrelated
+      groups at correlation 0.9999, more closer to 1): below it the solve
+      ends ``stagnated`` with its proven gap. For singleton groups it is the
+      ungrouped SDP (:func:`jaxknock.sdp`, same ``s`` to the tolerances).
     * ``"maxent"`` (maximum entropy, the Knockoffs.jl default): maximise
       ``log det(c Sigma - S) + m sum_g log det S_g`` (the ``log det`` of the
       joint covariance of ``[X, X~1, ..., X~m]`` up to ``p log m``) over all
@@ -681,7 +701,10 @@ def group_s_matrix(
             :func:`group_index`) or a :class:`Groups`.
         method: ``"equicorrelated"``, ``"sdp"``, ``"maxent"`` or ``"mvr"``.
         num_knockoffs: ``m >= 1``.
-        tol: relative certified-gap tolerance (``gap <= tol max(1, |objective|)``), ``> 0``.
+        tol: certified-gap tolerance, ``> 0``. ``"sdp"``: ``gap <= tol objective``, relative to its
+            objective ``sum_g |g| gamma_g > 0`` however small. ``"maxent"`` and ``"mvr"``:
+            ``gap <= tol max(1, |objective|)`` (objectives that can be negative or near zero, a
+            ``log det`` and a trace of inverses). Not used by ``"equicorrelated"``.
         max_steps: iteration limit, a positive integer (concrete).
         throw: raise ``RuntimeError`` if the solve did not succeed.
 
