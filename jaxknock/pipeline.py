@@ -148,9 +148,12 @@ def explain_empty_selection(
 
     Knockoff+ estimates the FDP of the set ``{W_j >= t}`` by
     ``(1 + #{W_j <= -t}) / #{W_j >= t}``, so at level ``q`` it can only select
-    once at least ``ceil(1/q)`` statistics are positive; otherwise the
-    statistics were too weak (too many negative ``W_j`` against the positive
-    ones). With ``num_knockoffs = m > 1`` (``W`` the signed ``tau`` of
+    once at least ``ceil(1/q)`` statistics are positive, and only at a
+    threshold ``t`` keeping at least ``ceil(1/q)`` of them. The message names
+    the threshold with the smallest estimate: when it has no ``W_j <= -t`` the
+    ``1 +`` binds (e.g. 8 strong signals and noise at ``q = 0.1``: the FDP
+    estimate is at least ``1/8``); otherwise the statistics were too weak (too
+    many negative ``W_j`` against the positive ones). With ``num_knockoffs = m > 1`` (``W`` the signed ``tau`` of
     :class:`Selection`) the multi-knockoff+ estimate is ``m`` times smaller,
     ``(1 + #{W_j <= -t}) / (m #{W_j >= t})``: ``ceil(1/(m q))`` positive
     statistics suffice. The smallest selecting level comes from
@@ -185,16 +188,26 @@ def explain_empty_selection(
         if m == 1
         else (f"multi-knockoff+ with {m} copies", f"ceil(1/({m} x {level:.3g}))", f"1/({m} k)")
     )
+    t_best, k_best, neg_best = _best_thresholds(W, m, plus)
     if plus and n_pos < need:
         reason = (
             f"{name} at q = {q:.3g} needs at least {cut} = {need} {unit} with W_j > 0{per} "
             f"(a selection of k {unit} has an estimated FDP of at least {smallest}), but only {n_pos} statistics "
             f"are positive{where}"
         )
+    elif plus and neg_best == 0:
+        # the "+1" of knockoff+ binds, not the negatives: the best set has no negative W_j below -t at all
+        reason = (
+            f"{name} at q = {q:.3g} needs at least {cut} = {need} {unit} with W_j >= t{per} for some t "
+            f"(the estimated FDP counts one negative statistic more than there are, so a selection of k "
+            f"{unit} has an estimated FDP of at least {smallest}); the best threshold, t = {t_best:.3g}, keeps "
+            f"{k_best} {unit} with no W_j <= -t{where} ({n_pos} statistics are positive, {n_neg} negative)"
+        )
     else:
         reason = (
             f"the statistics were too weak at q = {q:.3g}: {n_pos} positive statistics are matched by {n_neg} "
-            f"negative ones{where}, so every threshold's estimated FDP exceeds the target"
+            f"negative ones{where}; at the best threshold, t = {t_best:.3g}, {k_best} {unit} with W_j >= t "
+            f"are matched by {neg_best} with W_j <= -t, so every threshold's estimated FDP exceeds the target"
         )
     if np.isfinite(q_min) and q_min < 1:
         tail = f"; the smallest target FDR that selects something is {q_min:.3g}"
@@ -203,6 +216,29 @@ def explain_empty_selection(
             " (all statistics are zero or negative)" if not (W > 0).any() else ""
         )
     return "nothing selected: " + reason + tail
+
+
+def _best_thresholds(W, m, plus):
+    """``(t, k, neg)`` of the threshold with the smallest knockoff(+) FDP estimate, median over replicates.
+
+    For each row of ``W`` ``(R, u)``: over ``t`` in ``{|W_j| > 0}`` the estimate
+    ``(plus + #{W_j <= -t}) / (m max(1, #{W_j >= t}))`` is smallest at ``t``
+    (the smallest such ``t`` on ties: the largest set); ``k = #{W_j >= t}`` and
+    ``neg = #{W_j <= -t}`` there. ``(inf, 0, 0)`` for a row without a non-zero statistic.
+    """
+    rows = []
+    for w in np.asarray(W, dtype=np.float64):
+        ts = np.unique(np.abs(w[np.isfinite(w) & (w != 0)]))
+        if ts.size == 0:
+            rows.append((np.inf, 0, 0))
+            continue
+        pos = np.sum(w[None, :] >= ts[:, None], axis=1)
+        neg = np.sum(w[None, :] <= -ts[:, None], axis=1)
+        est = (float(plus) + neg) / (m * np.maximum(pos, 1))
+        i = int(np.argmin(est))  # the first minimum: the smallest t, the largest set
+        rows.append((float(ts[i]), int(pos[i]), int(neg[i])))
+    t, k, neg = (np.median([r[c] for r in rows]) for c in range(3))
+    return float(t), int(k), int(neg)
 
 
 def _multi_min_selecting_fdr(W, m, plus) -> float:

@@ -335,10 +335,18 @@ def test_empty_selection_explains_why_and_the_smallest_level():
     msg = explain_empty_selection(jnp.array([5.0, 4.0, 3.0, 2.0, 1.0, 0.0]), 0.1)
     assert "needs at least ceil(1/0.1) = 10" in msg and "only 5" in msg
     assert "smallest target FDR that selects something is 0.2" in msg
-    # enough positives, but matched by negatives: too weak
-    W = jnp.asarray(np.r_[np.arange(1.0, 21.0), -np.arange(1.0, 16.0)])
+    # enough positives, but matched by negatives at every threshold: too weak
+    W = jnp.asarray(np.r_[np.arange(1.0, 21.0), -18.5, -19.5, -20.5])
     msg = explain_empty_selection(W, 0.1)
-    assert "too weak" in msg
+    assert "too weak" in msg and "at the best threshold, t = 1, 20 features with W_j >= t are matched by 3" in msg
+    # 8 strong statistics over symmetric noise: no negative statistic below the best threshold, the "+1" of
+    # knockoff+ binds (1/8 > 0.1). It read "the statistics were too weak: 19 positive statistics are matched
+    # by 5 negative ones", pointing at the statistics rather than at the size of the selection
+    noise = np.random.default_rng(0).normal(scale=0.01, size=30)
+    W = jnp.asarray(np.r_[np.linspace(0.8, 0.6, 8), noise])
+    msg = explain_empty_selection(W, 0.1)
+    assert "too weak" not in msg and "keeps 8 features with no W_j <= -t" in msg
+    assert "smallest target FDR that selects something is 0.125" in msg
 
 
 @pytest.mark.parametrize("fdr", [None, [0.1], "0.1"])
