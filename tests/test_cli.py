@@ -195,23 +195,8 @@ def test_select_ebh_frequency_counts_nonzero_evalues(reg_npz, capsys):
     got = np.array([s["frequency"] for s in sorted(selections, key=lambda s: s["index"])])
     np.testing.assert_allclose(got, expected)
 
-    code, out, err = run(
-        [
-            "select",
-            reg_npz,
-            "--target",
-            "y",
-            "--method",
-            "equi",
-            "--statistic",
-            "lsm",
-            "--replicates",
-            "2",
-            "--fdr",
-            "0.4",
-        ],
-        capsys,
-    )
+    options = "--target y --method equi --statistic lsm --replicates 2 --fdr 0.4".split()
+    code, out, err = run(["select", reg_npz, *options], capsys)
     assert code == 0, err
     assert "e-BH over 2 replicates" in out and "e > 0 in (at FDR 0.2)" in out
 

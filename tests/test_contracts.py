@@ -192,13 +192,21 @@ def sigma_cases(draw, sizes=(0, 1, 2, 4)):
     return Sigma, jit
 
 
-def sigma_is_valid(S) -> bool:
-    """Independent check: a finite, symmetric, positive definite float matrix (numpy)."""
+def finite_symmetric(S):
+    """``S`` as a float64 numpy matrix if it is a finite, symmetric, non-empty square numeric one, else ``None``."""
     S = np.asarray(S)
     if S.dtype == bool or S.ndim != 2 or S.shape[0] == 0 or S.shape[0] != S.shape[1]:
-        return False
+        return None
     A = S.astype(np.float64)
     if not np.all(np.isfinite(A)) or np.max(np.abs(A - A.T)) > 1e-8 * max(np.max(np.abs(A)), 1e-300):
+        return None
+    return A
+
+
+def sigma_is_valid(S) -> bool:
+    """Independent check: a finite, symmetric, positive definite float matrix (numpy)."""
+    A = finite_symmetric(S)
+    if A is None:
         return False
     try:
         np.linalg.cholesky(A)
@@ -335,13 +343,10 @@ def sigma_is_psd(S) -> bool:
     """Independent check for the factor-model fit: finite, symmetric and positive semidefinite beyond the
     rounding of its own dtype (numpy ``eigvalsh``; ``lambda_min >= -100 p eps max |lambda|``: a singular PSD
     matrix is a valid input there, the positive definite ``sigma_is_valid`` called it invalid)."""
-    S = np.asarray(S)
-    if S.dtype == bool or S.ndim != 2 or S.shape[0] == 0 or S.shape[0] != S.shape[1]:
+    A = finite_symmetric(S)
+    if A is None:
         return False
-    A = S.astype(np.float64)
-    if not np.all(np.isfinite(A)) or np.max(np.abs(A - A.T)) > 1e-8 * max(np.max(np.abs(A)), 1e-300):
-        return False
-    eps = np.finfo(S.dtype if S.dtype == np.float32 else np.float64).eps
+    eps = np.finfo(np.float32 if np.asarray(S).dtype == np.float32 else np.float64).eps
     lam = np.linalg.eigvalsh(0.5 * (A + A.T))
     return bool(lam[0] >= -100 * S.shape[0] * eps * np.max(np.abs(lam)))
 
