@@ -445,9 +445,21 @@ def _round(key, X, y, free, fixed, scale2, *, num_subsamples, m_a, chunk, estima
     return jnp.where(free & (cV > 0) & (cU > 0), c, jnp.nan)
 
 
-@functools.partial(jax.jit, static_argnames=("n_eval",))
-def _set_alignment(X, y, w, scale2, n_eval):
-    Xe, ye = X[:n_eval], y[:n_eval]
+def _evaluation_rows(key, n, max_eval_rows):
+    """Rows of randSel's model selection: all ``n`` in order, or ``max_eval_rows`` of them drawn without replacement.
+
+    The draw uses its own stream of ``key`` (the rounds use ``fold_in(key, r)`` with small ``r``). It was the
+    first ``max_eval_rows`` rows: a file sorted by class gave a constant target there, an alignment of 0 for
+    every round and an arbitrary choice of round.
+    """
+    if n <= max_eval_rows:
+        return np.arange(n)
+    rows = jax.random.choice(jax.random.fold_in(key, 0x7FFFFFFF), n, (max_eval_rows,), replace=False)
+    return np.sort(np.asarray(rows))
+
+
+@jax.jit
+def _set_alignment(Xe, ye, w, scale2):
     D = squared_distances(Xe, w)
     K = jnp.exp(-D / (2.0 * scale2 * jnp.maximum(jnp.sum(w), 1.0)))
     return _alignment(K, jnp.matmul(ye, ye.T, precision=HI))
@@ -505,7 +517,8 @@ def randsel(
     row is fixed (kept in every set from then on, never culled). The rounds
     stop when ``min_features`` features are in play. Model selection (thesis
     4.2.4): the round whose features have the largest centred alignment on
-    the data (the first ``max_eval_rows`` rows) is kept, and its features with a
+    the data (all rows, or ``max_eval_rows`` of them drawn from ``key`` when
+    ``n`` is larger) is kept, and its features with a
     positive contribution (and the fixed ones) are selected.
 
     Defaults follow the thesis' synthetic experiments: 3000 subsamples of
@@ -567,7 +580,8 @@ def randsel(
         chunk = int(min(chunk, 256))
     else:
         chunk = int(chunk_size)
-    n_eval = int(min(n, max_eval_rows))
+    rows = _evaluation_rows(key, n, int(max_eval_rows))
+    X_eval, y_eval = X[rows], y[rows]
 
     free = np.ones(p, bool)
     fixed = np.zeros(p, bool)
@@ -578,7 +592,7 @@ def randsel(
     while free.sum() + fixed.sum() > min_features and free.sum() >= 2:
         active = free | fixed
         actives.append(active.copy())
-        aligns.append(float(_set_alignment(X, y, jnp.asarray(active, X.dtype), scale2, n_eval)))
+        aligns.append(float(_set_alignment(X_eval, y_eval, jnp.asarray(active, X.dtype), scale2)))
         c = np.asarray(
             _round(
                 jax.random.fold_in(key, r),
@@ -614,7 +628,7 @@ def randsel(
         r += 1
     active = free | fixed
     actives.append(active.copy())
-    aligns.append(float(_set_alignment(X, y, jnp.asarray(active, X.dtype), scale2, n_eval)))
+    aligns.append(float(_set_alignment(X_eval, y_eval, jnp.asarray(active, X.dtype), scale2)))
     contribs.append(np.full(p, np.nan))
 
     contributions = np.stack(contribs)

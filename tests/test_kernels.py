@@ -253,6 +253,21 @@ def test_cli_randsel(tmp_path, capsys):
     assert len(err) == 1 and "--subsample-size" in err[0] and "[4, 120]" in err[0]
 
 
+def test_randsel_model_selection_rows_are_drawn_not_the_first():
+    """The round is chosen by the alignment on ``max_eval_rows`` rows; they were the first ones, so rows sorted
+    by class gave a constant target there, an alignment of 0 for every round and round 0 (every feature) chosen."""
+    X, y = _xor(1, n=400, irrelevant=6)
+    order = np.argsort(y, kind="stable")  # a file sorted by class: the first 100 rows are all one class
+    Xs, ys = X[order], y[order]
+    kw = dict(num_subsamples=300, subsample_size=80)
+    res = randsel(jax.random.key(0), Xs, ys, max_eval_rows=100, **kw)
+    assert np.all(np.isfinite(res.alignment)) and np.ptp(res.alignment) > 0.01
+    assert res.selected[:2].all() and res.selected.sum() <= 4
+    # with every row in the evaluation (n <= max_eval_rows) the rows are all of them, in order: unchanged
+    full = randsel(jax.random.key(0), Xs, ys, **kw)
+    assert full.selected[:2].all()
+
+
 def test_randsel_jax_scalar_drop_and_keep():
     """``drop=jnp.float32(0.25)`` was refused as "drop must lie in (0, 1)"; it is the Python float's run."""
     X, y = _xor(0, n=40, irrelevant=2)
