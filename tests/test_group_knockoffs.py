@@ -252,6 +252,39 @@ def test_sdp_tolerance_is_relative_to_a_small_objective(case, tol):
     assert np.linalg.eigvalsh(2 * Sigma - np.asarray(sol.value.dense()))[0] >= -1e-12
 
 
+@pytest.mark.parametrize("k, G, rho", [(2, 3, 0.9999), (3, 4, 0.9999), (2, 4, 0.99999), (3, 3, 0.99999)])
+def test_sdp_certifies_strongly_correlated_equicorrelated_groups(k, G, rho):
+    """Equicorrelated ``Sigma = (1 - rho) I + rho 1 1^T`` in ``G`` groups of ``k``, default ``tol = 1e-6``.
+
+    Closed form: the problem is invariant under permuting the groups, so averaging an optimum over them
+    gives an optimum with one ``gamma`` for all groups. Then ``2 Sigma - gamma D`` (``D = blockdiag(Sigma_gg)``)
+    has eigenvalue ``(2 - gamma)(1 - rho)`` on within-group contrasts, ``(2 - gamma)(1 - rho) - gamma k rho``
+    on group-constant vectors summing to zero (``G >= 2``) and more on ``1``: ``gamma = 2 (1 - rho) / (1 - rho +
+    k rho)`` (< 1), ``f* = p gamma`` (:func:`equicorrelated_groups`; Clarabel agrees to its 1e-7..1e-4 here).
+
+    The path ends within 0.01 tol of ``f*`` but Newton cannot centre it (``2C - S`` has ``G - 1``
+    eigenvalues ~1e-13 at the end): all four ended ``stagnated`` with a proven gap of 1.4e-6 .. 8.6e-6 relative
+    (the polished certificate only rescales ``M = (2C - S)^-1`` per group). The dual supported on those
+    eigenvectors (``Pi D(y) Pi``) certifies them, and its gap still bounds the true suboptimality.
+    """
+    Sigma, g, exact = equicorrelated_groups(k, G, rho)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        _, opt = cvxpy_group_sdp(Sigma, g)
+    assert abs(opt - exact) <= 1e-4 * exact
+    tol = 1e-6
+    sol = group_s_matrix(Sigma, g, method="sdp", tol=tol)
+    value, gap = float(sol.stats["objective"]), float(sol.stats["gap"])
+    assert int(sol.result) == RESULTS.successful
+    assert abs(exact - value) <= 3 * tol * exact
+    assert gap <= tol * value
+    # an honest bound on the suboptimality, to the solver's rounding term 2 p eps (added to every gap before
+    # it certifies): the bound sums O(1) terms of Lambda o C to f ~ 1e-4, and C itself is only that exact
+    # (it came 7e-16 = 0.2 * 2 p eps short at rho = 0.99999, G = 4)
+    assert exact - value <= gap + 2 * Sigma.shape[0] * np.finfo(float).eps
+    assert np.linalg.eigvalsh(2 * Sigma - np.asarray(sol.value.dense()))[0] >= -1e-12
+
+
 def test_sdp_objective_at_the_rounding_level_is_not_certified():
     """lambda_min(2C) = 2.2e-16 / 1.8e-15: the exact optimum f = 4 (1 - r) is at the rounding level of the
     Cholesky test that keeps 2C - S positive definite, and the solver's f is 1.5x / 1.06x above it (S
