@@ -94,6 +94,25 @@ def test_fenchel_penalty_is_a_fenchel_young_gap(key):
     assert float(fenchel_penalty(V, U)) > 0
 
 
+def test_fenchel_penalty_and_mlp_loss_refuse_values_outside_their_domain(key):
+    """B(V, U) is a penalty only for V >= 0: B(-1, -1) = 0 with V != relu(U), and a negative rho makes
+    mlp_loss unbounded below. Both evaluated their formulas: now ValueError, NaN under jit."""
+    U = -jnp.ones((2, 3))
+    V = -jnp.ones((2, 3))
+    with pytest.raises(ValueError, match="V must be non-negative"):
+        fenchel_penalty(V, U)
+    assert np.isnan(float(jax.jit(fenchel_penalty)(V, U)))
+    assert float(jax.jit(fenchel_penalty)(jnp.zeros((2, 3)), U)) == 0.0
+    params = mlp_init(key, [4, 3, 2])
+    X, Y = jnp.ones((5, 4)), jnp.tile(jnp.array([1.0, 0.0]), (5, 1))
+    for rho in (-1e-3, [0.0, -1.0]):
+        with pytest.raises(ValueError, match="rho must be >= 0"):
+            mlp_loss(params, X, Y, rho=rho)
+    assert np.isnan(float(jax.jit(lambda r: mlp_loss(params, X, Y, rho=r))(-1e-3)))
+    ok = float(jax.jit(lambda r: mlp_loss(params, X, Y, rho=r))(1e-3))
+    assert np.isfinite(ok) and ok == pytest.approx(float(mlp_loss(params, X, Y, rho=1e-3)), rel=1e-12)
+
+
 # --- section 2.8: dual bisection -------------------------------------------------
 
 

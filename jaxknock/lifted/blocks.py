@@ -39,7 +39,7 @@ from jaxknock._checks import (
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.lifted._common import HI, Info, colsum, guard, mm, sum_infos
 from jaxknock.lifted.inner import accelerated_mm, cg_mm, nonneg_apg, simplex_xent
-from jaxknock.lifted.objective import fenchel_penalty, fenchel_rows, loss_grad, loss_sum, pre_activation, xlogy_rows
+from jaxknock.lifted.objective import fenchel_rows, fenchel_sum, loss_grad, loss_sum, pre_activation, xlogy_rows
 from jaxknock.lifted.ridge import kernel_factor, kernel_ridge, primal_factor, primal_ridge, ridge_weights, stack_theta
 from jaxknock.lifted.spec import LOSS_CURVATURE, LiftedHyper, LiftedSpec, LiftedState, Settings
 
@@ -210,7 +210,7 @@ def _fenchel_regression(X, Y, W, b, rho, tol, max_steps):
         s=1.0 / N,
         target=lambda U: Y + jnp.minimum(U, 0.0),
         line=fenchel_line(Y, 1.0 / N),
-        data_value=lambda U: fenchel_penalty(Y, U) / N,
+        data_value=lambda U: fenchel_sum(Y, U) / N,
         rho=rho,
         gamma=zero,
         W0=jnp.zeros_like(W),
@@ -221,7 +221,7 @@ def _fenchel_regression(X, Y, W, b, rho, tol, max_steps):
         max_steps=max_steps,
     )
     U = mm(X, layer["w"]) + layer["b"]
-    obj = fenchel_penalty(Y, U) / N + rho * jnp.sum(layer["w"] ** 2)
+    obj = fenchel_sum(Y, U) / N + rho * jnp.sum(layer["w"] ** 2)
     R = (jax.nn.relu(U) - Y) / N
     gW = mm(X.T, R) + 2 * rho * layer["w"]
     gnorm = jnp.sqrt(jnp.sum(gW**2) + jnp.sum(jnp.sum(R, 0) ** 2))
@@ -413,7 +413,7 @@ def w_steps(
                 b,
                 exact=False,
                 target=lambda U, V=V: V + jnp.minimum(U, 0.0),
-                data_value=lambda U, V=V: lam * fenchel_penalty(V, U) / N,
+                data_value=lambda U, V=V: lam * fenchel_sum(V, U) / N,
                 line=fenchel_line(V, lam / N),
                 **common,
             )

@@ -78,14 +78,17 @@ def mlp_loss(params, X, Y, *, loss: str = "cross_entropy", rho=0.0):
 
     ``L`` is ``1/2 ||Y - U||_F^2`` (``mse``) or softmax cross-entropy; ``Y`` is an
     ``N x p`` target / one-hot matrix. This is the problem (3.3) that the Fenchel
-    objective lower-bounds.
+    objective lower-bounds. ``rho``: a scalar or one per layer, ``>= 0`` (a negative
+    ``rho`` makes the loss unbounded below: ``ValueError``, NaN under ``jit``).
     """
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    if _checks.is_concrete(rho) and not np.all(np.asarray(rho, dtype=float) >= 0):
+        raise ValueError(f"rho must be >= 0 (a ridge weight per layer), got {rho!r}")
     U = mlp_apply(params, X)
     rho = jnp.broadcast_to(jnp.asarray(rho, U.dtype), (len(params),))
     ridge = sum(rho[i] * jnp.sum(layer["w"] ** 2) for i, layer in enumerate(params))
-    return loss_sum(Y, U, loss) / X.shape[0] + ridge
+    return jnp.where(jnp.all(rho >= 0), loss_sum(Y, U, loss) / X.shape[0] + ridge, jnp.nan)
 
 
 def accuracy(U, labels):

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from jaxknock import _checks
 from jaxknock.lifted._common import mm
 from jaxknock.lifted.spec import LiftedHyper, LiftedSpec, LiftedState
 
 __all__ = [
     "fenchel_penalty",
     "fenchel_rows",
+    "fenchel_sum",
     "lifted_objective",
     "loss_grad",
     "loss_rows",
@@ -71,18 +74,32 @@ def fenchel_rows(V, U):
     return jnp.sum(0.5 * (V - up) ** 2 + V * jax.nn.relu(-U), axis=-1)
 
 
+def fenchel_sum(V, U):
+    """``sum B(V, U)`` without the domain check of :func:`fenchel_penalty` (for ``V >= 0`` known, in solvers)."""
+    return jnp.sum(fenchel_rows(V, U))
+
+
 def fenchel_penalty(V, U):
     r"""Fenchel-Young ReLU penalty ``B(V, U) = sum 1/2 V^2 + 1/2 relu(U)^2 - U V`` (eq. 3.5).
 
-    Valid for ``V >= 0``; ``B >= 0`` with equality iff ``V = relu(U)``.
-    It is convex in ``V`` for fixed ``U`` and convex in ``U`` for fixed ``V``.
+    Defined for ``V >= 0`` (post-activations of a ReLU); ``B >= 0`` with equality iff ``V = relu(U)``.
+    It is convex in ``V`` for fixed ``U`` and convex in ``U`` for fixed ``V``. A ``V``
+    with a negative (or NaN) entry raises ``ValueError``; under ``jit`` the value is NaN (the formula
+    there is no penalty: ``B(-1, 0) = 1/2`` and ``B(-1, 1) = 2``, while ``B(-1, -1)`` would vanish).
 
     Example:
       >>> u = jnp.array([[-1.0, 2.0]])
       >>> float(fenchel_penalty(jax.nn.relu(u), u))
       0.0
     """
-    return jnp.sum(fenchel_rows(V, U))
+    V, U = jnp.asarray(V), jnp.asarray(U)
+    if _checks.is_concrete(V) and not np.all(np.asarray(V) >= 0):
+        raise ValueError(
+            f"V must be non-negative (ReLU post-activations): the Fenchel-Young penalty B(V, U) is defined for "
+            f"V >= 0, got min(V) = {float(np.nanmin(np.asarray(V), initial=np.inf))!r} "
+            f"({int(np.sum(~(np.asarray(V) >= 0)))} entries negative or NaN)"
+        )
+    return jnp.where(jnp.all(V >= 0), fenchel_sum(V, U), jnp.nan)
 
 
 def xlogy_rows(Y, Z):
