@@ -405,8 +405,13 @@ def sample_knockoffs_factor(key, X, model, s, *, mu=None, num_knockoffs=1):
 # --------------------------------------------------------------------------
 
 
+def _is_factor_pair(Sigma) -> bool:
+    """A ``(d, U)`` pair (``d`` 1-D, ``U`` 2-D), as :func:`sample_knockoffs_factor` takes; not a 2 x 2 nested list."""
+    return isinstance(Sigma, (tuple, list)) and len(Sigma) == 2 and np.ndim(Sigma[0]) == 1 and np.ndim(Sigma[1]) == 2
+
+
 def _sampler_spec(X, Sigma, s, mu, m: int = 1):
-    if isinstance(Sigma, FactorModel):
+    if isinstance(Sigma, FactorModel) or _is_factor_pair(Sigma):
         X, d, U, s, mu = _validate_factor(X, Sigma, s, mu, m)
         return "factor", X, (d, U, s), mu, U.shape[1]
     X, Sig, s, mu = _validate_dense(X, Sigma, s, mu, m)
@@ -446,7 +451,7 @@ def replicate_plan(X, Sigma, s, *, mu=None, force_recursion: bool = False, num_k
     stage of :func:`jaxknock.knockoff_filter`, benchmarks and tests):
     ``draw_replicate(key, replicate_plan(X, Sigma, s))`` equals
     ``sample_knockoffs(key, X, Sigma, s)`` (or ``sample_knockoffs_factor``
-    for a :class:`jaxknock.FactorModel`). The plan is a pytree of arrays
+    for a :class:`jaxknock.FactorModel` or a ``(d, U)`` pair). The plan is a pytree of arrays
     (the conditional mean and the factor of ``Omega``), so it can be
     broadcast to devices; :func:`plan_bytes` gives its memory estimate.
 
@@ -550,7 +555,7 @@ def sample_replicates(
 
     Replicate ``r`` is exactly ``sampler(jax.random.split(key, R)[r], X, Sigma, s)``
     with ``sampler`` = :func:`sample_knockoffs_factor` if ``Sigma`` is a
-    :class:`jaxknock.FactorModel`, else :func:`sample_knockoffs`; the chunking
+    :class:`jaxknock.FactorModel` or a ``(d, U)`` pair, else :func:`sample_knockoffs`; the chunking
     never changes the numbers. The factorisation of ``Omega`` and the
     conditional mean are computed once and shared by all replicates.
 
@@ -568,7 +573,8 @@ def sample_replicates(
     Args:
         key: a ``jax.random`` key.
         X: ``(n, p)`` observations.
-        Sigma: ``(p, p)`` covariance or a :class:`jaxknock.FactorModel`.
+        Sigma: ``(p, p)`` covariance, or a :class:`jaxknock.FactorModel` or
+            ``(d, U)`` pair (as :func:`sample_knockoffs_factor` takes).
         s: ``(p,)`` feasible vector (or ``Solution``).
         num_replicates: ``R >= 1``.
         mu: row mean (``None``: column means of ``X``).

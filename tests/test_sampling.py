@@ -294,6 +294,22 @@ def test_sample_replicates_matches_vmap(which, small_problem):
     np.testing.assert_allclose(jnp.concatenate(chunks), ref, rtol=1e-12, atol=1e-12)
 
 
+def test_sample_replicates_takes_a_d_u_pair_as_the_factor_sampler_does(small_problem):
+    """``sample_knockoffs_factor`` takes a ``(d, U)`` pair; ``sample_replicates`` / ``replicate_plan`` sent one
+    to the dense path ("Sigma must be a numeric array: ... inhomogeneous shape"). A 2 x 2 nested list stays
+    a dense ``Sigma``."""
+    X, _, model, s = small_problem
+    key = jax.random.key(3)
+    ref = sample_replicates(key, X, model, s, 3)
+    for pair in ((model.d, model.U), [np.asarray(model.d), np.asarray(model.U)]):
+        np.testing.assert_array_equal(sample_replicates(key, X, pair, s, 3), ref)
+    X2 = np.asarray(X)[:, :2]
+    dense = sample_replicates(key, X2, [[1.0, 0.5], [0.5, 1.0]], np.full(2, 0.5), 2)
+    np.testing.assert_array_equal(
+        dense, sample_replicates(key, X2, np.array([[1.0, 0.5], [0.5, 1.0]]), np.full(2, 0.5), 2)
+    )
+
+
 def test_sample_replicates_memory(monkeypatch, small_problem):
     X, Sigma, model, s = small_problem
     n, p = X.shape
