@@ -75,8 +75,12 @@ def _valid_level(fdr):
     return (fdr > 0) & (fdr < 1)
 
 
-def _fdp_estimates(w, plus):
-    """Candidate thresholds ``t = |w_j|`` and the knockoff(+) FDP estimate at each (one sort, binary searches)."""
+def fdp_estimates(w, plus):
+    """Candidate thresholds ``t = |w_j|`` and the knockoff(+) FDP estimate at each (one sort, binary searches).
+
+    ``(plus + #{w_j <= -t}) / max(1, #{w_j >= t})`` for one row ``w``; the thresholds, the smallest
+    selecting level and :class:`~jaxknock.Selection`'s explanation all read it from here.
+    """
     ws = jnp.sort(w)
     t = jnp.abs(w)
     n_pos = w.shape[-1] - jnp.searchsorted(ws, t, side="left")  # #{W >= t}
@@ -98,7 +102,7 @@ def _threshold_found(W, fdr, *, plus):
     """
 
     def one(w):
-        t, ratio = _fdp_estimates(w, plus)
+        t, ratio = fdp_estimates(w, plus)
         ok = (ratio <= fdr) & (t > 0)
         # a NaN statistic (a failed fit, unseen under jit) or a traced level outside (0, 1): NaN
         # threshold, so W >= T selects nothing
@@ -147,7 +151,7 @@ def knockoff_min_fdr(W, *, plus: bool = True):
 @functools.partial(jax.jit, static_argnames=("plus",))
 def _min_fdr(W, *, plus):
     def one(w):
-        t, ratio = _fdp_estimates(w, plus)
+        t, ratio = fdp_estimates(w, plus)
         # a NaN statistic (a failed fit, unseen under jit): NaN, not a level computed around it
         return jnp.where(jnp.any(jnp.isnan(w)), jnp.nan, jnp.min(jnp.where(t > 0, ratio, jnp.inf)))
 

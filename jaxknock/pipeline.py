@@ -222,21 +222,23 @@ def _best_thresholds(W, m, plus):
     """``(t, k, neg)`` of the threshold with the smallest knockoff(+) FDP estimate, median over replicates.
 
     For each row of ``W`` ``(R, u)``: over ``t`` in ``{|W_j| > 0}`` the estimate
-    ``(plus + #{W_j <= -t}) / (m max(1, #{W_j >= t}))`` is smallest at ``t``
-    (the smallest such ``t`` on ties: the largest set); ``k = #{W_j >= t}`` and
-    ``neg = #{W_j <= -t}`` there. ``(inf, 0, 0)`` for a row without a non-zero statistic.
+    (:func:`jaxknock.filter.fdp_estimates`; the multi-knockoff one is it divided by ``m``, the same
+    minimiser) is smallest at ``t`` (the smallest such ``t`` on ties: the largest set);
+    ``k = #{W_j >= t}`` and ``neg = #{W_j <= -t}`` there. ``(inf, 0, 0)`` for a row without a
+    non-zero statistic.
     """
     rows = []
-    for w in np.asarray(W, dtype=np.float64):
-        ts = np.unique(np.abs(w[np.isfinite(w) & (w != 0)]))
-        if ts.size == 0:
+    for row in np.asarray(W):
+        w = jnp.asarray(row)  # the counts below compare in the dtype the thresholds come in (float32 without x64)
+        t, est = (np.asarray(a) for a in _filter.fdp_estimates(w, plus))
+        w = np.asarray(w)
+        keep = np.isfinite(t) & (t > 0)
+        if not keep.any():
             rows.append((np.inf, 0, 0))
             continue
-        pos = np.sum(w[None, :] >= ts[:, None], axis=1)
-        neg = np.sum(w[None, :] <= -ts[:, None], axis=1)
-        est = (float(plus) + neg) / (m * np.maximum(pos, 1))
-        i = int(np.argmin(est))  # the first minimum: the smallest t, the largest set
-        rows.append((float(ts[i]), int(pos[i]), int(neg[i])))
+        t, est = t[keep], est[keep]
+        best = t[np.lexsort((t, est))[0]]  # the smallest estimate, then the smallest t
+        rows.append((float(best), int(np.sum(w >= best)), int(np.sum(w <= -best))))
     t, k, neg = (np.median([r[c] for r in rows]) for c in range(3))
     return float(t), int(k), int(neg)
 
