@@ -457,6 +457,12 @@ def check_cholesky(Sigma, name: str = "Sigma"):
         ) from None
 
 
+def symmetric_flag(S, *, rtol: float = _SYMMETRY_RTOL) -> jax.Array:
+    """Traced twin of :func:`check_symmetric`: ``max |S - S^T| <= rtol max(max |S|, 1e-300)`` per matrix."""
+    asym = jnp.max(jnp.abs(S - jnp.swapaxes(S, -1, -2)), axis=(-2, -1))
+    return asym <= rtol * jnp.maximum(jnp.max(jnp.abs(S), axis=(-2, -1)), 1e-300)
+
+
 def traced_sigma_code(Sigma, *, rtol: float = 1e-8) -> jax.Array:
     """``RESULTS`` code for the values of ``Sigma`` that :func:`validate_sigma` cannot see under ``jit``.
 
@@ -469,10 +475,8 @@ def traced_sigma_code(Sigma, *, rtol: float = 1e-8) -> jax.Array:
     Solvers combine it with their own code by :func:`combine_codes`.
     """
     finite = jnp.all(jnp.isfinite(Sigma), axis=(-2, -1))
-    asym = jnp.max(jnp.abs(Sigma - jnp.swapaxes(Sigma, -1, -2)), axis=(-2, -1))
-    scale = jnp.maximum(jnp.max(jnp.abs(Sigma), axis=(-2, -1)), 1e-300)
     diag_ok = jnp.all(jnp.diagonal(Sigma, axis1=-2, axis2=-1) > 0, axis=-1)
-    valid = (asym <= rtol * scale) & diag_ok
+    valid = symmetric_flag(Sigma, rtol=rtol) & diag_ok
     return jnp.where(~finite, RESULTS.nonfinite, jnp.where(valid, RESULTS.successful, RESULTS.infeasible)).astype(
         jnp.int32
     )

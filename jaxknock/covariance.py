@@ -433,7 +433,7 @@ def _fit_factor_model(Sigma, rank, max_steps, tol, min_diag):
     S = jnp.ldexp(Sigma, -e)
     finite = jnp.all(jnp.isfinite(S))
     # check_symmetric's test (on Sigma / 4^e, exact): eigh would silently use one triangle of an asymmetric one
-    symmetric = jnp.max(jnp.abs(S - S.T)) <= 1e-8 * jnp.max(jnp.abs(S))
+    symmetric = _checks.symmetric_flag(S)
     d, U, obj, rel, result, steps, psd, eig_min, eig_rel = _fit_factor_model_unit(
         S, rank, max_steps, tol, jnp.ldexp(jnp.asarray(min_diag, Sigma.dtype), -e), symmetric
     )
