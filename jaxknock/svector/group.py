@@ -341,6 +341,9 @@ def _group_sdp(norm: _Normalised, c, tol, max_steps):
     def expand(gamma):
         return jnp.repeat(gamma, b) * maskf
 
+    def group_sums(x):  # (n,) -> (G,): the adjoint of expand
+        return jnp.sum((x * maskf).reshape(G, b), axis=1)
+
     def chol(gamma):
         return jnp.linalg.cholesky(c * Cf - jnp.diag(expand(gamma)))
 
@@ -355,7 +358,7 @@ def _group_sdp(norm: _Normalised, c, tol, max_steps):
         #     congruence of M (so PSD) that lifts every group's diagonal to at least |g|: off the
         #     central path (or with M rounded near the boundary) the groups with t M_gg < |g| cost
         #     their whole deficit in (1) but only gamma_g times it here. t near mu.
-        per_group = jnp.sum((jnp.diagonal(M) * maskf).reshape(G, b), axis=1)
+        per_group = group_sums(jnp.diagonal(M))
         K = c * M * Cf
         ts = jnp.concatenate([w / per_group, mu[None]])
         plain = ts * jnp.sum(K) + jnp.sum(jnp.maximum(0.0, w[None, :] - ts[:, None] * per_group[None, :]), axis=1)
@@ -395,7 +398,7 @@ def _group_sdp(norm: _Normalised, c, tol, max_steps):
         gamma, mu = state.gamma, state.mu
         L = chol(gamma)
         M = inverse(L)
-        dM = jnp.sum((jnp.diagonal(M) * maskf).reshape(G, b), axis=1)
+        dM = group_sums(jnp.diagonal(M))
         grad = w + mu * (-dM + 1.0 / gamma - 1.0 / (1.0 - gamma))
         M2 = (M * M * maskf[:, None] * maskf[None, :]).reshape(G, b, G, b).sum(axis=(1, 3))
         H = mu * (M2 + jnp.diag(1.0 / gamma**2 + 1.0 / (1.0 - gamma) ** 2))  # -Hessian, PD
@@ -443,7 +446,7 @@ def _group_sdp(norm: _Normalised, c, tol, max_steps):
         # exact coordinate descent from the best candidate lowers the interior groups to exactly
         # |g| and leaves the others; every v gives a valid bound, evaluated in full at the end.
         M = inverse(chol(gamma))
-        per_group = jnp.sum((jnp.diagonal(M) * maskf).reshape(G, b), axis=1)
+        per_group = group_sums(jnp.diagonal(M))
         K = c * M * Cf * maskf[:, None] * maskf[None, :]
         Kb = K.reshape(G, b, G, b).sum(axis=(1, 3))
         Kb = 0.5 * (Kb + Kb.T)
@@ -501,9 +504,6 @@ def _group_sdp(norm: _Normalised, c, tol, max_steps):
         last = min(k_sub, n - 1)
         widest = jnp.argmax(positive[1 : last + 1] / positive[:last]) + 1 if last > 0 else jnp.int32(k_sub)
         sizes = jnp.concatenate([jnp.asarray(sub_sizes, jnp.int32), jnp.reshape(widest, (1,)).astype(jnp.int32)])
-
-        def group_sums(x):  # (n,) -> (G,)
-            return jnp.sum((x * maskf).reshape(G, b), axis=1)
 
         def weights(r):
             Vr = V * (jnp.arange(k_sub) < r)[None, :]
