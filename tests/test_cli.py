@@ -177,7 +177,7 @@ def test_select_ebh_frequency_counts_nonzero_evalues(reg_npz, capsys):
     # non-zero e-value (W >= T at fdr / 2), not those selecting at fdr (it read "selected in 100%" for
     # features e-BH itself could not select)
     from jaxknock import Solution
-    from jaxknock.cli.select import _summarise
+    from jaxknock.cli.select import summarise_selection
     from jaxknock.pipeline import Selection
 
     rng = np.random.default_rng(3)
@@ -191,7 +191,7 @@ def test_select_ebh_frequency_counts_nonzero_evalues(reg_npz, capsys):
     s_sol = Solution(np.ones(p), np.int32(0), {})
     settings = {"fdr": fdr, "aggregate": "ebh", "plus": True}
     sel = Selection(np.arange(p), everything, W, at_fdr, s_sol, None, {}, settings)
-    selections, *_ = _summarise(sel, [f"f{j}" for j in range(p)])
+    selections, *_ = summarise_selection(sel, [f"f{j}" for j in range(p)])
     got = np.array([s["frequency"] for s in sorted(selections, key=lambda s: s["index"])])
     np.testing.assert_allclose(got, expected)
 

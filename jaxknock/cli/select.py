@@ -12,7 +12,7 @@ from jaxknock.cli.progress import Progress, Ticker, progress_enabled
 from jaxknock.cli.report import device, print_table, sha256, versions, write_json
 from jaxknock.cli.tables import load_table, preview, resolve_target
 
-__all__ = ["METHODS", "run_select"]
+__all__ = ["METHODS", "run_select", "summarise_selection"]
 
 
 def _check_design(path, names, X, j_target, *, method):
@@ -184,7 +184,7 @@ def _group_options(args, p) -> dict:
     return opts
 
 
-def _summarise(sel, features):
+def summarise_selection(sel, features):
     """Selected features ordered by mean ``W`` (with their selection frequency) and the S-vector summary.
 
     The frequency of a feature is the fraction of replicates whose own knockoff(+) filter selects it: at
@@ -310,7 +310,7 @@ def run_select(args) -> int:
     sel = _run_filter(args, method, X, y)
     t_filter = time.perf_counter() - t0
 
-    summary = _summarise(sel, features)
+    summary = summarise_selection(sel, features)
     selections, s_info = summary[0], summary[1]
     _print_selection(args, selections, p)
     if not selections:
