@@ -177,11 +177,13 @@ class FactorFit(NamedTuple):
 # --------------------------------------------------------------------------
 
 
-def _check_data(X, name="X"):
+def _check_data(X, name="X", *, min_rows=2):
+    """A finite 2-D data array with ``min_rows`` rows (2 to estimate a mean and a spread; 1 when
+    the data are assumed centred: ``x x^T`` is then the covariance of one sample) and a column."""
     X = _checks.as_float_array(X, name)
     _checks.check_ndim(X, 2, name, "a 2-D (n_samples, n_features) array")
-    if X.shape[0] < 2:
-        raise ValueError(f"{name} needs at least 2 rows (samples), got shape {tuple(X.shape)}")
+    if X.shape[0] < min_rows:
+        raise ValueError(f"{name} needs at least {min_rows} rows (samples), got shape {tuple(X.shape)}")
     if X.shape[1] < 1:  # was JAX's "zero-size array to reduction operation max", naming nothing
         raise ValueError(f"{name} needs at least 1 column (feature), got shape {tuple(X.shape)}")
     _checks.check_finite(X, name)
@@ -203,8 +205,9 @@ def empirical_covariance(X, *, assume_centered: bool = False) -> jax.Array:
     Example:
         >>> S = empirical_covariance(jnp.ones((5, 3)) + jnp.arange(5.)[:, None])
     """
-    X = _check_data(X)
-    return _empirical_covariance(X, _checks.static_flag(assume_centered, "assume_centered"))
+    assume_centered = _checks.static_flag(assume_centered, "assume_centered")
+    X = _check_data(X, min_rows=1 if assume_centered else 2)
+    return _empirical_covariance(X, assume_centered)
 
 
 def _empirical_covariance(X, assume_centered):
@@ -246,8 +249,9 @@ def ledoit_wolf(X, *, assume_centered: bool = False):
         >>> Sigma.shape
         (10, 10)
     """
-    X = _check_data(X)
-    return _ledoit_wolf(X, _checks.static_flag(assume_centered, "assume_centered"))
+    assume_centered = _checks.static_flag(assume_centered, "assume_centered")
+    X = _check_data(X, min_rows=1 if assume_centered else 2)
+    return _ledoit_wolf(X, assume_centered)
 
 
 @jax.jit

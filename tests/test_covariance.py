@@ -296,6 +296,17 @@ def test_estimators_name_x_without_columns():
             estimator(np.zeros((5, 0)))
 
 
+def test_estimators_of_centred_data_take_one_row():
+    # assume_centered=True needs no mean: one sample's x x^T is its covariance (scikit-learn returns it,
+    # with shrinkage 0); both estimators asked for 2 rows whatever the flag. Uncentred, 2 rows stay needed.
+    x = np.array([[1.0, -2.0, 3.0]])
+    for estimator in (empirical_covariance, lambda X, **kw: ledoit_wolf(X, **kw).covariance):
+        np.testing.assert_allclose(estimator(x, assume_centered=True), np.outer(x, x), rtol=1e-15)
+        with pytest.raises(ValueError, match="X needs at least 2 rows"):
+            estimator(x)
+    assert float(ledoit_wolf(x, assume_centered=True).shrinkage) == 0.0
+
+
 # ------------------------- estimate_factor_model refuses an indefinite Sigma (not positive semidefinite)
 
 
