@@ -37,6 +37,7 @@ import numpy as np
 from jax import lax
 
 from jaxknock import _aot, _checks, _precision
+from jaxknock._scaling import pow2_exponent
 from jaxknock._solution import Solution, raise_if_failed
 from jaxknock.l1 import working_set as _working_set
 from jaxknock.l1.cv import check_patience, cv_solve
@@ -517,6 +518,11 @@ def marginal_correlation(Xk, y, *, method: str = "difference", num_knockoffs: in
 
 @functools.partial(jax.jit, static_argnames=("method", "copies"))
 def _marginal_jit(Xk3, y, *, method, copies=2):
+    # the correlation does not depend on the units of a column or of y, but its sums of squares do: a column
+    # (or y) in units of 1e20 or 1e-20 overflowed or flushed to zero in float32 (1e160 in float64) and scored 0;
+    # each is first scaled by an exact power of two to a maximum magnitude in [0.5, 1)
+    Xk3 = jnp.ldexp(Xk3, -pow2_exponent(jnp.max(jnp.abs(Xk3), axis=-2, keepdims=True)))
+    y = jnp.ldexp(y, -pow2_exponent(jnp.max(jnp.abs(y))))
     Xc = Xk3 - jnp.mean(Xk3, axis=-2, keepdims=True)
     yc = y - jnp.mean(y)
     cov = jnp.einsum("rnm,n->rm", Xc, yc, precision=_HI)

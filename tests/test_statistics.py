@@ -239,6 +239,23 @@ def test_float64_host_design_with_an_offset_gives_the_centred_statistics():
     np.testing.assert_allclose(shifted, ref, atol=2e-6)
 
 
+def test_marginal_correlation_does_not_depend_on_the_units_of_a_column_or_of_y():
+    """Pearson's correlation is scale-free, but its sums of squares are not: in float32 a column in units of
+    1e20 (squares overflow) or 1e-20 (squares flush to zero), or such a y, scored |r| = 0 (W moved by 0.34);
+    float64 failed the same way at 1e160. Each is now scaled by an exact power of two first."""
+    rng = np.random.default_rng(1)
+    Xk = rng.standard_normal((40, 4))
+    y = 2 * Xk[:, 0] - Xk[:, 1] + rng.standard_normal(40)
+    big_small = Xk * np.array([1e20, 1e-20, 1.0, 1e-20])
+    with jax.enable_x64(False):
+        ref = np.asarray(S.marginal_correlation(Xk.astype(np.float32), y.astype(np.float32)))
+        for A, b in ((big_small, y), (Xk, 1e20 * y), (Xk, 1e-20 * y)):
+            W = np.asarray(S.marginal_correlation(A.astype(np.float32), b.astype(np.float32)))
+            np.testing.assert_allclose(W, ref, atol=1e-6)
+    W = np.asarray(S.marginal_correlation(Xk * np.array([1e160, 1e-160, 1.0, 1.0]), y))
+    np.testing.assert_allclose(W, np.asarray(S.marginal_correlation(Xk, y)), atol=1e-14)
+
+
 def test_statistics_on_zero_rows_name_xk():
     with pytest.raises(ValueError, match="Xk needs at least 2 rows"):
         S.marginal_correlation(np.zeros((0, 2)), np.zeros(0))
