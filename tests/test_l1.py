@@ -13,6 +13,7 @@ import jaxknock
 import jaxknock.l1 as L
 from jaxknock import RESULTS
 from jaxknock.l1 import solvers
+from jaxknock.l1.folds import stratified_kfold_ids
 
 SOLVERS = ["cd", "fista"]
 
@@ -205,6 +206,24 @@ def test_logistic_cv_equals_manual_folds():
     best = int(np.argmin(errs.mean(1)))
     assert int(sol.stats["lam_index"]) == best
     np.testing.assert_allclose(sol.value, fit(X, y, lambdas[best]).coef_[0], atol=1e-5)
+
+
+def test_logistic_cv_is_equivariant_to_a_label_swap_and_a_row_permutation():
+    """Metamorphic relations of the cross-validated l1-logistic fit: swapping the labels 0 <-> 1 keeps the
+    stratified folds (classes are numbered by first appearance) and negates the coefficients; permuting the
+    rows together with their fold ids changes nothing (to rounding)."""
+    X, y = _classification(seed=4, n=90)
+    lambdas = np.geomspace(0.1, 0.01, 6)
+    ids = stratified_kfold_ids(y, 3)
+    ref = L.lasso_cv(X, y, loss="logistic", folds=3, lambdas=lambdas, tol=1e-12)
+    swapped = L.lasso_cv(X, 1 - y, loss="logistic", folds=3, lambdas=lambdas, tol=1e-12)
+    perm = np.random.default_rng(0).permutation(90)
+    permuted = L.lasso_cv(X[perm], y[perm], loss="logistic", folds=ids[perm], lambdas=lambdas, tol=1e-12)
+    assert int(swapped.stats["lam_index"]) == int(permuted.stats["lam_index"]) == int(ref.stats["lam_index"])
+    np.testing.assert_allclose(swapped.value, -ref.value, atol=1e-9)
+    np.testing.assert_allclose(swapped.stats["intercept"], -ref.stats["intercept"], atol=1e-9)
+    np.testing.assert_allclose(permuted.value, ref.value, atol=1e-9)
+    np.testing.assert_allclose(permuted.stats["cv_error"], ref.stats["cv_error"], rtol=1e-9)
 
 
 def test_explicit_fold_ids_and_kfold():
