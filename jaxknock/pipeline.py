@@ -392,7 +392,10 @@ def knockoff_filter(
     class still give every fold both classes); more than two
     non-numeric labels, or 3 to 20 distinct integers (class labels), are
     rejected with a ``ValueError`` (pass ``y.astype(float)`` to fit integers as
-    a continuous response). ``X`` is standardised first.
+    a continuous response). ``X`` is standardised first, and a continuous ``y``
+    reaches ``"lcd"`` / ``"lsm"`` scaled by an exact power of two to unit spread
+    (``lam``, ``W`` and the statistic's stats stay in ``y``'s units), so the
+    selection depends on the units of neither.
 
     Precision: float64 only in the S solve, because the SDP / ASDP / factor
     solvers work next to the boundary of feasibility (nearly singular
@@ -562,6 +565,7 @@ def knockoff_filter(
 
     loss = "logistic" if binary else "squared"
     fused = chunk_size is not None or _mesh.wants_sharding(devices, mesh)
+    y, lam, y_exponent = _inputs.scale_response(y, binary, statistic, lam)  # the lasso grid's floor is absolute
     with _checks.trusted_values(certified):
         W, stat_sol, stage_times = replicate_stage(
             k_samp,
@@ -580,6 +584,7 @@ def knockoff_filter(
             mesh=mesh,
             chunk_size=chunk_size,
         )
+    W, stat_sol = _inputs.unscale_statistics(W, stat_sol, y_exponent)
     settings = dict(
         fdr=fdr,
         s_method=s_method,
@@ -795,11 +800,13 @@ def _grouped_or_multi_filter(
     Xk = jnp.concatenate([jnp.broadcast_to(Xs, (R, n, p)), Xt.reshape(R, n, m * p)], axis=-1)
     loss = "logistic" if binary else "squared"
     t0 = time.perf_counter()
+    y, lam, y_exponent = _inputs.scale_response(y, binary, statistic, lam)
     # statistic is lcd, lsm or correlation here ('centroid' is refused above)
     scores, stat_sol = _statistics(
         Xk, y, lam, statistic=statistic, loss=loss, lasso_tol=lasso_tol, cv_patience=cv_patience,
         folds=_inputs.statistic_folds(y, binary, statistic, lam), num_knockoffs=m,
     )  # fmt: skip
+    scores, stat_sol = _inputs.unscale_statistics(scores, stat_sol, y_exponent)
     if groups is not None:
         scores = _multi.group_statistics(scores, g)
     scores = jax.block_until_ready(scores)

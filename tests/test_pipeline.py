@@ -199,6 +199,22 @@ def test_empty_selection_carries_an_explanation(key):
     assert len(strong.selected) > 0 and strong.explanation is None
 
 
+def test_the_lasso_statistics_do_not_depend_on_the_units_of_y(key):
+    """X is standardised, y was not. With y in units of 1e-16 the cross-validated lcd / lsm grids fell under
+    their absolute floor (lambda_max <= 1e-15): W = 0 and nothing selected ([0 1 2 8] of 10 in ordinary
+    units); in units of 1e-160 (lam scaled too) the squared residuals flushed to zero and the lasso stopped
+    at once, "successful", with W = 0. A continuous y now reaches the lasso statistics at unit spread (an
+    exact power of two) and W comes back in y's units. The settings are those of the test above."""
+    X, y, _ = make_data()
+    ref = knockoff_filter(key, X, y, fdr=0.2, s_method="equicorrelated", statistic="lcd", lam=0.05)
+    sel = knockoff_filter(key, X, 1e-160 * y, fdr=0.2, s_method="equicorrelated", statistic="lcd", lam=0.05e-160)
+    assert len(ref.selected) > 0
+    np.testing.assert_array_equal(sel.selected, ref.selected)
+    np.testing.assert_allclose(np.asarray(sel.W), 1e-160 * np.asarray(ref.W), rtol=1e-9, atol=1e-175)
+    coef, ref_coef = (np.asarray(s.statistic_solution.stats["coef"]) for s in (sel, ref))
+    np.testing.assert_allclose(coef, 1e-160 * ref_coef, rtol=1e-9, atol=1e-175)
+
+
 # --- labels, dtypes and levels the way users pass them (issue 19, class 3) ---
 
 
