@@ -132,6 +132,21 @@ def test_maxent_matches_cvxpy_and_gap_bounds(problem, m):
     assert 0 <= true_gap <= float(early.stats["gap"]) + 1e-9
 
 
+def test_maxent_objective_is_that_of_the_returned_s_on_the_correlation_scale(problem):
+    # stats["objective"] was that of the padded, block-whitened problem: each padding slot added -log m and the
+    # whitening -(m + 1) log det R_gg, so it was not the objective of the S returned (here 8.76 off; a
+    # block-diagonal Sigma's was not the sum of its blocks', m = 2: 9 log 2 = 6.24 off), nor was the tolerance
+    # gap <= tol max(1, |objective|) that it sets
+    Sigma, g = problem
+    m, c = 2, 1.5
+    D = np.linspace(0.5, 3.0, len(g))
+    sol = group_s_matrix(Sigma * np.outer(D, D), g, method="maxent", num_knockoffs=m, tol=1e-10)
+    S = np.asarray(sol.value.dense()) / np.outer(D, D)  # back to the correlation scale of Sigma
+    value = np.linalg.slogdet(c * Sigma - S)[1]
+    value += m * sum(np.linalg.slogdet(S[np.ix_(g == j, g == j)])[1] for j in range(g.max() + 1))
+    assert abs(float(sol.stats["objective"]) - value) <= 1e-8
+
+
 def test_sdp_matches_cvxpy(problem):
     Sigma, g = problem
     sol = group_s_matrix(Sigma, g, method="sdp", tol=1e-8)
