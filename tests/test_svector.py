@@ -149,6 +149,24 @@ def test_covariance_input_is_rescaled():
     np.testing.assert_allclose(s_cov, s_corr * scale**2, rtol=1e-5, atol=1e-9)
 
 
+def test_permutation_equivariance_with_ties():
+    # equicorrelated blocks: the SDP optimum need not be unique, so the objectives of C and P C P^T must agree
+    # to the certified gaps, and each s be feasible for its own matrix
+    blocks = [(4, 0.8), (3, 0.95), (4, 0.8), (6, 0.5), (8, 0.9)]
+    C = np.zeros((25, 25))
+    start = 0
+    for k, r in blocks:
+        C[start : start + k, start : start + k] = (1 - r) * np.eye(k) + r
+        start += k
+    perm = np.random.default_rng(0).permutation(25)
+    sol, permuted = sdp(C), sdp(C[np.ix_(perm, perm)])
+    assert int(sol.result) == int(permuted.result) == RESULTS.successful
+    f, g = float(sol.stats["objective"]), float(permuted.stats["objective"])
+    assert abs(f - g) <= float(sol.stats["gap"]) + float(permuted.stats["gap"])
+    for M, s in ((C, sol.value), (C[np.ix_(perm, perm)], permuted.value)):
+        assert np.linalg.eigvalsh(2 * M - np.diag(np.asarray(s)))[0] >= -1e-12
+
+
 @pytest.mark.parametrize("p", [80, 300])  # 300: several coordinate blocks of 256, the last one padded
 def test_sdp_factor_matches_dense(p):
     rng = np.random.default_rng(0)
