@@ -553,7 +553,7 @@ class GroupMaxentState(NamedTuple):
     S: jax.Array  # (G, b, b) whitened blocks S~_g
     Zb: jax.Array  # (G, b, b) diagonal blocks of (c C - S~)^-1
     gap: jax.Array  # () certified gap
-    objective: jax.Array  # () logdet(c R - S) + m sum_g logdet S_g on the correlation scale R, real slots
+    objective: jax.Array  # () logdet(c C - S~) + m sum_g logdet S~_g over the real (unpadded) slots
 
 
 def _group_maxent(norm: _Normalised, c, m, tol, max_steps):
@@ -581,11 +581,12 @@ def _group_maxent(norm: _Normalised, c, m, tol, max_steps):
         return jnp.einsum("gij,gh->gihj", S, jnp.eye(G, dtype=S.dtype)).reshape(n, n)
 
     real = norm.mask.astype(Cf.dtype)
-    # the objective of the real slots on the correlation scale: the padding slots are independent of
-    # everything (their Cholesky diagonals are sqrt(c - s), sqrt(s)) and are left out, and the whitening
-    # shifts every log det by log det R_gg = 2 sum log diag L_g. With the padding (each slot -log m at
-    # its optimum) the objective depended on the padded layout: a block-diagonal Sigma's was not the sum
-    # of its blocks' (m = 2: 6.24 off), and nor was the tolerance gap <= tol max(1, |objective|)
+    # the objective of the real slots: the padding slots are independent of everything (their Cholesky
+    # diagonals are sqrt(c - s), sqrt(s)) and are left out (each added -log m at its optimum: the objective
+    # depended on the padded layout, and a block-diagonal Sigma's was not the sum of its blocks'). The
+    # iteration and the tolerance use the whitened one (C_gg = I); stats report the correlation scale's,
+    # which the whitening shifts by (m + 1) sum_g log det R_gg: a constant that is large for strongly
+    # correlated groups (-207 for four groups of five at 0.999) and would loosen a tolerance relative to it
     whitening = (m + 1) * 2 * jnp.sum(jnp.log(jnp.diagonal(norm.L, axis1=1, axis2=2)))
 
     def evaluate(S):
@@ -595,7 +596,7 @@ def _group_maxent(norm: _Normalised, c, m, tol, max_steps):
         LA = jnp.where(good, LA, eye_n)
         LS = jnp.where(good, LS, eye_b)
         log_diag = jnp.log(jnp.diagonal(LA)).reshape(G, b) + m * jnp.log(jnp.diagonal(LS, axis1=1, axis2=2))
-        f = 2 * jnp.sum(real * log_diag) + whitening
+        f = 2 * jnp.sum(real * log_diag)
         return good, LA, f
 
     def z_blocks(LA):
@@ -638,7 +639,7 @@ def _group_maxent(norm: _Normalised, c, m, tol, max_steps):
         return state.gap <= tol * jnp.maximum(1.0, jnp.abs(state.objective)), jnp.int32(RESULTS.successful)
 
     it = iterative_solve(init, step, terminate, max_steps=max_steps)
-    stats = {"gap": it.state.gap, "objective": it.state.objective}
+    stats = {"gap": it.state.gap, "objective": it.state.objective + whitening}
     return _unwhiten(it.state.S, norm.L, norm.mask), it, stats
 
 
@@ -788,7 +789,8 @@ def group_s_matrix(
         tol: certified-gap tolerance, ``> 0``. ``"sdp"``: ``gap <= tol objective``, relative to its
             objective ``sum_g |g| gamma_g > 0`` however small. ``"maxent"`` and ``"mvr"``:
             ``gap <= tol max(1, |objective|)`` (objectives that can be negative or near zero, a
-            ``log det`` and a trace of inverses). Not used by ``"equicorrelated"``.
+            ``log det`` and a trace of inverses); for ``"maxent"`` the objective of the block-whitened
+            problem, ``stats["objective"] - (m + 1) sum_g log det R_gg``. Not used by ``"equicorrelated"``.
         max_steps: iteration limit, a positive integer (concrete).
         throw: raise ``RuntimeError`` if the solve did not succeed.
 
