@@ -390,3 +390,18 @@ def test_randsel_one_feature_is_named_as_such():
     X, y = _xor(0, n=40, irrelevant=2)
     with pytest.raises(ValueError, match="X needs at least 2 features, got 1"):
         randsel(jax.random.key(0), X[:, :1], y, num_subsamples=4)
+
+
+def test_measures_invariant_to_sample_order_and_feature_order():
+    # kernels of the rows: reordering the samples (X and y together) or the features changes nothing
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((30, 4))  # test_kta_matches_numpy's shape: its compiled program
+    X[:, 3] = X[:, 0]  # a duplicated column
+    y = (X[:, 0] + rng.standard_normal(30) > 0).astype(float)
+    rows, cols = rng.permutation(30), rng.permutation(4)
+    for fn in (kernel_target_alignment, lambda X, y: hsic(X, y, unbiased=True)):
+        ref = float(fn(X, y))
+        np.testing.assert_allclose(float(fn(X[rows], y[rows])), ref, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(float(fn(X[:, cols], y)), ref, rtol=1e-12, atol=1e-15)
+    # the centred alignment does not see the coding of two classes ({0, 1} or {-1, 1})
+    np.testing.assert_allclose(float(kernel_target_alignment(X, 2 * y - 1)), float(kernel_target_alignment(X, y)))

@@ -720,3 +720,25 @@ def test_traced_classes_are_named():
         jax.jit(lambda X, y, c: sparse_naive_bayes(X, y, 1, classes=c).result)(X, y, jnp.array([0, 1]))
     cls = jnp.array([0, 1])
     assert int(jax.jit(lambda X, y: sparse_naive_bayes(X, y, 1, classes=cls).result)(X, y)) == RESULTS.successful
+
+
+@pytest.mark.parametrize("model", ["multinomial", "bernoulli"])
+def test_renamed_and_reordered_classes_give_the_same_classifier(model):
+    # the labels are names: renaming them (strings), or fixing another class order (classes=, and sums
+    # merged from pieces with their classes in different orders) permutes the rows of theta and nothing else
+    rng = np.random.default_rng(11)
+    X, y = _count_data(rng, 60, 10, 3)  # the classes and features of test_chunked_sums_equal_one_shot's fit
+    X = X if model == "multinomial" else (X > 1).astype(int)
+    base = sparse_naive_bayes(X, y, 3, model=model)
+    names = np.array(["zeta", "alpha", "mu"])  # sorted: alpha (1), mu (2), zeta (0)
+    order = [2, 0, 1]
+    merged = class_sums(X[:30], y[:30], classes=order).merge(class_sums(X[30:], y[30:], classes=[1, 2, 0]))
+    for sol, labels, rows in (
+        (sparse_naive_bayes(X, names[y], 3, model=model), names, [1, 2, 0]),
+        (sparse_naive_bayes(X, y, 3, model=model, classes=order), np.arange(3), order),
+        (sparse_naive_bayes(merged, None, 3, model=model), np.arange(3), list(merged.classes)),
+    ):
+        np.testing.assert_array_equal(np.asarray(sol.value.support), np.asarray(base.value.support))
+        np.testing.assert_allclose(np.asarray(sol.value.theta), np.asarray(base.value.theta)[rows], rtol=1e-12)
+        np.testing.assert_allclose(float(sol.stats["objective"]), float(base.stats["objective"]), rtol=1e-12)
+        np.testing.assert_array_equal(sol.value.predict(X), labels[np.asarray(base.value.predict(X))])
