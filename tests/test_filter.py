@@ -306,6 +306,15 @@ def test_knockoff_min_fdr_is_the_selection_boundary():
     assert float(knockoff_min_fdr(jnp.array([3.0, 2.0, 1.0, 0.0]))) == pytest.approx(1 / 3)
 
 
+def test_aggregate_ebh_of_float32_statistics_keeps_the_boundary_ties():
+    # 10 statistics at +5 and 6 at -5: the knockoff+ estimate at t = 5 is (1 + 6) / 10 = 0.7 exactly, so at
+    # fdr = alpha_kn = 0.7 every replicate selects the 10 and their e-value 16 / 7 meets e-BH's 16 / (10 q)
+    # exactly (float64 W: the 10; ebh on the averaged knockoff_evalues: the 10). A float32 W rounded the
+    # e-BH level to float32, below 0.7, against float64 e-values: nothing selected
+    W = np.tile(np.array([5.0] * 10 + [-5.0] * 6, np.float32), (2, 1))
+    np.testing.assert_array_equal(np.asarray(F.aggregate_ebh(W, 0.7, alpha_kn=0.7)), np.arange(16) < 10)
+
+
 def test_min_selecting_fdr_for_aggregated_replicates():
     from jaxknock.filter import min_selecting_fdr
 
