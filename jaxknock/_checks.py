@@ -79,6 +79,11 @@ def require_eager(fn: str, why: str, hint: str, **arrays):
             )
 
 
+def is_scipy_sparse(x) -> bool:
+    """Whether ``x`` is a scipy.sparse matrix or array (without importing scipy, an optional dependency)."""
+    return type(x).__module__.startswith("scipy.sparse")
+
+
 def as_float_array(x, name: str):
     """Convert to a JAX floating array (ints are promoted to the default float, half precision to float32).
 
@@ -87,6 +92,11 @@ def as_float_array(x, name: str):
     """
     if x is None or isinstance(x, (str, bytes)):
         raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}")
+    if is_scipy_sparse(x):  # has a dtype, and failed in numpy with "setting an array element with a sequence"
+        raise TypeError(
+            f"{name} is a scipy.sparse {type(x).__name__}, and this function needs a dense array: pass "
+            f"{name}.toarray() (the naive Bayes functions and estimators take sparse input as it is)"
+        )
     if not hasattr(x, "dtype"):
         try:
             x = np.asarray(x)

@@ -407,6 +407,17 @@ def test_text_response_names_y():
         jaxknock.fixed_x_knockoffs(jax.random.key(0), np.full(2, 0.2))
 
 
+def test_a_scipy_sparse_design_is_named_where_a_dense_array_is_needed():
+    # it has a dtype, so it went on to numpy: "setting an array element with a sequence", naming nothing
+    # (lasso, the kernels, the covariance estimators, knockoff_filter alike)
+    import scipy.sparse as sp
+
+    X = sp.csr_matrix(np.eye(6, 3))
+    for call in (lambda: L.lasso(X, np.arange(6.0), 0.1), lambda: jaxknock.kernel_target_alignment(X, np.arange(6.0))):
+        with pytest.raises(TypeError, match=r"X is a scipy.sparse csr_matrix.*pass X.toarray\(\)"):
+            call()
+
+
 def test_stratified_kfold_ids_equal_scikit_learns_stratified_kfold():
     import warnings
 
