@@ -618,11 +618,18 @@ def as_response(y, like_dtype, name: str = "y"):
     return as_float_array(y, name)
 
 
+def response_shape_error(shape, n: int, name: str = "y") -> ValueError:
+    """The error for a response of ``shape`` that is not ``(n,)``; a column ``(n, 1)`` is told to ravel."""
+    shape = tuple(shape)
+    hint = f" (a column: pass {name}.ravel())" if shape == (n, 1) else ""
+    return ValueError(f"{name} must have shape ({n},) to match X's {n} rows, got {shape}{hint}")
+
+
 def check_response(y, n: int, name: str = "y"):
     """``y`` as a JAX array of shape ``(n,)`` (one response or label per row of ``X``)."""
     y = jnp.asarray(y)
     if y.ndim != 1 or y.shape[0] != n:
-        raise ValueError(f"{name} must have shape ({n},) to match X's {n} rows, got {tuple(y.shape)}")
+        raise response_shape_error(y.shape, n, name)
     return y
 
 

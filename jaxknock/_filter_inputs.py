@@ -109,7 +109,7 @@ def validate_inputs(
     _checks.check_fdr(fdr)
     y_arr = np.asarray(y) if _checks.is_concrete(y) else y
     if getattr(y_arr, "ndim", None) != 1 or y_arr.shape[0] != n:
-        raise ValueError(f"y must have shape ({n},) to match X's {n} rows, got {tuple(np.shape(y_arr))}")
+        raise _checks.response_shape_error(np.shape(y_arr), n)
     if y_arr.dtype.kind in "iufb":
         _checks.check_finite(jnp.asarray(y_arr, X.dtype), "y")
     y_norm, binary = _checks.normalise_response(y_arr)

@@ -80,6 +80,8 @@ def test_bad_inputs(key):
     X, y, _ = make_data(n=50, p=10)
     with pytest.raises(ValueError, match="shape"):
         knockoff_filter(key, X, y[:-1])
+    with pytest.raises(ValueError, match=r"got \(50, 1\) \(a column: pass y.ravel\(\)\)"):
+        knockoff_filter(key, X, y[:, None])  # e.g. df[["target"]].to_numpy()
     with pytest.raises(ValueError, match="constant"):
         knockoff_filter(key, X, np.ones(50))
     with pytest.raises(ValueError, match="fdr"):
