@@ -42,26 +42,38 @@ def _release_compiled_programs():
     assert jax.config.jax_compilation_cache_dir is None, "a test enabled the persistent compilation cache"
 
 
-# Test files that take longest, slowest first (measured with --durations). With
-# ``-n auto --dist loadfile`` each file runs on one worker, handed out in
-# collection order; xdist would otherwise order files by their number of tests,
-# which left several minute-long files (README, notebooks, scikit-learn checks,
-# a handful of tests each) for the end, where one worker finished them while
-# the other idled. Longest-first keeps the workers' loads even. Files not named
-# here follow, most tests first (xdist's own order).
+# Test files that take longest, slowest first (per-file sums of --durations, session 44: test_l1_working_set.py
+# alone is a fifth of the suite's test time). With ``-n auto --dist loadfile`` each file runs on one worker,
+# handed out in this order as workers free up (longest processing time first); xdist would otherwise order
+# files by their number of tests, which left several minute-long files (README, notebooks, scikit-learn
+# checks, a handful of tests each) for the end, where one worker finished them while the other idled; and
+# a long file handed out late has the same effect. Files not named here follow, most tests first.
 SLOW_FILES_FIRST = (
-    "test_svector.py",
-    "test_notebooks.py",
-    "test_readme.py",
-    "test_lifted.py",
-    "test_sklearn.py",
-    "test_distributed.py",
-    "test_precision_transfers.py",
-    "test_sklearn_stability.py",
     "test_l1_working_set.py",
-    "test_cli.py",
-    "test_contracts.py",
+    "test_pipeline.py",
+    "test_l1.py",
+    "test_capacity.py",
     "test_filter.py",
+    "test_group_knockoffs.py",
+    "test_sampling.py",
+    "test_stability.py",
+    "test_svector.py",
+    "test_statistics.py",
+    "test_mvr_maxent.py",
+    "test_naive_bayes.py",
+    "test_contracts.py",
+    "test_default_codegen.py",
+    "test_covariance.py",
+    "test_kernels.py",
+    "test_multi_knockoffs.py",
+    "test_sdp_multi.py",
+    "test_readme.py",
+    "test_cli.py",
+    "test_group_pipeline.py",
+    "test_group_mvr.py",
+    "test_lifted.py",
+    "test_notebooks.py",
+    "test_sklearn.py",
 )
 
 
