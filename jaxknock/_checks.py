@@ -79,9 +79,9 @@ def require_eager(fn: str, why: str, hint: str, **arrays):
             )
 
 
-def is_scipy_sparse(x) -> bool:
-    """Whether ``x`` is a scipy.sparse matrix or array (without importing scipy, an optional dependency)."""
-    return type(x).__module__.startswith("scipy.sparse")
+def is_sparse(x) -> bool:
+    """A scipy.sparse matrix or array (duck-typed: ``tocsr`` and ``nnz``; scipy is not imported)."""
+    return hasattr(x, "tocsr") and hasattr(x, "nnz")
 
 
 def as_float_array(x, name: str):
@@ -92,7 +92,7 @@ def as_float_array(x, name: str):
     """
     if x is None or isinstance(x, (str, bytes)):
         raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}")
-    if is_scipy_sparse(x):  # has a dtype, and failed in numpy with "setting an array element with a sequence"
+    if is_sparse(x):  # has a dtype, and failed in numpy with "setting an array element with a sequence"
         raise TypeError(
             f"{name} is a scipy.sparse {type(x).__name__}, and this function needs a dense array: pass "
             f"{name}.toarray() (the naive Bayes functions and estimators take sparse input as it is)"

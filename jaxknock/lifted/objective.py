@@ -93,11 +93,11 @@ def fenchel_penalty(V, U):
       0.0
     """
     V, U = jnp.asarray(V), jnp.asarray(U)
-    if _checks.is_concrete(V) and not np.all(np.asarray(V) >= 0):
+    if _checks.is_concrete(V) and not np.all((v := np.asarray(V)) >= 0):
         raise ValueError(
             f"V must be non-negative (ReLU post-activations): the Fenchel-Young penalty B(V, U) is defined for "
-            f"V >= 0, got min(V) = {float(np.nanmin(np.asarray(V), initial=np.inf))!r} "
-            f"({int(np.sum(~(np.asarray(V) >= 0)))} entries negative or NaN)"
+            f"V >= 0, got min(V) = {float(np.nanmin(v, initial=np.inf))!r} ({int(np.sum(~(v >= 0)))} entries "
+            "negative or NaN)"
         )
     return jnp.where(jnp.all(V >= 0), fenchel_sum(V, U), jnp.nan)
 

@@ -11,16 +11,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock._checks import check_class_labels, is_concrete
+from jaxknock._checks import check_class_labels, is_concrete, is_sparse
 
 __all__ = ["MODELS", "is_sparse", "is_dask", "float_dtype", "label_tuple", "encode_labels", "check_values"]
 
 MODELS = ("multinomial", "bernoulli")
-
-
-def is_sparse(X) -> bool:
-    """A scipy.sparse matrix (duck-typed: ``tocsr`` and ``nnz``)."""
-    return hasattr(X, "tocsr") and hasattr(X, "nnz")
 
 
 def is_dask(X) -> bool:
