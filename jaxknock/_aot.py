@@ -73,7 +73,8 @@ def _usable(args) -> bool:
     return all(_checks.is_concrete(a) for a in jax.tree.leaves(args)) and jax.device_count() == 1
 
 
-def _key(fn, args, static) -> str:
+def program_key(fn, args, static) -> str:
+    """The exported-program cache key of ``fn`` on ``args`` (their types) and ``static`` settings."""
     leaves, tree = jax.tree.flatten(args)
     types = [str(jax.typeof(a)) for a in leaves]
     parts = (
@@ -118,7 +119,7 @@ def call(fn, *args, **static):
     directory = export_directory()
     if directory is None or not _usable(args):
         return fn(*args, **static)
-    key = _key(fn, args, static)
+    key = program_key(fn, args, static)
     path, failed = directory / f"{key}.pkl", directory / f"{key}.failed"
     exported = LOADED.get(path)
     if exported is not None:  # a warm call: no file-system access

@@ -432,7 +432,7 @@ def test_snb_csv_numeric_labels_written_differently_are_one_class(tmp_path):
     a binary target, a report of the wrong classes; ``select`` reads them as one number."""
     import argparse
 
-    from jaxknock.cli.snb import _load_snb
+    from jaxknock.cli.snb import load_snb
 
     X, y = count_table(n=24, m=4)
     labels = [["0", "-0"][i % 2] if c == 0 else ["1", "1.0", "01"][i % 3] for i, c in enumerate(y)]
@@ -440,14 +440,14 @@ def test_snb_csv_numeric_labels_written_differently_are_one_class(tmp_path):
         tmp_path / "counts.csv", ["a", "b", "c", "d", "label"], [r + [v] for r, v in zip(X.tolist(), labels)]
     )
     args = argparse.Namespace(data=path, target="label", labels=None, model="multinomial", k=2)
-    names, X_read, y_read = _load_snb(args)
+    names, X_read, y_read = load_snb(args)
     assert names == ["a", "b", "c", "d"] and np.unique(y_read).tolist() == ["0", "1"]
     np.testing.assert_array_equal(y_read == "1", y == 1)
     labels_file = tmp_path / "labels.txt"  # --labels FILE (one per line) for a sparse .npz: the same
     labels_file.write_text("\n".join(labels) + "\n")
-    from jaxknock.cli.snb import _load_labels
+    from jaxknock.cli.snb import load_labels
 
-    assert np.unique(_load_labels(labels_file)).tolist() == ["0", "1"]
+    assert np.unique(load_labels(labels_file)).tolist() == ["0", "1"]
 
 
 def test_snb_sparse_npz_matches_library(tmp_path, capsys):
@@ -856,8 +856,8 @@ def test_exported_programs_are_keyed_by_the_settings_that_change_them(tmp_path, 
             bits.append(np.asarray(_aot.call(draw, key)))
     assert not np.array_equal(*bits) and len(list(tmp_path.glob("*.pkl"))) == 2
     with jax.default_matmul_precision("highest"):
-        highest = _aot._key(draw, (key,), {})
-    assert highest != _aot._key(draw, (key,), {})
+        highest = _aot.program_key(draw, (key,), {})
+    assert highest != _aot.program_key(draw, (key,), {})
 
 
 def test_a_failed_export_in_an_unwritable_directory_is_not_retried(tmp_path, monkeypatch):
@@ -947,10 +947,10 @@ def test_a_headerless_csv_with_a_missing_value_in_its_first_row(tmp_path, capsys
 def test_a_missing_labels_file_is_named(tmp_path):
     """``snb --labels nope.txt`` said "data file 'nope.txt' does not exist" (the data file was there)."""
     from jaxknock.cli.common import CLIError
-    from jaxknock.cli.snb import _load_labels
+    from jaxknock.cli.snb import load_labels
 
     with pytest.raises(CLIError, match="--labels file .*nope.txt' does not exist"):
-        _load_labels(tmp_path / "nope.txt")
+        load_labels(tmp_path / "nope.txt")
 
 
 def test_a_missing_groups_file_is_named(tmp_path, capsys):

@@ -107,7 +107,7 @@ def test_default_grid_floor_for_constant_design():
     for X in (np.zeros((20, 4)), np.tile(rng.normal(size=4), (20, 1))):
         np.testing.assert_array_equal(L.lambda_grid(X, y, num=5), np.full(5, 1e-15))
         np.testing.assert_array_equal(
-            _ws_driver._default_grid(jnp.asarray(X), jnp.asarray(y), 1e-3, 5), np.full(5, 1e-15)
+            _ws_driver.default_grid(jnp.asarray(X), jnp.asarray(y), 1e-3, 5), np.full(5, 1e-15)
         )
     X = rng.normal(size=(20, 4))  # a usual design keeps sklearn's geometric grid
     np.testing.assert_allclose(

@@ -10,10 +10,10 @@ from jaxknock.cli.common import CLIError, enable_x64
 from jaxknock.cli.report import device, print_table, sha256, versions, write_json
 from jaxknock.cli.tables import MISSING, check_file, default_names, numeric_column, read_csv_table, resolve_target
 
-__all__ = ["run_snb"]
+__all__ = ["load_labels", "load_snb", "run_snb"]
 
 
-def _load_labels(path):
+def load_labels(path):
     import numpy as np
 
     if not Path(path).is_file():  # check_file called it the "data file"
@@ -52,7 +52,7 @@ def _canonical_numbers(labels):
     return np.asarray([str(int(v)) for v in num])
 
 
-def _load_snb(args):
+def load_snb(args):
     """``(names, X, y)``: X dense NumPy or scipy.sparse CSR (non-negative), y labels."""
     import numpy as np
 
@@ -78,7 +78,7 @@ def _load_snb(args):
             raise CLIError(f"{path}: the matrix is not numeric (dtype {M.dtype})")
         names = default_names(M.shape[1])
         if args.labels:
-            y = _load_labels(args.labels)
+            y = load_labels(args.labels)
             what = f"the labels in {args.labels}"
             if args.target is not None:
                 raise CLIError("give either --target COLUMN_INDEX or --labels FILE, not both")
@@ -149,7 +149,7 @@ def run_snb(args) -> int:
     if args.alpha < 0:
         raise CLIError(f"--alpha must be >= 0, got {args.alpha}")
     t0 = time.perf_counter()
-    names, X, y = _load_snb(args)
+    names, X, y = load_snb(args)
     t_load = time.perf_counter() - t0
     enable_x64()
     import numpy as np

@@ -278,7 +278,7 @@ def cv_jit(
     last design: the caches of a whole batch need not fit in memory at once).
     """
     if lambdas is None:  # in the same program: a fresh process compiles every program it runs
-        lambdas = _default_grid(X, y, eps, num_lambdas)
+        lambdas = default_grid(X, y, eps, num_lambdas)
 
     def one(X, y, lambdas, tiered=True):
         return _cv_one(
@@ -545,7 +545,8 @@ def _used(sol, engine: str) -> tuple[int, int]:
 
 
 @functools.partial(jax.jit, static_argnums=3)
-def _default_grid(X, y, eps, num_lambdas):
+def default_grid(X, y, eps, num_lambdas):
+    """The default penalty grid: ``num_lambdas`` geometric steps from ``lambda_max`` down to ``eps`` times it."""
     return geometric_grid(_lambda_max(X, y), num_lambdas, eps)
 
 
