@@ -772,3 +772,28 @@ def test_logistic_path_on_exactly_duplicated_columns_keeps_its_newton_steps():
     for k, lam in enumerate(lams):
         assert _kkt(X, y, path[k], float(b0s[k]), lam, "logistic") < 1e-5
     assert float(sol.stats["gap"]) < 1e-6
+
+
+@pytest.mark.parametrize("method", ["homotopy", "cov"])
+def test_tall_design_gram_path_matches_lassocv_and_the_design_path(method, monkeypatch):
+    """n >= 8 m: the KKT checks, the cache's Gram columns and the held-out errors come from the per-block Gram
+    matrices (no pass over the n rows per check; 2.9x faster filter at n = 20 000, p = 50). Same answer as
+    LassoCV and as the design-reading path."""
+    from jaxknock.l1 import _ws_covariance
+
+    n, m = 400, 30
+    assert _ws_covariance.use_gram(n, m) and not _ws_covariance.use_gram(n, 60)
+    X, y = _data(n, m, seed=3)
+    ids, _ = fold_rows(5, n)
+    cv = [(np.flatnonzero(ids != k), np.flatnonzero(ids == k)) for k in range(5)]
+    gram = l1_cv(X, y, folds=ids, num_lambdas=30, early_stop=False, method=method)
+    lams = np.asarray(gram.stats["lambdas"])
+    sk = LassoCV(alphas=lams, cv=cv, tol=1e-12, max_iter=200_000).fit(X, y)
+    np.testing.assert_allclose(np.asarray(gram.stats["cv_error"]), sk.mse_path_, rtol=1e-6, atol=1e-8)
+    assert float(gram.stats["lam"]) == pytest.approx(sk.alpha_)
+    np.testing.assert_allclose(np.asarray(gram.value), sk.coef_, atol=1e-5)
+    assert int(gram.result) == RESULTS.successful and float(gram.stats["kkt"]) < 1e-6
+    monkeypatch.setattr(_ws_covariance, "use_gram", lambda n, m: False)
+    rows = l1_cv(X, y, folds=ids, num_lambdas=30, early_stop=False, method=method)
+    np.testing.assert_allclose(np.asarray(gram.stats["cv_error"]), np.asarray(rows.stats["cv_error"]), rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(gram.value), np.asarray(rows.value), atol=1e-10)

@@ -30,6 +30,13 @@ size when few features join). Along the path:
 Held-out errors are the residuals of the held-out rows, from the fitted values
 ``X_W \beta`` that the KKT check computes anyway (:func:`kkt_refresh`), so the CV
 statistics cost ``O(n M)`` per grid point.
+
+A tall design (``n >= 8 m``, ``m <= 1024``: :func:`use_gram`) keeps the per-block
+Gram matrices ``G_b = X_b^T X_b`` instead (``n m^2`` flops once): the KKT check is
+``\sum_{b \in t_f} G_b[:, W] \beta`` (``O(B M m W)``, no pass over the rows), new
+cache columns are read from ``G``, and the held-out fits are one pass over the design
+per grid point. At ``n = 20 000, m = 100`` the filter's CV went from 0.95 to 0.33 s
+(session 45).
 """
 
 from __future__ import annotations
@@ -62,6 +69,8 @@ class CovData(NamedTuple):
     yb: jax.Array  # (B, rows) the response less yshift in the block layout, zero padded
     real: jax.Array  # (B, rows) bool: a row of the data (not padding)
     yshift: jax.Array  # () the mean of y over all rows, taken out before the sums (see cov_data)
+    # (B, m, m) per-block Gram matrices X_b^T X_b of a tall design (cov_data's ``gram``), else None
+    G: jax.Array | None = None
 
 
 class CovState(NamedTuple):
@@ -76,8 +85,11 @@ class CovState(NamedTuple):
     fit: jax.Array  # (B, r, M) X_W beta of every member on every row, at the last KKT check
 
 
-def cov_data(X, y, rows, excl) -> CovData:
+def cov_data(X, y, rows, excl, gram: bool = False) -> CovData:
     """Sufficient statistics from the block layout ``rows`` ``(B, r)`` (``n`` = padding).
+
+    ``gram``: also the per-block Gram matrices ``X_b^T X_b`` (``B m^2`` numbers, ``n m^2`` flops once), so
+    that the KKT checks and the held-out errors never read the ``n`` rows again (:func:`use_gram`).
 
     The mean of ``y`` over all rows is taken out first (``yshift``, added back to the
     intercepts by :func:`fit_stats`): ``q`` and ``yvar`` are differences of sums, and
@@ -108,7 +120,23 @@ def cov_data(X, y, rows, excl) -> CovData:
     ybar = (sy.sum() - syt) / nf
     q = (u.sum(0) - ut) / nf[:, None] - mu * ybar[:, None]
     yvar = (syy.sum() - syyt) / nf - ybar**2
-    return CovData(Xb, excl, nf, mu, q, yvar, ybar, nt, yb, rows < n, yshift)
+    G = jnp.einsum("brm,brk->bmk", Xb, Xb, precision=_HI) if gram else None
+    return CovData(Xb, excl, nf, mu, q, yvar, ybar, nt, yb, rows < n, yshift, G)
+
+
+# a design with at least this many rows per feature (and at most GRAM_MAX_FEATURES features) keeps the
+# per-block Gram matrices: its KKT check then costs O(B M m W) instead of two passes over the n rows
+GRAM_ROWS_PER_FEATURE = 8
+GRAM_MAX_FEATURES = 1024
+
+
+def use_gram(n: int, m: int) -> bool:
+    """Whether :func:`cov_data` should keep the per-block Gram matrices of an ``n x m`` design (static).
+
+    They cost ``n m^2`` flops once and ``B m^2`` numbers; a KKT check reads ``n (m + W) M`` numbers
+    without them, and the path makes hundreds of checks, so tall designs (``n >= 8 m``) gain.
+    """
+    return n >= GRAM_ROWS_PER_FEATURE * m and m <= GRAM_MAX_FEATURES
 
 
 def init_state(d: CovData, Wc: int) -> CovState:
@@ -122,8 +150,9 @@ def init_state(d: CovData, Wc: int) -> CovState:
         beta=jnp.zeros((M, Wc), dt),
         grad=d.q,
         overflow=jnp.bool_(False),
-        XW=jnp.zeros(d.Xb.shape[:2] + (Wc,), dt),
-        fit=jnp.zeros(d.Xb.shape[:2] + (M,), dt),
+        # with the Gram matrices neither is read (empty): the KKT check and fit_stats use d.G and d.Xb
+        XW=jnp.zeros(d.Xb.shape[:2] + (0 if d.G is not None else Wc,), dt),
+        fit=jnp.zeros((0, 0, M) if d.G is not None else d.Xb.shape[:2] + (M,), dt),
     )
 
 
@@ -149,16 +178,23 @@ def _chunk_columns(d: CovData, st: CovState, score, k: int, W: int):
     val, new = _top_candidates(score, k)
     ok = (val >= 1.0) & (jnp.arange(k) < W - st.size)
     new = jnp.where(ok, new, 0).astype(jnp.int32)
-    cols = jnp.where(ok, d.Xb[:, :, new], 0)  # (B, r, k)
     zero = jnp.int32(0)
-    # old cache columns (zero beyond size) against the new ones, then the new block itself
-    P = jnp.einsum("brw,brc->bwc", st.XW, cols, precision=_HI)
-    P = lax.dynamic_update_slice(P, jnp.einsum("brc,brd->bcd", cols, cols, precision=_HI), (zero, st.size, zero))
+    Wc = st.idx.shape[0]
+    pos_ok = jnp.arange(Wc) < st.size + ok.sum()
+    if d.G is not None:  # the block products are read from the Gram matrices; no design columns kept
+        idx = lax.dynamic_update_slice(st.idx, new, (st.size,))
+        P = jnp.take(jnp.take(d.G, idx, axis=1), new, axis=2)  # (B, Wc, k)
+        P = jnp.where(pos_ok[:, None] & ok[None, :], P, 0)
+        cols = jnp.zeros(d.Xb.shape[:2] + (0,), d.Xb.dtype)
+    else:
+        cols = jnp.where(ok, d.Xb[:, :, new], 0)  # (B, r, k)
+        # old cache columns (zero beyond size) against the new ones, then the new block itself
+        P = jnp.einsum("brw,brc->bwc", st.XW, cols, precision=_HI)
+        new_block = jnp.einsum("brc,brd->bcd", cols, cols, precision=_HI)
+        P = lax.dynamic_update_slice(P, new_block, (zero, st.size, zero))
     tot = P.sum(0)
     has = (d.excl >= 0)[:, None, None]
     Ptr = tot[None] - jnp.where(has, P[jnp.maximum(d.excl, 0)], 0)
-    Wc = st.idx.shape[0]
-    pos_ok = jnp.arange(Wc) < st.size + ok.sum()
     mu_new = jnp.where(ok, d.mu[:, new], 0)  # (M, k)
     mu_w = jnp.where(pos_ok, lax.dynamic_update_slice(jnp.take(d.mu, st.idx, axis=1), mu_new, (zero, st.size)), 0)
     Cnew = Ptr / d.nf[:, None, None] - mu_w[:, :, None] * mu_new[:, None, :]
@@ -181,7 +217,7 @@ def _add_chunk(d: CovData, st: CovState, score, chunk: int, W: int) -> CovState:
                 jnp.pad(new, (0, pad)),
                 jnp.pad(ok, (0, pad)),
                 jnp.pad(Cnew, ((0, 0), (0, 0), (0, pad))),
-                jnp.pad(cols, ((0, 0), (0, 0), (0, pad))),
+                jnp.pad(cols, ((0, 0), (0, 0), (0, pad if cols.shape[2] else 0))),
             )
 
         return f
@@ -194,7 +230,7 @@ def _add_chunk(d: CovData, st: CovState, score, chunk: int, W: int) -> CovState:
     zero = jnp.int32(0)
     C = lax.dynamic_update_slice(st.C, Cnew, (zero, zero, st.size))  # new columns
     C = lax.dynamic_update_slice(C, jnp.swapaxes(Cnew, 1, 2), (zero, st.size, zero))  # and rows
-    XW = lax.dynamic_update_slice(st.XW, cols, (zero, zero, st.size))
+    XW = st.XW if d.G is not None else lax.dynamic_update_slice(st.XW, cols, (zero, zero, st.size))
     idx = lax.dynamic_update_slice(st.idx, new, (st.size,))
     nadd = ok.sum().astype(jnp.int32)
     inws = st.inws.at[new].max(ok)
@@ -353,22 +389,30 @@ def _gradient_and_fit(d: CovData, st: CovState):
     ``t_f`` the member's training rows: two products with ``M`` right-hand
     sides (``n m + n W`` numbers read), so the cache only holds the
     ``W x W`` block of the working set. The fitted values are ``(B, r, M)``.
+    With the per-block Gram matrices (``d.G``) ``X^T (t_f \odot X_W b) = \sum_{b \in t_f} G_b[:, W] b``
+    and no fitted values are formed (``None``; :func:`fit_stats` forms the held-out ones).
     """
     B, r, m = d.Xb.shape
     M, Wc = st.beta.shape
+    train = jnp.arange(B)[:, None] != d.excl[None, :]  # (B, M): block b is in member f's training rows
+    mub = (jnp.take(d.mu, st.idx, axis=1) * st.beta).sum(1)  # (M,) mu_{f,W} . b_f
+    if d.G is not None:
+        b = jnp.where(jnp.arange(Wc) < st.size, st.beta, 0)  # the cache is zero beyond size, as XW is
+        P = jnp.einsum("bmw,fw->bfm", jnp.take(d.G, st.idx, axis=2), b, precision=_HI)  # (B, M, m)
+        XtR = jnp.einsum("bfm,bf->fm", P, train.astype(P.dtype), precision=_HI)
+        return d.q - (XtR / d.nf[:, None] - d.mu * mub[:, None]), None
     # X_W b of every member on every row, zeroed outside the member's training blocks: (B r, M)
     eta = jnp.dot(st.XW.reshape(B * r, Wc), st.beta.T, precision=_HI).reshape(B, r, M)
-    train = jnp.arange(B)[:, None] != d.excl[None, :]  # (B, M): block b is in member f's training rows
     R = (eta * train[:, None, :]).reshape(B * r, M)
     XtR = lax.dot_general(R, d.Xb.reshape(B * r, m), (((0,), (0,)), ((), ())), precision=_HI)  # (M, m)
-    mub = (jnp.take(d.mu, st.idx, axis=1) * st.beta).sum(1)  # (M,) mu_{f,W} . b_f
     return d.q - (XtR / d.nf[:, None] - d.mu * mub[:, None]), eta
 
 
 def kkt_refresh(d: CovData, st: CovState, go):
     """``st`` with the gradient and fitted values at ``st.beta`` (a design with ``go`` false is left as it is)."""
     g, eta = _gradient_and_fit(d, st)
-    return st._replace(grad=jnp.where(go, g, st.grad), fit=jnp.where(go, eta, st.fit))
+    fit = st.fit if eta is None else jnp.where(go, eta, st.fit)
+    return st._replace(grad=jnp.where(go, g, st.grad), fit=fit)
 
 
 def fit_stats(d: CovData, st: CovState):
@@ -391,7 +435,16 @@ def fit_stats(d: CovData, st: CovState):
     b0 = d.ybar - (b * mu_w).sum(1)  # the intercept for y less yshift
     M = b.shape[0]
     e = jnp.maximum(d.excl, 0)
-    res = d.yb[e] - b0[:, None] - st.fit[e, :, jnp.arange(M)]  # (M, r): each member's held-out rows
+    if d.G is None:
+        fit = st.fit[e, :, jnp.arange(M)]  # (M, r): each member's fitted values on its held-out rows
+    else:  # not kept by kkt_refresh: formed here, once per penalty (the design read once)
+        B, _, m = d.Xb.shape
+        bw = jnp.where(jnp.arange(b.shape[1]) < st.size, b, 0)
+        # block e_f gets member f's coefficients (the full member holds out nothing)
+        blk = jnp.where(d.excl >= 0, e, B)
+        bm = jnp.zeros((B + 1, m), b.dtype).at[blk[:, None], st.idx[None, :]].add(bw)[:B]
+        fit = jnp.einsum("brm,bm->br", d.Xb, bm, precision=_HI)[e]
+    res = d.yb[e] - b0[:, None] - fit
     sse = jnp.sum(jnp.where(d.real[e], res * res, 0), axis=1)
     test = jnp.where(d.excl >= 0, sse / jnp.maximum(d.nt, 1), 0)
     return train, test, b0 + d.yshift

@@ -117,11 +117,11 @@ def path_core(
     """
     mod = {"cov": _cov, "homotopy": _hom, "naive": _naive}[engine]
     if engine == "homotopy":
-        d = mod.cov_data(X, y, rows, excl)
+        d = mod.cov_data(X, y, rows, excl, gram=_cov.use_gram(*X.shape))
         st = mod.init_state(d, W + chunk, slots)
         extra = {}
     elif engine == "cov":
-        d = mod.cov_data(X, y, rows, excl)
+        d = mod.cov_data(X, y, rows, excl, gram=_cov.use_gram(*X.shape))
         st = mod.init_state(d, W + chunk)
         extra = {}
     else:
@@ -437,7 +437,9 @@ def prepare(X, y, loss):
     if _checks.is_concrete(y):
         _checks.check_finite_on_device(y, "y")
         # each distinct response (a batch usually repeats one y): the checks of lasso_cv, with an intercept
-        for row in np.unique(np.asarray(jax.device_get(y)).reshape(-1, y.shape[-1]), axis=0):
+        # (by their bytes: np.unique(axis=0) makes an n-field record type, 0.44 s at n = 80 000)
+        rows = np.asarray(jax.device_get(y)).reshape(-1, y.shape[-1])
+        for row in {r.tobytes(): r for r in rows}.values():
             _checks.check_model_response(row, loss=loss, fit_intercept=True)
     if loss == "logistic":
         y = _checks.as_binary_labels(y, X.dtype)  # {-1, 1} -> {0, 1}, as lasso_cv
