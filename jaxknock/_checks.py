@@ -85,9 +85,10 @@ def is_sparse(x) -> bool:
 
 
 def as_float_array(x, name: str):
-    """Convert to a JAX floating array (ints are promoted to the default float, half precision to float32).
+    """Convert to a JAX floating array (ints and bools are promoted to the default float, as 0/1 for bools;
+    half precision to float32).
 
-    Text, object and other non-numeric arrays (and ``None``) raise a
+    Text, object, complex and other non-numeric arrays (and ``None``) raise a
     ``TypeError`` naming ``name`` instead of JAX's staging error.
     """
     if x is None or isinstance(x, (str, bytes)):
@@ -107,7 +108,7 @@ def as_float_array(x, name: str):
     if np.dtype(x.dtype).kind in "USOVM":
         raise TypeError(f"{name} must be a numeric array, got dtype {x.dtype}")
     if hasattr(x, "dtype") and not jnp.issubdtype(x.dtype, jnp.floating):
-        if jnp.issubdtype(x.dtype, jnp.complexfloating) or x.dtype == bool:
+        if jnp.issubdtype(x.dtype, jnp.complexfloating):
             raise TypeError(f"{name} must be a real floating array, got dtype {x.dtype}")
         x = jnp.asarray(x, dtype=jnp.result_type(float))
     elif np.dtype(x.dtype).itemsize < 4:  # float16 / bfloat16: exact in float32, which every solver supports

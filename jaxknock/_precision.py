@@ -84,7 +84,7 @@ def _host_float64(a, ndims) -> np.ndarray | None:
     """``a`` as a float64 NumPy array when JAX would round it to float32, else ``None``.
 
     That is: x64 off, ``a`` a host array (NumPy, list; not a ``jax.Array`` or a
-    tracer) of float64 or integers, with ``ndim`` in ``ndims`` and at least one
+    tracer) of float64, integers or bools, with ``ndim`` in ``ndims`` and at least one
     entry. The callers leave non-finite input to the validation (see :func:`_finite_mean`).
     """
     if isinstance(a, (jax.Array, str, bytes)) or a is None or jax.config.jax_enable_x64:
@@ -94,7 +94,7 @@ def _host_float64(a, ndims) -> np.ndarray | None:
     except (TypeError, ValueError):
         return None  # the validation names the problem
     wide = h.dtype.kind == "f" and h.dtype.itemsize > 4
-    if not (wide or h.dtype.kind in "iu") or h.ndim not in ndims or h.size == 0:
+    if not (wide or h.dtype.kind in "iub") or h.ndim not in ndims or h.size == 0:
         return None
     return h.astype(np.float64, copy=False)
 

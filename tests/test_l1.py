@@ -407,6 +407,25 @@ def test_text_response_names_y():
         jaxknock.fixed_x_knockoffs(jax.random.key(0), np.full(2, 0.2))
 
 
+def test_a_bool_design_is_its_zero_one_floats():
+    """A bool ``X`` (a 0/1 genotype or indicator matrix) was refused ("X must be a real floating array") by every
+    functional entry point while the same 0/1 as int8 ran; it is now its 0/1 floats (as sklearn's ``check_array``),
+    eager and under jit. Text and complex designs are still refused by name."""
+    rng = np.random.default_rng(0)
+    X = rng.random((40, 4)) < 0.4
+    Xf = X.astype(float)
+    y = Xf[:, 0] - Xf[:, 1] + 0.3 * rng.standard_normal(40)
+    np.testing.assert_array_equal(L.lasso(X, y, 0.05).value, L.lasso(Xf, y, 0.05).value)
+    np.testing.assert_array_equal(jaxknock.ledoit_wolf(X).covariance, jaxknock.ledoit_wolf(Xf).covariance)
+    Xk = np.hstack([X, rng.random((40, 4)) < 0.5])
+    np.testing.assert_array_equal(jaxknock.marginal_correlation(Xk, y), jaxknock.marginal_correlation(1.0 * Xk, y))
+    jitted = jax.jit(jaxknock.marginal_correlation)(jnp.asarray(Xk), jnp.asarray(y))
+    np.testing.assert_allclose(jitted, jaxknock.marginal_correlation(1.0 * Xk, y), rtol=1e-12)
+    for bad, what in ((X.astype(complex), "real floating"), (X.astype(str), "numeric array")):
+        with pytest.raises(TypeError, match=f"X must be a {what}"):
+            L.lasso(bad, y, 0.05)
+
+
 def test_a_scipy_sparse_design_is_named_where_a_dense_array_is_needed():
     # it has a dtype, so it went on to numpy: "setting an array element with a sequence", naming nothing
     # (lasso, the kernels, the covariance estimators, knockoff_filter alike)

@@ -418,6 +418,25 @@ def test_float64_host_input_with_a_large_offset_is_not_rounded_by_the_float32_ca
     np.testing.assert_allclose(known[1].W, known[0].W, atol=2e-5)
 
 
+@pytest.mark.parametrize("x64", [True, False])
+def test_bool_design_is_its_zero_one_floats(x64):
+    """A bool ``X`` (presence / absence features) was refused ("X must be a real floating array") while the
+    same 0/1 features as int8 ran; it now runs as its 0/1 floats, through the same float64 centring with x64
+    off (the int path's), so the statistics are those of the float design exactly."""
+    rng = np.random.default_rng(0)
+    X = rng.random((120, 8)) < 0.4
+    y = X[:, 0] - 1.0 * X[:, 1] + 0.3 * rng.standard_normal(120)
+    with jax.enable_x64(x64):
+        W = [
+            np.asarray(
+                knockoff_filter(jax.random.key(0), A, y, fdr=0.2, s_method="equicorrelated", statistic="correlation").W
+            )
+            for A in (X, X.astype(np.float64), X.astype(np.int8))
+        ]
+    np.testing.assert_array_equal(W[0], W[1])
+    np.testing.assert_array_equal(W[0], W[2])
+
+
 def test_bad_cv_patience_and_num_replicates_raise_before_any_work(key):
     """``cv_patience=0`` ran the S solve and the sampling, then failed (or, for 0 / 2.5 / True, ran
     unchecked) in the statistics under the name ``patience``; ``num_replicates=True`` ran as 1."""
