@@ -229,7 +229,7 @@ def knockoff_evalues(W, fdr, *, plus: bool = True):
     applied to them reproduces the knockoff+ selection.
 
     Returns:
-        ``(..., p)`` e-values (all zero when ``T = inf``).
+        ``(..., p)`` e-values in ``W``'s floating dtype (all zero when ``T = inf``).
 
     Example:
         >>> knockoff_evalues(jnp.array([5.0, 4.0, 3.0, 2.0, -1.0]), 0.5).tolist()
@@ -246,7 +246,9 @@ def _evalues(W, fdr, *, plus):
     T, found = _threshold_found(W, fdr, plus=plus)
     T, found = T[..., None], found[..., None]
     n_neg = jnp.sum(W <= -T, axis=-1, keepdims=True)
-    return jnp.where(jnp.isnan(T), jnp.nan, p * ((W >= T) & found) / (1.0 + n_neg))  # NaN threshold: NaN e-values
+    # in W's dtype: the integer count over 1.0 + count was the default float (float64 for a float32 W, x64 on)
+    e = jnp.where((W >= T) & found, jnp.asarray(p, W.dtype), 0) / (1 + n_neg).astype(W.dtype)
+    return jnp.where(jnp.isnan(T), jnp.nan, e)  # NaN threshold: NaN e-values
 
 
 # ----------------------------------------------------------------------------
@@ -398,9 +400,9 @@ def aggregate_ebh(W, fdr, *, alpha_kn=None, plus: bool = True):
         alpha_kn = fdr / 2 if _checks.is_concrete(fdr) else jnp.asarray(fdr) / 2
     _checks.check_fdr(alpha_kn, "alpha_kn")
     W = _checks.check_replicates(W)
-    # the e-BH level in the e-values' dtype (counts over counts: the default float), as ebh() takes it: rounded
-    # to a float32 W it lost the exact boundary ties (p = 16, 10 at +5 and 6 at -5, fdr = 0.7 selected nothing)
-    level = jnp.asarray(fdr, jnp.promote_types(W.dtype, jnp.result_type(float)))
+    # the e-BH level in the e-values' dtype (W's), as ebh() takes it: a float32 level against float64 e-values
+    # lost the exact boundary ties (p = 16, 10 at +5 and 6 at -5, fdr = 0.7 selected nothing)
+    level = jnp.asarray(fdr, W.dtype)
     return _ebh_mask(W, level, jnp.asarray(alpha_kn, W.dtype), _checks.static_flag(plus, "plus"))
 
 

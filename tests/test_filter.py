@@ -315,6 +315,26 @@ def test_aggregate_ebh_of_float32_statistics_keeps_the_boundary_ties():
     np.testing.assert_array_equal(np.asarray(F.aggregate_ebh(W, 0.7, alpha_kn=0.7)), np.arange(16) < 10)
 
 
+@pytest.mark.parametrize("x64", [True, False])
+def test_knockoff_evalues_follow_the_dtype_of_w(x64):
+    """A float32 ``W`` gave float64 e-values with x64 on (an integer count over ``1.0 + count``); they are in W's
+    dtype, so float32 statistics select the same with x64 on and off, and the exact boundary ties of e-BH hold
+    for ebh(knockoff_evalues), aggregate_ebh and aggregate_ebh_across_processes alike (a of +5, b of -5, at
+    fdr = alpha_kn = (1 + b) / a: knockoff+ selects the a)."""
+    from jaxknock.distributed import aggregate_ebh_across_processes
+
+    with jax.enable_x64(x64):
+        for dtype in (np.float32, np.float64 if x64 else np.float32):
+            assert F.knockoff_evalues(np.array([5.0, 4.0, -1.0], dtype), 0.5).dtype == dtype
+        for a, b in ((10, 6), (7, 2)):
+            q = (1 + b) / a
+            W = np.tile(np.array([5.0] * a + [-5.0] * b, np.float32), (3, 1))
+            want = np.arange(a + b) < a
+            np.testing.assert_array_equal(F.ebh(F.knockoff_evalues(W[0], q), q), want)
+            np.testing.assert_array_equal(F.aggregate_ebh(W, q, alpha_kn=q), want)
+            np.testing.assert_array_equal(aggregate_ebh_across_processes(W, q, num_replicates=3, alpha_kn=q), want)
+
+
 def test_min_selecting_fdr_for_aggregated_replicates():
     from jaxknock.filter import min_selecting_fdr
 
