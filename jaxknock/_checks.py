@@ -84,12 +84,13 @@ def is_sparse(x) -> bool:
     return hasattr(x, "tocsr") and hasattr(x, "nnz")
 
 
-def as_float_array(x, name: str):
-    """Convert to a JAX floating array (ints and bools are promoted to the default float, as 0/1 for bools;
-    half precision to float32).
+def as_float_array(x, name: str, *, bools: bool = False):
+    """Convert to a JAX floating array (ints are promoted to the default float, half precision to float32).
 
-    Text, object, complex and other non-numeric arrays (and ``None``) raise a
-    ``TypeError`` naming ``name`` instead of JAX's staging error.
+    ``bools=True`` for a data array (a design ``X``, a 0/1 genotype or indicator matrix): bools are its 0/1
+    in the default float, as scikit-learn's ``check_array``. Elsewhere (``Sigma``, ``s``, statistics ``W``,
+    p- and e-values) a bool array is a mask passed by mistake and is refused. Text, object, complex and
+    other non-numeric arrays (and ``None``) raise a ``TypeError`` naming ``name`` instead of JAX's staging error.
     """
     if x is None or isinstance(x, (str, bytes)):
         raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}")
@@ -108,7 +109,7 @@ def as_float_array(x, name: str):
     if np.dtype(x.dtype).kind in "USOVM":
         raise TypeError(f"{name} must be a numeric array, got dtype {x.dtype}")
     if hasattr(x, "dtype") and not jnp.issubdtype(x.dtype, jnp.floating):
-        if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        if jnp.issubdtype(x.dtype, jnp.complexfloating) or (x.dtype == bool and not bools):
             raise TypeError(f"{name} must be a real floating array, got dtype {x.dtype}")
         x = jnp.asarray(x, dtype=jnp.result_type(float))
     elif np.dtype(x.dtype).itemsize < 4:  # float16 / bfloat16: exact in float32, which every solver supports

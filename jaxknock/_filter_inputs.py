@@ -101,7 +101,7 @@ def validate_inputs(
     ``min(50, max(1, min(n, p) // 4))`` when ``None``). ``known``: a law is given, so ``p >= n`` does
     not rule out the dense methods.
     """
-    X = _checks.as_float_array(X, "X")
+    X = _checks.as_float_array(X, "X", bools=True)
     _checks.check_ndim(X, 2, "X", "a 2-D (n_samples, n_features) array")
     _checks.check_nonempty(X, "X")
     n, p = X.shape

@@ -180,7 +180,7 @@ class FactorFit(NamedTuple):
 def _check_data(X, name="X", *, min_rows=2):
     """A finite 2-D data array with ``min_rows`` rows (2 to estimate a mean and a spread; 1 when
     the data are assumed centred: ``x x^T`` is then the covariance of one sample) and a column."""
-    X = _checks.as_float_array(X, name)
+    X = _checks.as_float_array(X, name, bools=True)
     _checks.check_ndim(X, 2, name, "a 2-D (n_samples, n_features) array")
     if X.shape[0] < min_rows:
         raise ValueError(f"{name} needs at least {min_rows} rows (samples), got shape {tuple(X.shape)}")

@@ -88,7 +88,7 @@ def squared_distances(X, weights=None):
         >>> squared_distances(X).tolist(), squared_distances(X, jnp.array([1.0, 0.0])).tolist()
         ([[0.0, 25.0], [25.0, 0.0]], [[0.0, 9.0], [9.0, 0.0]])
     """
-    X = _checks.as_float_array(X, "X")
+    X = _checks.as_float_array(X, "X", bools=True)
     _checks.check_ndim(X, 2, "X", "a 2-D array of shape (n_samples, n_features)")
     if weights is not None:
         w = weights if hasattr(weights, "dtype") else np.asarray(weights)
@@ -172,7 +172,7 @@ def _criterion(K, L, estimator):
 def _prepare(X, y, kernel, target_kernel, name="X"):
     _checks.check_choice(kernel, KERNELS, "kernel")
     _checks.check_choice(target_kernel, KERNELS, "target_kernel")
-    X = _checks.as_float_array(X, name)
+    X = _checks.as_float_array(X, name, bools=True)
     _checks.check_ndim(X, 2, name, "a 2-D array of shape (n_samples, n_features)")
     if not hasattr(y, "dtype") or np.dtype(y.dtype).kind in "US":
         dt = np.asarray(y).dtype

@@ -115,7 +115,7 @@ def _as_s(s, p: int, *, matrix_ok: bool = False):
 
 
 def _as_X(X):
-    X = as_float_array(X, "X")
+    X = as_float_array(X, "X", bools=True)
     check_ndim(X, 2, "X", "a 2-D (n, p) array")
     if X.shape[0] < 1 or X.shape[1] < 1:
         raise ValueError(f"X must have at least one row and one column, got shape {X.shape}")

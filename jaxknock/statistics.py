@@ -107,7 +107,7 @@ def _prepare(Xk, y, *, loss="squared", fit_intercept=True, binary=False, num_kno
         # JAX rounds it to float32, as in lasso / lasso_cv (Xk + 1e7 moved the correlation by 0.04, lcd by 0.1)
         Xk, y, _ = _precision.centre_for_fit(Xk, y, centre_y=loss == "squared" and not binary)
     m = _checks.check_num_knockoffs(num_knockoffs)
-    Xk = _checks.as_float_array(Xk, "Xk")
+    Xk = _checks.as_float_array(Xk, "Xk", bools=True)
     if Xk.ndim < 2:
         raise ValueError(f"Xk must be a design [X, X~] of shape (n, 2p) or a batch (..., n, 2p), got shape {Xk.shape}")
     if m > 1 and (Xk.shape[-1] % (m + 1) or Xk.shape[-1] == 0):
@@ -570,8 +570,17 @@ def sparse_centroid(Xk, y):
 
 @jax.jit
 def _centroid_jit(Xk3, y):
+    # Z is in squared units of its column: a column (with its knockoff) in units of 1e20 overflowed in float32
+    # (inf - inf: W NaN), and in units of 1e-18 lost the digits of diff**2 near the smallest normal. Each pair
+    # (X_j, X~_j) is scaled by one exact power of two 2^-e_j (max magnitude in [0.5, 1)) and W_j by 4^e_j after
+    # the difference: the same bits where nothing over- or underflows, otherwise the sign-correct +-inf (or 0
+    # below float's smallest normal)
+    p = Xk3.shape[-1] // 2
+    top = jnp.max(jnp.abs(Xk3), axis=-2)
+    e = pow2_exponent(jnp.maximum(top[:, :p], top[:, p:]))
+    Xk3 = jnp.ldexp(Xk3, -jnp.concatenate([e, e], axis=-1)[:, None, :])
     pos = y / jnp.sum(y)
     neg = (1.0 - y) / jnp.sum(1.0 - y)
     diff = jnp.einsum("rnm,n->rm", Xk3, pos - neg, precision=_HI)
     Z = 0.5 * diff**2
-    return antisymmetric_combine(jnp.abs(Z), method="difference")
+    return jnp.ldexp(antisymmetric_combine(jnp.abs(Z), method="difference"), 2 * e)

@@ -774,8 +774,8 @@ def xy_cases(draw, n_sizes=(0, 1, 12), p_sizes=(0, 1, 3), good_labels=("continuo
 
 
 def _finite_float(X):
-    X = np.asarray(X)
-    return X.dtype != bool and np.all(np.isfinite(X.astype(np.float64)))
+    """A valid design: finite numbers (a bool design is its 0/1, as in scikit-learn's check_array)."""
+    return np.all(np.isfinite(np.asarray(X).astype(np.float64)))
 
 
 @contract_settings(20)

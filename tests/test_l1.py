@@ -410,7 +410,7 @@ def test_text_response_names_y():
 def test_a_bool_design_is_its_zero_one_floats():
     """A bool ``X`` (a 0/1 genotype or indicator matrix) was refused ("X must be a real floating array") by every
     functional entry point while the same 0/1 as int8 ran; it is now its 0/1 floats (as sklearn's ``check_array``),
-    eager and under jit. Text and complex designs are still refused by name."""
+    eager and under jit. Text and complex designs, and a bool W (a mask), are still refused by name."""
     rng = np.random.default_rng(0)
     X = rng.random((40, 4)) < 0.4
     Xf = X.astype(float)
@@ -424,6 +424,8 @@ def test_a_bool_design_is_its_zero_one_floats():
     for bad, what in ((X.astype(complex), "real floating"), (X.astype(str), "numeric array")):
         with pytest.raises(TypeError, match=f"X must be a {what}"):
             L.lasso(bad, y, 0.05)
+    with pytest.raises(TypeError, match="W must be a real floating array, got dtype bool"):  # a mask, not statistics
+        jaxknock.knockoff_select(X[0], 0.1)
 
 
 def test_a_scipy_sparse_design_is_named_where_a_dense_array_is_needed():

@@ -431,10 +431,9 @@ def test_bool_design_is_its_zero_one_floats(x64):
             np.asarray(
                 knockoff_filter(jax.random.key(0), A, y, fdr=0.2, s_method="equicorrelated", statistic="correlation").W
             )
-            for A in (X, X.astype(np.float64), X.astype(np.int8))
+            for A in (X, X.astype(np.float64))
         ]
     np.testing.assert_array_equal(W[0], W[1])
-    np.testing.assert_array_equal(W[0], W[2])
 
 
 def test_bad_cv_patience_and_num_replicates_raise_before_any_work(key):

@@ -256,6 +256,24 @@ def test_marginal_correlation_does_not_depend_on_the_units_of_a_column_or_of_y()
     np.testing.assert_allclose(W, np.asarray(S.marginal_correlation(Xk, y)), atol=1e-14)
 
 
+def test_sparse_centroid_keeps_the_digits_of_a_column_in_extreme_units():
+    """Z_j = (mean+ - mean-)^2 / 2 is in squared units of column j: in float32 a pair (X_j, X~_j) in units of
+    2^65 ~ 4e19 overflowed (inf - inf: W NaN, or inf where W = 1e38 is a float32), and one in units of 2^-62 ~
+    2e-19 flushed the knockoff's Z to zero (W off in the 4th digit). Scaled by an exact power of two per pair,
+    W_j is 4^k times the unit-scale W_j to the bit where it is a normal float32, else the signed inf (or 0)."""
+    rng = np.random.default_rng(1)
+    Xk = rng.standard_normal((60, 6))
+    y = rng.random(60) < 0.5
+    Xk[:, :2] += np.array([1.5, -1.0]) * y[:, None]
+    ref = np.asarray(S.sparse_centroid(Xk.astype(np.float32), y))
+    k = np.array([-62, 65, 80])
+    W = np.asarray(S.sparse_centroid((Xk * np.exp2(np.tile(k, 2))).astype(np.float32), y))
+    with np.errstate(over="ignore"):
+        want = np.ldexp(ref, 2 * k)
+    np.testing.assert_array_equal(W[:2], want[:2])
+    assert np.isinf(want[2]) and W[2] == want[2]  # beyond float32: the signed overflow, not NaN
+
+
 def test_statistics_on_zero_rows_name_xk():
     with pytest.raises(ValueError, match="Xk needs at least 2 rows"):
         S.marginal_correlation(np.zeros((0, 2)), np.zeros(0))

@@ -323,7 +323,7 @@ def prepare_data(X, y, *, loss, fit_intercept, name_X="X"):
     """Shape/value checks before tracing; returns float arrays (y mapped to {0,1})."""
     check_loss(loss)
     _checks.static_flag(fit_intercept, "fit_intercept")
-    X = _checks.as_float_array(X, name_X)
+    X = _checks.as_float_array(X, name_X, bools=True)
     _checks.check_ndim(X, 2, name_X, "a 2-D array of shape (n_samples, n_features)")
     y = _checks.as_response(y, X.dtype)
     _checks.check_ndim(y, 1, "y", "a 1-D array of shape (n_samples,)")

@@ -18,7 +18,7 @@ __all__ = ["check_hyper_values", "check_params", "poison_step", "prepare_xy"]
 
 def prepare_xy(X, y, spec: LiftedSpec, xname="X", yname="y"):
     """``(X, Y, labels)``: float inputs, the ``N x p`` target / one-hot matrix, integer labels or ``None``."""
-    X = as_float_array(X, xname)
+    X = as_float_array(X, xname, bools=True)
     check_ndim(X, 2, xname, "a 2-D (samples x features) array")
     N, p0 = X.shape
     if N == 0:  # was a ZeroDivisionError in the batch arithmetic

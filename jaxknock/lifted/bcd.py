@@ -104,7 +104,7 @@ def lifted_bcd_step(
 
 def _step_data(X, Y):
     """``X`` and ``Y`` of a public step as float arrays, checked finite when concrete (``Y`` in ``X``'s dtype)."""
-    X = as_float_array(X, "X")
+    X = as_float_array(X, "X", bools=True)
     Y = jnp.asarray(Y, X.dtype)
     check_finite(X, "X")
     check_finite(Y, "Y")

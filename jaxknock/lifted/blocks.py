@@ -175,7 +175,7 @@ def fenchel_relu_regression(X, Y, *, rho=0.0, init=None, tol: float = 1e-8, max_
       >>> bool(jnp.allclose(sol.value["w"], W, atol=1e-4))
       True
     """
-    X = as_float_array(X, "X")
+    X = as_float_array(X, "X", bools=True)
     check_ndim(X, 2, "X")
     Y = jnp.asarray(Y, X.dtype)
     check_ndim(Y, 2, "Y")

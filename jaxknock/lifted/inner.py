@@ -316,7 +316,7 @@ def solve_simplex_cross_entropy(X0, Y, lam, *, tol: float | None = None, max_ste
       >>> bool(jnp.isclose(Z.sum(), 1.0))
       True
     """
-    X0 = as_float_array(X0, "X0")
+    X0 = as_float_array(X0, "X0", bools=True)
     dtype = X0.dtype
     Y = jnp.asarray(Y, dtype)
     if X0.ndim != 2 or Y.shape != X0.shape:

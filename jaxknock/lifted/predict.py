@@ -58,7 +58,7 @@ def predict_lifted(
       >>> predict_lifted(params, jnp.ones((2, 4)), spec, method="lifted").shape
       (2, 3)
     """
-    X = as_float_array(X, "X")
+    X = as_float_array(X, "X", bools=True)
     check_ndim(X, 2, "X")
     if X.shape[1] != spec.sizes[0]:
         raise ValueError(f"spec.sizes[0] = {spec.sizes[0]} but X has {X.shape[1]} features per row")

@@ -407,7 +407,7 @@ def fit_lifted(
         key=key, X=X, y=y, X_test=X_test, y_test=y_test,
     )  # fmt: skip
     if hyper is None:
-        hyper = spec.hyper(as_float_array(X, "X").dtype) if isinstance(spec, LiftedSpec) else None
+        hyper = spec.hyper(as_float_array(X, "X", bools=True).dtype) if isinstance(spec, LiftedSpec) else None
     return _train(
         key,
         X,
@@ -500,7 +500,7 @@ def tune_lifted(
     )  # fmt: skip
     if not isinstance(spec, LiftedSpec):
         raise TypeError(f"spec must be a LiftedSpec, got {type(spec).__name__}")
-    dtype = as_float_array(X, "X").dtype
+    dtype = as_float_array(X, "X", bools=True).dtype
     hyper = _stacked_hyper(spec, dtype, lam, rho, gamma)
     H = int(hyper.lam.shape[0])
     # the CPU fallback of the non-batched mode runs the models one by one on one device
