@@ -332,11 +332,13 @@ def estimate_factor_model(
     ``min_{d >= 0, U in R^{p x k}} ||Sigma - diag(d) - U U^T||_F^2``
 
     alternating the two exact block minimisers: for fixed ``U``,
-    ``d_i = max(min_diag, Sigma_ii - (U U^T)_ii)``; for fixed ``d``,
+    ``d_i = max(min_diag * max_j Sigma_jj, Sigma_ii - (U U^T)_ii)``; for fixed ``d``,
     ``U = V_k max(Lambda_k, 0)^{1/2}`` from the top-``k`` eigenpairs of
     ``Sigma - diag(d)``. Each step costs one ``p x p`` eigendecomposition;
     for ``p`` too large to form ``Sigma`` use :func:`factor_model_from_data`.
-    ``min_diag`` keeps ``d`` positive so the model is invertible.
+    The floor keeps ``d`` positive so the model is invertible; it is relative to the scale of
+    ``Sigma`` (``min_diag`` itself on a correlation matrix), so ``c Sigma`` gives ``c d`` and
+    ``sqrt(c) U``.
 
     Args:
         Sigma: ``(p, p)`` symmetric positive semidefinite matrix (usually a
@@ -351,7 +353,10 @@ def estimate_factor_model(
         max_steps: alternations (an integer ``>= 1``); ``tol``: stop when the
             objective decreases by less than ``tol * ||Sigma||_F`` in one
             alternation (finite, ``>= 0``).
-        min_diag: the floor of ``d``, finite and ``> 0`` (a floor ``<= 0``
+        min_diag: the floor of ``d`` relative to the largest variance:
+            ``d_i >= min_diag * max_j Sigma_jj`` (was absolute: a covariance
+            in units of ``1e-10`` had every ``d_i`` clamped at ``1e-6``; a
+            zero ``Sigma`` keeps ``min_diag``), finite and ``> 0`` (a floor ``<= 0``
             gave a ``d`` with zero or negative entries, i.e. a model that is not
             positive definite, reported successful). Under ``jit`` a traced
             ``min_diag <= 0`` gives the result ``infeasible``.
@@ -425,7 +430,7 @@ def _fit_factor_model(Sigma, rank, max_steps, tol, min_diag):
     and counts as step 1.
 
     Fitted to ``Sigma / 4^e`` (``max |Sigma / 4^e|`` in ``[1/4, 1)``; ``e = 0`` for a correlation
-    matrix) with ``min_diag / 4^e``, and scaled back: the same problem exactly, whose Frobenius
+    matrix) with the floor ``min_diag max_i Sigma_ii / 4^e``, and scaled back: the same problem exactly, whose Frobenius
     norms no longer overflow (entries ~1e160 ended ``nonfinite`` after one step).
 
     Also returns the input checks of ``Sigma`` made under ``jit``: whether it is positive semidefinite
@@ -438,8 +443,12 @@ def _fit_factor_model(Sigma, rank, max_steps, tol, min_diag):
     finite = jnp.all(jnp.isfinite(S))
     # check_symmetric's test (on Sigma / 4^e, exact): eigh would silently use one triangle of an asymmetric one
     symmetric = _checks.symmetric_flag(S)
+    # the floor is relative to the scale of Sigma, max_i Sigma_ii (exactly 1 for a correlation matrix): an
+    # absolute 1e-6 clamped every d of a covariance in units of 1e-10. A zero diagonal keeps the floor itself
+    top = jnp.max(jnp.diagonal(S))
+    floor = jnp.asarray(min_diag, Sigma.dtype) * jnp.where(top > 0, top, jnp.ldexp(jnp.ones((), Sigma.dtype), -e))
     d, U, obj, rel, result, steps, psd, eig_min, eig_rel = _fit_factor_model_unit(
-        S, rank, max_steps, tol, jnp.ldexp(jnp.asarray(min_diag, Sigma.dtype), -e), symmetric
+        S, rank, max_steps, tol, floor, symmetric
     )
     valid = finite & symmetric & psd
     result = jnp.where(finite, jnp.where(valid, result, jnp.int32(RESULTS.infeasible)), jnp.int32(RESULTS.nonfinite))

@@ -259,6 +259,22 @@ def test_estimate_factor_model_of_a_huge_covariance():
     np.testing.assert_allclose(np.asarray(fit.value.dense()) / 1e160, np.asarray(ref.value.dense()), rtol=0, atol=1e-6)
 
 
+def test_estimate_factor_model_floor_is_relative_to_the_scale_of_sigma():
+    """``min_diag`` was an absolute floor: for ``D Sigma D`` with ``D = 1e-5 I`` every ``d_i`` (~1e-12) was clamped
+    at 1e-6, a model 1e4 times too noisy, reported successful. The floor is ``min_diag max_i Sigma_ii`` (the same
+    on a correlation matrix), so the fit scales: ``d`` by 1e-10 and ``U`` by 1e-5, the floored ``d_0`` too."""
+    rng = np.random.default_rng(3)
+    B = rng.standard_normal((12, 2))
+    S = B @ B.T + np.diag(rng.uniform(0.001, 0.01, 12))
+    S[0, 0] = B[0] @ B[0]  # d_0 = 0: the floor
+    S = S / np.sqrt(np.outer(np.diag(S), np.diag(S)))
+    np.fill_diagonal(S, 1.0)
+    ref, fit = estimate_factor_model(S, 2), estimate_factor_model(1e-5 * S * 1e-5, 2)
+    assert int(fit.result) == int(ref.result) == 0 and float(ref.value.d[0]) == 1e-6
+    np.testing.assert_allclose(np.asarray(fit.value.d) / 1e-10, np.asarray(ref.value.d), rtol=1e-9)
+    np.testing.assert_allclose(np.abs(fit.value.U) / 1e-5, np.abs(ref.value.U), rtol=0, atol=1e-12)
+
+
 def test_estimate_factor_model_checks_its_settings():
     # min_diag <= 0 returned d with entries -1 (or 0), a model that is not positive definite, as
     # "successful"; max_steps 0 / 2.5 and tol NaN / -1 were taken as they came (one step, or int(2.5))
@@ -391,7 +407,7 @@ def test_estimate_factor_model_psd_tolerance_is_rounding_only(make):
     p = S.shape[0]
     lam = np.linalg.eigvalsh(S.astype(np.float64) / np.max(np.abs(S)))
     assert lam[0] <= 1e3 * np.finfo(S.dtype).eps * lam[-1]  # singular to rounding: the case the tolerance is for
-    rank, floor = min(2, p - 1), 1e-6 * np.max(np.diag(S))  # the floor on the scale of S (1e-6 for a correlation)
+    rank, floor = min(2, p - 1), 1e-6  # min_diag is relative to the scale of S (max_i S_ii)
     sol = estimate_factor_model(S, rank=rank, max_steps=5, min_diag=floor)
     assert int(sol.result) in (RESULTS.successful, RESULTS.max_steps_reached)
     assert np.all(np.isfinite(np.asarray(sol.value.U))) and np.all(np.asarray(sol.value.d) > 0)
