@@ -66,14 +66,26 @@ __all__ = [
 
 
 def _check_scores(Z):
+    """Scores ``(..., m + 1, p)`` without NaN. ``+-inf`` are scores (a ``-log`` p-value of 0), as a ``W_j = +-inf``
+    is for :func:`jaxknock.knockoff_select`: they were refused while the ``m = 1`` equivalent ``W`` ran."""
     Z = _checks.as_float_array(Z, "Z")
     if Z.ndim < 2 or Z.shape[-2] < 2 or Z.shape[-1] < 1:
         raise ValueError(
             f"Z must have shape (..., m + 1, p): the scores of the originals (row 0) and m >= 1 knockoff "
             f"copies, got shape {tuple(Z.shape)}"
         )
-    _checks.check_finite(Z, "Z")
-    return Z
+    return _checks.check_statistics(Z, "Z")
+
+
+def _check_tau(tau):
+    """A concrete ``tau`` is defined: NaN only from ``inf - inf`` (the top score and the median of the others
+    both infinite, e.g. an original and its only knockoff both ``+inf``), which orders nothing."""
+    if _checks.is_concrete(tau) and np.isnan(np.asarray(tau)).any():
+        bad = tuple(int(i) for i in np.argwhere(np.isnan(np.asarray(tau)))[0])
+        raise ValueError(
+            f"Z gives feature {bad} an undefined tau (inf - inf): its largest score and the median of the "
+            "other copies' scores are both infinite, so the scores do not say which copy wins"
+        )
 
 
 def multi_knockoff_statistics(Z):
@@ -85,7 +97,8 @@ def multi_knockoff_statistics(Z):
     (module docstring).
 
     Args:
-        Z: ``(..., m + 1, p)`` scores, row 0 the originals.
+        Z: ``(..., m + 1, p)`` scores, row 0 the originals; ``+-inf`` allowed (``tau_j = +inf`` when one copy's
+            score is infinite above the median of the others), NaN and an undefined ``inf - inf`` raise.
 
     Returns:
         ``(kappa, tau)``: ``(..., p)`` int32 and float arrays.
@@ -96,7 +109,9 @@ def multi_knockoff_statistics(Z):
         >>> kappa.tolist(), tau.tolist()
         ([0, 1, 1], [3.5, 2.5, 0.0])
     """
-    return _mk_statistics(_check_scores(Z))
+    kappa, tau = _mk_statistics(_check_scores(Z))
+    _check_tau(tau)
+    return kappa, tau
 
 
 @jax.jit
@@ -143,11 +158,14 @@ def multi_knockoff_threshold(kappa, tau, fdr, *, num_knockoffs: int, plus: bool 
             raise ValueError(
                 f"kappa must hold copy indices in 0..{m} (num_knockoffs = {m}), got values in [{lo}, {hi}]"
             )  # traced: a NaN threshold for the row (_mk_threshold)
-    return _mk_threshold(kappa, tau, jnp.asarray(fdr, tau.dtype), m=m, plus=_checks.static_flag(plus, "plus"))
+    return _mk_threshold(kappa, tau, jnp.asarray(fdr, tau.dtype), m=m, plus=_checks.static_flag(plus, "plus"))[0]
 
 
 @functools.partial(jax.jit, static_argnames=("m", "plus"))
 def _mk_threshold(kappa, tau, fdr, *, m, plus):
+    """``(T, found)``: the thresholds and whether some ``t`` qualified (``T = +inf`` either way when none did:
+    ``tau >= T`` alone would select a ``tau_j = +inf`` where no threshold qualifies, as in knockoff_select)."""
+
     def one(k, t):
         p = t.shape[-1]
         orig = jnp.sort(jnp.where(k == 0, t, -jnp.inf))
@@ -160,15 +178,20 @@ def _mk_threshold(kappa, tau, fdr, *, m, plus):
         # traced copy index outside 0..m: NaN threshold, nothing selected
         bad = jnp.any(jnp.isnan(t)) | ~((fdr > 0) & (fdr < 1))  # written so that a NaN level is bad too
         bad = bad | jnp.any((k < 0) | (k > m))
-        return jnp.where(bad, jnp.nan, jnp.min(jnp.where(ok, t, jnp.inf)))
+        return jnp.where(bad, jnp.nan, jnp.min(jnp.where(ok, t, jnp.inf))), jnp.any(ok) & ~bad
 
     flat_k = kappa.reshape(-1, kappa.shape[-1])
     flat_t = tau.reshape(-1, tau.shape[-1])
-    return jax.vmap(one)(flat_k, flat_t).reshape(tau.shape[:-1])
+    T, found = jax.vmap(one)(flat_k, flat_t)
+    return T.reshape(tau.shape[:-1]), found.reshape(tau.shape[:-1])
 
 
 def multi_knockoff_select(Z, fdr, *, plus: bool = True):
     """Multi-knockoff(+) selection from the scores ``Z`` of shape ``(..., m + 1, p)``.
+
+    Scores may be ``+-inf`` (as ``W`` in :func:`jaxknock.knockoff_select`); NaN, or an undefined
+    ``tau = inf - inf`` (see :func:`multi_knockoff_statistics`), raises eagerly and selects nothing
+    under ``jit``. Nothing is selected where no threshold qualifies, not even a ``tau_j = +inf``.
 
     Returns:
         ``(..., p)`` boolean mask ``kappa_j = 0 and tau_j >= T``.
@@ -180,9 +203,11 @@ def multi_knockoff_select(Z, fdr, *, plus: bool = True):
     """
     Z = _check_scores(Z)
     m = Z.shape[-2] - 1
+    _checks.check_fdr(fdr)
     kappa, tau = _mk_statistics(Z)
-    T = multi_knockoff_threshold(kappa, tau, fdr, num_knockoffs=m, plus=plus)
-    return (kappa == 0) & (tau >= T[..., None])
+    _check_tau(tau)
+    T, found = _mk_threshold(kappa, tau, jnp.asarray(fdr, tau.dtype), m=m, plus=_checks.static_flag(plus, "plus"))
+    return (kappa == 0) & (tau >= T[..., None]) & found[..., None]
 
 
 def group_statistics(W, groups):

@@ -204,6 +204,31 @@ def test_threshold_jit_vmap():
         multi.multi_knockoff_select(np.ones((1, 4)), 0.1)
 
 
+def test_infinite_scores_are_scores_as_infinite_w_in_knockoff_select():
+    """``Z`` with a ``+-inf`` score (a ``-log`` p-value of 0) was refused ("Z contains non-finite") while
+    knockoff_select takes the ``m = 1`` equivalent ``W = Z0 - Z1``; it now selects what knockoff_select does,
+    nothing where no threshold qualifies (``T = +inf``: not the ``tau_j = +inf``). NaN, or ``inf - inf`` (an
+    original and its only knockoff both ``+inf``), raises eagerly and selects nothing under jit."""
+    inf = np.inf
+    for W, q in (
+        (np.r_[inf, -np.arange(1.0, 11)], 0.1),
+        (np.r_[[inf] * 10, -1.0], 0.1),
+        (np.r_[-inf, [5.0] * 9, -1], 0.25),
+    ):
+        Z = np.stack([np.maximum(W, 0), np.maximum(-W, 0)])
+        want = np.asarray(kfilter.knockoff_select(W, q))
+        np.testing.assert_array_equal(multi.multi_knockoff_select(Z, q), want)
+        np.testing.assert_array_equal(jax.jit(multi.multi_knockoff_select)(Z, q), want)
+    assert want.sum() == 9
+    Z3 = np.array([[inf, 1.0], [inf, 0.0], [0.0, 2.0], [0.0, 0.0]])  # m = 3: a tie at +inf is a knockoff win
+    kappa, tau = multi.multi_knockoff_statistics(Z3)
+    assert kappa.tolist() == [1, 2] and tau.tolist() == [inf, 2.0]
+    for bad, message in ((Z3[:2], r"feature \(0,\) an undefined tau \(inf - inf\)"), (Z3 * np.nan, "Z contains NaN")):
+        with pytest.raises(ValueError, match=message):
+            multi.multi_knockoff_select(bad, 0.1)
+        assert not np.asarray(jax.jit(multi.multi_knockoff_select)(bad, 0.1)).any()
+
+
 # ----------------------------------------------------------------- FDR by simulation
 
 
