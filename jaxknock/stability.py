@@ -387,7 +387,10 @@ def stability_selection(
             :func:`~jaxknock.lasso_path` solver (``"fista"``, ``"cd"``, ...) run on each subsample.
         max_steps: iteration limit of the solver; for the lockstep homotopy the
             kinks per chunk (default ``8 m + 100``; subsamples still running are
-            counted in ``num_failed`` at the penalties they did not reach).
+            counted in ``num_failed`` at the penalties they did not reach). An
+            integer ``>= 0``, as in :func:`~jaxknock.lasso_path`: ``0`` takes no
+            step, so only fits whose start is already optimal (penalties at or
+            above ``lambda_max``) converge and the rest count in ``num_failed``.
         chunk_size: subsamples per batch (lockstep: per lockstep chunk, default 8 on
             the CPU for a design of at most 40 MiB, where the chunk's active-set
             inverses and columns then stay in the processor cache, else from memory

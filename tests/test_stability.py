@@ -180,6 +180,21 @@ def test_bad_input(kwargs, match):
         stability_selection(jax.random.key(0), X, y, **kwargs)
 
 
+def test_max_steps_zero_is_no_step_as_in_lasso_path():
+    """max_steps = 0 is kept (the lasso family's rule: an integer >= 0, where 0 certifies the start): above
+    lambda_max every fit converges without a step; below it every fit is reported in num_failed, never a silent
+    empty selection. A negative or fractional max_steps is refused by name."""
+    X, y = _data(0)
+    lmax = float(jaxknock.lambda_max(X, y))
+    kw = dict(num_subsamples=4, max_steps=0)
+    assert stability_selection(jax.random.key(0), X, y, lambdas=[4 * lmax, 2 * lmax], **kw).num_failed.sum() == 0
+    res = stability_selection(jax.random.key(0), X, y, lambdas=[0.5 * lmax, 0.2 * lmax], **kw)
+    assert res.num_failed.tolist() == [4, 4] and "raise max_steps" in res.explanation
+    for bad in (-1, 2.5):
+        with pytest.raises(ValueError, match="max_steps must be a non-negative integer"):
+            stability_selection(jax.random.key(0), X, y, num_subsamples=4, max_steps=bad)
+
+
 @pytest.mark.parametrize("name", ["threshold", "expected_false"])
 def test_bool_probability_settings_refused(name):
     """``threshold=True`` (a selection probability in (0.5, 1]) ran as 1.0 and ``expected_false=True`` as 1.0."""
