@@ -549,7 +549,9 @@ def sparse_centroid(Xk, y):
     :math:`\lambda` and saves :math:`(\bar x^+_k - \bar x^-_k)^2 / 2` (the
     shared optimum is the midpoint of the class means), so feature ``k`` is
     used exactly when :math:`\lambda < Z_k = (\bar x^+_k - \bar x^-_k)^2 / 2`.
-    The statistic is :math:`W_j = |Z_j| - |Z_{j+p}|`.
+    The statistic is :math:`W_j = |Z_j| - |Z_{j+p}|`, in squared units of
+    column ``j``: computed on the pair scaled by a power of two, it is exact to
+    rounding wherever it is a normal float, else the signed ``inf`` (or 0).
 
     Args:
         Xk: ``(n, 2p)`` design or ``(..., n, 2p)`` batch.
