@@ -39,6 +39,7 @@ from jax import lax
 from jaxknock import _aot, _checks, _precision
 from jaxknock._scaling import pow2_exponent
 from jaxknock._solution import Solution, raise_if_failed
+from jaxknock.l1 import _units
 from jaxknock.l1 import working_set as _working_set
 from jaxknock.l1.cv import check_patience, cv_solve
 from jaxknock.l1.folds import check_folds_nonempty, resolve_folds
@@ -304,6 +305,7 @@ def lcd(
     copies = int(num_knockoffs) + 1
     n, m = Xk3.shape[1:]
     Xk3, cols, ties = _aot.call(canonical_columns, Xk3, copies=copies)  # exact flip-sign property, ties included
+    Xk3, y_unit, units = _units.scale_data(Xk3, y, loss)  # one exponent for the batch (jaxknock.l1._units)
     if lam is not None:
         lam = jnp.asarray(lam, Xk3.dtype)
         try:
@@ -313,7 +315,7 @@ def lcd(
                 f"lam must be a scalar or broadcast to the batch shape {batch_shape}, got shape {lam.shape}"
             ) from None
         _checks.check_lam(lam)
-        sol = _aot.call(_lcd_fixed_jit, Xk3, y, lam, settings)
+        sol = _aot.call(_lcd_fixed_jit, Xk3, y_unit, _units.to_unit(lam, units, "lam"), settings)
     elif _working_set.use_engine(engine, Xk3, fit_intercept, solver=solver, screen=screen):
         fold_ids, K = resolve_folds(n, folds, y, loss)
         check_folds_nonempty(fold_ids, K, y, loss)
@@ -324,9 +326,9 @@ def lcd(
             num_lambdas = check_grid_settings(num_lambdas, eps)
         ws = _working_set.l1_cv(
             Xk3,
-            jnp.broadcast_to(y, Xk3.shape[:2]),
+            jnp.broadcast_to(y_unit, Xk3.shape[:2]),
             folds=fold_ids,
-            lambdas=lambdas,
+            lambdas=None if lambdas is None else _units.to_unit(jnp.asarray(lambdas, Xk3.dtype), units, "lam"),
             num_lambdas=num_lambdas,
             eps=eps,
             loss=loss,
@@ -346,12 +348,13 @@ def lcd(
         if lambdas is not None:
             lambdas = jnp.asarray(lambdas, Xk3.dtype)
             check_lambdas(lambdas)
+            lambdas = _units.to_unit(lambdas, units, "lam")
         else:
             num_lambdas = check_grid_settings(num_lambdas, eps)
         patience = check_patience(patience)
         sol = _lcd_cv_jit(
             Xk3,
-            y,
+            y_unit,
             jnp.asarray(fold_ids),
             lambdas,
             settings,
@@ -360,7 +363,7 @@ def lcd(
             eps=float(eps),
             patience=patience,
         )
-    sol = _aot.call(_lcd_statistics, sol, cols, ties, copies=copies)
+    sol = _units.restore(_aot.call(_lcd_statistics, sol, cols, ties, copies=copies), units)
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
 
 
@@ -455,8 +458,10 @@ def lsm(
     copies = int(num_knockoffs) + 1
     # exact flip-sign property, ties included (see lcd)
     Xk3, cols, ties = _aot.call(canonical_columns, Xk3, copies=copies)
+    Xk3, y, units = _units.scale_data(Xk3, y, loss)  # one exponent for the batch (jaxknock.l1._units)
+    lambdas = _units.to_unit(lambdas, units, "lam")
     sol = _aot.call(_lsm_jit, Xk3, y, lambdas, settings, num_lambdas=num_lambdas, eps=float(eps))
-    sol = _aot.call(_lsm_statistics, sol, cols, ties, copies=copies)
+    sol = _units.restore(_aot.call(_lsm_statistics, sol, cols, ties, copies=copies), units, value_kind="lam")
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
 
 

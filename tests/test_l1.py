@@ -99,13 +99,15 @@ def test_default_grid_floor_for_constant_design():
     # grid used to hold zeros (lasso_path / lasso_cv raised "lambdas must be positive" for lambdas the user
     # never passed) or to reach 1e-20, where the path fitted rounding noise with coefficients of 1e31
     # (max_steps_reached); scikit-learn's grid is num copies of 1e-15, where every coefficient is zero.
+    # Here the floor is relative to the units of the data (1e-15 on X / 2^e_X, y / 2^e_y with max |.| in [0.5, 1)).
     # The grids only (the solves compile for seconds): lambda_grid / the classic engine and the working-set engine
     from jaxknock.l1 import _ws_driver
 
     rng = np.random.default_rng(0)
     y = rng.normal(size=20)
     for X in (np.zeros((20, 4)), np.tile(rng.normal(size=4), (20, 1))):
-        np.testing.assert_array_equal(L.lambda_grid(X, y, num=5), np.full(5, 1e-15))
+        floor = np.ldexp(1e-15, np.frexp(np.abs(X).max())[1] + np.frexp(np.abs(y).max())[1])
+        np.testing.assert_array_equal(L.lambda_grid(X, y, num=5), np.full(5, floor))
         np.testing.assert_array_equal(
             _ws_driver.default_grid(jnp.asarray(X), jnp.asarray(y), 1e-3, 5), np.full(5, 1e-15)
         )
@@ -113,6 +115,59 @@ def test_default_grid_floor_for_constant_design():
     np.testing.assert_allclose(
         L.lambda_grid(X, y, num=3, eps=1e-2), float(L.lambda_max(X, y)) * np.array([1, 0.1, 0.01])
     )
+
+
+def test_lasso_does_not_depend_on_the_units_of_y_or_x():
+    """The lasso is equivariant to the units (coef ~ c_y / c_X, lam ~ c_X c_y, intercept ~ c_y), its solvers were
+    not at the edges: in float32 y and lam times 1e-20 gave all-zero coefficients and "successful" (X times 1e-20:
+    max_steps_reached, y times 1e20: nonfinite), in float64 y times 1e160 nonfinite and 1e-160 zeros. Every entry
+    point now solves on X / 2^e_X, y / 2^e_y (exact) and scales the answer back: under jit, and the state of
+    lasso_init / lasso_step (kept in the caller's units) too. (The shapes and settings of the tests above: the
+    float64 programs are shared.)"""
+    X, y = _regression(seed=11)
+    lam = 0.1
+    with jax.enable_x64(False):
+        X32, y32 = X.astype(np.float32), y.astype(np.float32)
+        fit = jax.jit(lambda A, b, lam: L.lasso(A, b, lam))
+        ref = fit(X32, y32, np.float32(lam))
+        assert ref.successful and np.count_nonzero(ref.value) >= 3
+        for cx, cy in ((1.0, 1e-20), (1e-20, 1.0), (1.0, 1e20)):
+            sol = fit(X32 * np.float32(cx), y32 * np.float32(cy), np.float32(lam * cx * cy))
+            assert sol.successful
+            np.testing.assert_allclose(np.asarray(sol.value) * (cx / cy), ref.value, atol=2e-3)  # float32 tol 1e-4
+    ref = L.lasso(X, y, lam, tol=1e-10)
+    ref_state = L.lasso_step(L.lasso_init(X, y, lam, solver="cd", tol=1e-10), X, y, lam, solver="cd", tol=1e-10)
+    for c in (1e-160, 1e160):
+        sol = L.lasso(X, c * y, c * lam, tol=1e-10)
+        assert sol.successful
+        np.testing.assert_allclose(sol.value / c, ref.value, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(sol.stats["intercept"] / c, ref.stats["intercept"], rtol=1e-9)
+        state = L.lasso_init(X, c * y, c * lam, solver="cd", tol=1e-10)
+        state = L.lasso_step(state, X, c * y, c * lam, solver="cd", tol=1e-10)
+        np.testing.assert_allclose(state.coef / c, ref_state.coef, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(state.offset / c, ref_state.offset, rtol=1e-9)
+
+
+def test_default_grid_path_and_cv_do_not_depend_on_the_units_of_y():
+    """y in units of 1e-16 (float64) put lambda_max under the grid's absolute floor (1e-15): lasso_path and
+    lasso_cv (both engines) returned all-zero coefficients, "successful"; y times 1e160 overflowed. The floor
+    now applies on the unit scale. (Shapes and settings of the CV tests below: their programs are shared.)"""
+    X, y = _regression(seed=3, noise=2.0)
+    kw = {"auto": dict(folds=3, num_lambdas=15), "classic": dict(folds=3, num_lambdas=40, engine="classic")}
+    ref_path = L.lasso_path(X, y, num_lambdas=15, eps=1e-2)
+    ref_cv = {k: L.lasso_cv(X, y, **v) for k, v in kw.items()}
+    for c in (1e-16, 1e160):
+        path = L.lasso_path(X, c * y, num_lambdas=15, eps=1e-2)
+        assert np.all(path.result == RESULTS.successful)
+        np.testing.assert_allclose(path.stats["lam"] / c, ref_path.stats["lam"], rtol=1e-12)
+        np.testing.assert_allclose(path.value / c, ref_path.value, rtol=1e-8, atol=1e-10)
+        for k, v in kw.items():
+            cv = L.lasso_cv(X, c * y, **v)
+            assert cv.successful
+            np.testing.assert_allclose(cv.stats["lam"] / c, ref_cv[k].stats["lam"], rtol=1e-12)
+            np.testing.assert_allclose(cv.value / c, ref_cv[k].value, rtol=1e-5, atol=1e-8)
+            if c < 1e100:  # deviances scale with c^2 (1e320 is not a float64)
+                np.testing.assert_allclose(cv.stats["cv_mean"] / c**2, ref_cv[k].stats["cv_mean"], rtol=1e-5)
 
 
 def test_cv_matches_sklearn_lassocv():

@@ -274,6 +274,21 @@ def test_sparse_centroid_keeps_the_digits_of_a_column_in_extreme_units():
     assert np.isinf(want[2]) and W[2] == want[2]  # beyond float32: the signed overflow, not NaN
 
 
+@pytest.mark.parametrize("name", ["lcd_fixed", "lcd_cv", "lsm"])
+def test_lasso_statistics_do_not_depend_on_the_units_of_y(name):
+    """lcd / lsm called directly read y in its own units: at 1e-16 lambda_max fell under the default grid's
+    absolute floor (1e-15), so lsm's and the cross-validated lcd's W were all zero ("successful"); at 1e160 the
+    sums of squares overflowed (every W zero or NaN). The fits now run on the unit scale: W scales with y."""
+    Xk, y = _design(seed=5)
+    fn = STATISTICS[name]
+    ref = np.asarray(fn(Xk, y))
+    assert np.count_nonzero(ref) >= 3
+    for c in (1e-16, 1e160):
+        lam = c * 0.05
+        W = S.lcd(Xk, c * y, lam=lam, tol=1e-12).value if name == "lcd_fixed" else fn(Xk, c * y)
+        np.testing.assert_allclose(np.asarray(W) / c, ref, rtol=1e-6, atol=1e-9)
+
+
 def test_statistics_on_zero_rows_name_xk():
     with pytest.raises(ValueError, match="Xk needs at least 2 rows"):
         S.marginal_correlation(np.zeros((0, 2)), np.zeros(0))

@@ -19,7 +19,7 @@ from jax import lax
 
 from jaxknock import _checks
 from jaxknock._solution import Solution, raise_if_failed
-from jaxknock.l1 import working_set
+from jaxknock.l1 import _units, working_set
 from jaxknock.l1.folds import check_folds_nonempty, cv_folds, kfold_ids, resolve_folds, stratified_kfold_ids
 from jaxknock.l1.problem import (
     centre_on_host,
@@ -216,12 +216,15 @@ def lasso_cv(
     )
     fold_ids, K = resolve_folds(X.shape[0], folds, y, loss)
     check_folds_nonempty(fold_ids, K, y, loss)
-    lambdas = resolve_lambdas(X, y, lambdas, settings, num_lambdas=num_lambdas, eps=eps)
+    X, y, units = _units.scale_data(X, y, loss)  # solved on the unit scale (jaxknock.l1._units)
+    lambdas = resolve_lambdas(X, y, lambdas, settings, num_lambdas=num_lambdas, eps=eps, units=units)
     patience = check_patience(patience)
     if working_set.use_engine(engine, X, fit_intercept, solver=solver, screen=screen):
         sol = _working_set_cv(X, y, fold_ids, lambdas, loss=loss, tol=tol, max_steps=max_steps, patience=patience)
+        sol = _units.restore(sol, units, unit_free=("gap", "duality_gap"))  # relative to the null deviance
     else:
         sol = _cv_jit(X, y, jnp.asarray(fold_ids), lambdas, settings, K=K, patience=patience)
+        sol = _units.restore(sol, units)
     return raise_if_failed(restore_intercept(sol, shift), throw)
 
 

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxknock._solution import Solution, raise_if_failed
+from jaxknock.l1 import _units
 from jaxknock.l1.problem import (
     Problem,
     centre_on_host,
@@ -91,5 +92,7 @@ def lasso_path(
     settings = make_settings(
         X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol, max_steps=max_steps
     )
-    lambdas = resolve_lambdas(X, y, lambdas, settings, num_lambdas=num_lambdas, eps=eps)
-    return raise_if_failed(restore_intercept(_path_jit(X, y, lambdas, settings), shift), throw)
+    X, y, units = _units.scale_data(X, y, loss)  # solved on the unit scale (jaxknock.l1._units)
+    lambdas = resolve_lambdas(X, y, lambdas, settings, num_lambdas=num_lambdas, eps=eps, units=units)
+    sol = _units.restore(_path_jit(X, y, lambdas, settings), units)
+    return raise_if_failed(restore_intercept(sol, shift), throw)

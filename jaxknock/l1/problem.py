@@ -37,6 +37,7 @@ from jax import lax
 
 from jaxknock import _checks, _precision
 from jaxknock._solution import Solution
+from jaxknock.l1 import _units
 from jaxknock.l1.settings import L1Settings, check_loss, model_settings
 
 __all__ = ["lambda_max", "lambda_grid"]
@@ -236,7 +237,8 @@ def geometric_grid(lam_max, num, eps):
 
     As scikit-learn's ``_alpha_grid``: ``lam_max <= 1e-15`` gives ``num`` copies of ``1e-15``
     (a grid from a rounding-level ``lam_max`` down to ``eps`` of it fitted pure rounding noise, and an
-    exactly zero one underflowed to ``lambdas = 0``).
+    exactly zero one underflowed to ``lambdas = 0``). The callers apply it on the unit scale
+    (:mod:`jaxknock.l1._units`), so the floor is relative to the data's magnitude.
     """
     lam_max = jnp.asarray(lam_max)
     grid = lam_max[..., None] * eps ** jnp.linspace(0.0, 1.0, num, dtype=lam_max.dtype)
@@ -244,7 +246,10 @@ def geometric_grid(lam_max, num, eps):
 
 
 def default_grid(X, y, settings: L1Settings, *, num, eps):
-    """Traceable :func:`lambda_grid` for one design (uses ``settings.loss``/``fit_intercept`` only)."""
+    """Traceable :func:`lambda_grid` for one design (uses ``settings.loss``/``fit_intercept`` only).
+
+    On data its caller brought to the unit scale (:mod:`jaxknock.l1._units`), where the floor is relative.
+    """
     model = model_settings(settings.loss, settings.fit_intercept)
     return geometric_grid(problem_lambda_max(full_problem(X, y, model), model), num, eps)
 
@@ -259,15 +264,19 @@ def check_grid_settings(num, eps) -> int:
     return num
 
 
-def resolve_lambdas(X, y, lambdas, settings: L1Settings, *, num_lambdas, eps):
-    """User ``lambdas`` (checked) or the default grid on the full data, as a ``(L,)`` array."""
+def resolve_lambdas(X, y, lambdas, settings: L1Settings, *, num_lambdas, eps, units=None):
+    """User ``lambdas`` (checked) or the default grid on the full data, as a ``(L,)`` array on the unit scale.
+
+    ``X``, ``y``: the data on the unit scale of ``units`` (:func:`jaxknock.l1._units.scale_data`); user
+    ``lambdas`` are in the caller's units and are scaled with the data.
+    """
     if lambdas is None:
         num_lambdas = check_grid_settings(num_lambdas, eps)
         lam_max = _lambda_max_jit(X, y, loss=settings.loss, fit_intercept=settings.fit_intercept)
-        lambdas = geometric_grid(lam_max, num_lambdas, eps)
+        return geometric_grid(lam_max, num_lambdas, eps)
     lambdas = jnp.asarray(lambdas, X.dtype)
     check_lambdas(lambdas)
-    return lambdas
+    return _units.to_unit(lambdas, units, "lam")
 
 
 def check_lambdas(lambdas):
@@ -372,7 +381,8 @@ def lambda_max(X, y, *, loss: str = "squared", fit_intercept: bool = True) -> ja
     """
     X, y, _ = centre_on_host(X, y, loss=loss, fit_intercept=fit_intercept)  # shift-invariant
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
-    return _lambda_max_jit(X, y, loss=loss, fit_intercept=bool(fit_intercept))
+    X, y, units = _units.scale_data(X, y, loss)
+    return _units.to_user(_lambda_max_jit(X, y, loss=loss, fit_intercept=bool(fit_intercept)), units, "lam")
 
 
 @functools.partial(jax.jit, static_argnames=("loss", "fit_intercept"))
@@ -386,9 +396,12 @@ def lambda_grid(
 ) -> jax.Array:
     """Geometric grid from ``lambda_max`` down to ``eps * lambda_max`` (``num`` values).
 
-    Same grid as scikit-learn's ``LassoCV(n_alphas=num, eps=eps)``, including its floor:
-    when ``lambda_max <= 1e-15`` (every centred column zero, or constant up to rounding)
-    the grid is ``num`` copies of ``1e-15``, where every coefficient is zero.
+    Same grid as scikit-learn's ``LassoCV(n_alphas=num, eps=eps)``, including its floor, which
+    for least squares is relative to the units of the data: with ``2^{e_X}`` and ``2^{e_y}`` the powers of two
+    that bring ``max |X|`` and ``max |y|`` into ``[0.5, 1)`` (:mod:`jaxknock.l1._units`), when
+    ``lambda_max <= 1e-15 * 2^(e_X + e_y)`` (every centred column zero, or constant up to rounding)
+    the grid is ``num`` copies of ``1e-15 * 2^(e_X + e_y)``, where every coefficient is zero
+    (scikit-learn's absolute ``1e-15`` made ``y`` in units of ``1e-16`` read as a constant).
 
     Example:
         >>> X = jnp.eye(3); y = jnp.array([1.0, 2.0, 3.0])
@@ -396,4 +409,8 @@ def lambda_grid(
         [1.0, 0.1, 0.01]
     """
     num = check_grid_settings(num, eps)
-    return geometric_grid(lambda_max(X, y, loss=loss, fit_intercept=fit_intercept), num, eps)
+    X, y, _ = centre_on_host(X, y, loss=loss, fit_intercept=fit_intercept)  # shift-invariant
+    X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
+    X, y, units = _units.scale_data(X, y, loss)
+    lam_max = _lambda_max_jit(X, y, loss=loss, fit_intercept=bool(fit_intercept))
+    return _units.to_user(geometric_grid(lam_max, num, eps), units, "lam")

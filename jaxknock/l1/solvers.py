@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from jaxknock import _checks
 from jaxknock._iterate import iterative_solve
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
-from jaxknock.l1 import cd, fista, screening
+from jaxknock.l1 import _units, cd, fista, screening
 from jaxknock.l1.problem import (
     Problem,
     centre_on_host,
@@ -298,6 +298,12 @@ def lasso(
     run as they are, as do x64 runs and fits without an intercept. Costs one
     float64 pass over ``X`` on the host (3 ms at ``2000 x 2000``).
 
+    Units (least squares): the solve runs on ``X / 2^{e_X}`` and ``y / 2^{e_y}`` (``max |X|`` and ``max |y|``
+    brought into ``[0.5, 1)``) at ``lam / 2^{e_X + e_y}``, and ``value``, ``stats`` and ``state``
+    are scaled back (:mod:`jaxknock.l1._units`): powers of two are exact, so the answer is the same to the
+    bit where the units were harmless, and ``y`` in units of ``1e-20`` (float32) or ``1e160`` (float64) no
+    longer flushes to zero or overflows.
+
     Example:
         >>> X = jax.random.normal(jax.random.key(0), (50, 10))
         >>> y = X[:, 0] + 0.1 * jax.random.normal(jax.random.key(1), (50,))
@@ -315,7 +321,9 @@ def lasso(
     lam = jnp.asarray(lam, X.dtype)
     if lam.ndim != 0:
         raise ValueError(f"lam must be a scalar, got shape {lam.shape}; use lasso_path for a grid")
-    return raise_if_failed(restore_intercept(fit(X, y, lam, coef0, settings), shift), throw)
+    Xs, ys, units = _units.scale_data(X, y, settings.loss)
+    sol = fit(Xs, ys, _units.to_unit(lam, units, "lam"), _units.to_unit(coef0, units, "coef"), settings)
+    return raise_if_failed(restore_intercept(_units.restore(sol, units), shift), throw)
 
 
 def lasso_init(
@@ -334,7 +342,8 @@ def lasso_init(
 
     With :func:`lasso_step` this exposes the iteration for notebooks and
     debugging; :func:`lasso` drives the same two functions through
-    :func:`jaxknock._iterate.iterative_solve`.
+    :func:`jaxknock._iterate.iterative_solve`. Each call solves on the unit scale of :func:`lasso` and
+    returns the state in the caller's units (the round trip is exact, so the steps are :func:`lasso`'s).
 
     Example:
         >>> X = jax.random.normal(jax.random.key(0), (30, 5)); y = X[:, 0]
@@ -348,7 +357,9 @@ def lasso_init(
     _checks.check_lam(lam)
     settings = make_settings(X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol)
     coef0 = check_init(init, X.shape[1], X.dtype)
-    return _init_jit(X, y, jnp.asarray(lam, X.dtype), coef0, settings)
+    X, y, units = _units.scale_data(X, y, loss)
+    lam, coef0 = _units.to_unit(jnp.asarray(lam, X.dtype), units, "lam"), _units.to_unit(coef0, units, "coef")
+    return _units.state_to_user(_init_jit(X, y, lam, coef0, settings), units)
 
 
 @jax.jit
@@ -414,7 +425,10 @@ def lasso_step(
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
     _checks.check_lam(lam)
     settings = make_settings(X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol)
-    return _step_jit(state, X, y, jnp.asarray(lam, X.dtype), settings)
+    # on lasso_init's unit scale (the same data gives the same exponents; the round trip is exact)
+    X, y, units = _units.scale_data(X, y, loss)
+    lam = _units.to_unit(jnp.asarray(lam, X.dtype), units, "lam")
+    return _units.state_to_user(_step_jit(_units.state_to_unit(state, units), X, y, lam, settings), units)
 
 
 @jax.jit

@@ -97,6 +97,7 @@ import numpy as np
 
 from jaxknock import _checks
 from jaxknock._solution import RESULTS, Solution
+from jaxknock.l1 import _units
 from jaxknock.l1 import _ws_driver as _driver
 from jaxknock.l1._ws_driver import cache_chunk
 from jaxknock.l1.folds import stratified_kfold_ids
@@ -280,10 +281,11 @@ def l1_cv(
     K = rows.shape[0]
     excl = np.append(np.arange(K), -1).astype(np.int32)
     lam = _driver.validated_grid(X, y, lambdas, num_lambdas, eps)
+    Xs, ys, units = _units.scale_data(X, y, loss)  # one exponent for the whole batch
     sol = _driver.run_certified(
-        X,
-        y,
-        lam,
+        Xs,
+        ys,
+        _units.to_unit(lam, units, "lam"),
         rows,
         excl,
         loss=loss,
@@ -298,6 +300,7 @@ def l1_cv(
         grid=(eps, num_lambdas),
         batch_mode=batch_mode,
     )
+    sol = _units.restore(sol, units, unit_free=("gap",))  # its gap is relative to the null deviance
     return restore_intercept(_flag_traced_input(sol, X, y, lam), shift)
 
 
@@ -344,10 +347,11 @@ def l1_path(
     rows = np.arange(n, dtype=np.int32)[None]
     excl = np.array([-1], np.int32)
     lam = _driver.validated_grid(X, y, lambdas, num_lambdas, eps)
+    Xs, ys, units = _units.scale_data(X, y, loss)
     sol = _driver.run_certified(
-        X,
-        y,
-        lam,
+        Xs,
+        ys,
+        _units.to_unit(lam, units, "lam"),
         rows,
         excl,
         loss=loss,
@@ -361,6 +365,7 @@ def l1_path(
         throw=throw,
         grid=(eps, num_lambdas),
     )
+    sol = _units.restore(sol, units, unit_free=("gap",))
     return restore_intercept(_flag_traced_input(sol, X, y, lam), shift)
 
 
