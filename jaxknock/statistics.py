@@ -291,6 +291,10 @@ def lcd(
         failed its certificate and was solved again in float64
         (:func:`jaxknock.l1.working_set.l1_cv`).
 
+    Units (least squares): the fits run on ``Xk / 2^{e_X}``, ``y / 2^{e_y}`` (one exponent for the whole batch,
+    ``max |.|`` brought into ``[0.5, 1)``, :mod:`jaxknock.l1._units`) and ``W``, ``coef``, ``lam`` come back in
+    the caller's units (``W`` scales as ``c_y / c_X``), the same to the bit where the units were harmless.
+
     Example:
         >>> key1, key2 = jax.random.split(jax.random.key(0))
         >>> Xk = jax.random.normal(key1, (3, 80, 10))  # 3 replicates, p = 5
@@ -434,7 +438,8 @@ def lsm(
     Returns:
         :class:`~jaxknock.Solution` with ``value`` ``W`` ``(..., p)``,
         ``result`` ``(...)`` (worst code along the path) and ``stats`` with
-        ``entry`` ``(..., 2p)`` (the ``Z`` scores) and ``num_steps``.
+        ``entry`` ``(..., 2p)`` (the ``Z`` scores) and ``num_steps``. Fitted on the unit scale as
+        :func:`lcd`; ``W`` and ``entry`` are penalties in the caller's units (``c_X c_y``).
 
     Example:
         >>> key1, key2 = jax.random.split(jax.random.key(0))
