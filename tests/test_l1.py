@@ -148,30 +148,6 @@ def test_lasso_does_not_depend_on_the_units_of_y_or_x():
         np.testing.assert_allclose(state.offset / c, ref_state.offset, rtol=1e-9)
 
 
-def test_default_grid_path_and_cv_do_not_depend_on_the_units_of_y():
-    """y in units of 1e-16 (float64) put lambda_max under the grid's absolute floor (1e-15): lasso_path and
-    lasso_cv (both engines) returned all-zero coefficients, "successful"; y times 1e160 overflowed. The floor
-    now applies on the unit scale. (Shapes and settings of the CV tests below: their programs are shared.)"""
-    X, y = _regression(seed=3, noise=2.0)
-    kw = {"auto": dict(folds=3, num_lambdas=15), "classic": dict(folds=3, num_lambdas=40, engine="classic")}
-    ref_path = L.lasso_path(X, y, num_lambdas=15, eps=1e-2)
-    ref_cv = {k: L.lasso_cv(X, y, **v) for k, v in kw.items()}
-    for c in (1e-16, 1e160):
-        path = L.lasso_path(X, c * y, num_lambdas=15, eps=1e-2)
-        assert np.all(path.result == RESULTS.successful)
-        np.testing.assert_allclose(path.stats["lam"] / c, ref_path.stats["lam"], rtol=1e-12)
-        np.testing.assert_allclose(path.value / c, ref_path.value, rtol=1e-8, atol=1e-10)
-        for k, v in kw.items():
-            if (k == "auto") != (c > 1):  # one scale per engine: the working-set one at 1e160, classic at 1e-16
-                continue
-            cv = L.lasso_cv(X, c * y, **v)
-            assert cv.successful
-            np.testing.assert_allclose(cv.stats["lam"] / c, ref_cv[k].stats["lam"], rtol=1e-12)
-            np.testing.assert_allclose(cv.value / c, ref_cv[k].value, rtol=1e-5, atol=1e-8)
-            if c < 1e100:  # deviances scale with c^2 (1e320 is not a float64)
-                np.testing.assert_allclose(cv.stats["cv_mean"] / c**2, ref_cv[k].stats["cv_mean"], rtol=1e-5)
-
-
 def test_cv_matches_sklearn_lassocv():
     X, y = _regression(seed=3, noise=2.0)
     sol = L.lasso_cv(X, y, folds=3, num_lambdas=15, tol=1e-12)
@@ -233,6 +209,30 @@ def test_cv_default_engine_is_the_working_set_engine_and_agrees_with_classic():
         L.lasso_cv(X, y, engine="fast")
     with pytest.raises(ValueError, match="intercept"):
         L.lasso_cv(X, y, fit_intercept=False, engine="working_set")
+
+
+def test_default_grid_path_and_cv_do_not_depend_on_the_units_of_y():
+    """y in units of 1e-16 (float64) put lambda_max under the grid's absolute floor (1e-15): lasso_path and
+    lasso_cv (both engines) returned all-zero coefficients, "successful"; y times 1e160 overflowed. The floor
+    now applies on the unit scale. (Shapes and settings of the CV tests below: their programs are shared.)"""
+    X, y = _regression(seed=3, noise=2.0)
+    kw = {"auto": dict(folds=3, num_lambdas=15), "classic": dict(folds=3, num_lambdas=40, engine="classic")}
+    ref_path = L.lasso_path(X, y, num_lambdas=15, eps=1e-2)
+    ref_cv = {k: L.lasso_cv(X, y, **v) for k, v in kw.items()}
+    for c in (1e-16, 1e160):
+        path = L.lasso_path(X, c * y, num_lambdas=15, eps=1e-2)
+        assert np.all(path.result == RESULTS.successful)
+        np.testing.assert_allclose(path.stats["lam"] / c, ref_path.stats["lam"], rtol=1e-12)
+        np.testing.assert_allclose(path.value / c, ref_path.value, rtol=1e-8, atol=1e-10)
+        for k, v in kw.items():
+            if (k == "auto") != (c > 1):  # one scale per engine: the working-set one at 1e160, classic at 1e-16
+                continue
+            cv = L.lasso_cv(X, c * y, **v)
+            assert cv.successful
+            np.testing.assert_allclose(cv.stats["lam"] / c, ref_cv[k].stats["lam"], rtol=1e-12)
+            np.testing.assert_allclose(cv.value / c, ref_cv[k].value, rtol=1e-5, atol=1e-8)
+            if c < 1e100:  # deviances scale with c^2 (1e320 is not a float64)
+                np.testing.assert_allclose(cv.stats["cv_mean"] / c**2, ref_cv[k].stats["cv_mean"], rtol=1e-5)
 
 
 def test_logistic_cv_equals_manual_folds():
