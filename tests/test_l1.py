@@ -142,6 +142,12 @@ def test_lasso_does_not_depend_on_the_units_of_y_or_x():
         assert sol.successful
         np.testing.assert_allclose(sol.value / c, ref.value, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(sol.stats["intercept"] / c, ref.stats["intercept"], rtol=1e-9)
+        np.testing.assert_allclose(  # vmap over y alone, X (already in [0.5, 1)) concrete
+            jax.vmap(lambda b: L.lasso(X / 8, b, c * lam / 8, tol=1e-10).value)(c * y[None]).squeeze(0) / c,
+            ref.value * 8,
+            rtol=1e-6,
+            atol=1e-9,
+        )
         state = L.lasso_init(X, c * y, c * lam, solver="cd", tol=1e-10)
         state = L.lasso_step(state, X, c * y, c * lam, solver="cd", tol=1e-10)
         np.testing.assert_allclose(state.coef / c, ref_state.coef, rtol=1e-9, atol=1e-12)

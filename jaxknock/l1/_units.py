@@ -67,7 +67,7 @@ def scale_data(X, y, loss):
     if loss != "squared":
         return X, y, None
     units = Units(pow2_exponent(jnp.max(jnp.abs(X))), pow2_exponent(jnp.max(jnp.abs(y))))
-    if _checks.is_concrete(units.x) and int(units.x) == 0 and int(units.y) == 0:
+    if all(_checks.is_concrete(e) and int(e) == 0 for e in units):  # (vmap over y alone: X's is concrete)
         return X, y, units
     return jnp.ldexp(X, -units.x), jnp.ldexp(y, -units.y), units
 
