@@ -379,10 +379,17 @@ def lambda_max(X, y, *, loss: str = "squared", fit_intercept: bool = True) -> ja
         >>> float(lambda_max(X, y, fit_intercept=False))
         1.0
     """
+    lam_max, units = _unit_lambda_max(X, y, loss, fit_intercept)
+    return _units.to_user(lam_max, units, "lam")
+
+
+def _unit_lambda_max(X, y, loss, fit_intercept):
+    """``(lambda_max, units)``: checked data brought to the unit scale (:mod:`jaxknock.l1._units`) and its
+    ``lambda_max`` there, which :func:`lambda_max` and :func:`lambda_grid` scale back."""
     X, y, _ = centre_on_host(X, y, loss=loss, fit_intercept=fit_intercept)  # shift-invariant
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
     X, y, units = _units.scale_data(X, y, loss)
-    return _units.to_user(_lambda_max_jit(X, y, loss=loss, fit_intercept=bool(fit_intercept)), units, "lam")
+    return _lambda_max_jit(X, y, loss=loss, fit_intercept=bool(fit_intercept)), units
 
 
 @functools.partial(jax.jit, static_argnames=("loss", "fit_intercept"))
@@ -409,8 +416,5 @@ def lambda_grid(
         [1.0, 0.1, 0.01]
     """
     num = check_grid_settings(num, eps)
-    X, y, _ = centre_on_host(X, y, loss=loss, fit_intercept=fit_intercept)  # shift-invariant
-    X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
-    X, y, units = _units.scale_data(X, y, loss)
-    lam_max = _lambda_max_jit(X, y, loss=loss, fit_intercept=bool(fit_intercept))
+    lam_max, units = _unit_lambda_max(X, y, loss, fit_intercept)
     return _units.to_user(geometric_grid(lam_max, num, eps), units, "lam")
