@@ -7,9 +7,10 @@ r"""The knockoff filter's input checks, on the host and before any program runs.
 3. :func:`validate_inputs`: ``X``, ``y`` and the choices (``s_method``, ``statistic``, ``aggregate``,
    ``num_replicates``, ``rank``, ``lam``, ``plus``), with :func:`check_cv_rows` for the
    cross-validated statistic;
-4. :func:`standardise_by_law`: ``X`` standardised by a known law (``Sigma``, ``mu``), which it checks;
-5. :func:`scale_response`: a continuous ``y`` of the lasso statistics brought to unit spread by a power of
-   two (:func:`unscale_statistics` puts the units back into ``W``).
+4. :func:`standardise_by_law`: ``X`` standardised by a known law (``Sigma``, ``mu``), which it checks.
+
+The units of ``y`` need nothing here: the lasso statistics solve on a power-of-two unit scale and put the
+units back into ``W`` themselves (:mod:`jaxknock.l1._units`).
 
 Every error names the argument and says what to pass instead.
 """
@@ -27,7 +28,6 @@ from jaxknock.l1.folds import cv_folds
 STATISTICS = ("lcd", "lsm", "correlation", "centroid")
 AGGREGATES = ("ebh", "frequency")
 CV_FOLDS = 5  # folds of the cross-validated lasso statistics (lam=None)
-LASSO_STATISTICS = ("lcd", "lsm")
 
 
 def check_options(*, lasso_tol, rank, Sigma, s_method, groups):
@@ -196,37 +196,3 @@ def standardise_by_law(X, Sigma, mu):
             raise ValueError(f"mu must have shape ({p},) to match X's {p} columns, got {tuple(mu.shape)}")
         _checks.check_finite(mu, "mu")
     return (X - mu) / jnp.sqrt(diag), known
-
-
-def scale_response(y, binary, statistic, lam):
-    """``(y, lam, e)``: a continuous ``y`` of the lasso statistics divided by ``2^e``, its spread in ``[0.5, 1)``.
-
-    ``X`` is standardised, ``y`` was not: the lasso statistics scale with the units of ``y`` (``W``, the
-    penalty and the coefficients alike) except where the penalty grid meets its absolute floor
-    (``lambda_max <= 1e-15``, :func:`jaxknock.l1.problem.geometric_grid`), so ``y`` in units of ``1e-16``
-    gave an all-zero ``W`` and an empty selection (float32 sums of squares flush to zero sooner). Scaling
-    by a power of two is exact; a fixed ``lam`` is scaled with ``y``, and :func:`unscale_statistics`
-    multiplies ``W`` back. ``e = 0`` for a binary ``y`` and the scale-free statistics.
-    """
-    if binary or statistic not in LASSO_STATISTICS:
-        return y, lam, 0
-    yh = np.asarray(y, np.float64)
-    spread = float(np.max(np.abs(yh - np.mean(yh))))
-    e = int(np.frexp(spread)[1]) if spread > 0 else 0
-    if e == 0:
-        return y, lam, 0
-    if lam is not None:  # a scalar stays a Python float (weakly typed, as the caller's)
-        lam = np.ldexp(np.asarray(lam, np.float64), -e)
-        lam = float(lam) if lam.ndim == 0 else lam
-    return jnp.ldexp(y, -e), lam, e
-
-
-def unscale_statistics(W, stat_sol, e):
-    """``W`` and the statistic's Solution of a response scaled by :func:`scale_response` in ``y``'s units."""
-    if e == 0:
-        return W, stat_sol
-    W = jnp.ldexp(W, e)
-    if stat_sol is not None:
-        stats = {k: jnp.ldexp(v, e) if k in ("coef", "lam", "entry") else v for k, v in stat_sol.stats.items()}
-        stat_sol = stat_sol._replace(value=jnp.ldexp(stat_sol.value, e), stats=stats)
-    return W, stat_sol

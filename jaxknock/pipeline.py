@@ -565,7 +565,6 @@ def knockoff_filter(
 
     loss = "logistic" if binary else "squared"
     fused = chunk_size is not None or _mesh.wants_sharding(devices, mesh)
-    y, lam, y_exponent = _inputs.scale_response(y, binary, statistic, lam)  # the lasso grid's floor is absolute
     with _checks.trusted_values(certified):
         W, stat_sol, stage_times = replicate_stage(
             k_samp,
@@ -584,7 +583,6 @@ def knockoff_filter(
             mesh=mesh,
             chunk_size=chunk_size,
         )
-    W, stat_sol = _inputs.unscale_statistics(W, stat_sol, y_exponent)
     settings = dict(
         fdr=fdr,
         s_method=s_method,
@@ -800,13 +798,11 @@ def _grouped_or_multi_filter(
     Xk = jnp.concatenate([jnp.broadcast_to(Xs, (R, n, p)), Xt.reshape(R, n, m * p)], axis=-1)
     loss = "logistic" if binary else "squared"
     t0 = time.perf_counter()
-    y, lam, y_exponent = _inputs.scale_response(y, binary, statistic, lam)
     # statistic is lcd, lsm or correlation here ('centroid' is refused above)
     scores, stat_sol = _statistics(
         Xk, y, lam, statistic=statistic, loss=loss, lasso_tol=lasso_tol, cv_patience=cv_patience,
         folds=_inputs.statistic_folds(y, binary, statistic, lam), num_knockoffs=m,
     )  # fmt: skip
-    scores, stat_sol = _inputs.unscale_statistics(scores, stat_sol, y_exponent)
     if groups is not None:
         scores = _multi.group_statistics(scores, g)
     scores = jax.block_until_ready(scores)
