@@ -170,6 +170,35 @@ def test_a_working_set_overflow_grows_the_slots_with_it(monkeypatch):
             assert W2 > W and A2 >= peak * W2 / W
 
 
+@pytest.mark.parametrize(
+    ("n", "m", "whole", "early"),
+    [(2000, 500, 532, 256), (300, 1000, 301, 256), (100, 1000, 101, 101)],
+)
+def test_a_whole_grid_starts_with_every_slot_its_active_sets_can_use(monkeypatch, n, m, whole, early):
+    """A path to the end of its grid (``early_stop=False``, ``lasso_cv``'s default) ends near ``min(n, m)`` active
+    features: it starts at ``min(W + chunk, n + 1)`` slots instead of climbing from 256 by a quarter (one
+    compilation each: n = 2000, m = 500 compiled 4 times). A path that stops early keeps 256, and no path
+    starts with more slots than ``n + 1`` (an active set never exceeds the rank of the centred rows)."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, m))
+    y = X[:, :5].sum(1) + rng.standard_normal(n)
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def record(f, *a, **k):
+        seen.append(k["slots"])
+        raise Stop
+
+    monkeypatch.setattr(_aot, "call", record)
+    monkeypatch.setattr(_capacity, "STORE", CapacityStore(lambda: None))
+    for early_stop in (False, True):
+        with pytest.raises(Stop):
+            working_set.l1_cv(X, y, early_stop=early_stop)
+    assert seen == [whole, early]
+
+
 def test_a_remembered_entry_equal_to_the_default_still_counts_as_remembered(monkeypatch):
     """Headroom is left when a call outgrows capacities an earlier call remembered (``varies``), also when
     that entry happens to equal the default ``(512, 256)``: ``_ws_driver.run`` asks the store whether it knows the key

@@ -460,7 +460,8 @@ def run(
     known = _capacity.STORE.lookup(key, family=per_problem)
     W, A = (min(m, 512), 256) if known is None else known
     W = min(max_features or W, m)
-    A = min(A, W + chunk)
+    n = X.shape[-2]
+    A = min(A, W + chunk) if known is not None else _capacity.start_slots(A, W, chunk, n, whole_grid=not early_stop)
     start = (W, A)
     while True:
         lock_chunk = None
@@ -511,6 +512,8 @@ def run(
         W, A = _capacity.grow(
             W, A, *_used(sol, engine), slots_full=slots_full, max_W=m if max_features is None else W, chunk=chunk
         )
+        if not early_stop and not slots_full:  # a whole grid ends near min(n, m) active features: all it can use
+            A = _capacity.start_slots(A, W, chunk, n, whole_grid=True)
     if max_features is None:
         varies = known is not None and (W, A) != start  # an earlier call's capacities did not suffice: headroom
         _capacity.STORE.remember(key, *next_start(sol, X, W, A, chunk, engine, varies), family=per_problem)

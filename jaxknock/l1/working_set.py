@@ -33,9 +33,11 @@ folds. Design (see the notes of glmnet, adelie, celer/skglm):
   its piecewise-linear solution path (LARS-lasso), one rank-one update of
   the active Gram inverse per kink, on the cached Gram block; the grid
   solutions are exact up to rounding (KKT residuals ~1e-13), see
-  ``jaxknock.l1._ws_homotopy``. Its ``A`` active slots per member start at 256 and
-  grow by a quarter when a member fills them; a design run alone or in a sequential
-  batch runs a grid step on half of them while they hold its active sets;
+  ``jaxknock.l1._ws_homotopy``. Its ``A`` active slots per member start at 256
+  (a whole grid, ``early_stop=False``: at ``min(W + chunk, n + 1)``, all an active set
+  can use, :func:`jaxknock._capacity.start_slots`) and grow by a quarter when a member
+  fills them; a design run alone or in a sequential batch runs a grid step on half of
+  them while they hold its active sets;
 * **covariance updates** (``method="cov"``): only the Gram
   columns of the working set are formed, from per-fold block products (one
   product serves all ``K + 1`` members), and each coordinate update is
