@@ -8,6 +8,7 @@ import pytest
 
 from jaxknock import _aot, _capacity
 from jaxknock._capacity import CapacityStore, next_capacity
+from jaxknock._solution import Solution
 from jaxknock.l1 import _ws_driver, working_set
 
 
@@ -197,6 +198,41 @@ def test_a_whole_grid_starts_with_every_slot_its_active_sets_can_use(monkeypatch
         with pytest.raises(Stop):
             working_set.l1_cv(X, y, early_stop=early_stop)
     assert seen == [whole, early]
+
+
+@pytest.mark.parametrize(("early_stop", "grown"), [(False, 1536), (True, 1024)])
+def test_a_whole_grid_that_outgrows_its_working_set_early_grows_it_one_step_more(monkeypatch, early_stop, grown):
+    """A whole grid at p > n needs a working set that keeps growing to the end of the path (n = 500, m = 2000:
+    512 full at 25% of the grid, 1426 at its end): an overflow before half the grid grows ``W`` two ladder
+    steps (512 -> 1536, two compilations where there were three); a path that stops early grows one.
+    (The engine runs are stand-ins reporting an overflow at 20 of 100 penalties, then success.)"""
+    n, m = 500, 2000
+    X = np.zeros((n, m))
+    y = np.zeros(n)
+    seen = []
+
+    def fake(f, *a, **k):
+        seen.append((k["W"], k["slots"]))
+        first = len(seen) == 1
+        stats = dict(
+            overflow=np.bool_(first),
+            slot_overflow=np.bool_(False),
+            num_lambdas_solved=np.int32(20 if first else 100),
+            lambdas=np.ones(100),
+            working_set_size=np.int32(k["W"] if first else 1400),
+            peak_active=np.int32(160 if first else 480),
+        )
+        return Solution(np.zeros(m), np.int32(0), stats, None)
+
+    monkeypatch.setattr(_aot, "call", fake)
+    monkeypatch.setattr(_capacity, "STORE", CapacityStore(lambda: None))
+    rows = np.arange(n, dtype=np.int32).reshape(5, -1)
+    excl = np.array([0, 1, 2, 3, 4, -1], np.int32)
+    kw = dict(loss="squared", method="auto", tol=1e-5, max_steps=100, patience=10, rule="min", max_features=None)
+    _ws_driver.run(X, y, None, rows, excl, early_stop=early_stop, grid=(1e-3, 100), **kw)
+    assert [W for W, _ in seen] == [512, grown]
+    if not early_stop:
+        assert [A for _, A in seen] == [n + 1, n + 1]  # all the slots an active set can use, at every size
 
 
 def test_a_remembered_entry_equal_to_the_default_still_counts_as_remembered(monkeypatch):

@@ -512,12 +512,23 @@ def run(
         W, A = _capacity.grow(
             W, A, *_used(sol, engine), slots_full=slots_full, max_W=m if max_features is None else W, chunk=chunk
         )
-        if not early_stop and not slots_full:  # a whole grid ends near min(n, m) active features: all it can use
+        if not early_stop and not slots_full:
+            if max_features is None and _solved_fraction(sol, over) < 0.5:
+                # a whole grid that outgrew its working set before half its penalties keeps growing it (p > n:
+                # 512 at 25% of the grid, 1426 at its end); one ladder step more saves a compilation and a run
+                W = min(_capacity.next_capacity(W), m)
+            # it ends near min(n, m) active features: all the slots it can use
             A = _capacity.start_slots(A, W, chunk, n, whole_grid=True)
     if max_features is None:
         varies = known is not None and (W, A) != start  # an earlier call's capacities did not suffice: headroom
         _capacity.STORE.remember(key, *next_start(sol, X, W, A, chunk, engine, varies), family=per_problem)
     return sol
+
+
+def _solved_fraction(sol, over) -> float:
+    """The smallest fraction of the grid solved by a design that overflowed (``over``: its flags)."""
+    solved = np.asarray(sol.stats["num_lambdas_solved"]).reshape(-1)[np.asarray(over).reshape(-1)]
+    return float(solved.min()) / np.asarray(sol.stats["lambdas"]).shape[-1]
 
 
 def run_certified(X, y, lambdas, rows, excl, *, throw, **kw):

@@ -237,7 +237,8 @@ def l1_cv(
             85% after outgrowing an earlier call's capacities,
             :func:`jaxknock._capacity.headroom`) and grows, re-running the
             path, whenever it is exceeded: doubled up to 1024, then 1536, 2048,
-            3072, ..., with the active slots in proportion
+            3072, ... (two steps at once for a whole grid, ``early_stop=False``, that
+            filled it before half its penalties), with the active slots in proportion
             (:func:`jaxknock._capacity.grow`). In a sequential batch, when at most half of the replicates
             exceed its capacity, only those run again, each alone at its own.
         throw: raise ``RuntimeError`` if a solve did not succeed.
