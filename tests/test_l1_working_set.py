@@ -688,6 +688,53 @@ def test_an_uncertified_float32_replicate_is_solved_again_in_float64(monkeypatch
     assert int(sol.stats["lam_index"][1]) == int(ref.stats["lam_index"][0])
 
 
+def test_a_float32_whole_grid_that_loses_its_certificate_near_the_rank_stops_and_is_solved_in_float64(monkeypatch):
+    """p > n, whole grid to 1e-4 lambda_max, float32: as the folds' active sets near their rank the homotopy's
+    updated inverse carries a condition number near 1 / eps, a grid step fails its certificate, and the kinks
+    after it cycled to their budget (n = 500, m = 2000, default grid: 50 650 kinks, 56 s, ``max_steps_reached``,
+    and no float64 refit, because the refit's test compared the path's total steps with the per-solve budget).
+    Now the float32 path stops at the first uncertified penalty and the design is solved again in float64: the
+    answer is the float64 one, certified."""
+    from jaxknock.l1 import _ws_driver
+
+    rng = np.random.default_rng(0)
+    n, m = 100, 300
+    X = rng.standard_normal((n, m)).astype(np.float32)
+    y = (X[:, :5].sum(1) + rng.standard_normal(n)).astype(np.float32)
+    kw = dict(folds=3, num_lambdas=40, eps=1e-4, early_stop=False)
+    run, solved = _ws_driver.run, {}
+
+    def recording(X, *a, **k):
+        sol = run(X, *a, **k)
+        solved[str(X.dtype)] = int(sol.stats["num_lambdas_solved"])
+        return sol
+
+    monkeypatch.setattr(_ws_driver, "run", recording)
+    sol = l1_cv(jnp.asarray(X), jnp.asarray(y), **kw)
+    assert solved["float32"] < 40 and solved["float64"] == 40, solved  # stopped at its first failure
+    assert bool(sol.stats["float64_refit"]) and int(sol.result) == RESULTS.successful
+    with jax.enable_x64(True):
+        ref = l1_cv(jnp.asarray(X, jnp.float64), jnp.asarray(y, jnp.float64), **kw)
+    assert int(ref.result) == RESULTS.successful and float(ref.stats["kkt"]) < 1e-9
+    assert int(sol.stats["lam_index"]) == int(ref.stats["lam_index"])
+    np.testing.assert_array_equal(sol.value, np.asarray(ref.value, np.float32))
+
+
+def test_a_failed_fit_is_uncertified_whatever_its_total_number_of_steps():
+    """The refit's test compared ``num_steps`` (the total over the path) with ``max_steps`` (a per-solve budget):
+    a 100-penalty path that failed after 50 650 kinks counted as out of budget and was not solved again."""
+    from jaxknock._solution import Solution
+    from jaxknock.l1._resolve import uncertified
+
+    def sol(code, over=False):
+        stats = dict(num_steps=np.int32(50_650), max_steps=np.int32(10_000), overflow=np.bool_(over))
+        return Solution(np.zeros(3), np.int32(code), stats, None)
+
+    assert uncertified(sol(RESULTS.max_steps_reached))
+    assert not uncertified(sol(RESULTS.successful))
+    assert not uncertified(sol(RESULTS.max_steps_reached, over=True))  # a capacity overflow grows instead
+
+
 def test_active_newton_steps_each_member_on_its_own_active_set():
     """Three members whose active sets are disjoint (9 columns in all) and a system of 4 columns: each
     member's step is the exact minimiser of its quadratic model on its own 3 active columns,

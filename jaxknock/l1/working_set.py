@@ -259,8 +259,9 @@ def l1_cv(
         ``gap``, ``num_steps``, ``max_steps``, ``num_lambdas_solved``,
         ``coef_path`` ``(L, m)`` of the full-data fit, ``nnz``; the capacity
         used: ``working_set_size`` and ``peak_active`` (largest member active set);
-        ``float64_refit``: a float32 design whose fit failed its certificate with
-        steps left (nearly collinear columns) was solved again in float64 and cast
+        ``float64_refit``: a float32 design whose fit failed its certificate (nearly
+        collinear columns; a whole grid near the rank of the folds, p > n; its float32
+        path stops at the first uncertified penalty) was solved again in float64 and cast
         back (:mod:`jaxknock.l1._resolve`; not under ``jit``, where the result code says it).
         A float64 NumPy ``X`` (or squared-loss ``y``) with x64 off is centred on the host
         first, and ``intercept`` / ``intercept_path`` are then float64 NumPy arrays
