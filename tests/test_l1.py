@@ -94,6 +94,110 @@ def test_path_matches_sklearn_lasso_path():
     assert np.count_nonzero(below) >= 1
 
 
+def _path_design(kind):
+    """The designs of the engine tests: dense, p >> n and duplicated columns (80 x 40 shares one program)."""
+    if kind == "p>>n":
+        return _regression(seed=5, n=30, m=40, k=3)
+    X, y = _regression(seed=2)
+    if kind == "duplicates":
+        X[:, 20:] = X[:, :20]  # every column twice: the solution is not unique, its fitted values are
+    return X, y
+
+
+@pytest.mark.parametrize("kind", ["dense", "p>>n", "duplicates"])
+def test_path_auto_engine_matches_a_tight_sklearn_lasso_path(kind):
+    """lasso_path's default engine is the working-set one (its stats hold the per-lambda ``kkt``): exact against
+    scikit-learn run to tol 1e-12, with per-lambda gaps as small as the classic engine's."""
+    X, y = _path_design(kind)
+    lambdas = np.asarray(L.lambda_grid(X, y, num=15, eps=1e-2))
+    path = L.lasso_path(X, y, lambdas)
+    assert np.all(path.result == RESULTS.successful) and path.stats["kkt"].shape == (15,)
+    assert float(np.max(path.stats["kkt"])) < 1e-8
+    Xc, yc = X - X.mean(0), y - y.mean()
+    _, ref, _ = sk_lasso_path(Xc, yc, alphas=lambdas, tol=1e-12, max_iter=200_000)
+    coefs = np.asarray(path.value)
+    if kind == "duplicates":
+        np.testing.assert_allclose(coefs @ Xc.T, ref.T @ Xc.T, atol=1e-7)
+    else:
+        np.testing.assert_allclose(coefs, ref.T, atol=1e-9)
+    b0 = np.asarray(path.stats["intercept"])
+    np.testing.assert_allclose(b0, y.mean() - coefs @ X.mean(0), atol=1e-9)
+    null = 0.5 * np.mean(yc**2)
+    assert np.all(np.abs(np.asarray(path.stats["gap"])) < 1e-10 * null)
+
+
+def test_path_engines_report_the_same_stats():
+    """Same keys, shapes and dtypes of ``stats`` on both engines (the working-set one adds ``kkt``), the same
+    ``gap`` (a duality gap in objective units, not the engine's gap relative to the null deviance), and the
+    same coefficients; ``num_screened`` counts the features outside the working set."""
+    X, y = _path_design("dense")
+    auto = L.lasso_path(X, y, num_lambdas=15, eps=1e-2)
+    classic = L.lasso_path(X, y, num_lambdas=15, eps=1e-2, engine="classic")
+    assert set(auto.stats) == set(classic.stats) | {"kkt"}
+    for k, v in classic.stats.items():
+        assert auto.stats[k].shape == v.shape == (15,) and auto.stats[k].dtype == v.dtype, k
+    np.testing.assert_array_equal(auto.stats["lam"], classic.stats["lam"])
+    np.testing.assert_allclose(auto.value, classic.value, atol=1e-4)  # the classic default: gap <= 1e-6 D0
+    null = np.var(y)  # D0 of the classic stopping rule gap <= tol * D0
+    gap_a, gap_c = np.asarray(auto.stats["gap"]), np.asarray(classic.stats["gap"])
+    assert np.all(gap_c <= 1e-6 * null) and np.all(np.abs(gap_a) <= 1e-10 * null)
+    # the gap's formula: the classic engine's certificate (lasso_init) at the auto engine's coefficients
+    for k in (3, 14):
+        state = L.lasso_init(X, y, float(auto.stats["lam"][k]), init=auto.value[k], solver="cd")
+        assert float(auto.stats["gap"][k]) == pytest.approx(float(state.gap), abs=1e-14)
+    assert np.all(np.diff(np.asarray(auto.stats["num_screened"])) <= 0)  # the working set only grows
+    assert np.all(np.asarray(auto.stats["num_steps"]) >= 0) and int(np.sum(auto.stats["num_steps"])) > 0
+    assert np.all(auto.stats["max_steps"] == 10_000)
+
+
+def test_path_engine_takes_any_grid_order_and_falls_back_under_jit_and_vmap():
+    """A grid out of order or with repeats: the working-set engine solves it sorted and unique, and answers in
+    the caller's order, as the classic engine (which follows the given order); a traced grid runs classic."""
+    X, y = _path_design("dense")
+    sorted_grid = np.asarray(L.lambda_grid(X, y, num=15, eps=1e-2))  # the program of the tests above
+    order = np.random.default_rng(0).permutation(15)
+    grid = np.append(sorted_grid[order], sorted_grid[order[0]])
+    ref = L.lasso_path(X, y, sorted_grid)
+    auto = L.lasso_path(X, y, grid)
+    assert "kkt" in auto.stats and np.all(auto.result == RESULTS.successful)
+    np.testing.assert_array_equal(auto.stats["lam"], grid)
+    np.testing.assert_array_equal(auto.value, ref.value[np.append(order, order[0])])
+    for k in ("intercept", "gap", "num_steps", "num_screened", "kkt"):
+        np.testing.assert_array_equal(auto.stats[k], ref.stats[k][np.append(order, order[0])])
+    batch = jnp.stack([X, X[:, ::-1]]), jnp.stack([grid, grid])  # traced designs and grids: the classic engine
+    traced = jax.jit(jax.vmap(lambda A, lams: L.lasso_path(A, y, lams, tol=1e-12)))(*batch)
+    assert "kkt" not in traced.stats and np.all(traced.result == RESULTS.successful)
+    np.testing.assert_allclose(traced.value[0], auto.value, atol=1e-8)
+    np.testing.assert_allclose(traced.value[1][:, ::-1], auto.value, atol=1e-8)
+    with pytest.raises(ValueError, match="intercept"):
+        L.lasso_path(X, y, grid, fit_intercept=False, engine="working_set")
+    with pytest.raises(ValueError, match="engine"):
+        L.lasso_path(X, y, grid, engine="fast")
+
+
+def test_path_engine_failure_is_never_reported_as_success():
+    """A step budget too small for the path: every lambda's code is a failure (the engine reports one code for
+    the whole grid), not only the lambdas where it ran out; ``throw`` raises."""
+    X, y = _path_design("dense")
+    path = L.lasso_path(X, y, num_lambdas=15, eps=1e-2, max_steps=1)
+    assert "kkt" in path.stats
+    assert np.all(np.asarray(path.result) == RESULTS.max_steps_reached)
+    with pytest.raises(RuntimeError):
+        L.lasso_path(X, y, num_lambdas=15, eps=1e-2, max_steps=1, throw=True)
+
+
+def test_path_engine_logistic_matches_the_classic_engine():
+    X, y = _classification(seed=3)
+    auto = L.lasso_path(X, y, num_lambdas=15, eps=1e-2, loss="logistic")
+    tight = L.lasso_path(X, y, num_lambdas=15, eps=1e-2, loss="logistic", engine="classic", tol=1e-12)
+    assert "kkt" in auto.stats and np.all(auto.result == RESULTS.successful)
+    np.testing.assert_array_equal(auto.stats["lam"], tight.stats["lam"])
+    np.testing.assert_allclose(auto.value, tight.value, atol=1e-4)
+    np.testing.assert_allclose(auto.stats["intercept"], tight.stats["intercept"], atol=1e-4)
+    gap = np.asarray(auto.stats["gap"])
+    assert np.all(gap >= -1e-12) and np.all(gap <= 1e-6)  # log(2) ~ the null deviance: the classic target
+
+
 def test_default_grid_floor_for_constant_design():
     # every centred column zero (or constant up to rounding): lambda_max is 0 or ~1e-17 and the default
     # grid used to hold zeros (lasso_path / lasso_cv raised "lambdas must be positive" for lambdas the user

@@ -150,6 +150,8 @@ def path_core(
         kkt=jnp.zeros((L,), dt),
         nnz=jnp.zeros((L,), jnp.int32),
         active=jnp.zeros((L,), jnp.int32),
+        steps=jnp.zeros((L,), jnp.int32),  # epochs (homotopy: kinks) at each lambda, over its KKT rounds
+        size=jnp.zeros((L,), jnp.int32),  # the working set at each lambda
     )
     if keep_members:
         out0.update(members=jnp.zeros((L, M, Wc), dt), ok=jnp.zeros((L,), bool))
@@ -228,6 +230,8 @@ def path_core(
             kkt=out["kkt"].at[at].set(viol, mode="drop"),
             nnz=out["nnz"].at[at].set(nnz, mode="drop"),
             active=out["active"].at[at].set(jnp.max(jnp.sum(nonzero, axis=1)).astype(jnp.int32), mode="drop"),
+            steps=out["steps"].at[at].set(ep, mode="drop"),
+            size=out["size"].at[at].set(st.size.astype(jnp.int32), mode="drop"),
         )
         if keep_members:
             finite_k = jnp.all(jnp.isfinite(st.beta))
@@ -357,6 +361,10 @@ def _cv_one(
         peak_active=jnp.max(out["active"]),
         train_loss=jnp.where(solved, out["train"][:, K], jnp.nan),
         nnz=out["nnz"],
+        # per lambda (0 past the last solved one): relative KKT violation, epochs (kinks), working-set size
+        kkt_path=out["kkt"],
+        steps_path=out["steps"],
+        working_set_path=out["size"],
     )
     if K > 0:
         err = jnp.where(solved[:, None], out["test"][:, :K], jnp.inf)

@@ -1,14 +1,19 @@
-"""Warm-started solves along a decreasing lambda path (``lax.scan``)."""
+"""The lasso / l1-logistic path: the working-set engine, or warm-started solves along the grid (``lax.scan``)."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
+from jaxknock import _checks
 from jaxknock._solution import Solution, raise_if_failed
-from jaxknock.l1 import _units
+from jaxknock.l1 import _units, working_set
 from jaxknock.l1.problem import (
+    HI,
     Problem,
     centre_on_host,
     full_problem,
@@ -16,6 +21,7 @@ from jaxknock.l1.problem import (
     resolve_lambdas,
     restore_intercept,
 )
+from jaxknock.l1.screening import logistic_dual_probabilities
 from jaxknock.l1.settings import L1Settings, make_settings
 from jaxknock.l1.solvers import solve, solve_stats
 
@@ -58,14 +64,14 @@ def lasso_path(
     max_steps: int | None = None,
     solver: str = "auto",
     screen: bool = True,
+    engine: str = "auto",
     throw: bool = False,
 ) -> Solution:
     """Lasso / l1-logistic solutions along a lambda path with warm starts.
 
-    Solves :func:`~jaxknock.lasso` at each value of ``lambdas`` in the given
-    order (give them in decreasing order), each solve starting from the
-    previous solution (``lax.scan``). Safe screening restarts at every lambda.
-    Matches ``sklearn.linear_model.lasso_path`` (least squares) on the same grid.
+    Solves :func:`~jaxknock.lasso` at each value of ``lambdas``, each solve
+    warm-started from the previous solution. Matches
+    ``sklearn.linear_model.lasso_path`` (least squares) on the same grid.
 
     Args:
         X, y: as in :func:`~jaxknock.lasso`.
@@ -73,19 +79,46 @@ def lasso_path(
             ``num_lambdas`` and ``eps``.
         num_lambdas, eps: default grid, ``lambda_max * eps**(k/(L-1))``.
         loss, fit_intercept, tol, max_steps, solver, screen, throw: as in :func:`~jaxknock.lasso`.
+        engine: ``"auto"`` (default): the working-set engine
+            (:func:`jaxknock.l1.working_set.l1_path`: exact homotopy on Gram
+            columns for least squares, proximal Newton for the logistic loss,
+            strong rules and a KKT check over all features at every lambda)
+            whenever it applies, as in :func:`~jaxknock.lasso_cv`: with
+            ``fit_intercept=True``, ``solver="auto"``, ``screen=True`` and
+            concrete ``X``, ``y`` and ``lambdas`` (not traced); otherwise
+            ``"classic"``: :func:`~jaxknock.lasso` at each lambda in the given
+            order, warm-started by ``lax.scan`` (safe screening restarts at
+            every lambda; the one that runs under ``jit`` / ``vmap``).
+            ``"working_set"`` forces the engine (an error without an intercept).
+            With the working-set engine ``tol`` is its relative KKT tolerance
+            (default ``1e-5``: ``max_j dist(g_j, lam d|b_j|) <= tol lam`` at every
+            lambda; the homotopy is exact between kinks, certified at
+            ``max(tol, 1e-6, 1000 eps)``) and ``max_steps`` its per-lambda cap
+            on epochs (homotopy: kinks) of each working-set solve and on KKT
+            rounds (default ``10_000``). The engine solves the grid in
+            decreasing order: a grid in another order, or with repeats, is
+            solved sorted and unique and its answers returned in the given
+            order (the classic engine follows the given order; where the
+            solution is unique the answers agree up to solver accuracy).
 
     Returns:
         :class:`~jaxknock.Solution` with ``value`` of shape ``(L, m)``,
-        ``result`` of shape ``(L,)`` and ``stats`` entries of shape ``(L,)``
-        (``lam``, ``intercept``, ``gap``, ``num_steps``, ...). A float64 NumPy
-        ``X`` (or ``y``) with x64 off is centred on the host first, and
-        ``intercept`` is then a float64 NumPy array, as in :func:`~jaxknock.lasso`.
+        ``result`` of shape ``(L,)`` and ``stats`` entries of shape ``(L,)``:
+        ``lam``, ``intercept``, ``gap`` (the duality gap of each solution, in
+        objective units; also under the deprecated key ``duality_gap``),
+        ``num_steps``, ``max_steps``, ``num_screened`` (features screened out:
+        by the safe rules, or outside the working set). The working-set engine
+        reports one result code for the whole grid (broadcast: a failure
+        anywhere marks every lambda) and adds ``kkt``, the largest relative
+        KKT violation at each lambda. A float64 NumPy ``X`` (or ``y``) with x64
+        off is centred on the host first, and ``intercept`` is then a float64
+        NumPy array, as in :func:`~jaxknock.lasso`.
 
     Example:
         >>> X = jax.random.normal(jax.random.key(0), (40, 6)); y = X[:, 1]
         >>> path = lasso_path(X, y, num_lambdas=5)
-        >>> path.value.shape
-        (5, 6)
+        >>> path.value.shape, path.stats["gap"].shape
+        ((5, 6), (5,))
     """
     X, y, shift = centre_on_host(X, y, loss=loss, fit_intercept=fit_intercept)
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
@@ -94,5 +127,80 @@ def lasso_path(
     )
     X, y, units = _units.scale_data(X, y, loss)  # solved on the unit scale (jaxknock.l1._units)
     lambdas = resolve_lambdas(X, y, lambdas, settings, num_lambdas=num_lambdas, eps=eps, units=units)
-    sol = _units.restore(_path_jit(X, y, lambdas, settings), units)
+    use = working_set.use_engine(engine, X, fit_intercept, solver=solver, screen=screen)
+    if engine == "auto":  # the engine's grid is sorted on the host
+        use = use and all(_checks.is_concrete(a) for a in (y, lambdas))
+    if use:
+        sol = _working_set_path(X, y, lambdas, loss=loss, tol=tol, max_steps=max_steps)
+    else:
+        sol = _path_jit(X, y, lambdas, settings)
+    sol = _units.restore(sol, units)
     return raise_if_failed(restore_intercept(sol, shift), throw)
+
+
+def _working_set_path(X, y, lambdas, *, loss, tol, max_steps) -> Solution:
+    """:func:`lasso_path` on the working-set engine (unit-scale data), with the classic engine's stats.
+
+    The engine runs on the distinct penalties in decreasing order; ``inv`` maps them back to the caller's grid.
+    """
+    if _checks.is_concrete(lambdas):
+        neg, inv = np.unique(-np.asarray(lambdas), return_inverse=True)
+        grid = jnp.asarray(-neg, X.dtype)
+    else:  # engine="working_set" under jit: the engine takes a decreasing traced grid (else nonfinite)
+        grid, inv = lambdas, None
+    max_steps = 10_000 if max_steps is None else max_steps
+    sol = working_set.l1_path(
+        X, y, grid, loss=loss, tol=1e-5 if tol is None else tol, max_steps=max_steps, early_stop=False
+    )
+    st = sol.stats
+    coefs, b0 = st["coef_path"], st["intercept_path"]
+    gap = _path_gaps(X, y, coefs, b0, grid, loss=loss)
+    L, m = coefs.shape
+    stats = {
+        "intercept": b0,
+        "gap": gap,
+        "duality_gap": gap,  # deprecated key, kept for one release
+        "num_steps": st["steps_path"],
+        "max_steps": jnp.full((L,), max_steps, jnp.int32),
+        "num_screened": (m - st["working_set_path"]).astype(jnp.int32),
+        "kkt": st["kkt_path"],
+        "lam": grid,
+    }
+    result = jnp.broadcast_to(sol.result, (L,))
+    if inv is not None and not np.array_equal(inv, np.arange(L)):
+        inv = jnp.asarray(inv)
+        coefs, result = coefs[inv], result[inv]
+        stats = {k: v[inv] for k, v in stats.items()}
+    return Solution(value=coefs, result=result, stats=stats)
+
+
+@functools.partial(jax.jit, static_argnames="loss")
+def _path_gaps(X, y, coefs, b0, lambdas, *, loss):
+    r"""The duality gap of every ``(coefs[k], b0[k])`` at ``lambdas[k]``, as the classic engine's ``state.gap``.
+
+    Primal :math:`\frac1n\sum_i f(\eta_i; y_i) + \lambda\|b\|_1` minus the dual at the generalised
+    residual made feasible for the intercept and scaled into :math:`\|X_c^\top\theta\|_\infty \le \lambda`
+    (:func:`jaxknock.l1.screening.gap_and_screen`); all lambdas at once, two products with ``X``.
+    """
+    n = X.shape[0]
+    eta = b0[:, None] + jnp.matmul(coefs, X.T, precision=HI)  # (L, n)
+    if loss == "squared":
+        res = y - eta
+        r = res - res.mean(1, keepdims=True)
+    else:
+        t, one_minus_t = jax.vmap(lambda z: logistic_dual_probabilities(jnp.ones_like(y), n, y, z, True))(eta)
+        r = y - t
+    xr = (jnp.matmul(r, X, precision=HI) - X.mean(0) * r.sum(1, keepdims=True)) / n  # (L, m): X_c^T r / n
+    dnorm = jnp.max(jnp.abs(xr), axis=1)
+    s = jnp.where(dnorm > lambdas, lambdas / jnp.where(dnorm > 0, dnorm, 1.0), 1.0)
+    penalty = lambdas * jnp.sum(jnp.abs(coefs), axis=1)
+    if loss == "squared":
+        yc = y - y.mean()
+        primal = 0.5 * jnp.mean(res**2, axis=1) + penalty
+        dual = s * jnp.matmul(r, yc, precision=HI) / n - 0.5 * s**2 * jnp.mean(r**2, axis=1)
+    else:
+        primal = jnp.mean(jnp.logaddexp(0.0, eta) - y * eta, axis=1) + penalty
+        a = y + s[:, None] * (t - y)
+        one_minus_a = (1.0 - y) + s[:, None] * (one_minus_t - (1.0 - y))
+        dual = jnp.mean(-(jax.scipy.special.xlogy(a, a) + jax.scipy.special.xlogy(one_minus_a, one_minus_a)), axis=1)
+    return primal - dual

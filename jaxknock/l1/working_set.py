@@ -258,7 +258,9 @@ def l1_cv(
         (``inf`` past an early exit), ``cv_mean``, ``cv_se``, ``kkt``,
         ``gap``, ``num_steps``, ``max_steps``, ``num_lambdas_solved``,
         ``coef_path`` ``(L, m)`` of the full-data fit, ``nnz``; the capacity
-        used: ``working_set_size`` and ``peak_active`` (largest member active set);
+        used: ``working_set_size`` and ``peak_active`` (largest member active set); per lambda
+        ``(L,)`` (0 past the last solved one): ``kkt_path`` (largest relative KKT violation over
+        the members), ``steps_path`` (epochs; homotopy: kinks) and ``working_set_path`` (its size);
         ``float64_refit``: a float32 design whose fit failed its certificate (nearly
         collinear columns; a whole grid near the rank of the folds, p > n; its float32
         path stops at the first uncertified penalty) was solved again in float64 and cast
@@ -337,7 +339,9 @@ def l1_path(
         :class:`~jaxknock.Solution`: ``value`` the coefficients at the last
         solved lambda, ``stats["coef_path"]`` ``(L, m)`` (``nan`` past an
         early exit), ``stats["intercept_path"]``, ``kkt``, ``gap`` (last
-        lambda), ``num_steps``.
+        lambda), ``num_steps``, and per lambda ``kkt_path``, ``steps_path``,
+        ``working_set_path`` (as :func:`l1_cv`). :func:`jaxknock.lasso_path` runs
+        this engine by default.
 
     Example:
         >>> X = jax.random.normal(jax.random.key(0), (50, 10))
