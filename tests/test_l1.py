@@ -184,6 +184,10 @@ def test_path_engine_failure_is_never_reported_as_success():
     assert np.all(np.asarray(path.result) == RESULTS.max_steps_reached)
     with pytest.raises(RuntimeError):
         L.lasso_path(X, y, num_lambdas=15, eps=1e-2, max_steps=1, throw=True)
+    # max_steps=0 certifies the start (the lasso family's rule): the classic engine, success at lambda_max only
+    start = L.lasso_path(X, y, num_lambdas=15, eps=1e-2, max_steps=0)
+    assert "kkt" not in start.stats and int(start.result[0]) == RESULTS.successful
+    assert np.all(np.asarray(start.result[1:]) == RESULTS.max_steps_reached)
 
 
 def test_path_engine_logistic_matches_the_classic_engine():

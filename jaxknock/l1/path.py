@@ -95,7 +95,8 @@ def lasso_path(
             lambda; the homotopy is exact between kinks, certified at
             ``max(tol, 1e-6, 1000 eps)``) and ``max_steps`` its per-lambda cap
             on epochs (homotopy: kinks) of each working-set solve and on KKT
-            rounds (default ``10_000``). The engine solves the grid in
+            rounds (default ``10_000``; ``max_steps=0``, which only certifies the
+            starting point, runs classic). The engine solves the grid in
             decreasing order: a grid in another order, or with repeats, is
             solved sorted and unique and its answers returned in the given
             order (the classic engine follows the given order; where the
@@ -128,8 +129,8 @@ def lasso_path(
     X, y, units = _units.scale_data(X, y, loss)  # solved on the unit scale (jaxknock.l1._units)
     lambdas = resolve_lambdas(X, y, lambdas, settings, num_lambdas=num_lambdas, eps=eps, units=units)
     use = working_set.use_engine(engine, X, fit_intercept, solver=solver, screen=screen)
-    if engine == "auto":  # the engine's grid is sorted on the host
-        use = use and all(_checks.is_concrete(a) for a in (y, lambdas))
+    if engine == "auto":  # the engine's grid is sorted on the host; max_steps=0 certifies the start (classic)
+        use = use and all(_checks.is_concrete(a) for a in (y, lambdas)) and max_steps != 0
     if use:
         sol = _working_set_path(X, y, lambdas, loss=loss, tol=tol, max_steps=max_steps)
     else:
