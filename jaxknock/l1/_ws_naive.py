@@ -444,13 +444,25 @@ def fit_stats(d: NaiveData, st: NaiveState, *, loss):
 
 
 def gap(X, y, b, b0, lam, *, loss):
-    """Relative duality gap of the full-data fit.
+    """Relative duality gap of the full-data fit: :func:`absolute_gap` over the null deviance's half."""
+    g, null = _gap_and_null(X, y, b, b0, lam, loss=loss)
+    return g / jnp.maximum(null, jnp.finfo(X.dtype).tiny)
 
-    Dual point: the generalised residual made feasible for the intercept's
-    constraint (zero mean; for the logistic loss
-    :func:`jaxknock.l1.screening.logistic_dual_probabilities`), then rescaled
-    into the l-infinity ball, so the gap is ``>= 0`` up to rounding.
+
+def absolute_gap(X, y, b, b0, lam, *, loss):
+    r"""Duality gap of the fit ``(b0, b)`` at ``lam``, in objective units (the classic engine's ``gap``).
+
+    Primal :math:`\frac1n\sum_i f(\eta_i; y_i) + \lambda\|b\|_1`; dual point: the
+    generalised residual made feasible for the intercept's constraint (zero mean; for the
+    logistic loss :func:`jaxknock.l1.screening.logistic_dual_probabilities`), then rescaled
+    into the l-infinity ball :math:`\|X_c^\top\theta\|_\infty / n \le \lambda`, so the gap is
+    ``>= 0`` up to rounding. Under ``vmap`` over ``(b, b0, lam)`` (a path) its products with
+    ``X`` are matrix products.
     """
+    return _gap_and_null(X, y, b, b0, lam, loss=loss)[0]
+
+
+def _gap_and_null(X, y, b, b0, lam, *, loss):
     n = X.shape[0]
     eta = b0 + jnp.dot(X, b, precision=_HI)
     if loss == "squared":
@@ -475,4 +487,4 @@ def gap(X, y, b, b0, lam, *, loss):
         dual = ent.mean()
         pb = jnp.clip(y.mean(), 1e-12, 1 - 1e-12)
         null = -(pb * jnp.log(pb) + (1 - pb) * jnp.log(1 - pb))
-    return (primal - dual) / jnp.maximum(null, jnp.finfo(X.dtype).tiny)
+    return primal - dual, null

@@ -11,9 +11,8 @@ from jax import lax
 
 from jaxknock import _checks
 from jaxknock._solution import Solution, raise_if_failed
-from jaxknock.l1 import _units, working_set
+from jaxknock.l1 import _units, _ws_naive, working_set
 from jaxknock.l1.problem import (
-    HI,
     Problem,
     centre_on_host,
     full_problem,
@@ -21,7 +20,6 @@ from jaxknock.l1.problem import (
     resolve_lambdas,
     restore_intercept,
 )
-from jaxknock.l1.screening import logistic_dual_probabilities
 from jaxknock.l1.settings import L1Settings, make_settings
 from jaxknock.l1.solvers import solve, solve_stats
 
@@ -177,31 +175,10 @@ def _working_set_path(X, y, lambdas, *, loss, tol, max_steps) -> Solution:
 
 @functools.partial(jax.jit, static_argnames="loss")
 def _path_gaps(X, y, coefs, b0, lambdas, *, loss):
-    r"""The duality gap of every ``(coefs[k], b0[k])`` at ``lambdas[k]``, as the classic engine's ``state.gap``.
+    """The duality gap of every ``(coefs[k], b0[k])`` at ``lambdas[k]``, as the classic engine's ``state.gap``.
 
-    Primal :math:`\frac1n\sum_i f(\eta_i; y_i) + \lambda\|b\|_1` minus the dual at the generalised
-    residual made feasible for the intercept and scaled into :math:`\|X_c^\top\theta\|_\infty \le \lambda`
-    (:func:`jaxknock.l1.screening.gap_and_screen`); all lambdas at once, two products with ``X``.
+    :func:`jaxknock.l1._ws_naive.absolute_gap` (the engine's own gap, in objective units) under ``vmap``:
+    all lambdas at once, two matrix products with ``X``.
     """
-    n = X.shape[0]
-    eta = b0[:, None] + jnp.matmul(coefs, X.T, precision=HI)  # (L, n)
-    if loss == "squared":
-        res = y - eta
-        r = res - res.mean(1, keepdims=True)
-    else:
-        t, one_minus_t = jax.vmap(lambda z: logistic_dual_probabilities(jnp.ones_like(y), n, y, z, True))(eta)
-        r = y - t
-    xr = (jnp.matmul(r, X, precision=HI) - X.mean(0) * r.sum(1, keepdims=True)) / n  # (L, m): X_c^T r / n
-    dnorm = jnp.max(jnp.abs(xr), axis=1)
-    s = jnp.where(dnorm > lambdas, lambdas / jnp.where(dnorm > 0, dnorm, 1.0), 1.0)
-    penalty = lambdas * jnp.sum(jnp.abs(coefs), axis=1)
-    if loss == "squared":
-        yc = y - y.mean()
-        primal = 0.5 * jnp.mean(res**2, axis=1) + penalty
-        dual = s * jnp.matmul(r, yc, precision=HI) / n - 0.5 * s**2 * jnp.mean(r**2, axis=1)
-    else:
-        primal = jnp.mean(jnp.logaddexp(0.0, eta) - y * eta, axis=1) + penalty
-        a = y + s[:, None] * (t - y)
-        one_minus_a = (1.0 - y) + s[:, None] * (one_minus_t - (1.0 - y))
-        dual = jnp.mean(-(jax.scipy.special.xlogy(a, a) + jax.scipy.special.xlogy(one_minus_a, one_minus_a)), axis=1)
-    return primal - dual
+    one = functools.partial(_ws_naive.absolute_gap, loss=loss)
+    return jax.vmap(one, in_axes=(None, None, 0, 0, 0))(X, y, coefs, b0, lambdas)
