@@ -398,8 +398,11 @@ def _gradient_and_fit(d: CovData, st: CovState):
     mub = (jnp.take(d.mu, st.idx, axis=1) * st.beta).sum(1)  # (M,) mu_{f,W} . b_f
     if d.G is not None:
         b = jnp.where(jnp.arange(Wc) < st.size, st.beta, 0)  # the cache is zero beyond size, as XW is
-        P = jnp.einsum("bmw,fw->bfm", jnp.take(d.G, st.idx, axis=2), b, precision=_HI)  # (B, M, m)
-        XtR = jnp.einsum("bfm,bf->fm", P, train.astype(P.dtype), precision=_HI)
+        # G_b[:, W] b_W = G_b b with b scattered to all m features: one read of G as an (B m, m) matrix
+        # (a gather of G's W columns copied them first: 3 ms of each check at B = 5, m = 500)
+        bm = jnp.zeros((M, m), b.dtype).at[:, st.idx].add(b)
+        P = lax.dot_general(d.G.reshape(B * m, m), bm, (((1,), (1,)), ((), ())), precision=_HI)  # (B m, M)
+        XtR = jnp.einsum("bmf,bf->fm", P.reshape(B, m, M), train.astype(P.dtype), precision=_HI)
         return d.q - (XtR / d.nf[:, None] - d.mu * mub[:, None]), None
     # X_W b of every member on every row, zeroed outside the member's training blocks: (B r, M)
     eta = jnp.dot(st.XW.reshape(B * r, Wc), st.beta.T, precision=_HI).reshape(B, r, M)

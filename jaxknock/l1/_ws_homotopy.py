@@ -223,9 +223,11 @@ def _collinear_rtol(dtype) -> float:
 
 def _refine(mem: Member, Gr, qc):
     """One step of iterative refinement of the active coefficients at ``mem.lam``."""
-    Gaa = jnp.take(Gr, mem.slot_c, axis=1, mode="clip")  # (A, A); slot_c is always in range
+    # G_AA beta_A = (beta_A^T G_{A,cache})[slot_c] (G is symmetric): one pass over the rows, where a gather of
+    # the (A, A) block of columns cost more than the rest of the refinement
+    Gb = jnp.take(jnp.dot(mem.sbeta, Gr, precision=_HI), mem.slot_c, mode="clip")  # slot_c is always in range
     qa = jnp.take(qc, mem.slot_c, mode="clip")
-    r = jnp.where(mem.used, qa - mem.lam * mem.sgn - jnp.dot(Gaa, mem.sbeta, precision=_HI), 0)
+    r = jnp.where(mem.used, qa - mem.lam * mem.sgn - Gb, 0)
     return mem._replace(sbeta=jnp.where(mem.used, mem.sbeta + jnp.dot(mem.Ginv, r, precision=_HI), 0))
 
 
@@ -322,8 +324,8 @@ def _follow(st: HomState, mem: Member, valid, qc, lam, max_epochs, done0, rows_d
     tier's gate would be per design) the kinks run on the smallest tier of slots
     that holds the active sets, and go on from where they stopped on the next
     tier when a member needs a free slot; only the last tier's lack of one is
-    an overflow. A tier that does not run costs its setup (the Gram rows of
-    its slots), not a kink. Returns the members, their active and skipped cache columns,
+    an overflow. A tier that does not run costs nothing (neither its Gram rows
+    nor a kink). Returns the members, their active and skipped cache columns,
     ``done``, the number of kinks, the slot-overflow flag and the tier reached.
     """
     M, Wc = mem.used.shape[0], st.idx.shape[0]
@@ -343,12 +345,18 @@ def _follow(st: HomState, mem: Member, valid, qc, lam, max_epochs, done0, rows_d
     for t, a in enumerate(tiers):
         # the smallest tier with a free slot runs; one that runs out of slots hands on to the next
         go = pending & (t >= first)
-        small, act_t, skip, ban, done_t, k, over = _follow_at(
-            st, _slots(mem, a), valid, qc, lam, max_epochs, done | ~go, skip, ban, k, rows_dtype
-        )
-        mem = _into(small, mem)
-        act = jnp.where(go, act_t, act)
-        done = jnp.where(go, done_t, done)
+
+        def once(c, a=a):
+            mem, act, skip, ban, done, k = c[1:-1]
+            small, act, skip, ban, done, k, over = _follow_at(
+                st, _slots(mem, a), valid, qc, lam, max_epochs, done, skip, ban, k, rows_dtype
+            )
+            return jnp.bool_(False), _into(small, mem), act, skip, ban, done, k, over
+
+        # a tier that does not run costs nothing: a loop of at most one trip (a loop, not a cond: its carry is
+        # updated in place, where a cond copies the inverses it passes through)
+        c = (go, mem, act, skip, ban, done, k, jnp.bool_(False))
+        _, mem, act, skip, ban, done, k, over = lax.while_loop(lambda c: c[0], once, c)
         tier = jnp.where(go, t, tier)
         pending = pending & ~(go & ~over)
         if t < len(tiers) - 1:
@@ -367,13 +375,17 @@ def _settle(st: HomState, mem: Member, qc, tiers, tier):
             small = _slots(mem, a)
             Gr = _gram_rows(st.C, small)
             small = jax.vmap(_refine)(small, Gr, qc)
-            return _into(small, mem), qc - jnp.einsum("fa,faw->fw", small.sbeta, Gr, precision=_HI)
+            # only the coefficients change: a branch that returned the inverses would copy them
+            sbeta = mem.sbeta.at[:, :a].set(small.sbeta)
+            return sbeta, qc - jnp.einsum("fa,faw->fw", small.sbeta, Gr, precision=_HI)
 
         return run
 
     if len(tiers) == 1:
-        return on(tiers[0])(mem)
-    return lax.switch(tier, [on(a) for a in tiers], mem)
+        sbeta, g = on(tiers[0])(mem)
+    else:
+        sbeta, g = lax.switch(tier, [on(a) for a in tiers], mem)
+    return mem._replace(sbeta=sbeta), g
 
 
 def off_path(mem: Member, g, act, skip, valid, lam):
@@ -416,30 +428,44 @@ def solve_ws(d, st: HomState, lam, tol, max_epochs, active, tiered=False):
     Wc = st.idx.shape[0]
     valid = jnp.arange(Wc) < st.size
     qc = jnp.take(d.q, st.idx, axis=1)
-    start = jax.tree_util.tree_map(lambda a, c: jnp.where(active, a, c), st.anchor, st.cur)
     M = st.beta.shape[0]
-    done0 = jnp.broadcast_to(~jnp.asarray(active), (M,))
     exact = qc.dtype
-    A = start.slot_c.shape[-1]
+    A = st.cur.slot_c.shape[-1]
     fast = rows_dtype(exact, M, A, Wc)
     tiers = slot_tiers(A) if tiered else (A,)
-    mem, act, skip, done, k, over, tier = _follow(st, start, valid, qc, lam, max_epochs, done0, fast, tiers)
-    mem, g = _settle(st, mem, qc, tiers, tier)
-    if fast != exact:
-        redo = off_path(mem, g, act, skip, valid, lam) & done & ~done0 & ~over
 
-        def again(_):
-            mem2, _, _, done2, k2, over2, tier2 = _follow(st, start, valid, qc, lam, max_epochs, ~redo, exact, tiers)
-            mem2, _ = _settle(st, mem2, qc, tiers, tier2)
-            pick = jax.tree_util.tree_map(lambda a, b: jnp.where(_bcast(redo, a), a, b), mem2, mem)
-            return pick, jnp.where(redo, done2, done), k2, over2
+    def follow(start, done0):
+        mem, act, skip, done, k, over, tier = _follow(st, start, valid, qc, lam, max_epochs, done0, fast, tiers)
+        mem, g = _settle(st, mem, qc, tiers, tier)
+        if fast != exact:
+            redo = off_path(mem, g, act, skip, valid, lam) & done & ~done0 & ~over
 
-        mem, done, k2, over2 = lax.cond(
-            jnp.any(redo), again, lambda _: (mem, done, jnp.int32(0), jnp.bool_(False)), None
-        )
-        k, over = k + k2, over | over2
-    # a coefficient that rounding left on the wrong side of zero is zero (and leaves at the next kink, member_kink)
-    mem = mem._replace(sbeta=jnp.where(active, signed_coefficients(mem), start.sbeta))
+            def again(_):
+                mem2, _, _, done2, k2, over2, tier2 = _follow(
+                    st, start, valid, qc, lam, max_epochs, ~redo, exact, tiers
+                )
+                mem2, _ = _settle(st, mem2, qc, tiers, tier2)
+                pick = jax.tree_util.tree_map(lambda a, b: jnp.where(_bcast(redo, a), a, b), mem2, mem)
+                return pick, jnp.where(redo, done2, done), k2, over2
+
+            mem, done, k2, over2 = lax.cond(
+                jnp.any(redo), again, lambda _: (mem, done, jnp.int32(0), jnp.bool_(False)), None
+            )
+            k, over = k + k2, over | over2
+        # a coefficient that rounding left on the wrong side of zero is zero (and leaves at the next kink, member_kink)
+        return mem._replace(sbeta=signed_coefficients(mem)), done, k, over
+
+    if tiered:
+        # not under vmap (there a cond runs both branches): a branch, so the path starts from the anchor itself
+        # rather than from a select of the anchor and the current point (a copy of every inverse)
+        def keep(_):
+            return st.cur, jnp.ones((M,), bool), jnp.int32(0), jnp.bool_(False)
+
+        mem, done, k, over = lax.cond(active, lambda _: follow(st.anchor, jnp.zeros((M,), bool)), keep, None)
+    else:
+        start = jax.tree_util.tree_map(lambda a, c: jnp.where(active, a, c), st.anchor, st.cur)
+        mem, done, k, over = follow(start, jnp.broadcast_to(~jnp.asarray(active), (M,)))
+        mem = mem._replace(sbeta=jnp.where(active, mem.sbeta, start.sbeta))
     beta = jax.vmap(lambda sc, u, b: jnp.zeros((Wc,), b.dtype).at[sc].add(jnp.where(u, b, 0)))(
         mem.slot_c, mem.used, mem.sbeta
     )
