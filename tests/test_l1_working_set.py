@@ -844,3 +844,41 @@ def test_tall_design_gram_path_matches_lassocv_and_the_design_path(method, monke
     rows = l1_cv(X, y, folds=ids, num_lambdas=30, early_stop=False, method=method)
     np.testing.assert_allclose(np.asarray(gram.stats["cv_error"]), np.asarray(rows.stats["cv_error"]), rtol=1e-10)
     np.testing.assert_allclose(np.asarray(gram.value), np.asarray(rows.value), atol=1e-10)
+
+
+def _eqns(jaxpr):
+    """Every equation of a jaxpr, those of its sub-jaxprs (loop bodies, branches) included."""
+    for eq in jaxpr.eqns:
+        yield eq
+        for sub in jax.core.jaxprs_in_params(eq.params):
+            yield from _eqns(sub)
+
+
+def test_a_grid_step_neither_copies_the_inverses_nor_gathers_the_gram_blocks():
+    """The homotopy's grid step (run alone, ``tiered``) starts from the anchor in a branch, not from a select of
+    the anchor and the current point (a copy of every member's ``(A, A)`` inverse per grid step), and a KKT
+    check with per-block Gram matrices reads them in place, not through a gather of their cache columns
+    (a copy of ``B m W`` numbers per check). (Both were there before session 46.)"""
+    from jaxknock.l1 import _ws_covariance as _cov
+    from jaxknock.l1 import _ws_homotopy as _hom
+
+    n, m, W, A = 400, 30, 24, 20
+    X, y = _data(n, m, seed=0)
+    _, rows = fold_rows(5, n)
+    excl = np.array([0, 1, 2, 3, 4, -1], np.int32)
+    d = _hom.cov_data(jnp.asarray(X), jnp.asarray(y), jnp.asarray(rows), jnp.asarray(excl), gram=True)
+    st = _hom.init_state(d, W, A)
+    M = excl.size
+
+    def selects_of_inverses(tiered):
+        f = lambda st, lam, act: _hom.solve_ws(d, st, lam, 1e-6, 100, act, tiered=tiered)
+        eqs = _eqns(jax.make_jaxpr(f)(st, 0.1, True).jaxpr)
+        return [e for e in eqs if e.primitive.name == "select_n" and e.outvars[0].aval.shape == (M, A, A)]
+
+    assert selects_of_inverses(tiered=True) == []
+    gathers = [
+        e
+        for e in _eqns(jax.make_jaxpr(lambda st: _cov.kkt_refresh(d, st, True))(st).jaxpr)
+        if e.primitive.name == "gather" and e.invars[0].aval.shape == d.G.shape
+    ]
+    assert d.G is not None and gathers == []
