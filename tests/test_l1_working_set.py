@@ -62,17 +62,24 @@ def test_path_matches_sklearn(n, m, dup, method):
     assert float(sol.stats["kkt"]) < 1e-4
 
 
-@pytest.mark.parametrize("method", ["homotopy", "cov", "naive"])
-def test_cv_matches_lassocv(method):
-    X, y = _data(150, 40, seed=1)
-    ids, rows = fold_rows(4, 150)
-    cv = [(np.flatnonzero(ids != k), np.flatnonzero(ids == k)) for k in range(4)]
-    sol = l1_cv(X, y, folds=ids, num_lambdas=30, early_stop=False, method=method)
+def _assert_matches_lassocv(sol, X, y, ids):
+    """``sol`` (an ``l1_cv`` on the fold ids ``ids``) against a tight ``LassoCV`` on the same folds and grid:
+    CV errors, chosen lambda and coefficients. Returns the fitted ``LassoCV``."""
+    cv = [(np.flatnonzero(ids != k), np.flatnonzero(ids == k)) for k in range(int(ids.max()) + 1)]
     lams = np.asarray(sol.stats["lambdas"])
     sk = LassoCV(alphas=lams, cv=cv, tol=1e-12, max_iter=200_000).fit(X, y)
     np.testing.assert_allclose(np.asarray(sol.stats["cv_error"]), sk.mse_path_, rtol=1e-6, atol=1e-8)
     assert float(sol.stats["lam"]) == pytest.approx(sk.alpha_)
     np.testing.assert_allclose(np.asarray(sol.value), sk.coef_, atol=1e-5)
+    return sk
+
+
+@pytest.mark.parametrize("method", ["homotopy", "cov", "naive"])
+def test_cv_matches_lassocv(method):
+    X, y = _data(150, 40, seed=1)
+    ids, rows = fold_rows(4, 150)
+    sol = l1_cv(X, y, folds=ids, num_lambdas=30, early_stop=False, method=method)
+    sk = _assert_matches_lassocv(sol, X, y, ids)
     assert float(sol.stats["intercept"]) == pytest.approx(sk.intercept_, abs=1e-5)
     assert float(sol.stats["gap"]) < 1e-6
     assert int(sol.result) == RESULTS.successful
@@ -835,13 +842,8 @@ def test_tall_design_gram_path_matches_lassocv_and_the_design_path(method, monke
     assert _ws_covariance.use_gram(n, m) and not _ws_covariance.use_gram(n, 60)
     X, y = _data(n, m, seed=3)
     ids, _ = fold_rows(5, n)
-    cv = [(np.flatnonzero(ids != k), np.flatnonzero(ids == k)) for k in range(5)]
     gram = l1_cv(X, y, folds=ids, num_lambdas=30, early_stop=False, method=method)
-    lams = np.asarray(gram.stats["lambdas"])
-    sk = LassoCV(alphas=lams, cv=cv, tol=1e-12, max_iter=200_000).fit(X, y)
-    np.testing.assert_allclose(np.asarray(gram.stats["cv_error"]), sk.mse_path_, rtol=1e-6, atol=1e-8)
-    assert float(gram.stats["lam"]) == pytest.approx(sk.alpha_)
-    np.testing.assert_allclose(np.asarray(gram.value), sk.coef_, atol=1e-5)
+    _assert_matches_lassocv(gram, X, y, ids)
     assert int(gram.result) == RESULTS.successful and float(gram.stats["kkt"]) < 1e-6
     monkeypatch.setattr(_ws_covariance, "use_gram", lambda n, m: False)
     rows = l1_cv(X, y, folds=ids, num_lambdas=30, early_stop=False, method=method)
