@@ -328,18 +328,19 @@ def lcd(
         patience = check_patience(patience)
         if lambdas is None:
             num_lambdas = check_grid_settings(num_lambdas, eps)
-        ws = _working_set.l1_cv(
-            Xk3,
-            jnp.broadcast_to(y_unit, Xk3.shape[:2]),
-            folds=fold_ids,
-            lambdas=None if lambdas is None else _units.to_unit(jnp.asarray(lambdas, Xk3.dtype), units, "lam"),
-            num_lambdas=num_lambdas,
-            eps=eps,
-            loss=loss,
-            tol=1e-5 if tol is None else tol,
-            max_steps=10_000 if max_steps is None else max_steps,
-            patience=10 if patience is None else patience,
-        )
+        with _checks.trusted_values():  # _prepare checked Xk and y (the engine's device check: two programs more)
+            ws = _working_set.l1_cv(
+                Xk3,
+                jnp.broadcast_to(y_unit, Xk3.shape[:2]),
+                folds=fold_ids,
+                lambdas=None if lambdas is None else _units.to_unit(jnp.asarray(lambdas, Xk3.dtype), units, "lam"),
+                num_lambdas=num_lambdas,
+                eps=eps,
+                loss=loss,
+                tol=1e-5 if tol is None else tol,
+                max_steps=10_000 if max_steps is None else max_steps,
+                patience=10 if patience is None else patience,
+            )
         stats = {
             "lam": ws.stats["lam"],
             "num_steps": ws.stats["num_steps"],

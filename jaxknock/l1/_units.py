@@ -17,10 +17,12 @@ Traceable: the exponents are traced integers (``jnp.frexp`` / ``jnp.ldexp``), so
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxknock import _checks
 from jaxknock._scaling import pow2_exponent
@@ -63,23 +65,66 @@ def scale_data(X, y, loss):
     solvers mix the coefficients with the unpenalised offset, so a scaled ``X`` moved their iterates). Called
     at the public entry points, outside their compiled solves: those then run the same program on scaled data,
     bit for bit as on data already in these units. An exponent known to be zero copies nothing.
+
+    Concrete exponents are brought to the host (one explicit transfer of two integers): every later
+    scaling of a returned quantity is then a host integer, and a zero one is no operation at all. Every
+    scaling is one compiled program (:func:`_exponents`, :func:`_scale`, :func:`_ldexp_all`), not one per
+    operation and shape: they were about a dozen small compilations in every first call.
     """
     if loss != "squared":
         return X, y, None
-    units = Units(pow2_exponent(jnp.max(jnp.abs(X))), pow2_exponent(jnp.max(jnp.abs(y))))
-    if all(_checks.is_concrete(e) and int(e) == 0 for e in units):  # (vmap over y alone: X's is concrete)
+    units = Units(*_on_host_if_concrete(_exponents(X, y)))
+    if _is_zero(units.x) and _is_zero(units.y):  # (vmap over y alone: X's is concrete)
         return X, y, units
-    return jnp.ldexp(X, -units.x), jnp.ldexp(y, -units.y), units
+    return (*_scale(X, y, -units.x, -units.y), units)
+
+
+@jax.jit
+def _exponents(X, y):
+    return pow2_exponent(jnp.max(jnp.abs(X))), pow2_exponent(jnp.max(jnp.abs(y)))
+
+
+@jax.jit
+def _scale(X, y, ex, ey):
+    return jnp.ldexp(X, ex), jnp.ldexp(y, ey)
+
+
+@jax.jit
+def _ldexp_all(arrays, exponents):
+    """``a * 2^e`` for each pair (exact): the scalings of one call in one program."""
+    return tuple(jnp.ldexp(a, e) for a, e in zip(arrays, exponents))
+
+
+def _on_host_if_concrete(exponents):
+    """Concrete exponents as NumPy integers (one explicit transfer); traced ones as they are."""
+    if all(_checks.is_concrete(e) for e in exponents):
+        return tuple(np.int32(e) for e in jax.device_get(exponents))
+    return tuple(np.int32(jax.device_get(e)) if _checks.is_concrete(e) else e for e in exponents)
+
+
+def _is_zero(e) -> bool:
+    return isinstance(e, (int, np.integer)) and int(e) == 0
+
+
+def _ldexp_many(arrays, exponents):
+    """``[a * 2^e]``, leaving ``a`` as it is where ``e`` is a host zero; one program for the rest."""
+    out = list(arrays)
+    todo = [i for i, e in enumerate(exponents) if not _is_zero(e)]
+    if todo:
+        done = _ldexp_all(tuple(arrays[i] for i in todo), tuple(exponents[i] for i in todo))
+        for i, a in zip(todo, done):
+            out[i] = a
+    return out
 
 
 def to_unit(a, units: Units | None, kind):
     """``a`` (a quantity of ``kind`` in the caller's units) on the unit scale; ``None`` stays ``None``."""
-    return a if a is None or units is None else jnp.ldexp(a, -units.power(kind))
+    return a if a is None or units is None else _ldexp_many([a], [-units.power(kind)])[0]
 
 
 def to_user(a, units: Units | None, kind):
     """``a`` on the unit scale back in the caller's units (exact)."""
-    return a if units is None else jnp.ldexp(a, units.power(kind))
+    return a if units is None else _ldexp_many([a], [units.power(kind)])[0]
 
 
 def restore(sol: Solution, units: Units | None, value_kind="coef", unit_free=()) -> Solution:
@@ -90,15 +135,19 @@ def restore(sol: Solution, units: Units | None, value_kind="coef", unit_free=())
     """
     if units is None:
         return sol
-    stats = {k: to_user(v, units, KINDS[k]) if k in KINDS and k not in unit_free else v for k, v in sol.stats.items()}
+    keys = [k for k, v in sol.stats.items() if k in KINDS and k not in unit_free and v is not None]
+    arrays = [sol.value] + [sol.stats[k] for k in keys]
+    scaled = _ldexp_many(arrays, [units.power(value_kind)] + [units.power(KINDS[k]) for k in keys])
+    stats = dict(sol.stats, **dict(zip(keys, scaled[1:])))
     state = sol.state
     if state is not None and hasattr(state, "momentum"):
         state = state_to_user(state, units)
-    return sol._replace(value=to_user(sol.value, units, value_kind), stats=stats, state=state)
+    return sol._replace(value=scaled[0], stats=stats, state=state)
 
 
+@functools.partial(jax.jit, static_argnums=2)
 def _scale_state(state, units: Units, sign):
-    """A ``LassoState`` (with its FISTA momentum / CD history) scaled by ``2^(sign * power)``."""
+    """A ``LassoState`` (with its FISTA momentum / CD history) scaled by ``2^(sign * power)`` (one program)."""
 
     def s(a, kind):
         return jnp.ldexp(a, sign * units.power(kind))

@@ -148,9 +148,10 @@ def _working_set_path(X, y, lambdas, *, loss, tol, max_steps) -> Solution:
     else:  # engine="working_set" under jit: the engine takes a decreasing traced grid (else nonfinite)
         grid, inv = lambdas, None
     max_steps = 10_000 if max_steps is None else max_steps
-    sol = working_set.l1_path(
-        X, y, grid, loss=loss, tol=1e-5 if tol is None else tol, max_steps=max_steps, early_stop=False
-    )
+    with _checks.trusted_values():  # lasso_path checked X and y (the engine's device check was two programs more)
+        sol = working_set.l1_path(
+            X, y, grid, loss=loss, tol=1e-5 if tol is None else tol, max_steps=max_steps, early_stop=False
+        )
     st = sol.stats
     coefs, b0 = st["coef_path"], st["intercept_path"]
     gap = _path_gaps(X, y, coefs, b0, grid, loss=loss)
