@@ -428,6 +428,27 @@ def test_no_retrace_on_same_shapes():
     assert len(compiles) == 1
 
 
+@pytest.mark.parametrize(
+    "call, n, most",
+    [
+        (lambda X, y: jaxknock.lasso_cv(X, y, folds=3, num_lambdas=10), 47, 6),
+        (lambda X, y: jaxknock.lasso_path(X, y, num_lambdas=10), 45, 10),
+    ],
+    ids=["lasso_cv", "lasso_path"],
+)
+def test_first_call_compiles_few_programs(call, n, most):
+    """A first call's unit scaling, default grid and restore are a few programs, not one per operation and shape.
+
+    Shapes no other test uses, so every program is new (the session-46 code compiled 27 for ``lasso_cv``).
+    """
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, 9))
+    y = X[:, 0] + 0.1 * rng.standard_normal(n)
+    with count_compiles() as compiles:
+        jax.block_until_ready(call(X, y).value)
+    assert 1 <= len(compiles) <= most, [m.split(" ")[1] for m in compiles]
+
+
 def test_step_api_matches_solve():
     X, y = _regression(seed=8)
     lam = 0.1
