@@ -154,19 +154,20 @@ def _working_set_path(X, y, lambdas, *, loss, tol, max_steps) -> Solution:
         )
     st = sol.stats
     coefs, b0 = st["coef_path"], st["intercept_path"]
-    gap = _path_gaps(X, y, coefs, b0, grid, loss=loss)
-    L, m = coefs.shape
+    gap, max_steps_path, num_screened, result = _classic_stats(
+        X, y, coefs, b0, grid, st["working_set_path"], sol.result, max_steps, loss=loss
+    )
+    L = coefs.shape[0]
     stats = {
         "intercept": b0,
         "gap": gap,
         "duality_gap": gap,  # deprecated key, kept for one release
         "num_steps": st["steps_path"],
-        "max_steps": jnp.full((L,), max_steps, jnp.int32),
-        "num_screened": (m - st["working_set_path"]).astype(jnp.int32),
+        "max_steps": max_steps_path,
+        "num_screened": num_screened,
         "kkt": st["kkt_path"],
         "lam": grid,
     }
-    result = jnp.broadcast_to(sol.result, (L,))
     if inv is not None and not np.array_equal(inv, np.arange(L)):
         inv = jnp.asarray(inv)
         coefs, result = coefs[inv], result[inv]
@@ -175,11 +176,15 @@ def _working_set_path(X, y, lambdas, *, loss, tol, max_steps) -> Solution:
 
 
 @functools.partial(jax.jit, static_argnames="loss")
-def _path_gaps(X, y, coefs, b0, lambdas, *, loss):
-    """The duality gap of every ``(coefs[k], b0[k])`` at ``lambdas[k]``, as the classic engine's ``state.gap``.
+def _classic_stats(X, y, coefs, b0, lambdas, working_set, result, max_steps, *, loss):
+    """The classic engine's per-lambda ``gap``, ``max_steps``, ``num_screened`` and ``result`` (one program).
 
-    :func:`jaxknock.l1._ws_naive.absolute_gap` (the engine's own gap, in objective units) under ``vmap``:
-    all lambdas at once, two matrix products with ``X``.
+    The gap of every ``(coefs[k], b0[k])`` at ``lambdas[k]`` is :func:`jaxknock.l1._ws_naive.absolute_gap`
+    (the engine's own gap, in objective units, as the classic engine's ``state.gap``) under ``vmap``: all
+    lambdas at once, two matrix products with ``X``.
     """
     one = functools.partial(_ws_naive.absolute_gap, loss=loss)
-    return jax.vmap(one, in_axes=(None, None, 0, 0, 0))(X, y, coefs, b0, lambdas)
+    gap = jax.vmap(one, in_axes=(None, None, 0, 0, 0))(X, y, coefs, b0, lambdas)
+    L, m = coefs.shape
+    num_screened = (m - working_set).astype(jnp.int32)
+    return gap, jnp.full((L,), max_steps, jnp.int32), num_screened, jnp.broadcast_to(result, (L,))
