@@ -20,6 +20,12 @@ certificate: ``float64_refit``).
     python benchmarks/bench_lasso_defaults.py --small
     python benchmarks/bench_lasso_defaults.py                 # the session-46 table
     python benchmarks/bench_lasso_defaults.py --cases 4000:500:0 --float32
+    python benchmarks/bench_lasso_defaults.py --single        # lasso(X, y, lam) against Lasso(alpha=lam)
+
+``--single`` times the one-penalty solve instead: ``jaxknock.lasso(X, y, lam)``
+against ``sklearn.linear_model.Lasso(alpha=lam)``, both with their defaults, at
+``lam = frac * lambda_max`` for cases ``n:m:rho:frac`` (the session-47 table),
+and prints both relative KKT residuals ``max_j dist(g_j, lam d|b_j|) / lam``.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import numpy as np
 
 CASES = ["1000:100:0", "5000:200:0", "4000:500:0", "2000:500:0.7", "600:300:0.5", "300:1000:0", "500:2000:0"]
 SMALL = ["1000:100:0", "600:300:0.5"]
+SINGLE = ["4000:500:0:0.1", "4000:500:0:0.01", "2000:500:0.7:0.05", "300:1000:0:0.1", "500:2000:0:0.05"]
 
 
 def design(n, m, rho, seed=0):
@@ -65,11 +72,16 @@ import jaxknock
 t_import = time.perf_counter() - t0
 d = np.load(sys.argv[1]); X, y, repeats = d["X"], d["y"], int(d["repeats"])
 out = {"import": t_import}
-for name, f in (("lasso_cv", jaxknock.lasso_cv), ("lasso_path", jaxknock.lasso_path)):
+lam = float(d["lam"]) if "lam" in d else None
+fits = (("lasso", lambda X, y: jaxknock.lasso(X, y, lam)),) if lam else (
+    ("lasso_cv", jaxknock.lasso_cv), ("lasso_path", jaxknock.lasso_path))
+for name, f in fits:
     ts = []
     for _ in range(1 + repeats):
         t = time.perf_counter(); sol = f(X, y); jax.block_until_ready(sol.value); ts.append(time.perf_counter() - t)
     out[name] = {"first": ts[0], "warm": min(ts[1:]), "result": np.asarray(sol.result).max().item()}
+    if name == "lasso":
+        out[name].update(coef=np.asarray(sol.value, float).tolist(), steps=int(sol.stats["num_steps"]))
     if name == "lasso_cv":
         out[name].update(index=int(sol.stats["lam_index"]), refit=bool(np.any(sol.stats.get("float64_refit", False))),
                          kkt=float(sol.stats.get("kkt", np.nan)))
@@ -77,9 +89,9 @@ json.dump(out, open(sys.argv[2], "w"))
 """
 
 
-def run_jaxknock(X, y, repeats, x64, tmp):
+def run_jaxknock(X, y, repeats, x64, tmp, lam=None):
     data, res = os.path.join(tmp, "d.npz"), os.path.join(tmp, "r.json")
-    np.savez(data, X=X, y=y, repeats=repeats)
+    np.savez(data, X=X, y=y, repeats=repeats, **({} if lam is None else {"lam": lam}))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd()] + sys.path))
     subprocess.run([sys.executable, "-c", _CHILD, data, res, "64" if x64 else "32"], check=True, env=env)
     with open(res) as f:
@@ -109,6 +121,40 @@ def run_sklearn(X, y, repeats):
     return out
 
 
+def kkt_residual(X, y, coef, lam):
+    """``max_j dist(g_j, lam d|b_j|) / lam`` with ``g = X_c^T (y_c - X_c b) / n`` (intercept fitted)."""
+    Xc = X - X.mean(0)
+    g = Xc.T @ (y - y.mean() - Xc @ coef) / len(y)
+    return float(np.max(np.where(coef != 0, np.abs(g - lam * np.sign(coef)), np.maximum(np.abs(g) - lam, 0))) / lam)
+
+
+def run_single(cases, repeats, x64):
+    """``jaxknock.lasso`` against ``sklearn.linear_model.Lasso`` at ``frac * lambda_max``, both defaults."""
+    import tempfile
+
+    from sklearn.linear_model import Lasso
+
+    for case in cases:
+        n, m, rho, frac = case.split(":")
+        X, y = design(int(n), int(m), float(rho))
+        lam = float(frac) * np.max(np.abs((X - X.mean(0)).T @ (y - y.mean()))) / len(y)
+        with tempfile.TemporaryDirectory() as tmp:
+            a = run_jaxknock(X, y, repeats, x64, tmp, lam=lam)["lasso"]
+        ts = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            model = Lasso(alpha=lam).fit(X, y)
+            ts.append(time.perf_counter() - t)
+        coef = np.asarray(a["coef"])
+        print(
+            f"{case:>18} lasso jaxknock first {a['first']:6.2f} s warm {a['warm'] * 1e3:7.1f} ms result {a['result']}"
+            f" epochs {a['steps']} | sklearn {min(ts) * 1e3:7.1f} ms epochs {model.n_iter_}"
+            f" | ratio warm {a['warm'] / min(ts):5.2f}x | kkt {kkt_residual(X, y, coef, lam):.1e}"
+            f" vs {kkt_residual(X, y, model.coef_, lam):.1e}",
+            flush=True,
+        )
+
+
 def main(argv=None):
     import tempfile
 
@@ -117,9 +163,12 @@ def main(argv=None):
     ap.add_argument("--cases", nargs="*", default=None, help="n:m:rho triples (rho 0: iid)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--float32", action="store_true", help="jaxknock with x64 off (JAX's default)")
+    ap.add_argument("--single", action="store_true", help="lasso at one penalty; cases n:m:rho:frac")
     args = ap.parse_args(argv)
-    cases = args.cases or (SMALL if args.small else CASES)
     print(f"jaxknock {'float32 (x64 off)' if args.float32 else 'float64'}; scikit-learn float64 defaults")
+    if args.single:
+        return run_single(args.cases or SINGLE, max(args.repeats, 3), not args.float32)
+    cases = args.cases or (SMALL if args.small else CASES)
     for case in cases:
         n, m, rho = case.split(":")
         X, y = design(int(n), int(m), float(rho))

@@ -149,7 +149,10 @@ def cd_epoch_blocked(prob: Problem, lam, coef, z, active):
 
         d = lax.fori_loop(0, B, coordinate, jnp.zeros(B, coef.dtype), unroll=_CD_UNROLL)
         coef = lax.dynamic_update_slice_in_dim(coef, b + d, start, axis=0)
-        z = z + jnp.matmul(d, XB, precision=HI) - jnp.dot(muB, d, precision=HI)
+        # a block whose coefficients did not move (zeros staying at zero, most blocks of a sparse
+        # solution) skips the pass over X_B: adding a zero update is exact, so the iterates are unchanged
+        moved = lambda z: z + jnp.matmul(d, XB, precision=HI) - jnp.dot(muB, d, precision=HI)
+        z = lax.cond(jnp.any(d != 0), moved, lambda z: z, z)
         return coef, z
 
     def maybe_block(bi, carry):

@@ -115,22 +115,28 @@ def soft_threshold(x, t):
     return jnp.sign(x) * jnp.maximum(jnp.abs(x) - t, 0.0)
 
 
-def make_problem(XT, y, w, settings: L1Settings) -> Problem:
+def make_problem(XT, y, w, settings: L1Settings, *, X=None) -> Problem:
     """Precompute one :class:`Problem` (traceable; ``vmap`` over weights ``w`` for folds).
 
     Only the fields the ``settings.solver`` uses are computed: the whole-gradient
     Lipschitz constant for ``fista``, the block Gram matrices for least-squares ``cd``.
+    ``X`` (optional, ``XT.T`` untransposed) gives the column means and norms by products in its own
+    layout: on XLA:CPU the products with the transposed view of an ``(n, m)`` array took 4x longer
+    (``benchmarks/measured/NOTES.md``, session 47).
     """
     loss, fit_intercept, solver = settings.loss, settings.fit_intercept, settings.solver
     dtype = XT.dtype
     n_w = jnp.sum(w)
     if fit_intercept:
-        mu = rmatvec(XT, w) / n_w
+        mu = (rmatvec(XT, w) if X is None else jnp.matmul(w, X, precision=HI)) / n_w
         y_center = jnp.dot(w, y, precision=HI) / n_w
     else:
         mu = jnp.zeros(XT.shape[0], dtype)
         y_center = jnp.zeros((), dtype)
-    col_sq = jnp.matmul((XT - mu[:, None]) ** 2, w, precision=HI)
+    if X is None:
+        col_sq = jnp.matmul((XT - mu[:, None]) ** 2, w, precision=HI)
+    else:
+        col_sq = jnp.matmul(w, (X - mu) ** 2, precision=HI)
     lipschitz = LOSS_CURVATURE[loss] * col_sq / n_w
     if loss == "squared":
         offset0 = y_center
@@ -148,9 +154,15 @@ def make_problem(XT, y, w, settings: L1Settings) -> Problem:
     else:
         lipschitz_all = jnp.zeros((), dtype)
     if solver == "cd" and loss == "squared":
-        idx = block_indices(XT.shape[0])  # (nb, B)
-        XcB = XT[idx] - mu[idx][..., None]  # (nb, B, n)
-        gram_blocks = jnp.einsum("kbn,kcn->kbc", XcB * w, XcB, precision=HI) / n_w
+        B = block_indices(XT.shape[0]).shape[1]
+
+        def block_gram(start):
+            XcB = lax.dynamic_slice_in_dim(XT, start, B) - lax.dynamic_slice_in_dim(mu, start, B)[:, None]
+            return jnp.matmul(XcB * w, XcB.T, precision=HI)
+
+        # one (B, n) @ (n, B) product per block, sliced in place: XLA:CPU's batched float64 dot over a
+        # gathered (nb, B, n) copy took 34 ms at 4000 x 500, these 7 ms (benchmarks/measured/NOTES.md, session 47)
+        gram_blocks = lax.map(block_gram, jnp.asarray(block_indices(XT.shape[0])[:, 0])) / n_w
     else:
         gram_blocks = jnp.zeros((0, 0, 0), dtype)
     return Problem(
@@ -171,7 +183,7 @@ def make_problem(XT, y, w, settings: L1Settings) -> Problem:
 
 def full_problem(X, y, settings: L1Settings) -> Problem:
     """:func:`make_problem` of one design with every row in the training set."""
-    return make_problem(X.T, y, jnp.ones(X.shape[0], X.dtype), settings)
+    return make_problem(X.T, y, jnp.ones(X.shape[0], X.dtype), settings, X=X)
 
 
 def block_indices(m):

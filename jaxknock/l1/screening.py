@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from jaxknock.l1.problem import HI, Problem, loss_grad, loss_value, matvec, rmatvec
 from jaxknock.l1.settings import L1Settings
@@ -127,6 +128,12 @@ def drop_screened(prob: Problem, state, keep, settings: L1Settings):
     drop = active & ~keep & apply
     delta = jnp.where(drop, -coef, 0.0)
     coef = coef + delta
-    z = state.z + matvec(prob.XT, delta) - jnp.dot(prob.mu, delta, precision=HI)
+    # only when a nonzero coefficient was dropped (adding a zero update is exact, so skipping it changes nothing)
+    z = lax.cond(
+        jnp.any(delta != 0),
+        lambda z: z + matvec(prob.XT, delta) - jnp.dot(prob.mu, delta, precision=HI),
+        lambda z: z,
+        state.z,
+    )
     active = jnp.where(apply, active & keep, active)
     return state._replace(coef=coef, z=z, active=active), drop
