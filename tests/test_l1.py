@@ -1020,3 +1020,26 @@ def test_uncentred_intercept_of_batches_and_paths():
     assert one.shape == () and one == pytest.approx(want[0, 0] - ym[0], rel=1e-15)
     path = uncentred_intercept(b0[0], coef[0], HostShift(xm[0], ym[0]))
     np.testing.assert_allclose(path, want[0], rtol=1e-15)
+
+
+@pytest.mark.parametrize("m", [37, 16])
+def test_problem_blocks_and_column_statistics_match_their_definitions(m):
+    """The block Gram matrices (one product per in-place block slice, the last block shifted to fit) and the
+    column means / norms equal their definitions, also with 0/1 row weights."""
+    from jaxknock.l1.problem import block_indices, full_problem, make_problem
+    from jaxknock.l1.settings import make_settings
+
+    X, y = _regression(seed=3, n=30, m=m)
+    settings = make_settings(jnp.float64, solver="cd")
+    w = (np.arange(30) % 3 != 0).astype(float)
+    Xc = X - w @ X / w.sum()
+    G = Xc.T @ (w[:, None] * Xc) / w.sum()
+    idx = block_indices(m)
+    prob = make_problem(jnp.asarray(X.T), jnp.asarray(y), jnp.asarray(w), settings)
+    np.testing.assert_allclose(prob.gram_blocks, G[idx[:, :, None], idx[:, None, :]], rtol=1e-12, atol=1e-12)
+    full = full_problem(jnp.asarray(X), jnp.asarray(y), settings)
+    np.testing.assert_allclose(full.mu, X.mean(0), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(full.col_norm, np.linalg.norm(X - X.mean(0), axis=0), rtol=1e-12)
+    Xf = X - X.mean(0)
+    blocks = (Xf.T @ Xf / 30)[idx[:, :, None], idx[:, None, :]]
+    np.testing.assert_allclose(full.gram_blocks, blocks, rtol=1e-12, atol=1e-12)

@@ -115,28 +115,22 @@ def soft_threshold(x, t):
     return jnp.sign(x) * jnp.maximum(jnp.abs(x) - t, 0.0)
 
 
-def make_problem(XT, y, w, settings: L1Settings, *, X=None) -> Problem:
+def make_problem(XT, y, w, settings: L1Settings) -> Problem:
     """Precompute one :class:`Problem` (traceable; ``vmap`` over weights ``w`` for folds).
 
     Only the fields the ``settings.solver`` uses are computed: the whole-gradient
     Lipschitz constant for ``fista``, the block Gram matrices for least-squares ``cd``.
-    ``X`` (optional, ``XT.T`` untransposed) gives the column means and norms by products in its own
-    layout: on XLA:CPU the products with the transposed view of an ``(n, m)`` array took 4x longer
-    (``benchmarks/measured/NOTES.md``, session 47).
     """
     loss, fit_intercept, solver = settings.loss, settings.fit_intercept, settings.solver
     dtype = XT.dtype
     n_w = jnp.sum(w)
     if fit_intercept:
-        mu = (rmatvec(XT, w) if X is None else jnp.matmul(w, X, precision=HI)) / n_w
+        mu = rmatvec(XT, w) / n_w
         y_center = jnp.dot(w, y, precision=HI) / n_w
     else:
         mu = jnp.zeros(XT.shape[0], dtype)
         y_center = jnp.zeros((), dtype)
-    if X is None:
-        col_sq = jnp.matmul((XT - mu[:, None]) ** 2, w, precision=HI)
-    else:
-        col_sq = jnp.matmul(w, (X - mu) ** 2, precision=HI)
+    col_sq = jnp.matmul((XT - mu[:, None]) ** 2, w, precision=HI)
     lipschitz = LOSS_CURVATURE[loss] * col_sq / n_w
     if loss == "squared":
         offset0 = y_center
@@ -183,7 +177,7 @@ def make_problem(XT, y, w, settings: L1Settings, *, X=None) -> Problem:
 
 def full_problem(X, y, settings: L1Settings) -> Problem:
     """:func:`make_problem` of one design with every row in the training set."""
-    return make_problem(X.T, y, jnp.ones(X.shape[0], X.dtype), settings, X=X)
+    return make_problem(X.T, y, jnp.ones(X.shape[0], X.dtype), settings)
 
 
 def block_indices(m):
