@@ -288,7 +288,7 @@ def lasso(
     ``beta_j <- S_{lam / L_j}(beta_j - g_j / L_j)`` in blocks of 16 coordinates (one ``X_B^T r`` and, where
     the block moved, one ``X_B d`` per block, through the block's ``16 x 16`` Gram matrix: ``16 n m`` flops of
     setup, never the whole ``X^T X``), each epoch followed by the duality gap and GAP safe screening; it stops
-    at ``gap <= tol * D0``. Warm on XLA:CPU this is 1-7x the time of scikit-learn's ``Lasso(alpha=lam)``,
+    at ``gap <= tol * D0``. Warm on XLA:CPU this took 2-10x the time of scikit-learn's ``Lasso(alpha=lam)``,
     most on wide designs, where the epochs' many small operations dominate (``benchmarks/bench_lasso_defaults.py
     --single``; ``benchmarks/measured/NOTES.md``, session 47), at a duality gap ``tol * D0`` that is
     100x tighter than scikit-learn's default ``1e-4 * D0``.
