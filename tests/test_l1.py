@@ -325,6 +325,24 @@ def test_cv_default_engine_is_the_working_set_engine_and_agrees_with_classic():
         L.lasso_cv(X, y, fit_intercept=False, engine="working_set")
 
 
+def test_cv_default_engine_takes_any_grid_order():
+    """An increasing grid (``np.logspace``) or a shuffled one: the working-set engine refused it ("lambdas must
+    be decreasing") where the classic engine and ``LassoCV`` take it. It is solved sorted and answered in the
+    given order: per-penalty stats permuted, ``lam_index`` into the given grid, the same fit."""
+    X, y = _regression(seed=3, noise=2.0)
+    grid = np.asarray(L.lasso_cv(X, y, folds=3, num_lambdas=40).stats["lambdas"])  # the program of the test above
+    ref = L.lasso_cv(X, y, folds=3, lambdas=grid)
+    for order in (np.arange(40)[::-1], np.random.default_rng(0).permutation(40)):
+        sol = L.lasso_cv(X, y, folds=3, lambdas=grid[order])
+        assert sol.result == RESULTS.successful and "kkt" in sol.stats
+        np.testing.assert_array_equal(sol.stats["lambdas"], grid[order])
+        for k in ("cv_error", "cv_mean", "cv_se", "coef_path", "intercept_path", "kkt_path"):
+            np.testing.assert_array_equal(sol.stats[k], ref.stats[k][order], err_msg=k)
+        assert int(order[int(sol.stats["lam_index"])]) == int(ref.stats["lam_index"])
+        assert float(sol.stats["lam"]) == float(ref.stats["lam"])
+        np.testing.assert_array_equal(sol.value, ref.value)
+
+
 def test_default_grid_path_and_cv_do_not_depend_on_the_units_of_y():
     """y in units of 1e-16 (float64) put lambda_max under the grid's absolute floor (1e-15): lasso_path and
     lasso_cv (both engines) returned all-zero coefficients, "successful"; y times 1e160 overflowed. The floor

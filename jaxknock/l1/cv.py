@@ -166,7 +166,9 @@ def lasso_cv(
             integer array of fold ids ``0..K-1`` (shuffle them yourself for
             random folds).
         lambdas, num_lambdas, eps: the grid (see :func:`~jaxknock.lasso_path`);
-            the default grid is computed on the full data.
+            the default grid is computed on the full data. A grid in any order is
+            answered in that order (``cv_error`` rows, ``lam_index``); the
+            working-set engine solves it sorted, largest first.
         loss, fit_intercept, tol, max_steps, solver, screen, throw: as in :func:`~jaxknock.lasso`.
         patience: early stop along the path (glmnet-style): once the mean CV
             error has not improved on its best for ``patience`` consecutive
@@ -228,8 +230,25 @@ def lasso_cv(
     return raise_if_failed(restore_intercept(sol, shift), throw)
 
 
+# the working-set engine's stats with one entry per penalty (first axis), and its indices into the grid
+_PER_LAMBDA = (
+    "lambdas", "cv_error", "cv_mean", "cv_se", "coef_path", "intercept_path",
+    "kkt_path", "steps_path", "working_set_path", "train_loss", "nnz",
+)  # fmt: skip
+_GRID_INDICES = ("lam_index", "lam_index_min", "lam_index_1se")
+
+
 def _working_set_cv(X, y, fold_ids, lambdas, *, loss, tol, max_steps, patience) -> Solution:
-    """:func:`lasso_cv` on the working-set engine, with :func:`lasso_cv`'s stats keys."""
+    """:func:`lasso_cv` on the working-set engine, with :func:`lasso_cv`'s stats keys.
+
+    The engine takes a decreasing grid: a concrete grid in another order (``np.logspace`` is increasing) is
+    solved sorted, and its per-penalty stats and grid indices are returned in the given order, as the classic
+    engine returns them (it was refused with "lambdas must be decreasing").
+    """
+    order = None
+    if _checks.is_concrete(lambdas) and np.any(np.diff(np.asarray(lambdas)) > 0):
+        order = np.argsort(-np.asarray(lambdas), kind="stable")
+        lambdas = lambdas[order]
     with _checks.trusted_values():  # lasso_cv checked X and y (the engine's device check was two programs more)
         sol = working_set.l1_cv(
             X,
@@ -243,4 +262,8 @@ def _working_set_cv(X, y, fold_ids, lambdas, *, loss, tol, max_steps, patience) 
             early_stop=patience is not None,
         )
     stats = dict(sol.stats, duality_gap=sol.stats["gap"])  # deprecated key, kept for one release
+    if order is not None:
+        inv = jnp.asarray(np.argsort(order))
+        stats.update({k: stats[k][inv] for k in _PER_LAMBDA if k in stats})
+        stats.update({k: jnp.asarray(order, jnp.int32)[stats[k]] for k in _GRID_INDICES if k in stats})
     return Solution(sol.value, sol.result, stats, sol.state)
