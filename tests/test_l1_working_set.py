@@ -286,6 +286,8 @@ def test_input_errors():
         l1_cv(np.zeros((10, 3)), np.zeros(9))
     with pytest.raises(ValueError, match="decreasing"):
         l1_path(np.ones((10, 3)), np.arange(10.0), [0.1, 0.2])
+    with pytest.raises(ValueError, match="finite"):  # ran: lam = inf, max_steps_reached
+        l1_cv(np.ones((10, 3)), np.arange(10.0), lambdas=[np.inf, 0.1])
     with pytest.raises(ValueError, match="loss"):
         l1_cv(np.zeros((10, 3)), np.zeros(10), loss="hinge")
 

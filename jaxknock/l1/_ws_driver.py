@@ -592,8 +592,8 @@ def validated_grid(X, y, lambdas, num_lambdas, eps):
     if _checks.is_concrete(lambdas):
         # on the host: jnp comparisons of a constant are traced under an outer jit (bool() of them failed)
         values = np.asarray(lambdas, np.float64)
-        if not np.all(values > 0):
-            raise ValueError("lambdas must be a non-empty 1-D array of positive penalties")
+        if not np.all((values > 0) & np.isfinite(values)):  # an inf penalty ran, max_steps_reached, lam = inf
+            raise ValueError(f"lambdas must be a non-empty 1-D array of positive, finite penalties, got {values}")
         if np.any(np.diff(values) > 0):
             raise ValueError("lambdas must be decreasing")
         lambdas = jnp.asarray(lambdas, X.dtype)
