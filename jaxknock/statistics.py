@@ -328,12 +328,18 @@ def lcd(
         patience = check_patience(patience)
         if lambdas is None:
             num_lambdas = check_grid_settings(num_lambdas, eps)
+        else:  # checked as in the classic branch; the engine takes the grid sorted (the choice is order-free)
+            lambdas = jnp.asarray(lambdas, Xk3.dtype)
+            check_lambdas(lambdas)
+            if _checks.is_concrete(lambdas) and np.any(np.diff(np.asarray(lambdas)) > 0):
+                lambdas = jnp.asarray(np.sort(np.asarray(lambdas))[::-1])
+            lambdas = _units.to_unit(lambdas, units, "lam")
         with _checks.trusted_values():  # _prepare checked Xk and y (the engine's device check: two programs more)
             ws = _working_set.l1_cv(
                 Xk3,
                 jnp.broadcast_to(y_unit, Xk3.shape[:2]),
                 folds=fold_ids,
-                lambdas=None if lambdas is None else _units.to_unit(jnp.asarray(lambdas, Xk3.dtype), units, "lam"),
+                lambdas=lambdas,
                 num_lambdas=num_lambdas,
                 eps=eps,
                 loss=loss,

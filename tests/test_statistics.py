@@ -146,6 +146,30 @@ def test_lcd_cv_equals_lasso_cv():
     np.testing.assert_array_equal(again.value, sol.value)  # deterministic
 
 
+def test_lcd_cv_takes_any_grid_order_and_refuses_a_non_finite_grid(monkeypatch):
+    """The default (working-set) CV engine refused a grid out of order, which the classic engine takes, and ran
+    an infinite penalty (``lam = inf``, ``max_steps_reached``); now the grid is checked as in the classic
+    engine and handed to the engine sorted (the chosen penalty does not depend on the order)."""
+    from jaxknock.l1 import working_set
+
+    Xk, y = _design(seed=3)
+    grid = np.geomspace(1.0, 0.01, 6)
+    seen = []
+
+    def engine(X, y, *, lambdas, **kwargs):  # the grid the engine gets, without running it
+        seen.append(np.asarray(lambdas))
+        raise StopIteration
+
+    monkeypatch.setattr(working_set, "l1_cv", engine)
+    for given in (grid, np.random.default_rng(0).permutation(grid)):
+        with pytest.raises(StopIteration):
+            S.lcd(Xk, y, folds=3, lambdas=given)
+    assert np.all(np.diff(seen[0]) < 0)
+    np.testing.assert_array_equal(seen[1], seen[0])
+    with pytest.raises(ValueError, match="finite"):
+        S.lcd(Xk, y, folds=3, lambdas=np.append(np.inf, grid))
+
+
 def test_lsm_entry_matches_path():
     Xk, y = _design(seed=4)
     batch, _ = _swapped_batch(Xk)
