@@ -176,15 +176,22 @@ def uncentred_intercept(intercept, coef, shift: HostShift) -> np.ndarray:
     ``X @ coef + intercept`` reproduces the fitted predictions on the
     original ``X`` exactly up to float64 rounding; a float32 intercept
     could not (at ``mean(X) = 1.7e9`` and ``sum(coef) = 0.1`` its spacing is 16).
-    NaN entries (an unsolved point of a path) stay NaN.
+    NaN entries (an unsolved point of a path) stay NaN. A traced fit (host data
+    with a traced grid or ``tol`` under ``jit``) has no values to read: there the
+    same formula runs on the device in the fit's dtype.
     """
-    b0 = np.asarray(jax.device_get(intercept), np.float64)
+    if isinstance(intercept, jax.core.Tracer) or isinstance(coef, jax.core.Tracer):
+        xp, dtype = jnp, jnp.result_type(intercept)  # was a TracerArrayConversionError
+        b0, c = jnp.asarray(intercept), jnp.asarray(coef)
+    else:
+        xp, dtype = np, np.float64
+        b0 = np.asarray(jax.device_get(intercept), np.float64)
+        c = np.asarray(jax.device_get(coef), np.float64) if shift.x_mean is not None else None
     extra = b0.ndim - (0 if shift.y_mean is None else np.ndim(shift.y_mean))
     if shift.y_mean is not None:
-        b0 = b0 + np.reshape(shift.y_mean, np.shape(shift.y_mean) + (1,) * extra)
+        b0 = b0 + xp.asarray(np.reshape(shift.y_mean, np.shape(shift.y_mean) + (1,) * extra), dtype)
     if shift.x_mean is not None:
-        c = np.asarray(jax.device_get(coef), np.float64)
         xm = shift.x_mean
         xm = np.reshape(xm, xm.shape[:-1] + (1,) * (c.ndim - xm.ndim) + xm.shape[-1:])
-        b0 = b0 - np.sum(c * xm, axis=-1)
+        b0 = b0 - xp.sum(c * xp.asarray(xm, dtype), axis=-1)
     return b0

@@ -1061,3 +1061,19 @@ def test_problem_blocks_and_column_statistics_match_their_definitions(m):
     Xf = X - X.mean(0)
     blocks = (Xf.T @ Xf / 30)[idx[:, :, None], idx[:, None, :]]
     np.testing.assert_allclose(full.gram_blocks, blocks, rtol=1e-12, atol=1e-12)
+
+
+def test_host_centred_fit_with_a_traced_grid_under_jit():
+    """With x64 off, host float64 data are centred on the host (``centre_on_host``) even under ``jit``, where
+    they are constants; a traced grid (``jax.jit`` over ``lambdas``) then made a traced intercept, and putting
+    the means back read it on the host: ``TracerArrayConversionError``. It is now the same formula on the
+    device, in the fit's dtype."""
+    X, y = _epoch_design(n=30, m=4)
+    y = y + 1e3
+    with jax.enable_x64(False):
+        grid = jaxknock.lambda_grid(X, y, num=3, eps=0.1)
+        eager = jaxknock.lasso_path(X, y, grid, engine="classic")
+        traced = jax.jit(lambda lams: jaxknock.lasso_path(X, y, lams))(grid)
+    assert np.all(traced.result == RESULTS.successful) and traced.stats["intercept"].dtype == jnp.float32
+    np.testing.assert_allclose(traced.value, eager.value, atol=1e-6)
+    np.testing.assert_allclose(traced.stats["intercept"], eager.stats["intercept"], rtol=1e-6)

@@ -323,7 +323,8 @@ def restore_intercept(sol: Solution, shift) -> Solution:
 
     After :func:`centre_on_host` took means out: ``b0 + mean(y) - mean(X) @ coef``
     in float64 on the host, returned as a NumPy float64 array
-    (:func:`jaxknock._precision.uncentred_intercept`).
+    (:func:`jaxknock._precision.uncentred_intercept`); for a traced fit (host data with a
+    traced grid, ``lam`` or ``tol`` under ``jit``) on the device, in the fit's dtype.
     """
     if not shift.applied:
         return sol
