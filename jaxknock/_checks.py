@@ -780,9 +780,10 @@ def check_model_response(y, *, loss: str, fit_intercept: bool):
     yv = np.asarray(jax.device_get(y))  # explicit: the (n,) response, once per public call
     if loss == "squared":
         if fit_intercept and yv.size and np.ptp(yv) == 0:
+            # (no value in the message: the l1 entry points may have taken y's mean out on the host already)
             raise ValueError(
-                f"y is constant (every entry equals {yv.flat[0]!r}): with an intercept "
-                "nothing is left to explain and every statistic would be zero"
+                "y is constant (max(y) - min(y) = 0): with an intercept nothing is left to explain; "
+                "every coefficient and every statistic would be zero"
             )
     else:
         labels = set(np.unique(yv).tolist())
