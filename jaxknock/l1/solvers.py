@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxknock import _checks
 from jaxknock._iterate import iterative_solve
@@ -218,7 +219,7 @@ def fit(X, y, lam, coef0, settings: L1Settings) -> Solution:
 
 def check_init(init, m, dtype):
     if init is None:
-        return jnp.zeros(m, dtype)
+        return np.zeros(m, dtype)  # a host array goes in with the call (jnp.zeros was two programs in a first call)
     init = jnp.asarray(_checks.as_float_array(init, "init"), dtype)
     if init.shape != (m,):
         raise ValueError(f"init must have shape ({m},) like the coefficients, got {init.shape}")
