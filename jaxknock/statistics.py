@@ -39,7 +39,7 @@ from jax import lax
 from jaxknock import _aot, _checks, _precision
 from jaxknock._scaling import pow2_exponent
 from jaxknock._solution import Solution, raise_if_failed
-from jaxknock.l1 import _units
+from jaxknock.l1 import _units, _ws_driver
 from jaxknock.l1 import working_set as _working_set
 from jaxknock.l1.cv import check_patience, cv_solve
 from jaxknock.l1.folds import check_folds_nonempty, resolve_folds
@@ -331,8 +331,9 @@ def lcd(
         else:  # checked as in the classic branch; the engine takes the grid sorted (the choice is order-free)
             lambdas = jnp.asarray(lambdas, Xk3.dtype)
             check_lambdas(lambdas)
-            if _checks.is_concrete(lambdas) and np.any(np.diff(np.asarray(lambdas)) > 0):
-                lambdas = jnp.asarray(np.sort(np.asarray(lambdas))[::-1])
+            order = _ws_driver.descending_order(lambdas)
+            if order is not None:
+                lambdas = lambdas[order]
             lambdas = _units.to_unit(lambdas, units, "lam")
         with _checks.trusted_values():  # _prepare checked Xk and y (the engine's device check: two programs more)
             ws = _working_set.l1_cv(

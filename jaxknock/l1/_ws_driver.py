@@ -580,6 +580,19 @@ def default_grid(X, y, eps, num_lambdas):
     return geometric_grid(_lambda_max(X, y), num_lambdas, eps)
 
 
+def descending_order(lambdas):
+    """The stable permutation that sorts a concrete grid largest first, or ``None`` if it needs none.
+
+    The engine takes a non-increasing grid (:func:`validated_grid`); the front ends that accept any order
+    (:func:`jaxknock.lasso_cv`, :func:`jaxknock.statistics.lcd`) hand it ``lambdas[order]``. ``None`` for a
+    grid already in order, and for a traced one (the engine poisons a traced grid out of order).
+    """
+    if not _checks.is_concrete(lambdas):
+        return None
+    values = np.asarray(lambdas)
+    return np.argsort(-values, kind="stable") if np.any(np.diff(values) > 0) else None
+
+
 def validated_grid(X, y, lambdas, num_lambdas, eps):
     """Validated ``lambdas``, or ``None`` for the default grid (computed inside the engine's program)."""
     if lambdas is None:

@@ -278,8 +278,7 @@ def resolve_lambdas(X, y, lambdas, settings: L1Settings, *, num_lambdas, eps, un
     """
     if lambdas is None:
         num_lambdas = check_grid_settings(num_lambdas, eps)
-        loss, fit_intercept = settings.loss, settings.fit_intercept
-        return _grid_jit(X, y, loss=loss, fit_intercept=fit_intercept, num=num_lambdas, eps=float(eps))
+        return _default_grid_jit(X, y, settings, num=num_lambdas, eps=float(eps))
     lambdas = jnp.asarray(lambdas, X.dtype)
     check_lambdas(lambdas)
     return _units.to_unit(lambdas, units, "lam")
@@ -405,10 +404,9 @@ def _lambda_max_jit(X, y, *, loss, fit_intercept):
     return problem_lambda_max(full_problem(X, y, model), model)
 
 
-@functools.partial(jax.jit, static_argnames=("loss", "fit_intercept", "num", "eps"))
-def _grid_jit(X, y, *, loss, fit_intercept, num, eps):
-    """The default grid on ``(X, y)`` in one program (:func:`geometric_grid` op by op was six more)."""
-    return geometric_grid(_lambda_max_jit(X, y, loss=loss, fit_intercept=fit_intercept), num, eps)
+# :func:`default_grid` as one program (op by op, :func:`geometric_grid` alone was six more in a first call);
+# ``settings``' tol and max_steps are data fields, so one program serves every tolerance
+_default_grid_jit = jax.jit(default_grid, static_argnames=("num", "eps"))
 
 
 def lambda_grid(
