@@ -320,61 +320,53 @@ def lcd(
             ) from None
         _checks.check_lam(lam)
         sol = _aot.call(_lcd_fixed_jit, Xk3, y_unit, _units.to_unit(lam, units, "lam"), settings)
-    elif _working_set.use_engine(engine, Xk3, fit_intercept, solver=solver, screen=screen):
-        fold_ids, K = resolve_folds(n, folds, y, loss)
-        check_folds_nonempty(fold_ids, K, y, loss)
-        # the same checks as the classic engine below: the working-set engine takes patience and
-        # num_lambdas as static settings (an array was a JAX hashing error, 0 or 2.5 ran unchecked)
-        patience = check_patience(patience)
-        if lambdas is None:
-            num_lambdas = check_grid_settings(num_lambdas, eps)
-        else:  # checked as in the classic branch; the engine takes the grid sorted (the choice is order-free)
-            lambdas = jnp.asarray(lambdas, Xk3.dtype)
-            check_lambdas(lambdas)
-            order = _ws_driver.descending_order(lambdas)
-            if order is not None:
-                lambdas = lambdas[order]
-            lambdas = _units.to_unit(lambdas, units, "lam")
-        with _checks.trusted_values():  # _prepare checked Xk and y (the engine's device check: two programs more)
-            ws = _working_set.l1_cv(
-                Xk3,
-                jnp.broadcast_to(y_unit, Xk3.shape[:2]),
-                folds=fold_ids,
-                lambdas=lambdas,
-                num_lambdas=num_lambdas,
-                eps=eps,
-                loss=loss,
-                tol=1e-5 if tol is None else tol,
-                max_steps=10_000 if max_steps is None else max_steps,
-                patience=10 if patience is None else patience,
-            )
-        stats = {
-            "lam": ws.stats["lam"],
-            "num_steps": ws.stats["num_steps"],
-            "float64_refit": jnp.asarray(ws.stats["float64_refit"]),
-        }
-        sol = Solution(value=ws.value, result=ws.result, stats=stats)
     else:
         fold_ids, K = resolve_folds(n, folds, y, loss)
         check_folds_nonempty(fold_ids, K, y, loss)
-        if lambdas is not None:
+        # checked for both engines: the working-set engine takes patience and num_lambdas as static settings
+        # (an array was a JAX hashing error, 0 or 2.5 ran unchecked) and ran an inf penalty
+        patience = check_patience(patience)
+        if lambdas is None:
+            num_lambdas = check_grid_settings(num_lambdas, eps)
+        else:
             lambdas = jnp.asarray(lambdas, Xk3.dtype)
             check_lambdas(lambdas)
             lambdas = _units.to_unit(lambdas, units, "lam")
+        if _working_set.use_engine(engine, Xk3, fit_intercept, solver=solver, screen=screen):
+            order = _ws_driver.descending_order(lambdas)  # the engine takes the grid sorted (the choice is order-free)
+            if order is not None:
+                lambdas = lambdas[order]
+            with _checks.trusted_values():  # _prepare checked Xk and y (the engine's device check: two programs more)
+                ws = _working_set.l1_cv(
+                    Xk3,
+                    jnp.broadcast_to(y_unit, Xk3.shape[:2]),
+                    folds=fold_ids,
+                    lambdas=lambdas,
+                    num_lambdas=num_lambdas,
+                    eps=eps,
+                    loss=loss,
+                    tol=1e-5 if tol is None else tol,
+                    max_steps=10_000 if max_steps is None else max_steps,
+                    patience=10 if patience is None else patience,
+                )
+            stats = {
+                "lam": ws.stats["lam"],
+                "num_steps": ws.stats["num_steps"],
+                "float64_refit": jnp.asarray(ws.stats["float64_refit"]),
+            }
+            sol = Solution(value=ws.value, result=ws.result, stats=stats)
         else:
-            num_lambdas = check_grid_settings(num_lambdas, eps)
-        patience = check_patience(patience)
-        sol = _lcd_cv_jit(
-            Xk3,
-            y_unit,
-            jnp.asarray(fold_ids),
-            lambdas,
-            settings,
-            K=K,
-            num_lambdas=num_lambdas,
-            eps=float(eps),
-            patience=patience,
-        )
+            sol = _lcd_cv_jit(
+                Xk3,
+                y_unit,
+                jnp.asarray(fold_ids),
+                lambdas,
+                settings,
+                K=K,
+                num_lambdas=num_lambdas,
+                eps=float(eps),
+                patience=patience,
+            )
     sol = _units.restore(_aot.call(_lcd_statistics, sol, cols, ties, copies=copies), units)
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
 

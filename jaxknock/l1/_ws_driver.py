@@ -585,9 +585,10 @@ def descending_order(lambdas):
 
     The engine takes a non-increasing grid (:func:`validated_grid`); the front ends that accept any order
     (:func:`jaxknock.lasso_cv`, :func:`jaxknock.statistics.lcd`) hand it ``lambdas[order]``. ``None`` for a
-    grid already in order, and for a traced one (the engine poisons a traced grid out of order).
+    grid already in order, for a traced one (the engine poisons a traced grid out of order) and for ``None``
+    (the default grid).
     """
-    if not _checks.is_concrete(lambdas):
+    if lambdas is None or not _checks.is_concrete(lambdas):
         return None
     values = np.asarray(lambdas)
     return np.argsort(-values, kind="stable") if np.any(np.diff(values) > 0) else None
