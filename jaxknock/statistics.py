@@ -39,7 +39,7 @@ from jax import lax
 from jaxknock import _aot, _checks, _precision
 from jaxknock._scaling import pow2_exponent
 from jaxknock._solution import Solution, raise_if_failed
-from jaxknock.l1 import _units, _ws_driver
+from jaxknock.l1 import _units
 from jaxknock.l1 import working_set as _working_set
 from jaxknock.l1.cv import check_patience, cv_solve
 from jaxknock.l1.folds import check_folds_nonempty, resolve_folds
@@ -333,7 +333,7 @@ def lcd(
             check_lambdas(lambdas)
             lambdas = _units.to_unit(lambdas, units, "lam")
         if _working_set.use_engine(engine, Xk3, fit_intercept, solver=solver, screen=screen):
-            order = _ws_driver.descending_order(lambdas)  # the engine takes the grid sorted (the choice is order-free)
+            order = _working_set.descending_order(lambdas)  # the engine takes it sorted (the choice is order-free)
             if order is not None:
                 lambdas = lambdas[order]
             with _checks.trusted_values():  # _prepare checked Xk and y (the engine's device check: two programs more)

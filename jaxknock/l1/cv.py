@@ -19,7 +19,7 @@ from jax import lax
 
 from jaxknock import _checks
 from jaxknock._solution import Solution, raise_if_failed
-from jaxknock.l1 import _units, _ws_driver, working_set
+from jaxknock.l1 import _units, working_set
 from jaxknock.l1.folds import check_folds_nonempty, cv_folds, kfold_ids, resolve_folds, stratified_kfold_ids
 from jaxknock.l1.problem import (
     centre_on_host,
@@ -245,7 +245,7 @@ def _working_set_cv(X, y, fold_ids, lambdas, *, loss, tol, max_steps, patience) 
     solved sorted, and its per-penalty stats and grid indices are returned in the given order, as the classic
     engine returns them (it was refused with "lambdas must be decreasing").
     """
-    order = _ws_driver.descending_order(lambdas)
+    order = working_set.descending_order(lambdas)
     if order is not None:
         lambdas = lambdas[order]
     with _checks.trusted_values():  # lasso_cv checked X and y (the engine's device check was two programs more)

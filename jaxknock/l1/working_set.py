@@ -101,11 +101,11 @@ from jaxknock import _checks
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.l1 import _units
 from jaxknock.l1 import _ws_driver as _driver
-from jaxknock.l1._ws_driver import cache_chunk
+from jaxknock.l1._ws_driver import cache_chunk, descending_order
 from jaxknock.l1.folds import stratified_kfold_ids
 from jaxknock.l1.problem import centre_on_host, restore_intercept
 
-__all__ = ["cache_chunk", "l1_cv", "l1_path", "fold_rows", "member_paths", "use_engine"]
+__all__ = ["cache_chunk", "descending_order", "l1_cv", "l1_path", "fold_rows", "member_paths", "use_engine"]
 
 
 def fold_rows(folds, n: int):
