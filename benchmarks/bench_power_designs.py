@@ -28,6 +28,9 @@ Designs (``--designs``; ``X`` standardised where the name says ``geno``):
 ``n2p``        AR(1) 0.6, n = 2p (300 x 150)
 ``np50``       AR(1) 0.6, n = p + 50 (250 x 200)
 ``wide``       AR(1) 0.5, n < p (200 x 400; jaxknock's default is ``mvr_factor`` there)
+``ar09``       AR(1) 0.9, 800 x 300 (strong neighbour correlation: knockoffs near their originals; session 48)
+``small``      blocks of 10 at 0.5, 300 x 60 (a small study: 20 signals of 60; session 48)
+``tall``       the same blocks, 3000 x 100 (many rows, few features; session 48)
 
 Per design: mean power of each filter, mean FDP +- SE, the paired difference
 of power (jaxknock - knockpy) +- SE over the data sets, and the median warm
@@ -106,6 +109,9 @@ SIZES = {
     "n2p": (300, 150, 4.2),
     "np50": (250, 200, 4.6),
     "wide": (200, 400, 5.0),
+    "ar09": (800, 300, 8.5),
+    "small": (300, 60, 4.5),
+    "tall": (3000, 100, 4.2),
 }
 DESIGNS = tuple(SIZES)
 
@@ -149,6 +155,11 @@ def make_design(design: str, seed: int, scale: float = 1.0):
         X = ar1_rows(rng, n, p, 0.6)
     elif design == "wide":
         X = ar1_rows(rng, n, p, 0.5)
+    elif design == "ar09":
+        X = ar1_rows(rng, n, p, 0.9)
+    elif design in ("small", "tall"):
+        B = np.linalg.cholesky(np.full((10, 10), 0.5) + 0.5 * np.eye(10))
+        X = (rng.standard_normal((n, p // 10, 10)) @ B.T).reshape(n, p)
     else:
         raise ValueError(f"unknown design {design!r}")
     if not beta.any():
