@@ -841,7 +841,7 @@ def test_tall_design_gram_path_matches_lassocv_and_the_design_path(method, monke
     from jaxknock.l1 import _ws_covariance
 
     n, m = 400, 30
-    assert _ws_covariance.use_gram(n, m) and not _ws_covariance.use_gram(n, 60)
+    assert _ws_covariance.use_gram(n, m) and not _ws_covariance.use_gram(n, 250)
     X, y = _data(n, m, seed=3)
     ids, _ = fold_rows(5, n)
     gram = l1_cv(X, y, folds=ids, num_lambdas=30, early_stop=False, method=method)
@@ -851,6 +851,63 @@ def test_tall_design_gram_path_matches_lassocv_and_the_design_path(method, monke
     rows = l1_cv(X, y, folds=ids, num_lambdas=30, early_stop=False, method=method)
     np.testing.assert_allclose(np.asarray(gram.stats["cv_error"]), np.asarray(rows.stats["cv_error"]), rtol=1e-10)
     np.testing.assert_allclose(np.asarray(gram.value), np.asarray(rows.value), atol=1e-10)
+
+
+def test_designs_from_two_rows_per_feature_keep_the_gram_matrices(monkeypatch):
+    """From n = 2 m (not only 8 m) the engine keeps the per-block Gram matrices: a path at n = 4 m read the
+    design twice per KKT check (2000 x 500 AR(1): lasso_path 2.6x faster with them). Same path as the
+    design-reading engine, and LassoCV's answer."""
+    from jaxknock.l1 import _ws_covariance
+
+    n, m = 120, 50
+    assert _ws_covariance.use_gram(n, m) and not _ws_covariance.use_gram(n, 61)
+    X, y = _data(n, m, seed=4)
+    ids, _ = fold_rows(5, n)
+    gram = l1_cv(X, y, folds=ids, num_lambdas=30, early_stop=False)
+    _assert_matches_lassocv(gram, X, y, ids)
+    monkeypatch.setattr(_ws_covariance, "use_gram", lambda n, m: False)
+    jax.clear_caches()
+    rows = l1_cv(X, y, folds=ids, num_lambdas=30, early_stop=False)
+    assert int(gram.stats["lam_index"]) == int(rows.stats["lam_index"])
+    np.testing.assert_allclose(np.asarray(gram.stats["cv_error"]), np.asarray(rows.stats["cv_error"]), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(gram.stats["coef_path"]), np.asarray(rows.stats["coef_path"]), atol=1e-12)
+
+
+def test_large_slot_capacities_run_their_kinks_on_quarter_tiers():
+    """A whole grid of a tall design (n = 4000, m = 500: 532 slots) runs its kinks on quarters of the slots, not
+    halves (a kink on 532 slots cost 4x one on 288: the inverses leave the cache); the knockoff filter's
+    capacities below QUARTER_TIERS_FROM keep their two tiers (and their compiled programs)."""
+    from jaxknock.l1 import _ws_homotopy as _hom
+
+    assert _hom.slot_tiers(532) == (160, 288, 416, 532)
+    assert _hom.slot_tiers(256) == (128, 256) and _hom.slot_tiers(_hom.QUARTER_TIERS_FROM - 1)[-1] < 384
+    for A in (384, 501, 672, 1100):
+        tiers = _hom.slot_tiers(A)
+        assert len(tiers) == 4 and tiers[-1] == A and all(t % 32 == 0 for t in tiers[:-1])
+
+
+def test_held_out_errors_from_the_kkt_product_equal_the_residuals():
+    """float64 with the Gram matrices: each member's held-out error comes from held-out sums and the product
+    G_{e_f} b_f that the KKT check forms anyway, not from a pass over the rows per penalty; it equals the
+    mean squared held-out residual to rounding (also with y far from zero)."""
+    from jaxknock.l1 import _ws_covariance as _cov
+
+    n, m, W = 200, 20, 12
+    X, y = _data(n, m, seed=8)
+    y = y + 50.0
+    _, rows = fold_rows(5, n)
+    excl = np.array([0, 1, 2, 3, 4, -1], np.int32)
+    args = (jnp.asarray(X), jnp.asarray(y), jnp.asarray(rows), jnp.asarray(excl))
+    d_sums, d_rows = _cov.cov_data(*args, gram=True, held_sums=True), _cov.cov_data(*args, gram=True)
+    assert d_sums.held is not None and d_rows.held is None
+    st = _cov.init_state(d_sums, W)
+    st = _cov.add_features(d_sums, st, jnp.arange(m) < W, jnp.ones(m), 4, W)
+    beta = jnp.asarray(np.random.default_rng(0).standard_normal((excl.size, W)) * 0.3)
+    st = jax.jit(_cov.kkt_refresh)(d_sums, st._replace(beta=beta), True)
+    sums, res = jax.jit(_cov.fit_stats)(d_sums, st), jax.jit(_cov.fit_stats)(d_rows, st)
+    for a, b in zip(sums, res):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12)
+    assert float(jnp.min(sums[1][:5])) > 0
 
 
 def _eqns(jaxpr):

@@ -31,12 +31,14 @@ Held-out errors are the residuals of the held-out rows, from the fitted values
 ``X_W \beta`` that the KKT check computes anyway (:func:`kkt_refresh`), so the CV
 statistics cost ``O(n M)`` per grid point.
 
-A tall design (``n >= 8 m``, ``m <= 1024``: :func:`use_gram`) keeps the per-block
+A tall design (``n >= 2 m``, ``m <= 1024``: :func:`use_gram`) keeps the per-block
 Gram matrices ``G_b = X_b^T X_b`` instead (``n m^2`` flops once): the KKT check is
 ``\sum_{b \in t_f} G_b[:, W] \beta`` (``O(B M m W)``, no pass over the rows), new
-cache columns are read from ``G``, and the held-out fits are one pass over the design
-per grid point. At ``n = 20 000, m = 100`` the filter's CV went from 0.95 to 0.33 s
-(session 45).
+cache columns are read from ``G``, and the held-out errors come from held-out sums and
+the product ``G_{e_f} \beta_f`` of that check (float64; float32 reads the design once per
+grid point). At ``n = 20 000, m = 100`` the filter's CV went from 0.95 to 0.33 s
+(session 45); from ``n >= 2 m`` instead of ``8 m``, a path at 2000 x 500 went 2.6x
+faster (session 48).
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ class CovData(NamedTuple):
     yshift: jax.Array  # () the mean of y over all rows, taken out before the sums (see cov_data)
     # (B, m, m) per-block Gram matrices X_b^T X_b of a tall design (cov_data's ``gram``), else None
     G: jax.Array | None = None
+    # float64 with G: each member's held-out sums (column sums (M, m), X^T y (M, m), sum y, sum y^2 (M,)),
+    # from which fit_stats forms the held-out errors without reading the rows (else None)
+    held: tuple | None = None
 
 
 class CovState(NamedTuple):
@@ -82,14 +87,17 @@ class CovState(NamedTuple):
     grad: jax.Array  # (M, m) full gradient q - C beta at the last check
     overflow: jax.Array  # () bool: a feature could not join (capacity W)
     XW: jax.Array  # (B, r, Wc) design columns of the working set, in the block layout
-    fit: jax.Array  # (B, r, M) X_W beta of every member on every row, at the last KKT check
+    fit: jax.Array  # (B, r, M) X_W beta of every member on every row, at the last KKT check (with G: see init_state)
 
 
-def cov_data(X, y, rows, excl, gram: bool = False) -> CovData:
+def cov_data(X, y, rows, excl, gram: bool = False, held_sums: bool = False) -> CovData:
     """Sufficient statistics from the block layout ``rows`` ``(B, r)`` (``n`` = padding).
 
     ``gram``: also the per-block Gram matrices ``X_b^T X_b`` (``B m^2`` numbers, ``n m^2`` flops once), so
     that the KKT checks and the held-out errors never read the ``n`` rows again (:func:`use_gram`).
+    ``held_sums`` (with ``gram``, float64): the held-out errors from sums (:func:`fit_stats`); not for
+    a design under ``vmap``, where the KKT product's rounding (which they share) depends on the batch
+    and a batch run in chunks would not give the held-out errors of the whole batch to the bit.
 
     The mean of ``y`` over all rows is taken out first (``yshift``, added back to the
     intercepts by :func:`fit_stats`): ``q`` and ``yvar`` are differences of sums, and
@@ -121,12 +129,13 @@ def cov_data(X, y, rows, excl, gram: bool = False) -> CovData:
     q = (u.sum(0) - ut) / nf[:, None] - mu * ybar[:, None]
     yvar = (syy.sum() - syyt) / nf - ybar**2
     G = jnp.einsum("brm,brk->bmk", Xb, Xb, precision=_HI) if gram else None
-    return CovData(Xb, excl, nf, mu, q, yvar, ybar, nt, yb, rows < n, yshift, G)
+    held = (st, ut, syt, syyt) if gram and held_sums and jnp.finfo(X.dtype).bits >= 64 else None
+    return CovData(Xb, excl, nf, mu, q, yvar, ybar, nt, yb, rows < n, yshift, G, held)
 
 
 # a design with at least this many rows per feature (and at most GRAM_MAX_FEATURES features) keeps the
 # per-block Gram matrices: its KKT check then costs O(B M m W) instead of two passes over the n rows
-GRAM_ROWS_PER_FEATURE = 8
+GRAM_ROWS_PER_FEATURE = 2
 GRAM_MAX_FEATURES = 1024
 
 
@@ -134,7 +143,14 @@ def use_gram(n: int, m: int) -> bool:
     """Whether :func:`cov_data` should keep the per-block Gram matrices of an ``n x m`` design (static).
 
     They cost ``n m^2`` flops once and ``B m^2`` numbers; a KKT check reads ``n (m + W) M`` numbers
-    without them, and the path makes hundreds of checks, so tall designs (``n >= 8 m``) gain.
+    without them, and the path makes hundreds of checks, so designs with ``n >= 2 m`` gain (measured,
+    session 48, warm float64: ``lasso_path`` 2000 x 500 AR(1) 2.6x and 1000 x 500 2.1x faster, the
+    5-fold CV 18% and within noise; the knockoff filter's ``[X, X_k]`` at n = 600, p = 200 is
+    1.5 rows per feature and keeps reading the design).
+
+    Example:
+        >>> use_gram(1000, 500), use_gram(600, 400), use_gram(100_000, 2000)
+        (True, False, False)
     """
     return n >= GRAM_ROWS_PER_FEATURE * m and m <= GRAM_MAX_FEATURES
 
@@ -150,9 +166,10 @@ def init_state(d: CovData, Wc: int) -> CovState:
         beta=jnp.zeros((M, Wc), dt),
         grad=d.q,
         overflow=jnp.bool_(False),
-        # with the Gram matrices neither is read (empty): the KKT check and fit_stats use d.G and d.Xb
+        # with the Gram matrices no design columns are kept (empty), and ``fit`` is each member's held-out
+        # block Gram times its coefficients, G_{e_f} b_f (M, m), which the KKT check computes anyway
         XW=jnp.zeros(d.Xb.shape[:2] + (0 if d.G is not None else Wc,), dt),
-        fit=jnp.zeros((0, 0, M) if d.G is not None else d.Xb.shape[:2] + (M,), dt),
+        fit=jnp.zeros((M, m) if d.G is not None else d.Xb.shape[:2] + (M,), dt),
     )
 
 
@@ -390,7 +407,8 @@ def _gradient_and_fit(d: CovData, st: CovState):
     sides (``n m + n W`` numbers read), so the cache only holds the
     ``W x W`` block of the working set. The fitted values are ``(B, r, M)``.
     With the per-block Gram matrices (``d.G``) ``X^T (t_f \odot X_W b) = \sum_{b \in t_f} G_b[:, W] b``
-    and no fitted values are formed (``None``; :func:`fit_stats` forms the held-out ones).
+    and instead of fitted values each member's held-out block product ``G_{e_f} b_f`` ``(M, m)`` is returned
+    (a part of the same product), from which :func:`fit_stats` forms the held-out errors in float64.
     """
     B, r, m = d.Xb.shape
     M, Wc = st.beta.shape
@@ -402,8 +420,10 @@ def _gradient_and_fit(d: CovData, st: CovState):
         # (a gather of G's W columns copied them first: 3 ms of each check at B = 5, m = 500)
         bm = jnp.zeros((M, m), b.dtype).at[:, st.idx].add(b)
         P = lax.dot_general(d.G.reshape(B * m, m), bm, (((1,), (1,)), ((), ())), precision=_HI)  # (B m, M)
-        XtR = jnp.einsum("bmf,bf->fm", P.reshape(B, m, M), train.astype(P.dtype), precision=_HI)
-        return d.q - (XtR / d.nf[:, None] - d.mu * mub[:, None]), None
+        P = P.reshape(B, m, M)
+        XtR = jnp.einsum("bmf,bf->fm", P, train.astype(P.dtype), precision=_HI)
+        held = P[jnp.maximum(d.excl, 0), :, jnp.arange(M)]  # (M, m): G_{e_f} b_f
+        return d.q - (XtR / d.nf[:, None] - d.mu * mub[:, None]), held
     # X_W b of every member on every row, zeroed outside the member's training blocks: (B r, M)
     eta = jnp.dot(st.XW.reshape(B * r, Wc), st.beta.T, precision=_HI).reshape(B, r, M)
     R = (eta * train[:, None, :]).reshape(B * r, M)
@@ -414,8 +434,7 @@ def _gradient_and_fit(d: CovData, st: CovState):
 def kkt_refresh(d: CovData, st: CovState, go):
     """``st`` with the gradient and fitted values at ``st.beta`` (a design with ``go`` false is left as it is)."""
     g, eta = _gradient_and_fit(d, st)
-    fit = st.fit if eta is None else jnp.where(go, eta, st.fit)
-    return st._replace(grad=jnp.where(go, g, st.grad), fit=fit)
+    return st._replace(grad=jnp.where(go, g, st.grad), fit=jnp.where(go, eta, st.fit))
 
 
 def fit_stats(d: CovData, st: CovState):
@@ -438,9 +457,23 @@ def fit_stats(d: CovData, st: CovState):
     b0 = d.ybar - (b * mu_w).sum(1)  # the intercept for y less yshift
     M = b.shape[0]
     e = jnp.maximum(d.excl, 0)
+    if d.held is not None:
+        # float64 with the Gram matrices: sum_i (y_i - b0 - x_i^T b)^2 over the held-out rows, expanded into the
+        # held-out sums and G_{e_f} b_f (st.fit, from the KKT check): no pass over the rows per penalty (at
+        # n = 4000, m = 500 that pass was 6% of the CV). The expansion is a difference of sums of size
+        # ||y_e||^2; in float64 its rounding (~1e-16 ||y_e||^2) is far below any held-out error, and float32
+        # keeps the residuals as they are (below)
+        hs, hu, hsy, hsyy = d.held
+        m = d.q.shape[1]
+        bm = jnp.zeros((M, m), b.dtype).at[:, st.idx].add(jnp.where(jnp.arange(b.shape[1]) < st.size, b, 0))
+        sse = (
+            hsyy - 2 * b0 * hsy - 2 * (bm * hu).sum(1) + d.nt * b0**2 + 2 * b0 * (bm * hs).sum(1) + (bm * st.fit).sum(1)
+        )
+        test = jnp.where(d.excl >= 0, jnp.maximum(sse, 0) / jnp.maximum(d.nt, 1), 0)
+        return train, test, b0 + d.yshift
     if d.G is None:
         fit = st.fit[e, :, jnp.arange(M)]  # (M, r): each member's fitted values on its held-out rows
-    else:  # not kept by kkt_refresh: formed here, once per penalty (the design read once)
+    else:  # float32: formed here, once per penalty (the design read once)
         B, _, m = d.Xb.shape
         bw = jnp.where(jnp.arange(b.shape[1]) < st.size, b, 0)
         # block e_f gets member f's coefficients (the full member holds out nothing)

@@ -116,12 +116,12 @@ def path_core(
     ``scale``: :func:`gradient_scale` of the design, which the caller's homotopy certificate uses too.
     """
     mod = {"cov": _cov, "homotopy": _hom, "naive": _naive}[engine]
+    if engine in ("homotopy", "cov"):  # the held-out sums only for a design not under vmap (tiered)
+        d = mod.cov_data(X, y, rows, excl, gram=_cov.use_gram(*X.shape), held_sums=tiered)
     if engine == "homotopy":
-        d = mod.cov_data(X, y, rows, excl, gram=_cov.use_gram(*X.shape))
         st = mod.init_state(d, W + chunk, slots)
         extra = {}
     elif engine == "cov":
-        d = mod.cov_data(X, y, rows, excl, gram=_cov.use_gram(*X.shape))
         st = mod.init_state(d, W + chunk)
         extra = {}
     else:
