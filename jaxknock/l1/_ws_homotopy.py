@@ -290,8 +290,9 @@ def slot_tiers(A: int) -> tuple[int, ...]:
     256). A whole grid of a tall design fills its ``min(n, m)`` slots by its end and its
     members' ``(A, A)`` inverses leave the processor cache: at n = 4000, m = 500
     (A = 532, 774 kinks) a kink cost 1.7 ms on 532 slots and 0.4 ms on 288, and
-    quarter tiers made the CV 10-20% faster than halves for about the same compile
-    time (eighths: 10% faster again, 8-10 s more compile; session 48).
+    quarter tiers made the CV 10-20% faster than halves, for about 1 s more
+    compilation in a first call (idle: 6.7-7.0 -> 7.9-8.1 s; eighths: 10% faster
+    again, 8-10 s more; session 48).
 
     Example:
         >>> slot_tiers(256), slot_tiers(158), slot_tiers(40), slot_tiers(532)
