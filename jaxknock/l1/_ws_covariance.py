@@ -399,6 +399,16 @@ def solve_ws(d: CovData, st: CovState, lam, tol, max_epochs, newton_cap: int = 2
     return st._replace(beta=beta), k, done
 
 
+def coefs_on_all_features(st, m: int):
+    """``(M, m)``: each member's working-set coefficients ``st.beta`` scattered to its ``m`` features.
+
+    The working set's slots beyond ``st.size`` are zeroed first (the cache is zero there, as ``XW`` is).
+    """
+    M, Wc = st.beta.shape
+    b = jnp.where(jnp.arange(Wc) < st.size, st.beta, 0)
+    return jnp.zeros((M, m), st.beta.dtype).at[:, st.idx].add(b)
+
+
 def _gradient_and_fit(d: CovData, st: CovState):
     r"""``g = q - C b`` for all ``m`` features and members, from the design, and the fitted values ``X_W b``.
 
@@ -415,10 +425,9 @@ def _gradient_and_fit(d: CovData, st: CovState):
     train = jnp.arange(B)[:, None] != d.excl[None, :]  # (B, M): block b is in member f's training rows
     mub = (jnp.take(d.mu, st.idx, axis=1) * st.beta).sum(1)  # (M,) mu_{f,W} . b_f
     if d.G is not None:
-        b = jnp.where(jnp.arange(Wc) < st.size, st.beta, 0)  # the cache is zero beyond size, as XW is
         # G_b[:, W] b_W = G_b b with b scattered to all m features: one read of G as an (B m, m) matrix
         # (a gather of G's W columns copied them first: 3 ms of each check at B = 5, m = 500)
-        bm = jnp.zeros((M, m), b.dtype).at[:, st.idx].add(b)
+        bm = coefs_on_all_features(st, m)
         P = lax.dot_general(d.G.reshape(B * m, m), bm, (((1,), (1,)), ((), ())), precision=_HI)  # (B m, M)
         P = P.reshape(B, m, M)
         XtR = jnp.einsum("bmf,bf->fm", P, train.astype(P.dtype), precision=_HI)
@@ -464,8 +473,7 @@ def fit_stats(d: CovData, st: CovState):
         # ||y_e||^2; in float64 its rounding (~1e-16 ||y_e||^2) is far below any held-out error, and float32
         # keeps the residuals as they are (below)
         hs, hu, hsy, hsyy = d.held
-        m = d.q.shape[1]
-        bm = jnp.zeros((M, m), b.dtype).at[:, st.idx].add(jnp.where(jnp.arange(b.shape[1]) < st.size, b, 0))
+        bm = coefs_on_all_features(st, d.q.shape[1])
         sse = (
             hsyy - 2 * b0 * hsy - 2 * (bm * hu).sum(1) + d.nt * b0**2 + 2 * b0 * (bm * hs).sum(1) + (bm * st.fit).sum(1)
         )

@@ -136,7 +136,7 @@ def path_core(
     m = X.shape[1]
 
     def kkt_violation(st, lam):
-        b = jnp.zeros((M, m), dt).at[:, st.idx].add(jnp.where(jnp.arange(Wc) < st.size, st.beta, 0))
+        b = _cov.coefs_on_all_features(st, m)  # beta is in X's dtype (cov_data)
         g = st.grad
         r_in = jnp.maximum(jnp.abs(g) - lam, 0)
         r_act = jnp.abs(g - lam * jnp.sign(b))
