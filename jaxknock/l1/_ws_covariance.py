@@ -431,7 +431,8 @@ def _gradient_and_fit(d: CovData, st: CovState):
         P = lax.dot_general(d.G.reshape(B * m, m), bm, (((1,), (1,)), ((), ())), precision=_HI)  # (B m, M)
         P = P.reshape(B, m, M)
         XtR = jnp.einsum("bmf,bf->fm", P, train.astype(P.dtype), precision=_HI)
-        held = P[jnp.maximum(d.excl, 0), :, jnp.arange(M)]  # (M, m): G_{e_f} b_f
+        # (M, m): G_{e_f} b_f, read by fit_stats only with the held-out sums (float64, not under vmap)
+        held = P[jnp.maximum(d.excl, 0), :, jnp.arange(M)] if d.held is not None else st.fit
         return d.q - (XtR / d.nf[:, None] - d.mu * mub[:, None]), held
     # X_W b of every member on every row, zeroed outside the member's training blocks: (B r, M)
     eta = jnp.dot(st.XW.reshape(B * r, Wc), st.beta.T, precision=_HI).reshape(B, r, M)
