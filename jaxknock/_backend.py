@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import jax
 
-__all__ = ["check_every", "lasso_solver", "lockstep_chunk", "loop_over_batch", "platform"]
+__all__ = ["check_every", "lasso_solver", "lockstep_chunk", "loop_over_batch", "one_lapack_thread", "platform"]
 
 
 def platform() -> str:
@@ -87,6 +87,23 @@ def lasso_solver(plat: str | None = None) -> str:
         ('cd', 'fista')
     """
     return "cd" if _is_cpu(plat) else "fista"
+
+
+def one_lapack_thread(plat: str | None = None) -> bool:
+    """Whether ``knockoff_filter``, the lasso engine and the CLI run with one LAPACK thread on ``plat``.
+
+    CPU: yes (:mod:`jaxknock._lapack_threads`). jaxlib's CPU LAPACK is scipy's
+    OpenBLAS, whose worker threads spin after each call on the cores XLA's own
+    threads need; with one thread, ``knockoff_filter`` defaults took 0.73x the
+    time at n = 600, p = 200 and 0.87x at n = 2000, p = 1000, and the
+    l1-logistic CV 0.88-0.90x (session 49, 2-core VM, ``benchmarks/measured/NOTES.md``).
+    Accelerators: no (their solvers are not scipy's; nothing to limit).
+
+    Example:
+        >>> one_lapack_thread("cpu"), one_lapack_thread("gpu")
+        (True, False)
+    """
+    return _is_cpu(plat)
 
 
 def loop_over_batch(what: str, plat: str | None = None) -> bool:

@@ -33,6 +33,7 @@ from jaxknock import multi as _multi
 from jaxknock import sampling as _sampling
 from jaxknock import statistics as _stats
 from jaxknock._filter_inputs import AGGREGATES, STATISTICS
+from jaxknock._lapack_threads import with_one_lapack_thread
 from jaxknock._s_methods import (
     DENSE_MULTI_MAX_P,
     FACTOR_SOLVERS,
@@ -335,6 +336,7 @@ def _standardise_and_split(X, key):
     return standardise_columns(X), k_fac, k_samp
 
 
+@with_one_lapack_thread
 def knockoff_filter(
     key,
     X,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from jaxknock._lapack_threads import one_lapack_thread
 from jaxknock.cli.bench import run_bench
 from jaxknock.cli.common import CLIError, enable_compile_cache, seed
 from jaxknock.cli.demo import run_demo
@@ -126,7 +127,8 @@ def main(argv=None) -> int:
         if getattr(args, "out", None):
             check_writable(args.out)  # before the work, not after it (the selection ran, then --out failed)
             _check_not_an_input(args)
-        return args.func(args)
+        with one_lapack_thread():  # the CLI's own process: every command's programs (jaxknock/_lapack_threads.py)
+            return args.func(args)
     except CLIError as err:
         msg = " ".join(str(err).split())
     except (ValueError, TypeError, FileNotFoundError, OSError) as err:

@@ -22,6 +22,7 @@ from jax import lax
 
 from jaxknock import _aot, _backend, _capacity, _checks, _memory
 from jaxknock._iterate import lockstep_while_loop
+from jaxknock._lapack_threads import with_one_lapack_thread
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.l1 import _resolve
 from jaxknock.l1 import _ws_covariance as _cov
@@ -460,7 +461,17 @@ def prepare(X, y, loss):
     return X, y
 
 
-def run(
+@with_one_lapack_thread
+def run(X, y, lambdas, rows, excl, **kw):
+    """The engine with capacity growth (:func:`_run`), with one LAPACK thread on the CPU while its programs run.
+
+    The naive engine's active-set Newton steps are small batched Cholesky factors among XLA's own work; the
+    OpenBLAS threads of jaxlib's LAPACK would spin on the cores XLA needs (:mod:`jaxknock._lapack_threads`).
+    """
+    return _run(X, y, lambdas, rows, excl, **kw)
+
+
+def _run(
     X, y, lambdas, rows, excl, *, loss, method, tol, max_steps, patience, early_stop, rule, max_features,
     grid=None, batch_mode="auto",
 ):  # fmt: skip

@@ -1,0 +1,141 @@
+"""One LAPACK thread while jaxknock's CPU programs run, restored after (jaxknock._lapack_threads)."""
+
+import threading
+
+import jax
+import numpy as np
+import pytest
+
+from jaxknock import _lapack_threads as lt
+from jaxknock import pipeline
+from jaxknock.l1 import _ws_driver
+from jaxknock.l1.working_set import l1_cv
+
+pytestmark = pytest.mark.skipif(
+    lt.lapack_thread_count() is None or jax.default_backend() != "cpu",
+    reason="scipy's LAPACK is not a findable OpenBLAS here, or the backend is not the CPU",
+)
+
+
+@pytest.fixture
+def three_threads(monkeypatch):
+    """scipy's OpenBLAS at 3 threads for the test (whatever the machine), restored after it."""
+    monkeypatch.delenv("JAXKNOCK_LAPACK_THREADS", raising=False)
+    get, put = lt._thread_functions()
+    before = get()
+    put(3)
+    yield
+    put(before)
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_scope_sets_one_thread_and_restores(three_threads):
+    with lt.one_lapack_thread():
+        assert lt.lapack_thread_count() == 1
+        with lt.one_lapack_thread():  # nested: still one, and the inner exit does not restore
+            assert lt.lapack_thread_count() == 1
+        assert lt.lapack_thread_count() == 1
+    assert lt.lapack_thread_count() == 3
+    with pytest.raises(_Stop):
+        with lt.one_lapack_thread():
+            raise _Stop
+    assert lt.lapack_thread_count() == 3
+
+
+def test_opt_out_keeps_the_count(three_threads, monkeypatch):
+    monkeypatch.setenv("JAXKNOCK_LAPACK_THREADS", "keep")
+    with lt.one_lapack_thread():
+        assert lt.lapack_thread_count() == 3
+
+
+def test_concurrent_scopes_restore_once_the_last_leaves(three_threads):
+    entered, release = threading.Event(), threading.Event()
+
+    def other():
+        with lt.one_lapack_thread():
+            entered.set()
+            release.wait(10)
+
+    t = threading.Thread(target=other)
+    t.start()
+    entered.wait(10)
+    with lt.one_lapack_thread():
+        assert lt.lapack_thread_count() == 1
+    assert lt.lapack_thread_count() == 1  # the other thread is still inside
+    release.set()
+    t.join(10)
+    assert lt.lapack_thread_count() == 3
+
+
+def test_engine_programs_run_with_one_thread(three_threads, monkeypatch):
+    seen = []
+    run = _ws_driver._run
+
+    def spy(*args, **kwargs):
+        seen.append(lt.lapack_thread_count())
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(_ws_driver, "_run", spy)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 8))
+    y = (X[:, 0] + 0.5 * rng.standard_normal(60) > 0).astype(float)
+    sol = l1_cv(X, y, folds=3, num_lambdas=5, loss="logistic")
+    assert seen and set(seen) == {1}
+    assert np.all(np.isfinite(np.asarray(sol.value)))
+    assert lt.lapack_thread_count() == 3
+
+
+def test_knockoff_filter_runs_with_one_thread_and_restores_on_error(three_threads, monkeypatch):
+    seen = []
+
+    def stop(*args, **kwargs):
+        seen.append(lt.lapack_thread_count())
+        raise _Stop
+
+    monkeypatch.setattr(pipeline, "covariance_and_s", stop)
+    X = np.random.default_rng(1).standard_normal((40, 5))
+    with pytest.raises(_Stop):
+        pipeline.knockoff_filter(jax.random.key(0), X, X[:, 0], s_method="equicorrelated")
+    assert seen == [1]
+    assert lt.lapack_thread_count() == 3
+
+
+def test_cli_commands_run_with_one_thread(three_threads, monkeypatch):
+    from jaxknock.cli import parser
+
+    seen = []
+    monkeypatch.setattr(parser, "run_demo", lambda args: seen.append(lt.lapack_thread_count()) or 0)
+    assert parser.main(["--no-compile-cache", "demo"]) == 0
+    assert seen == [1]
+    assert lt.lapack_thread_count() == 3
+
+
+def test_only_scipys_openblas_is_touched(three_threads):
+    """Another package's bundled OpenBLAS (cvxpy's SCS), loaded first, is neither picked nor changed.
+
+    threadpoolctl (scikit-learn's) reads every BLAS in the process independently.
+    """
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    scs = pytest.importorskip("scs")
+    assert scs  # imported: its OpenBLAS is mapped in this process
+    lt._thread_functions.cache_clear()
+    try:
+
+        def counts():
+            out = {}
+            for info in threadpoolctl.threadpool_info():
+                if info.get("internal_api") == "openblas":
+                    out[info["filepath"]] = info["num_threads"]
+            return out
+
+        before = counts()
+        with lt.one_lapack_thread():
+            inside = counts()
+        changed = {p for p in before if inside.get(p) != before[p]}
+        assert changed and all("scipy" in p and "openblas64_" not in p for p in changed), (before, inside)
+        assert counts() == before
+    finally:
+        lt._thread_functions.cache_clear()
