@@ -329,15 +329,17 @@ def solve_ws(d: CovData, st: CovState, lam, tol, max_epochs, newton_cap: int = 2
     full_order = jnp.arange(Wc, dtype=jnp.int32)
 
     def sweep(beta, gw, order, count):
+        # order[:count] has no repeats: coordinate j is read from the pass's start (a loop constant) and
+        # written to the carried copy, which XLA then updates in place (_ws_naive.solve_ws's sweep)
         def body(t, c):
-            beta, gw = c
+            out, gw = c
             j = order[t]
             dj = diag[:, j]
             bj = beta[:, j]
             bn = _soft(gw[:, j] + dj * bj, lam) / dj
             delta = bn - bj
             gw = gw - G[:, j, :] * delta[:, None]
-            return beta.at[:, j].set(bn), gw
+            return out.at[:, j].set(bn), gw
 
         return lax.fori_loop(0, count, body, (beta, gw))
 

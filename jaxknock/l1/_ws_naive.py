@@ -331,17 +331,25 @@ def solve_ws(d: NaiveData, st: NaiveState, lam, tol, max_epochs, *, loss, accel=
         vr = v * r  # carried: the weighted residual
 
         def sweep(beta, vr, order, count):
-            """One pass over ``order[:count]``; also each member's largest move ``h_j |delta beta_j|``."""
+            """One pass over ``order[:count]``; also each member's largest move ``h_j |delta beta_j|``.
+
+            ``order[:count]`` has no repeats, so coordinate ``j`` still holds its value from before the
+            pass when the pass reaches it: it is read from ``beta`` (a constant of the loop) and written
+            to the carried copy. With one array both read and updated in place, XLA copied the whole
+            ``(M, Wc)`` array twice per coordinate: 3.7 us a coordinate at M = 6, n = 1000, Wc = 600
+            against 2.75 us without (session 49); the logistic CV at n = 1000, 2p = 1000 took 0.7-0.85x the
+            time, bit-identical.
+            """
 
             def body(k, c):
-                beta, vr, moved = c
+                out, vr, moved = c
                 j = order[k]
                 x = XW[j]  # one row for all members: a sweep reads the working set once
                 gj = jnp.dot(vr, x, precision=_HI) / d.nf
                 bj = beta[:, j]
                 bn = _soft(gj + h[:, j] * bj, lam) / h[:, j]
                 vr = vr - v * (x[None] - xm[:, j][:, None]) * (bn - bj)[:, None]
-                return beta.at[:, j].set(bn), vr, jnp.maximum(moved, h[:, j] * jnp.abs(bn - bj))
+                return out.at[:, j].set(bn), vr, jnp.maximum(moved, h[:, j] * jnp.abs(bn - bj))
 
             return lax.fori_loop(0, count, body, (beta, vr, jnp.zeros((M,), beta.dtype)))
 
