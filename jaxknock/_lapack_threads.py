@@ -48,7 +48,7 @@ import jax
 
 from jaxknock import _backend
 
-__all__ = ["finished", "lapack_thread_count", "one_lapack_thread", "with_one_lapack_thread"]
+__all__ = ["lapack_thread_count", "one_lapack_thread", "with_one_lapack_thread"]
 
 _LOCK = threading.Lock()
 _state = {"depth": 0, "saved": 0}
@@ -123,20 +123,13 @@ def one_lapack_thread():
                 put(_state["saved"])
 
 
-def finished(tree):
-    """``tree`` itself, once the programs that compute its arrays have finished (traced values are not waited on)."""
-    for leaf in jax.tree.leaves(tree):
-        if isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer):
-            leaf.block_until_ready()
-    return tree
-
-
 def with_one_lapack_thread(fn):
-    """``fn`` run in :func:`one_lapack_thread`, its result :func:`finished` before the count is restored."""
+    """``fn`` run in :func:`one_lapack_thread`; the count is restored once the programs behind its result finished
+    (``jax.block_until_ready``, which leaves traced values and host objects as they are)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         with one_lapack_thread():
-            return finished(fn(*args, **kwargs))
+            return jax.block_until_ready(fn(*args, **kwargs))
 
     return wrapper

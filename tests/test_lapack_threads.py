@@ -1,5 +1,9 @@
 """One LAPACK thread while jaxknock's CPU programs run, restored after (jaxknock._lapack_threads)."""
 
+import json
+import os
+import subprocess
+import sys
 import threading
 
 import jax
@@ -19,13 +23,15 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def three_threads(monkeypatch):
-    """scipy's OpenBLAS at 3 threads for the test (whatever the machine), restored after it."""
+    """The process's OpenBLAS libraries at 3 threads for the test (whatever the machine), restored after it.
+
+    Set with threadpoolctl (scikit-learn's), independent of the code under test.
+    """
+    threadpoolctl = pytest.importorskip("threadpoolctl")
     monkeypatch.delenv("JAXKNOCK_LAPACK_THREADS", raising=False)
-    get, put = lt._thread_functions()
-    before = get()
-    put(3)
-    yield
-    put(before)
+    with threadpoolctl.threadpool_limits(limits=3, user_api="blas"):
+        assert lt.lapack_thread_count() == 3
+        yield
 
 
 class _Stop(Exception):
@@ -72,13 +78,13 @@ def test_concurrent_scopes_restore_once_the_last_leaves(three_threads):
 
 def test_engine_programs_run_with_one_thread(three_threads, monkeypatch):
     seen = []
-    run = _ws_driver._run
+    program = _ws_driver.cv_jit
 
-    def spy(*args, **kwargs):
+    def spy(*args, **kwargs):  # the engine's compiled program, called with the compilation cache off
         seen.append(lt.lapack_thread_count())
-        return run(*args, **kwargs)
+        return program(*args, **kwargs)
 
-    monkeypatch.setattr(_ws_driver, "_run", spy)
+    monkeypatch.setattr(_ws_driver, "cv_jit", spy)
     rng = np.random.default_rng(0)
     X = rng.standard_normal((60, 8))
     y = (X[:, 0] + 0.5 * rng.standard_normal(60) > 0).astype(float)
@@ -113,29 +119,44 @@ def test_cli_commands_run_with_one_thread(three_threads, monkeypatch):
     assert lt.lapack_thread_count() == 3
 
 
-def test_only_scipys_openblas_is_touched(three_threads):
-    """Another package's bundled OpenBLAS (cvxpy's SCS), loaded first, is neither picked nor changed.
+_FOREIGN_OPENBLAS_FIRST = """
+import json, scs  # cvxpy's SCS bundles its own OpenBLAS: mapped before scipy's
+import jax.numpy as jnp
+import threadpoolctl
+from jaxknock._lapack_threads import one_lapack_thread
 
-    threadpoolctl (scikit-learn's) reads every BLAS in the process independently.
+jnp.linalg.cholesky(jnp.eye(2)).block_until_ready()  # jaxlib's CPU LAPACK: loads scipy's OpenBLAS
+
+
+def counts():
+    info = threadpoolctl.threadpool_info()
+    return {i["filepath"]: i["num_threads"] for i in info if i.get("internal_api") == "openblas"}
+
+with threadpoolctl.threadpool_limits(limits=3, user_api="blas"):
+    before = counts()
+    with one_lapack_thread():
+        inside = counts()
+    after = counts()
+print(json.dumps(dict(before=before, inside=inside, after=after)))
+"""
+
+
+def test_only_scipys_openblas_is_touched():
+    """In a process that loaded another package's OpenBLAS first (cvxpy's SCS), only scipy's changes.
+
+    threadpoolctl (scikit-learn's) reads every BLAS in the process independently of the code under test.
     """
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-    scs = pytest.importorskip("scs")
-    assert scs  # imported: its OpenBLAS is mapped in this process
-    lt._thread_functions.cache_clear()
-    try:
-
-        def counts():
-            out = {}
-            for info in threadpoolctl.threadpool_info():
-                if info.get("internal_api") == "openblas":
-                    out[info["filepath"]] = info["num_threads"]
-            return out
-
-        before = counts()
-        with lt.one_lapack_thread():
-            inside = counts()
-        changed = {p for p in before if inside.get(p) != before[p]}
-        assert changed and all("scipy" in p and "openblas64_" not in p for p in changed), (before, inside)
-        assert counts() == before
-    finally:
-        lt._thread_functions.cache_clear()
+    pytest.importorskip("threadpoolctl")
+    pytest.importorskip("scs")
+    env = {k: v for k, v in os.environ.items() if k != "JAXKNOCK_LAPACK_THREADS"}
+    out = subprocess.run(
+        [sys.executable, "-c", _FOREIGN_OPENBLAS_FIRST], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    before, inside, after = got["before"], got["inside"], got["after"]
+    assert any("scs" in p for p in before), before  # the foreign copy is loaded in that process
+    changed = {p for p in before if inside.get(p) != before[p]}
+    assert changed and all("scipy.libs" in p or ".dylibs" in p for p in changed), (before, inside)
+    assert all("openblas64_" not in p for p in changed)
+    assert after == before

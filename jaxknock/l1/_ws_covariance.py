@@ -456,8 +456,10 @@ def fit_stats(d: CovData, st: CovState):
     the fitted values ``X_W b`` (:func:`kkt_refresh` leaves them so): the
     training loss is ``var(y) - 2 b^T q + b^T C b`` with ``C b = q - g`` on the
     working set, and the held-out error is the mean squared residual of the
-    member's held-out rows, ``y_i - b_0 - x_i^T b``, computed as it is (no
-    difference of large sums, which cancels in float32).
+    member's held-out rows, ``y_i - b_0 - x_i^T b``: expanded into the held-out
+    sums and ``G_{e_f} b_f`` when ``d.held`` is kept (float64, per-block Gram
+    matrices: no pass over the rows), else computed from the residuals as they
+    are (no difference of large sums, which cancels in float32).
     """
     b = st.beta
     Cbw = jnp.take(d.q - st.grad, st.idx, axis=1)  # own Gram times b, on the working set
