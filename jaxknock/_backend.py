@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import jax
 
-__all__ = ["check_every", "lasso_solver", "lockstep_chunk", "loop_over_batch", "one_lapack_thread", "platform"]
+__all__ = ["check_every", "lasso_solver", "limits_lapack_threads", "lockstep_chunk", "loop_over_batch", "platform"]
 
 
 def platform() -> str:
@@ -89,10 +89,10 @@ def lasso_solver(plat: str | None = None) -> str:
     return "cd" if _is_cpu(plat) else "fista"
 
 
-def one_lapack_thread(plat: str | None = None) -> bool:
+def limits_lapack_threads(plat: str | None = None) -> bool:
     """Whether ``knockoff_filter``, the lasso engine and the CLI run with one LAPACK thread on ``plat``.
 
-    CPU: yes (:mod:`jaxknock._lapack_threads`). jaxlib's CPU LAPACK is scipy's
+    CPU: yes (:func:`jaxknock._lapack_threads.one_lapack_thread`). jaxlib's CPU LAPACK is scipy's
     OpenBLAS, whose worker threads spin after each call on the cores XLA's own
     threads need; with one thread, ``knockoff_filter`` defaults took 0.73x the
     time at n = 600, p = 200 and 0.87x at n = 2000, p = 1000, and the
@@ -100,7 +100,7 @@ def one_lapack_thread(plat: str | None = None) -> bool:
     Accelerators: no (their solvers are not scipy's; nothing to limit).
 
     Example:
-        >>> one_lapack_thread("cpu"), one_lapack_thread("gpu")
+        >>> limits_lapack_threads("cpu"), limits_lapack_threads("gpu")
         (True, False)
     """
     return _is_cpu(plat)

@@ -97,7 +97,7 @@ def lapack_thread_count() -> int | None:
 
 
 def _enabled() -> bool:
-    return os.environ.get("JAXKNOCK_LAPACK_THREADS", "").lower() != "keep" and _backend.one_lapack_thread()
+    return os.environ.get("JAXKNOCK_LAPACK_THREADS", "").lower() != "keep" and _backend.limits_lapack_threads()
 
 
 @contextlib.contextmanager
