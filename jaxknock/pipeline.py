@@ -261,7 +261,7 @@ def _multi_min_selecting_fdr(W, m, plus) -> float:
 
     def selects(q):
         T = _multi.multi_knockoff_threshold(kappa, tau, q, num_knockoffs=m, plus=plus)
-        return jnp.any(jnp.mean((kappa == 0) & (tau >= T[:, None]), axis=0) >= 0.5)
+        return jnp.any(2 * jnp.sum((kappa == 0) & (tau >= T[:, None]), axis=0) >= W.shape[0])  # as select_multi
 
     return float(jnp.min(jnp.where(jax.vmap(selects)(grid), grid, jnp.inf)))
 

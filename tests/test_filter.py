@@ -115,6 +115,27 @@ def test_aggregation_degenerate_cases():
     assert not np.any(F.aggregate_frequency(two, 0.5, eta=1.0))  # W_j and -W_j never both pass
 
 
+def test_frequency_counts_the_replicates_exactly():
+    """A feature selected in every one of R = 41 replicates was dropped at ``eta=1``, and one selected in 41 of
+    R = 82 at ``eta=0.5``: the frequency was XLA's mean, the count times the rounded 1/R (below 1, resp. 0.5).
+    The reference is the definition in exact rationals, count / R >= eta, on the brute-force threshold."""
+    from fractions import Fraction
+
+    w = np.array([5.0] * 10 + [-1.0])
+    for R, eta, flipped in ((41, 1.0, 0), (82, 0.5, 41), (49, 1.0, 0)):
+        W = np.tile(w, (R, 1))
+        W[R - flipped :] *= -1  # these replicates select nothing: the knockoff wins every pair
+        count = np.sum([W[r] >= _brute_threshold(W[r], 0.2, True) for r in range(R)], axis=0)
+        expected = np.array([Fraction(int(c), R) >= Fraction(eta) for c in count])
+        assert expected.sum() == 10
+        np.testing.assert_array_equal(F.aggregate_frequency(W, 0.2, eta=eta), expected)
+        np.testing.assert_array_equal(jax.jit(lambda W, e: F.aggregate_frequency(W, 0.2, eta=e))(W, eta), expected)
+    # and the smallest selecting level of the frequency aggregate sees the same vote (it was +inf)
+    W = np.tile(w, (82, 1))
+    W[41:] *= -1
+    assert float(F.min_selecting_fdr(W, aggregate="frequency")) <= 0.2
+
+
 def test_an_infinite_statistic_is_not_selected_where_no_threshold_qualifies():
     """No threshold qualifies for ``[inf, -1, -2, -3, -4]`` at 0.1 (the smallest selecting level is 1), so
     ``T = +inf``; the selection was ``W >= T``, which kept the ``W_j = +inf`` (e.g. a ``-log`` p-value of 0) as

@@ -189,6 +189,42 @@ def test_threshold_matches_loop_and_m1_is_knockoff_plus():
             )
 
 
+def test_threshold_keeps_exact_boundary_ties():
+    """m = 5 copies, 6 original and 2 knockoff wins at the top, q = 0.1: the estimate (1 + 2) / (5 x 6) is
+    exactly 1/10 <= q, but under jit XLA computed (1 + 2) / 5 as 3 x (rounded 1/5) = 0.6000000000000001 and
+    the threshold was +inf (nothing selected). The reference is the estimate as one correctly rounded
+    division compared with q, as knockoff_threshold's (1 + #{W <= -t}) / #{W >= t}."""
+    for m, orig, knock, q in ((5, 6, 2, 0.1), (5, 2, 2, 0.3), (3, 5, 5, 0.4), (7, 4, 1, 1 / 14)):
+        Z = np.zeros((m + 1, orig + knock + 1))
+        Z[0, :orig] = 5.0
+        Z[1, orig : orig + knock] = 5.0
+        assert (1 + knock) / (m * orig) <= q  # the boundary level qualifies
+        kappa, tau = multi.multi_knockoff_statistics(Z)
+        assert float(multi.multi_knockoff_threshold(kappa, tau, q, num_knockoffs=m)) == 5.0
+        expected = np.arange(Z.shape[1]) < orig
+        np.testing.assert_array_equal(multi.multi_knockoff_select(Z, q), expected)
+        np.testing.assert_array_equal(multi.multi_knockoff_select(Z.astype(np.float32), q), expected)
+
+
+def test_select_multi_counts_half_the_replicates_exactly():
+    """The multi-knockoff filter keeps units selected in at least half the replicates: with R = 82 a unit
+    selected in 41 was dropped (XLA's mean, 41 x rounded 1/82, is below 0.5), and the empty-selection
+    explanation's smallest level was +inf for such a vote. Reference: 2 x count >= R in integers."""
+    from jaxknock import _selection
+    from jaxknock.pipeline import explain_empty_selection
+
+    R, m = 82, 2
+    scores = np.zeros((R, m + 1, 6))
+    scores[:, 0, :5] = 5.0  # the originals win units 0..4 in every replicate ...
+    scores[41:, 0, :5], scores[41:, 1, :5] = 0.0, 5.0  # ... but the knockoffs win them in 41 of 82
+    W, mask, _ = _selection.select_multi(jnp.asarray(scores), None, None, {}, 0.2, True, R, m)
+    votes = np.sum(np.asarray(W) > 0, axis=0)
+    np.testing.assert_array_equal(mask, 2 * votes >= R)
+    assert mask.sum() == 5
+    msg = explain_empty_selection(W, 0.01, num_knockoffs=m, aggregate="frequency")
+    assert "no target FDR below 1" not in msg and "smallest target FDR that selects something" in msg
+
+
 def test_threshold_jit_vmap():
     rng = np.random.default_rng(1)
     Z = np.abs(rng.standard_normal((5, 3, 25)))
