@@ -383,7 +383,7 @@ def test_fixed_x_identities():
     assert np.max(np.abs(Xk - Xn)) > 0.1  # not a copy
     with pytest.raises(ValueError, match=r"n >= 2p, got n = 60 < 2p = 62"):
         fixed_x_knockoffs(rng.normal(size=(60, 31)), np.ones(31))
-    with pytest.raises(ValueError, match="scale_to_feasible"):
+    with pytest.raises(ValueError, match=r"scale_to_feasible.*Sigma is X_n\^T X_n"):  # says what Sigma is
         fixed_x_knockoffs(X, 3 * equicorrelated_s(G))
     Xdep = X.copy()
     Xdep[:, 1] = 2 * Xdep[:, 0]
