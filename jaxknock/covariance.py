@@ -294,7 +294,8 @@ def to_correlation(Sigma) -> jax.Array:
 
     A zero, negative or NaN variance has no correlation: eager input raises a
     ``ValueError`` naming ``Sigma``; under ``jit`` the whole matrix (of that
-    batch member) is NaN.
+    batch member) is NaN. A NaN / Inf off the diagonal raises too (eagerly; it
+    was passed through as a NaN correlation).
 
     Example:
         >>> import jax.numpy as jnp
@@ -304,6 +305,7 @@ def to_correlation(Sigma) -> jax.Array:
     Sigma = _checks.as_float_array(Sigma, "Sigma")
     _checks.check_square(Sigma, "Sigma", batch=True)
     ok = _checks.check_variances(Sigma, "Sigma")
+    _checks.check_finite_on_device(Sigma, "Sigma")
     return _to_correlation(Sigma, ok)
 
 

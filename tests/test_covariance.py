@@ -183,6 +183,16 @@ def test_to_correlation_bad_variance_names_sigma_and_poisons_under_jit(bad):
     assert bool(jnp.all(jnp.isfinite(good))) and bool(jnp.allclose(jnp.diagonal(good), 1.0))
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_to_correlation_nonfinite_covariance_names_sigma(bad):
+    # a NaN / Inf off the diagonal came back as a NaN "correlation", without a word
+    Sigma = jnp.array([[2.0, 0.5, 0.1], [0.5, 1.0, 0.2], [0.1, 0.2, 3.0]]).at[0, 2].set(bad)
+    with pytest.raises(ValueError, match=r"Sigma contains 1 non-finite value\(s\).*index \(0, 2\)"):
+        to_correlation(Sigma)
+    with pytest.raises(ValueError, match=r"Sigma contains 1 non-finite"):  # a batch too
+        to_correlation(jnp.stack([Sigma.at[0, 2].set(0.1), Sigma]))
+
+
 def test_to_correlation_empty_names_sigma():
     with pytest.raises(ValueError, match="Sigma is empty"):
         to_correlation(jnp.zeros((0, 0)))
