@@ -234,7 +234,9 @@ def ledoit_wolf(X, *, assume_centered: bool = False):
     ``delta > 0``, which is why the knockoff solvers suggest it for
     ill-conditioned or ``p > n`` data. Computed on ``X / 2^e`` (``|X / 2^e| < 1``)
     and scaled back by ``4^e``: equivariant to a global scale of ``X`` with no
-    overflow of the fourth powers while the result is representable.
+    overflow of the fourth powers while the result is representable. A NaN / Inf
+    in ``X`` raises a ``ValueError`` naming ``X``; under ``jit`` (traced) the
+    shrinkage and the whole covariance are NaN.
 
     Args:
         X: ``(n, p)`` data.
@@ -269,6 +271,9 @@ def _lw_shrinkage(X):
     shrink = jnp.where(delta > 0, beta / jnp.where(delta > 0, delta, 1.0), 0.0)
     if p == 1:  # S = mu I exactly: delta is 0 up to rounding, and beta / delta was noise (1.0 seen); scikit-learn: 0
         shrink = jnp.zeros_like(shrink)
+    # a NaN / Inf in X (traced: the eager check cannot run) has no shrinkage: NaN, which also makes the whole
+    # covariance NaN (the where above turned the NaN delta into a plausible 0, beside a partly finite matrix)
+    shrink = jnp.where(jnp.all(jnp.isfinite(jnp.diagonal(S))), shrink, jnp.nan)
     return S, mu, shrink
 
 
@@ -618,6 +623,7 @@ def _factor_from_data(key, X, rank, shrinkage, max_steps, oversample):
         dist = (fro2 - 2.0 * p + p) / p  # mu = 1 for a correlation matrix
         beta = jnp.minimum(beta, dist)
         delta = jnp.where(dist > 0, beta / jnp.where(dist > 0, dist, 1.0), 0.0)
+        delta = jnp.where(jnp.isfinite(fro2), delta, jnp.nan)  # traced NaN / Inf / constant column: not 0
     else:
         delta = jnp.zeros((), X.dtype)
     U = V * jnp.sqrt(jnp.maximum((1.0 - delta) * lam, 0.0))

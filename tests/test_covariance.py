@@ -51,6 +51,30 @@ def test_ledoit_wolf_one_feature_has_no_shrinkage(centred):
         np.testing.assert_allclose(S, S_ref, atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("p", [1, 4])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_ledoit_wolf_of_nonfinite_data_under_jit_is_nan(p, bad):
+    # traced, so the eager check cannot run: the shrinkage was a plausible 0 beside a partly finite covariance
+    X = np.random.default_rng(4).standard_normal((20, p))
+    lw = jax.jit(ledoit_wolf, static_argnames="assume_centered")
+    good = lw(X)
+    np.testing.assert_array_equal(good.covariance, ledoit_wolf(X).covariance)  # finite data: unchanged
+    X[3, 0] = bad
+    for centred in (False, True):
+        S, delta = lw(X, assume_centered=centred)
+        assert np.isnan(float(delta)) and bool(jnp.all(jnp.isnan(S)))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_factor_model_from_data_shrinkage_of_nonfinite_data_under_jit_is_nan(key, bad):
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((30, 12)) + 2.0 * rng.standard_normal((30, 1))  # correlated: 0 < delta < 1
+    fit = jax.jit(lambda X: factor_model_from_data(key, X, rank=2))
+    assert 0 < float(fit(X).shrinkage) < 1
+    X[2, 3] = bad
+    assert np.isnan(float(fit(X).shrinkage))  # was 0, "no shrinkage", beside a NaN model
+
+
 def test_to_correlation(X):
     C = to_correlation(jnp.asarray(np.cov(X.T)))
     np.testing.assert_array_equal(np.diag(C), 1.0)
