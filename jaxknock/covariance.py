@@ -85,8 +85,16 @@ class FactorModel(NamedTuple):
         """``diag(Sigma) = d + rowsum(U**2)`` in O(p k)."""
         return self.d + jnp.sum(self.U**2, axis=-1)
 
+    def _check_rhs(self, v) -> jax.Array:
+        # broadcasting accepted a wrong shape: v of shape (1,) was read as (v0, ..., v0), (1, p) as p equal rows
+        v = jnp.asarray(v)
+        if v.ndim not in (1, 2) or v.shape[0] != self.p:
+            raise ValueError(f"v must have shape (p,) or (p, m) with p = {self.p}, got {v.shape}")
+        return v
+
     def matvec(self, v: jax.Array) -> jax.Array:
         """``Sigma @ v`` for ``v`` of shape ``(p,)`` or ``(p, m)``, in O(p k m)."""
+        v = self._check_rhs(v)
         dv = self.d * v if v.ndim == 1 else self.d[:, None] * v
         return dv + jnp.matmul(self.U, jnp.matmul(self.U.T, v, precision=HIGHEST), precision=HIGHEST)
 
@@ -99,8 +107,10 @@ class FactorModel(NamedTuple):
     def solve(self, v: jax.Array) -> jax.Array:
         """``Sigma^{-1} v`` by the Woodbury identity, O(p k^2 + p k m).
 
-        ``Sigma^{-1} = D^{-1} - D^{-1} U (I + U^T D^{-1} U)^{-1} U^T D^{-1}``.
+        ``Sigma^{-1} = D^{-1} - D^{-1} U (I + U^T D^{-1} U)^{-1} U^T D^{-1}``, for ``v`` of
+        shape ``(p,)`` or ``(p, m)``.
         """
+        v = self._check_rhs(v)
         Lc = self._capacitance_cholesky()
         dinv = 1.0 / self.d
         Dv = dinv * v if v.ndim == 1 else dinv[:, None] * v

@@ -1,3 +1,5 @@
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -97,6 +99,19 @@ def test_factor_model_operations():
     batch = jax.tree.map(lambda a: jnp.stack([a, 2 * a]), m)
     ld = jax.vmap(FactorModel.logdet)(batch)
     assert ld.shape == (2,)
+
+
+@pytest.mark.parametrize("shape", [(1,), (1, 3), (2,), (3, 3, 1)])
+def test_factor_model_solve_and_matvec_refuse_a_wrong_shape(shape):
+    # broadcasting took v of shape (1,) as (v0, v0, v0) and (1, 3) as three equal rows: a wrong answer
+    m = FactorModel(jnp.array([1.0, 2.0, 4.0]), jnp.ones((3, 1)))
+    v = jnp.ones(shape)
+    for method in (m.solve, m.matvec):
+        with pytest.raises(ValueError, match=re.escape(f"v must have shape (p,) or (p, m) with p = 3, got {shape}")):
+            method(v)
+    # the right shapes, under jit too
+    dense = np.asarray(m.dense())
+    np.testing.assert_allclose(jax.jit(FactorModel.solve)(m, jnp.ones((3, 2))), np.linalg.solve(dense, np.ones((3, 2))))
 
 
 def test_estimate_factor_model_recovers_exact_model():
