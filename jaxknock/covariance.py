@@ -355,7 +355,10 @@ def estimate_factor_model(
     for ``p`` too large to form ``Sigma`` use :func:`factor_model_from_data`.
     The floor keeps ``d`` positive so the model is invertible; it is relative to the scale of
     ``Sigma`` (``min_diag`` itself on a correlation matrix), so ``c Sigma`` gives ``c d`` and
-    ``sqrt(c) U``.
+    ``sqrt(c) U``. The Frobenius fit weighs entries by their size: where the variances span
+    orders of magnitude the small ones are barely fitted (``Sigma_ii = 1e-6`` beside ``1e6``
+    came out as ``1.0``, the floor), so fit ``R = to_correlation(Sigma)`` and map back,
+    ``d_i Sigma_ii`` and ``U_i sqrt(Sigma_ii)``.
 
     Args:
         Sigma: ``(p, p)`` symmetric positive semidefinite matrix (usually a
