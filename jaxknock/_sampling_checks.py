@@ -208,4 +208,10 @@ def check_fixed_x_values(X, s):
                     "X has (nearly) linearly dependent columns: the normalised Gram matrix "
                     f"has smallest eigenvalue {lam:.3g}; fixed-X knockoffs need full column rank"
                 )
-            _feasibility.check_feasible_dense(G.astype(np.dtype(X.dtype)), s, name="X^T X (normalised)")
+            try:
+                _feasibility.check_feasible_dense(G.astype(np.dtype(X.dtype)), s, name="X^T X (normalised)")
+            except ValueError as err:  # its wording names a Sigma the caller of fixed-X never passed
+                raise ValueError(
+                    f"{err}; for fixed-X knockoffs Sigma is X_n^T X_n, the Gram matrix of the normalised "
+                    "X_n = X / ||X_j|| (returned first by fixed_x_knockoffs)"
+                ) from None

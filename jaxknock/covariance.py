@@ -85,8 +85,16 @@ class FactorModel(NamedTuple):
         """``diag(Sigma) = d + rowsum(U**2)`` in O(p k)."""
         return self.d + jnp.sum(self.U**2, axis=-1)
 
+    def _check_rhs(self, v) -> jax.Array:
+        # broadcasting accepted a wrong shape: v of shape (1,) was read as (v0, ..., v0), (1, p) as p equal rows
+        v = jnp.asarray(v)
+        if v.ndim not in (1, 2) or v.shape[0] != self.p:
+            raise ValueError(f"v must have shape (p,) or (p, m) with p = {self.p}, got {v.shape}")
+        return v
+
     def matvec(self, v: jax.Array) -> jax.Array:
         """``Sigma @ v`` for ``v`` of shape ``(p,)`` or ``(p, m)``, in O(p k m)."""
+        v = self._check_rhs(v)
         dv = self.d * v if v.ndim == 1 else self.d[:, None] * v
         return dv + jnp.matmul(self.U, jnp.matmul(self.U.T, v, precision=HIGHEST), precision=HIGHEST)
 
@@ -99,8 +107,10 @@ class FactorModel(NamedTuple):
     def solve(self, v: jax.Array) -> jax.Array:
         """``Sigma^{-1} v`` by the Woodbury identity, O(p k^2 + p k m).
 
-        ``Sigma^{-1} = D^{-1} - D^{-1} U (I + U^T D^{-1} U)^{-1} U^T D^{-1}``.
+        ``Sigma^{-1} = D^{-1} - D^{-1} U (I + U^T D^{-1} U)^{-1} U^T D^{-1}``, for ``v`` of
+        shape ``(p,)`` or ``(p, m)``.
         """
+        v = self._check_rhs(v)
         Lc = self._capacitance_cholesky()
         dinv = 1.0 / self.d
         Dv = dinv * v if v.ndim == 1 else dinv[:, None] * v
@@ -234,7 +244,9 @@ def ledoit_wolf(X, *, assume_centered: bool = False):
     ``delta > 0``, which is why the knockoff solvers suggest it for
     ill-conditioned or ``p > n`` data. Computed on ``X / 2^e`` (``|X / 2^e| < 1``)
     and scaled back by ``4^e``: equivariant to a global scale of ``X`` with no
-    overflow of the fourth powers while the result is representable.
+    overflow of the fourth powers while the result is representable. A NaN / Inf
+    in ``X`` raises a ``ValueError`` naming ``X``; under ``jit`` (traced) the
+    shrinkage and the whole covariance are NaN.
 
     Args:
         X: ``(n, p)`` data.
@@ -269,6 +281,9 @@ def _lw_shrinkage(X):
     shrink = jnp.where(delta > 0, beta / jnp.where(delta > 0, delta, 1.0), 0.0)
     if p == 1:  # S = mu I exactly: delta is 0 up to rounding, and beta / delta was noise (1.0 seen); scikit-learn: 0
         shrink = jnp.zeros_like(shrink)
+    # a NaN / Inf in X (traced: the eager check cannot run) has no shrinkage: NaN, which also makes the whole
+    # covariance NaN (the where above turned the NaN delta into a plausible 0, beside a partly finite matrix)
+    shrink = jnp.where(jnp.all(jnp.isfinite(jnp.diagonal(S))), shrink, jnp.nan)
     return S, mu, shrink
 
 
@@ -294,7 +309,8 @@ def to_correlation(Sigma) -> jax.Array:
 
     A zero, negative or NaN variance has no correlation: eager input raises a
     ``ValueError`` naming ``Sigma``; under ``jit`` the whole matrix (of that
-    batch member) is NaN.
+    batch member) is NaN. A NaN / Inf off the diagonal raises too (eagerly; it
+    was passed through as a NaN correlation).
 
     Example:
         >>> import jax.numpy as jnp
@@ -304,6 +320,7 @@ def to_correlation(Sigma) -> jax.Array:
     Sigma = _checks.as_float_array(Sigma, "Sigma")
     _checks.check_square(Sigma, "Sigma", batch=True)
     ok = _checks.check_variances(Sigma, "Sigma")
+    _checks.check_finite_on_device(Sigma, "Sigma")
     return _to_correlation(Sigma, ok)
 
 
@@ -338,7 +355,10 @@ def estimate_factor_model(
     for ``p`` too large to form ``Sigma`` use :func:`factor_model_from_data`.
     The floor keeps ``d`` positive so the model is invertible; it is relative to the scale of
     ``Sigma`` (``min_diag`` itself on a correlation matrix), so ``c Sigma`` gives ``c d`` and
-    ``sqrt(c) U``.
+    ``sqrt(c) U``. The Frobenius fit weighs entries by their size: where the variances span
+    orders of magnitude the small ones are barely fitted (``Sigma_ii = 1e-6`` beside ``1e6``
+    came out as ``1.0``, the floor), so fit ``R = to_correlation(Sigma)`` and map back,
+    ``d_i Sigma_ii`` and ``U_i sqrt(Sigma_ii)``.
 
     Args:
         Sigma: ``(p, p)`` symmetric positive semidefinite matrix (usually a
@@ -616,6 +636,7 @@ def _factor_from_data(key, X, rank, shrinkage, max_steps, oversample):
         dist = (fro2 - 2.0 * p + p) / p  # mu = 1 for a correlation matrix
         beta = jnp.minimum(beta, dist)
         delta = jnp.where(dist > 0, beta / jnp.where(dist > 0, dist, 1.0), 0.0)
+        delta = jnp.where(jnp.isfinite(fro2), delta, jnp.nan)  # traced NaN / Inf / constant column: not 0
     else:
         delta = jnp.zeros((), X.dtype)
     U = V * jnp.sqrt(jnp.maximum((1.0 - delta) * lam, 0.0))

@@ -77,6 +77,7 @@ from jaxknock._checks import (
     check_num_knockoffs,
     check_square,
     int_setting,
+    is_concrete,
     static_flag,
     traced_sigma_code,
 )
@@ -705,14 +706,18 @@ def _sharded_replicates(key, X, params, mu, kind, k, R, chunk_size, stream, mesh
 # --------------------------------------------------------------------------
 
 
-@jax.jit
-def _fixed_x(Xn, s):
+@partial(jax.jit, static_argnames=("check_rank",))
+def _fixed_x(Xn, s, check_rank=False):
     n, p = Xn.shape
     G = _sampling_common.mm(Xn.T, Xn)
     G = 0.5 * (G + G.T)
     Lg = jnp.linalg.cholesky(G)
     GinvS = jax.scipy.linalg.cho_solve((Lg, True), jnp.diag(s))
-    Omega = 2.0 * jnp.diag(s) - s[:, None] * GinvS
+    A = Xn - _sampling_common.mm(Xn, GinvS)
+    # C^T C = G - A^T A for the computed A (= 2S - S G^-1 S exactly): then X~^T X~ = A^T A + C^T C is G
+    # to rounding however ill-conditioned G is. 2S - S (G^-1 S) with the computed G^-1 S carried its error,
+    # ~eps cond(G): X~^T X~ was off by 6e-5 at lambda_min(G) = 5e-13 (a design the rank check accepts)
+    Omega = G - _sampling_common.mm(A.T, A)
     Omega = 0.5 * (Omega + Omega.T)
     lam, Q = jnp.linalg.eigh(Omega)
     C = jnp.sqrt(jnp.clip(lam, 0.0))[:, None] * Q.T  # C^T C = Omega (clipped)
@@ -720,10 +725,14 @@ def _fixed_x(Xn, s):
     # identity reflectors, so Q[:, p:2p] = H_1...H_p e_{p+j} spans part of col(X)^perp.
     Qx, _ = jnp.linalg.qr(jnp.concatenate([Xn, jnp.zeros_like(Xn)], axis=1))
     Ut = Qx[:, p:]
-    Xk = Xn - _sampling_common.mm(Xn, GinvS) + _sampling_common.mm(Ut, C)
+    Xk = A + _sampling_common.mm(Ut, C)
     # the clipping above is right only for rounding: an infeasible or negative s
     # (traced, so not seen by the eager check) poisons the knockoffs with NaN
-    return jnp.where(_feasibility.feasible_dense_traced(G, s), Xk, jnp.nan)
+    ok = _feasibility.feasible_dense_traced(G, s)
+    if check_rank:  # a traced X: the eager rank test (lambda_min(G) > 64 p eps) on the device, as its flag
+        eps = jnp.finfo(Xn.dtype).eps
+        ok = ok & jnp.all(jnp.isfinite(jnp.linalg.cholesky(G - 64 * p * eps * jnp.eye(p, dtype=G.dtype))))
+    return jnp.where(ok, Xk, jnp.nan)
 
 
 def fixed_x_knockoffs(X, s):
@@ -738,8 +747,12 @@ def fixed_x_knockoffs(X, s):
 
     where ``U~`` (``n x p``) is orthonormal and orthogonal to the columns of
     ``X``. Then exactly ``X~^T X~ = X^T X`` and ``X^T X~ = X^T X - diag(s)``.
-    ``C`` comes from the eigendecomposition with rounding-level negative
-    eigenvalues clipped; ``U~`` from a Householder QR of ``[X, 0]``. ``X`` is not
+    ``C`` comes from the eigendecomposition of ``X^T X - A^T A``, ``A = X(I - Sigma^{-1}S)``
+    as computed (``= 2S - S Sigma^{-1} S``), with rounding-level negative
+    eigenvalues clipped, so ``X~^T X~ = X^T X`` to rounding however ill-conditioned
+    ``X`` is; ``U~`` from a Householder QR of ``[X, 0]``. Under ``jit`` an infeasible
+    ``s`` or (nearly) linearly dependent columns of a traced ``X``, which raise eagerly,
+    give ``X~`` all NaN. ``X`` is not
     centred (centre it first if the model has an intercept). Each column is first
     scaled by a power of two (exact), so the normalisation neither overflows nor
     flushes to zero whatever its units. Matches fanok's
@@ -768,7 +781,7 @@ def fixed_x_knockoffs(X, s):
     n, p = X.shape
     if n < 2 * p:
         raise ValueError(
-            f"fixed-X knockoffs need n >= 2p, got n = {n} < 2p = {2 * p}; use model-X "
+            f"fixed-X knockoffs need n >= 2p, got n = {n} < 2p = {2 * p} for X of shape {(n, p)}; use model-X "
             "knockoffs (jaxknock.sample_knockoffs / sample_knockoffs_factor) instead"
         )
     s = _as_s(s, p)
@@ -776,7 +789,9 @@ def fixed_x_knockoffs(X, s):
     X = _pow2_columns(X)
     _sampling_checks.check_fixed_x_values(X, s)
     Xn = X / jnp.linalg.norm(X, axis=0)
-    return Xn, _fixed_x(Xn, s)
+    # a traced X skipped the eager rank check: (nearly) dependent columns, whose Cholesky of G can still
+    # succeed, gave finite knockoffs with X~^T X~ off by 2e-3 (float32); they are NaN now
+    return Xn, _fixed_x(Xn, s, check_rank=not is_concrete(X))
 
 
 @jax.jit

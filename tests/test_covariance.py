@@ -1,3 +1,5 @@
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,6 +53,30 @@ def test_ledoit_wolf_one_feature_has_no_shrinkage(centred):
         np.testing.assert_allclose(S, S_ref, atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("p", [1, 4])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_ledoit_wolf_of_nonfinite_data_under_jit_is_nan(p, bad):
+    # traced, so the eager check cannot run: the shrinkage was a plausible 0 beside a partly finite covariance
+    X = np.random.default_rng(4).standard_normal((20, p))
+    lw = jax.jit(ledoit_wolf, static_argnames="assume_centered")
+    good = lw(X)
+    np.testing.assert_array_equal(good.covariance, ledoit_wolf(X).covariance)  # finite data: unchanged
+    X[3, 0] = bad
+    for centred in (False, True):
+        S, delta = lw(X, assume_centered=centred)
+        assert np.isnan(float(delta)) and bool(jnp.all(jnp.isnan(S)))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_factor_model_from_data_shrinkage_of_nonfinite_data_under_jit_is_nan(key, bad):
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((30, 12)) + 2.0 * rng.standard_normal((30, 1))  # correlated: 0 < delta < 1
+    fit = jax.jit(lambda X: factor_model_from_data(key, X, rank=2))
+    assert 0 < float(fit(X).shrinkage) < 1
+    X[2, 3] = bad
+    assert np.isnan(float(fit(X).shrinkage))  # was 0, "no shrinkage", beside a NaN model
+
+
 def test_to_correlation(X):
     C = to_correlation(jnp.asarray(np.cov(X.T)))
     np.testing.assert_array_equal(np.diag(C), 1.0)
@@ -73,6 +99,19 @@ def test_factor_model_operations():
     batch = jax.tree.map(lambda a: jnp.stack([a, 2 * a]), m)
     ld = jax.vmap(FactorModel.logdet)(batch)
     assert ld.shape == (2,)
+
+
+@pytest.mark.parametrize("shape", [(1,), (1, 3), (2,), (3, 3, 1)])
+def test_factor_model_solve_and_matvec_refuse_a_wrong_shape(shape):
+    # broadcasting took v of shape (1,) as (v0, v0, v0) and (1, 3) as three equal rows: a wrong answer
+    m = FactorModel(jnp.array([1.0, 2.0, 4.0]), jnp.ones((3, 1)))
+    v = jnp.ones(shape)
+    for method in (m.solve, m.matvec):
+        with pytest.raises(ValueError, match=re.escape(f"v must have shape (p,) or (p, m) with p = 3, got {shape}")):
+            method(v)
+    # the right shapes, under jit too
+    dense = np.asarray(m.dense())
+    np.testing.assert_allclose(jax.jit(FactorModel.solve)(m, jnp.ones((3, 2))), np.linalg.solve(dense, np.ones((3, 2))))
 
 
 def test_estimate_factor_model_recovers_exact_model():
@@ -181,6 +220,16 @@ def test_to_correlation_bad_variance_names_sigma_and_poisons_under_jit(bad):
     assert bool(jnp.all(jnp.isnan(jax.jit(to_correlation)(Sigma))))
     good = jax.jit(to_correlation)(Sigma.at[1, 1].set(1.0))
     assert bool(jnp.all(jnp.isfinite(good))) and bool(jnp.allclose(jnp.diagonal(good), 1.0))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_to_correlation_nonfinite_covariance_names_sigma(bad):
+    # a NaN / Inf off the diagonal came back as a NaN "correlation", without a word
+    Sigma = jnp.array([[2.0, 0.5, 0.1], [0.5, 1.0, 0.2], [0.1, 0.2, 3.0]]).at[0, 2].set(bad)
+    with pytest.raises(ValueError, match=r"Sigma contains 1 non-finite value\(s\).*index \(0, 2\)"):
+        to_correlation(Sigma)
+    with pytest.raises(ValueError, match=r"Sigma contains 1 non-finite"):  # a batch too
+        to_correlation(jnp.stack([Sigma.at[0, 2].set(0.1), Sigma]))
 
 
 def test_to_correlation_empty_names_sigma():

@@ -383,12 +383,59 @@ def test_fixed_x_identities():
     assert np.max(np.abs(Xk - Xn)) > 0.1  # not a copy
     with pytest.raises(ValueError, match=r"n >= 2p, got n = 60 < 2p = 62"):
         fixed_x_knockoffs(rng.normal(size=(60, 31)), np.ones(31))
-    with pytest.raises(ValueError, match="scale_to_feasible"):
+    with pytest.raises(ValueError, match=r"scale_to_feasible.*Sigma is X_n\^T X_n"):  # says what Sigma is
         fixed_x_knockoffs(X, 3 * equicorrelated_s(G))
     Xdep = X.copy()
     Xdep[:, 1] = 2 * Xdep[:, 0]
     with pytest.raises(ValueError, match="linearly dependent"):
         fixed_x_knockoffs(Xdep, np.full(p, 0.01))
+    with pytest.raises(ValueError, match=r"X of shape \(60, 31\)"):  # names the argument
+        fixed_x_knockoffs(rng.normal(size=(60, 31)), np.ones(31))
+
+
+def _nearly_collinear_design(noise, dtype=np.float64, n=40, p=8):
+    """A design whose last column is the first plus ``noise`` (``lambda_min`` of the Gram ~ ``noise^2``)."""
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((n, p))
+    X[:, -1] = X[:, 0] + noise * rng.standard_normal(n)
+    X = X.astype(dtype)
+    Xn = X.astype(np.float64) / np.linalg.norm(X.astype(np.float64), axis=0)
+    return X, Xn.T @ Xn
+
+
+def test_fixed_x_identities_hold_to_rounding_for_an_ill_conditioned_design():
+    # C^T C was 2S - S (G^-1 S), carrying the error of the computed G^-1 S (~eps cond(G)) into X~^T X~:
+    # at lambda_min(G) = 4e-13 (accepted by the rank check) X~^T X~ - X^T X was 1.6e-5; now C^T C is
+    # G - A^T A for the computed A = X (I - G^-1 S), and the identity holds to 1e-11
+    X, G = _nearly_collinear_design(1e-6)
+    lam = np.linalg.eigvalsh(G)[0]
+    assert 1e-13 < lam < 1e-12
+    s = np.full(8, 0.5)
+    s[[0, 7]] = lam  # large s on the well-conditioned coordinates: G^-1 S is large
+    assert np.linalg.eigvalsh(2 * G - np.diag(s))[0] > 0  # feasible
+    Xn, Xk = (np.asarray(a) for a in fixed_x_knockoffs(X, s))
+    G = Xn.T @ Xn
+    assert np.max(np.abs(Xk.T @ Xk - G)) < 1e-9
+    assert np.max(np.abs(Xn.T @ Xk - (G - np.diag(s)))) < 1e-9
+
+
+@pytest.mark.parametrize("noise, dtype", [(1e-7, np.float64), (1e-3, np.float32)])
+def test_fixed_x_under_jit_poisons_a_nearly_dependent_design(noise, dtype):
+    # eagerly refused as (nearly) linearly dependent; under jit X is traced, the rank check could not run, and
+    # the knockoffs came back finite with X~^T X~ off by 7e-4 (float64) / 2e-3 (float32): now all NaN
+    X, G = _nearly_collinear_design(noise, dtype)
+    s = np.full(8, 0.5, dtype)
+    s[[0, 7]] = np.linalg.eigvalsh(G)[0]
+    with pytest.raises(ValueError, match="linearly dependent"):
+        fixed_x_knockoffs(X, s)
+    Xn, Xk = jax.jit(fixed_x_knockoffs)(X, s)
+    assert bool(jnp.all(jnp.isnan(Xk)))
+    # a full-rank design under jit: valid knockoffs
+    X, _ = _nearly_collinear_design(1.0, dtype)
+    Xn, Xk = (np.asarray(a, np.float64) for a in jax.jit(fixed_x_knockoffs)(X, s))
+    G, atol = Xn.T @ Xn, (1e-12 if dtype == np.float64 else 1e-5)
+    np.testing.assert_allclose(Xk.T @ Xk, G, rtol=0, atol=atol)
+    np.testing.assert_allclose(Xn.T @ Xk, G - np.diag(s), rtol=0, atol=atol)
 
 
 # --------------------------------------------------------------- bad input
