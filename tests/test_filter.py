@@ -118,16 +118,18 @@ def test_aggregation_degenerate_cases():
 def test_frequency_counts_the_replicates_exactly():
     """A feature selected in every one of R = 41 replicates was dropped at ``eta=1``, and one selected in 41 of
     R = 82 at ``eta=0.5``: the frequency was XLA's mean, the count times the rounded 1/R (below 1, resp. 0.5).
-    The reference is the definition in exact rationals, count / R >= eta, on the brute-force threshold."""
-    from fractions import Fraction
-
+    A product ``eta * R`` is rounded as well: 7 of R = 25 at ``eta=0.28`` (0.28 * 25 = 7.000000000000001) meets
+    the level the user typed. The reference is NumPy's frequency, the correctly rounded count / R, against
+    ``eta``, on the brute-force threshold."""
     w = np.array([5.0] * 10 + [-1.0])
-    for R, eta, flipped in ((41, 1.0, 0), (82, 0.5, 41), (49, 1.0, 0)):
+    cases = ((41, 1.0, 0), (82, 0.5, 41), (49, 1.0, 0), (25, 0.28, 18), (50, 0.56, 22), (100, 0.07, 93))
+    for R, eta, flipped in cases:
         W = np.tile(w, (R, 1))
         W[R - flipped :] *= -1  # these replicates select nothing: the knockoff wins every pair
         count = np.sum([W[r] >= _brute_threshold(W[r], 0.2, True) for r in range(R)], axis=0)
-        expected = np.array([Fraction(int(c), R) >= Fraction(eta) for c in count])
+        expected = count / R >= eta
         assert expected.sum() == 10
+        assert not np.any((count - 1) / R >= eta)  # one vote fewer misses: the boundary is exact
         np.testing.assert_array_equal(F.aggregate_frequency(W, 0.2, eta=eta), expected)
         np.testing.assert_array_equal(jax.jit(lambda W, e: F.aggregate_frequency(W, 0.2, eta=e))(W, eta), expected)
     # and the smallest selecting level of the frequency aggregate sees the same vote (it was +inf)
