@@ -623,6 +623,49 @@ def test_float32_logistic_cv_on_columns_far_from_zero():
     assert abs(b0 - float(ref.stats["intercept"])) < 1e-3 * abs(float(ref.stats["intercept"]))
 
 
+@pytest.mark.parametrize("method", ["homotopy", "cov"])
+def test_squared_loss_cv_on_columns_far_from_zero(method):
+    """Columns offset by ``1e4`` / ``1e8`` (float64), squared loss: the homotopy's and the covariance engine's
+    sufficient statistics (column means, ``X_c^T y_c``, the members' Gram columns) were differences of sums
+    that cancelled; the CV ended ``max_steps_reached`` (1e4) or at a penalty ten times too small with
+    coefficients off by 8 (1e8). The engine now counts columns from their means over all rows. Reference:
+    the same CV on the design without the offset (the lasso's coefficients do not depend on it), and a KKT
+    check of the reported intercept on the offset data."""
+    n, m = 120, 16
+    X, y = _data(n, m, seed=3)
+    ids, _ = fold_rows(5, n)
+    ref = l1_cv(jnp.asarray(X), jnp.asarray(y), folds=ids, method=method)
+    assert int(ref.result) == RESULTS.successful
+    for offset in (1e4, 1e8):
+        sol = l1_cv(jnp.asarray(X + offset), jnp.asarray(y), folds=ids, method=method)
+        assert int(sol.result) == RESULTS.successful, offset
+        assert int(sol.stats["lam_index"]) == int(ref.stats["lam_index"])
+        b, b0, lam = np.asarray(sol.value), float(sol.stats["intercept"]), float(sol.stats["lam"])
+        np.testing.assert_allclose(b, np.asarray(ref.value), rtol=0, atol=1e-6 * np.max(np.abs(ref.value)))
+        assert _kkt(X + offset, y, b, b0, lam) < 1e-3
+        assert abs(np.mean(y - b0 - (X + offset) @ b)) < 1e-5  # the intercept of the data as they came
+
+
+def test_every_coefficient_is_zero_at_lambda_max():
+    """At the default grid's first penalty, ``lambda_max``, the lasso's solution is exactly zero. The grid's
+    ``lambda_max`` is another sum than the engine's null-model gradient, an ulp apart, and the path moved
+    that ulp: a coefficient of ``1e-16`` at ``lambda_max`` in ``lasso_path`` (seeds 1, 4, 5, 8, 10, 11 of
+    these) and in the CV's ``coef_path`` (5, 10, 11). Reference: the definition, ``max_j |x_j^T (y - ybar)| / n``."""
+    import jaxknock
+
+    for seed in (1, 4, 5, 10):
+        rng = np.random.default_rng(seed)
+        X = rng.standard_normal((120, 30)) + rng.standard_normal((1, 30)) * 3 + 0.3 * rng.standard_normal((120, 1))
+        y = X[:, 0] + rng.standard_normal(120) + 5
+        path = jaxknock.lasso_path(X, y, num_lambdas=10)
+        cv = jaxknock.lasso_cv(X, y, num_lambdas=10)
+        lmax = np.max(np.abs((X - X.mean(0)).T @ (y - y.mean()))) / 120
+        np.testing.assert_allclose(float(path.stats["lam"][0]), lmax, rtol=1e-12)
+        assert not np.any(np.asarray(path.value)[0]), seed
+        assert not np.any(np.asarray(cv.stats["coef_path"])[0]), seed
+        assert int(path.result[0]) == RESULTS.successful and int(cv.result) == RESULTS.successful
+
+
 def test_a_kink_drops_a_coefficient_at_zero_moving_against_its_sign():
     """Homotopy kink: an active coefficient at zero (or a few eps past it, as the refinement and
     ``signed_coefficients`` leave one) whose direction points against the sign it entered with leaves at once.

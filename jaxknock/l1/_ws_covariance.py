@@ -71,6 +71,7 @@ class CovData(NamedTuple):
     yb: jax.Array  # (B, rows) the response less yshift in the block layout, zero padded
     real: jax.Array  # (B, rows) bool: a row of the data (not padding)
     yshift: jax.Array  # () the mean of y over all rows, taken out before the sums (see cov_data)
+    xshift: jax.Array  # (m,) the column means over all rows, taken out of X likewise
     # (B, m, m) per-block Gram matrices X_b^T X_b of a tall design (cov_data's ``gram``), else None
     G: jax.Array | None = None
     # float64 with G: each member's held-out sums (column sums (M, m), X^T y (M, m), sum y, sum y^2 (M,)),
@@ -99,15 +100,19 @@ def cov_data(X, y, rows, excl, gram: bool = False, held_sums: bool = False) -> C
     a design under ``vmap``, where the KKT product's rounding (which they share) depends on the batch
     and a batch run in chunks would not give the held-out errors of the whole batch to the bit.
 
-    The mean of ``y`` over all rows is taken out first (``yshift``, added back to the
-    intercepts by :func:`fit_stats`): ``q`` and ``yvar`` are differences of sums, and
-    with ``y`` far from zero they cancel. A float32 response of ``1e6 + O(1)`` gave
-    the lasso CV a KKT violation of 0.36 that its own (equally cancelled) check called
-    optimal (session 27).
+    The means of ``y`` and of the columns of ``X`` over all rows are taken out first
+    (``yshift``, ``xshift``; :func:`fit_stats` gives the intercepts of the data as
+    they came): ``mu``, ``q``, ``yvar`` and the members' Gram matrices are differences
+    of sums, and with ``y`` or a column far from zero they cancel. A float32 response
+    of ``1e6 + O(1)`` gave the lasso CV a KKT violation of 0.36 that its own (equally
+    cancelled) check called optimal (session 27); float64 columns offset by ``1e4``
+    ended ``max_steps_reached``, and by ``1e8`` at a penalty ten times too small
+    (session 50).
     """
     n, m = X.shape
     yshift = jnp.mean(y)
-    Xz = jnp.concatenate([X, jnp.zeros((1, m), X.dtype)])
+    xshift = jnp.mean(X, axis=0)
+    Xz = jnp.concatenate([X - xshift, jnp.zeros((1, m), X.dtype)])
     yz = jnp.concatenate([y - yshift, jnp.zeros((1,), y.dtype)])
     Xb = Xz[rows]
     yb = yz[rows]
@@ -130,7 +135,7 @@ def cov_data(X, y, rows, excl, gram: bool = False, held_sums: bool = False) -> C
     yvar = (syy.sum() - syyt) / nf - ybar**2
     G = jnp.einsum("brm,brk->bmk", Xb, Xb, precision=_HI) if gram else None
     held = (st, ut, syt, syyt) if gram and held_sums and jnp.finfo(X.dtype).bits >= 64 else None
-    return CovData(Xb, excl, nf, mu, q, yvar, ybar, nt, yb, rows < n, yshift, G, held)
+    return CovData(Xb, excl, nf, mu, q, yvar, ybar, nt, yb, rows < n, yshift, xshift, G, held)
 
 
 # a design with at least this many rows per feature (and at most GRAM_MAX_FEATURES features) keeps the
@@ -468,7 +473,8 @@ def fit_stats(d: CovData, st: CovState):
     bq = (b * qw).sum(1)
     train = d.yvar - 2 * bq + bGb
     mu_w = jnp.take(d.mu, st.idx, axis=1)
-    b0 = d.ybar - (b * mu_w).sum(1)  # the intercept for y less yshift
+    b0 = d.ybar - (b * mu_w).sum(1)  # the intercept for y less yshift and X less xshift
+    shift = d.yshift - (b * jnp.take(d.xshift, st.idx)).sum(1)  # what the data as they came add to it
     M = b.shape[0]
     e = jnp.maximum(d.excl, 0)
     if d.held is not None:
@@ -483,7 +489,7 @@ def fit_stats(d: CovData, st: CovState):
             hsyy - 2 * b0 * hsy - 2 * (bm * hu).sum(1) + d.nt * b0**2 + 2 * b0 * (bm * hs).sum(1) + (bm * st.fit).sum(1)
         )
         test = jnp.where(d.excl >= 0, jnp.maximum(sse, 0) / jnp.maximum(d.nt, 1), 0)
-        return train, test, b0 + d.yshift
+        return train, test, b0 + shift
     if d.G is None:
         fit = st.fit[e, :, jnp.arange(M)]  # (M, r): each member's fitted values on its held-out rows
     else:  # float32: formed here, once per penalty (the design read once)
@@ -496,4 +502,4 @@ def fit_stats(d: CovData, st: CovState):
     res = d.yb[e] - b0[:, None] - fit
     sse = jnp.sum(jnp.where(d.real[e], res * res, 0), axis=1)
     test = jnp.where(d.excl >= 0, sse / jnp.maximum(d.nt, 1), 0)
-    return train, test, b0 + d.yshift
+    return train, test, b0 + shift
