@@ -689,6 +689,40 @@ def test_hard_correlations_coordinate(name, C):
     assert_certificate(C, sol, _cvxpy_ref(C))
 
 
+def _one_tiny_eigenvalue(seed, p, tiny):
+    """A random correlation matrix with one eigenvalue ``tiny`` and the others in ``[0.3, 2]``."""
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.standard_normal((p, p)))
+    S = (Q * np.r_[tiny, rng.uniform(0.3, 2.0, p - 1)]) @ Q.T
+    d = np.sqrt(np.diag(S))
+    C = (S / np.outer(d, d) + S.T / np.outer(d, d)) / 2
+    np.fill_diagonal(C, 1.0)
+    return C
+
+
+def test_coordinate_recovers_from_rounding_outside_the_cone():
+    """One isolated eigenvalue 1e-10 (condition ~2e10): the optimum, 1^T s ~ 1.6e-5, is so small that
+    the sweeps run at lam ~ 1e-11, where rounding left 2C - diag(s) indefinite by ~1e-15 before the
+    first certificate. The Newton re-centring refused that start, every certificate was inf, and the
+    run ended ``infeasible`` after all 500 sweeps (a valid Sigma, docstring: never infeasible). The
+    start is now shrunk back into the cone; the reference is Clarabel."""
+    C = _one_tiny_eigenvalue(1, 10, 1e-10)
+    sol = sdp(C, method="coordinate")
+    assert int(sol.result) in HONEST, RESULTS(int(sol.result)).name
+    assert np.isfinite(float(sol.stats["gap"]))
+    assert_feasible(C, sol.value)
+    assert_certificate(C, sol, _cvxpy_ref(C), atol=1e-10)
+
+
+def test_dual_gap_of_a_boundary_s_is_finite():
+    """The equicorrelated ``s`` makes 2C - diag(s) exactly singular; its certificate was inf (the
+    re-centring refused the start). Closed form: OPT = p min(1, 2(1 - rho)) = 3.6 here."""
+    C = 0.2 * np.eye(9) + 0.8
+    dual, gap = sdp_dual_gap(C, np.full(9, 0.4), 1e-4)
+    assert np.isfinite(float(dual)) and 3.6 - 1e-12 <= float(dual) <= 3.6 + 1e-2
+    np.testing.assert_allclose(float(gap), float(dual) - 3.6, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     "name, C", [h for h in HARD if h[1].shape[0] >= 3], ids=[n for n, C in HARD if C.shape[0] >= 3]
 )
