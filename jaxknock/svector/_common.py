@@ -74,14 +74,16 @@ def gated_correlation(Sigma, max_steps):
     """``(C, valid, steps)`` for a dense S solver's core under ``jit`` (traced).
 
     ``C`` is the correlation matrix of ``Sigma``; ``valid`` is
-    :func:`factorises` of it (the eager ``validate_sigma`` cannot run under
-    ``jit``); ``steps`` is ``max_steps`` where ``valid`` and 0 otherwise, so an
-    indefinite (or NaN) ``Sigma`` is never iterated on. The solver ends with
+    :func:`factorises` of it and the symmetry of ``Sigma`` (the eager
+    ``validate_sigma`` cannot run under ``jit``); ``steps`` is ``max_steps``
+    where ``valid`` and 0 otherwise, so an indefinite, NaN or non-symmetric
+    ``Sigma`` is never iterated on. The solver ends with
     :func:`reject_invalid_sigma` (``infeasible``, NaN ``s``), as the group
-    solvers do.
+    solvers do. (A non-symmetric ``Sigma`` used to be iterated on, its lower
+    triangle factorised: a finite, plausible ``s`` labelled ``infeasible``.)
     """
     C = to_correlation(Sigma)
-    valid = factorises(C)
+    valid = factorises(C) & _checks.symmetric_flag(Sigma)
     return C, valid, jnp.where(valid, max_steps, 0)
 
 
