@@ -1034,5 +1034,10 @@ def test_block_size_and_max_steps_checks_of_the_dense_solvers():
             sdp(C, block_size=b)
     for solve in (sdp, mvr, maxent):
         np.testing.assert_array_equal(solve(C, block_size=np.int64(3)).value, solve(C, block_size=3).value)
+    # asdp(block_size=True) solved 1 x 1 blocks and scale_to_feasible(max_steps=True) bisected once
+    with pytest.raises(ValueError, match="block_size must be a positive integer"):
+        asdp(C, block_size=True)
+    with pytest.raises(ValueError, match="max_steps must be a non-negative integer"):
+        scale_to_feasible(C, np.ones(6), max_steps=True)
     with pytest.raises(TypeError, match="max_steps must be a concrete .* traced"):
         jax.jit(lambda m: sdp(C, max_steps=m))(5)
