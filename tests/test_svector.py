@@ -1039,5 +1039,11 @@ def test_block_size_and_max_steps_checks_of_the_dense_solvers():
         asdp(C, block_size=True)
     with pytest.raises(ValueError, match="max_steps must be a non-negative integer"):
         scale_to_feasible(C, np.ones(6), max_steps=True)
+    # tol = inf "certified" the first iterate (sdp, mvr: successful, s ~ 1e-4); lam0 = inf ran to stagnated
+    for solve in (sdp, mvr, maxent, lambda C, **kw: sdp_factor(FactorModel(jnp.ones(6), jnp.ones((6, 1))), **kw)):
+        with pytest.raises(ValueError, match="tol must be positive and finite"):
+            solve(C, tol=np.inf)
+    with pytest.raises(ValueError, match="lam0 must be positive and finite"):
+        sdp(C, lam0=np.inf)
     with pytest.raises(TypeError, match="max_steps must be a concrete .* traced"):
         jax.jit(lambda m: sdp(C, max_steps=m))(5)
