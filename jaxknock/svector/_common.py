@@ -74,16 +74,14 @@ def gated_correlation(Sigma, max_steps):
     """``(C, valid, steps)`` for a dense S solver's core under ``jit`` (traced).
 
     ``C`` is the correlation matrix of ``Sigma``; ``valid`` is
-    :func:`factorises` of it and the symmetry of ``Sigma`` (the eager
-    ``validate_sigma`` cannot run under ``jit``); ``steps`` is ``max_steps``
-    where ``valid`` and 0 otherwise, so an indefinite, NaN or non-symmetric
-    ``Sigma`` is never iterated on. The solver ends with
+    :func:`factorises` of it (the eager ``validate_sigma`` cannot run under
+    ``jit``); ``steps`` is ``max_steps`` where ``valid`` and 0 otherwise, so an
+    indefinite (or NaN) ``Sigma`` is never iterated on. The solver ends with
     :func:`reject_invalid_sigma` (``infeasible``, NaN ``s``), as the group
-    solvers do. (A non-symmetric ``Sigma`` used to be iterated on, its lower
-    triangle factorised: a finite, plausible ``s`` labelled ``infeasible``.)
+    solvers do.
     """
     C = to_correlation(Sigma)
-    valid = factorises(C) & _checks.symmetric_flag(Sigma)
+    valid = factorises(C)
     return C, valid, jnp.where(valid, max_steps, 0)
 
 
@@ -97,10 +95,15 @@ def reject_invalid_sigma(valid, Sigma, value, result):
     made of it (``nonfinite``, a finite ``s`` labelled ``infeasible`` or a
     plausible one). The input's own code (:func:`jaxknock._checks.traced_sigma_code`:
     ``nonfinite`` for NaN/Inf, ``infeasible`` for asymmetry or a non-positive
-    diagonal) comes first. Valid input passes through unchanged, bit for bit.
+    diagonal) comes first, and such a ``Sigma`` gets a NaN ``value`` too (a
+    non-symmetric one was iterated on, its lower triangle factorised: a finite,
+    plausible ``s`` labelled ``infeasible``). Valid input passes through
+    unchanged, bit for bit.
     """
+    input_code = _checks.traced_sigma_code(Sigma)
     result = jnp.where(valid, result, RESULTS.infeasible)
-    return _checks.poison(valid, value), _checks.combine_codes(_checks.traced_sigma_code(Sigma), result)
+    ok = valid & (input_code == RESULTS.successful)
+    return _checks.poison(ok, value), _checks.combine_codes(input_code, result)
 
 
 def check_settings(tol, max_steps, decay, lam0):
