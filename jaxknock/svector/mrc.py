@@ -365,8 +365,9 @@ _SHARED_DOC = r"""
     Under jit (value checks skipped) a ``Sigma`` with NaN/Inf gives
     ``nonfinite``; a non-symmetric one, one with a non-positive diagonal, or
     one whose correlation matrix has no Cholesky factor (indefinite or
-    singular) gives ``infeasible`` without iterating; ``s`` is then all NaN (as
-    :func:`~jaxknock.sdp` and the group solvers). Eagerly they raise ``ValueError``.
+    singular) gives ``infeasible`` (without iterating, except on a
+    non-symmetric one); ``s`` is then all NaN (as :func:`~jaxknock.sdp` and
+    the group solvers). Eagerly they raise ``ValueError``.
 
     Args:
         Sigma: ``(p, p)`` positive definite covariance / correlation (float64),
