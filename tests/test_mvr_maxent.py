@@ -129,6 +129,9 @@ def test_certificate_upper_bounds_suboptimality(kind):
         mrc.mrc_objective_and_gap(jnp.asarray(C20), np.diag(s_ref), method=kind)
     with pytest.raises(ValueError, match="s has length"):
         mrc.mrc_objective_and_gap(jnp.asarray(C20), s_ref[:3], method=kind)
+    # a NaN s was reported (inf, inf), as if it were a feasible question with an infeasible answer
+    with pytest.raises(ValueError, match="s contains 1 non-finite"):
+        mrc.mrc_objective_and_gap(jnp.asarray(C20), np.r_[np.nan, s_ref[1:]], method=kind)
 
 
 def test_closed_forms_and_covariance_scale():

@@ -689,6 +689,40 @@ def test_hard_correlations_coordinate(name, C):
     assert_certificate(C, sol, _cvxpy_ref(C))
 
 
+def _one_tiny_eigenvalue(seed, p, tiny):
+    """A random correlation matrix with one eigenvalue ``tiny`` and the others in ``[0.3, 2]``."""
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.standard_normal((p, p)))
+    S = (Q * np.r_[tiny, rng.uniform(0.3, 2.0, p - 1)]) @ Q.T
+    d = np.sqrt(np.diag(S))
+    C = (S / np.outer(d, d) + S.T / np.outer(d, d)) / 2
+    np.fill_diagonal(C, 1.0)
+    return C
+
+
+def test_coordinate_recovers_from_rounding_outside_the_cone():
+    """One isolated eigenvalue 1e-10 (condition ~2e10): the optimum, 1^T s ~ 1.6e-5, is so small that
+    the sweeps run at lam ~ 1e-11, where rounding left 2C - diag(s) indefinite by ~1e-15 before the
+    first certificate. The Newton re-centring refused that start, every certificate was inf, and the
+    run ended ``infeasible`` after all 500 sweeps (a valid Sigma, docstring: never infeasible). The
+    start is now shrunk back into the cone; the reference is Clarabel."""
+    C = _one_tiny_eigenvalue(1, 10, 1e-10)
+    sol = sdp(C, method="coordinate")
+    assert int(sol.result) in HONEST, RESULTS(int(sol.result)).name
+    assert np.isfinite(float(sol.stats["gap"]))
+    assert_feasible(C, sol.value)
+    assert_certificate(C, sol, _cvxpy_ref(C), atol=1e-10)
+
+
+def test_dual_gap_of_a_boundary_s_is_finite():
+    """The equicorrelated ``s`` makes 2C - diag(s) exactly singular; its certificate was inf (the
+    re-centring refused the start). Closed form: OPT = p min(1, 2(1 - rho)) = 3.6 here."""
+    C = 0.2 * np.eye(9) + 0.8
+    dual, gap = sdp_dual_gap(C, np.full(9, 0.4), 1e-4)
+    assert np.isfinite(float(dual)) and 3.6 - 1e-12 <= float(dual) <= 3.6 + 1e-2
+    np.testing.assert_allclose(float(gap), float(dual) - 3.6, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     "name, C", [h for h in HARD if h[1].shape[0] >= 3], ids=[n for n, C in HARD if C.shape[0] >= 3]
 )
@@ -808,7 +842,9 @@ def test_bad_sigma_under_jit_is_never_successful(solver, bad):
     """Under jit the dense solvers reported an indefinite ``Sigma`` ``nonfinite`` (SDP, MVR, maximum
     entropy; ASDP with a partly NaN ``s``), or ``infeasible`` with a finite ``s`` (equicorrelated: 0;
     ASDP on a barely indefinite one). Now, as the group solvers: ``infeasible`` and ``s`` all NaN; NaN
-    input ``nonfinite`` with ``s`` all NaN (``scale_to_feasible`` scales a given ``s``: its code only)."""
+    input ``nonfinite`` with ``s`` all NaN (``scale_to_feasible`` scales a given ``s``: its code only).
+    A non-symmetric ``Sigma`` was iterated on (its lower triangle), a finite plausible ``s`` labelled
+    ``infeasible``; it is now all NaN too, as the docstrings say."""
     f = SOLVERS[solver]
     S = BAD[bad]
     assert bad in ("nan", "asym") or np.linalg.eigvalsh(S)[0] < -5e-4
@@ -817,7 +853,7 @@ def test_bad_sigma_under_jit_is_never_successful(solver, bad):
     sol = jax.jit(f)(jnp.asarray(S))
     code = int(sol.result)
     assert code == (RESULTS.nonfinite if bad == "nan" else RESULTS.infeasible)
-    if solver != "scale_to_feasible" and bad != "asym":
+    if solver != "scale_to_feasible":
         assert np.all(np.isnan(np.asarray(sol.value)))
     good = jax.jit(f)(jnp.asarray(equi_matrix(4, 0.5)))
     eager = f(equi_matrix(4, 0.5))
@@ -998,5 +1034,16 @@ def test_block_size_and_max_steps_checks_of_the_dense_solvers():
             sdp(C, block_size=b)
     for solve in (sdp, mvr, maxent):
         np.testing.assert_array_equal(solve(C, block_size=np.int64(3)).value, solve(C, block_size=3).value)
+    # asdp(block_size=True) solved 1 x 1 blocks and scale_to_feasible(max_steps=True) bisected once
+    with pytest.raises(ValueError, match="block_size must be a positive integer"):
+        asdp(C, block_size=True)
+    with pytest.raises(ValueError, match="max_steps must be a non-negative integer"):
+        scale_to_feasible(C, np.ones(6), max_steps=True)
+    # tol = inf "certified" the first iterate (sdp, mvr: successful, s ~ 1e-4); lam0 = inf ran to stagnated
+    for solve in (sdp, mvr, maxent, lambda C, **kw: sdp_factor(FactorModel(jnp.ones(6), jnp.ones((6, 1))), **kw)):
+        with pytest.raises(ValueError, match="tol must be positive and finite"):
+            solve(C, tol=np.inf)
+    with pytest.raises(ValueError, match="lam0 must be positive and finite"):
+        sdp(C, lam0=np.inf)
     with pytest.raises(TypeError, match="max_steps must be a concrete .* traced"):
         jax.jit(lambda m: sdp(C, max_steps=m))(5)

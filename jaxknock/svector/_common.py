@@ -95,10 +95,15 @@ def reject_invalid_sigma(valid, Sigma, value, result):
     made of it (``nonfinite``, a finite ``s`` labelled ``infeasible`` or a
     plausible one). The input's own code (:func:`jaxknock._checks.traced_sigma_code`:
     ``nonfinite`` for NaN/Inf, ``infeasible`` for asymmetry or a non-positive
-    diagonal) comes first. Valid input passes through unchanged, bit for bit.
+    diagonal) comes first, and such a ``Sigma`` gets a NaN ``value`` too (a
+    non-symmetric one was iterated on, its lower triangle factorised: a finite,
+    plausible ``s`` labelled ``infeasible``). Valid input passes through
+    unchanged, bit for bit.
     """
+    input_code = _checks.traced_sigma_code(Sigma)
     result = jnp.where(valid, result, RESULTS.infeasible)
-    return _checks.poison(valid, value), _checks.combine_codes(_checks.traced_sigma_code(Sigma), result)
+    ok = valid & (input_code == RESULTS.successful)
+    return _checks.poison(ok, value), _checks.combine_codes(input_code, result)
 
 
 def check_settings(tol, max_steps, decay, lam0):
@@ -108,15 +113,16 @@ def check_settings(tol, max_steps, decay, lam0):
     be Python floats or concrete / traced scalars (the solvers trace them, so a
     new value never recompiles).
     """
-    if _checks.is_concrete(tol) and not (tol > 0):
-        raise ValueError(f"tol must be positive, got {tol}")
+    # finite too: tol = inf "certified" any iterate (sdp, mvr: successful after one step, s ~ 1e-4)
+    if _checks.is_concrete(tol) and not (np.isfinite(tol) and tol > 0):
+        raise ValueError(f"tol must be positive and finite, got {tol}")
     _checks.refuse_traced(max_steps, "max_steps", "a concrete Python or NumPy integer")
     if not (_checks.is_int(max_steps) and max_steps >= 1):
         raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
     if _checks.is_concrete(decay) and not (0 < decay < 1):
         raise ValueError(f"decay must lie in (0, 1), got {decay}")
-    if lam0 is not None and _checks.is_concrete(lam0) and not (lam0 > 0):
-        raise ValueError(f"lam0 must be positive, got {lam0}")
+    if lam0 is not None and _checks.is_concrete(lam0) and not (np.isfinite(lam0) and lam0 > 0):
+        raise ValueError(f"lam0 must be positive and finite, got {lam0}")
 
 
 def check_start(lam0, s0, p: int, block_size=None) -> None:

@@ -7,7 +7,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from jaxknock import _checks
@@ -106,7 +105,7 @@ def scale_to_feasible(Sigma, s, *, max_steps: int = 60) -> Solution:
     """
     if isinstance(s, FactorModel):
         raise TypeError("scale_to_feasible(Sigma, s): Sigma first, then s")
-    if not (isinstance(max_steps, (int, np.integer)) and max_steps >= 0):
+    if not (_checks.is_int(max_steps) and max_steps >= 0):  # not a bool: True was taken as 1
         raise ValueError(f"max_steps must be a non-negative integer, got {max_steps!r}")
     max_steps = int(max_steps)
     s = _checks.as_float_array(s, "s")
@@ -192,7 +191,7 @@ def asdp(
     """
     Sigma = _checks.validate_sigma(Sigma, batch_ok=False)
     p = Sigma.shape[0]
-    if not (isinstance(block_size, (int, np.integer)) and 1 <= block_size):
+    if not (_checks.is_int(block_size) and 1 <= block_size):  # not a bool: True was taken as 1
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     _common.check_settings(tol, max_steps, 0.8, None)
     m = _checks.check_num_knockoffs(num_knockoffs)

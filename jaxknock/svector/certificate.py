@@ -131,8 +131,25 @@ def _newton_center(C2, s, lam, cap, num_steps=8, num_backtracks=30, damped=True)
         val = jnp.sum(x) + 2.0 * lam * jnp.sum(jnp.log(jnp.abs(jnp.diagonal(L))))
         return jnp.where(ok, val, -jnp.inf), L
 
-    def step(_, x):
+    def pull_inside(x):
+        # a start outside the PD cone by rounding (coordinate sweeps at lam ~ 1e-11 on a nearly singular
+        # C leave it by ~1e-15) is shrunk towards s = 0 (feasible: C > 0) by the smallest factor
+        # 1 - 4^-k, k = 20, ..., 0, that restores a Cholesky factor; it used to stay put, every
+        # certificate was inf and sdp(method="coordinate") ended infeasible after max_steps sweeps.
+        # No iteration (the same bits) for a feasible start.
         f0, L = f_and_chol(x)
+
+        def body(c):
+            k, _, _, _ = c
+            xk = x * (1.0 - jnp.asarray(4.0, x.dtype) ** -k)
+            return (k - 1, xk, *f_and_chol(xk))
+
+        init = (jnp.asarray(20, x.dtype), x, f0, L)
+        _, x, f0, L = lax.while_loop(lambda c: ~jnp.isfinite(c[2]) & (c[0] >= 0), body, init)
+        return x, f0, L
+
+    def step(_, x):
+        x, f0, L = pull_inside(x)
         Linv = lax.linalg.triangular_solve(L, eye, left_side=True, lower=True)
         Ai = jnp.matmul(Linv.T, Linv, precision=HIGHEST)
         g = 1.0 - lam * jnp.diagonal(Ai)
@@ -289,7 +306,10 @@ def sdp_dual_gap(Sigma, s, lam):
     ``dual = 2 tr(Lambda C) + 1^T eta >= OPT`` by weak duality and
     ``gap = dual - 1^T s >= OPT - 1^T s``. Any ``lam > 0`` gives a valid
     bound; ``lam ~ gap / p`` gives a tight one. ``s`` is on the covariance
-    scale (as returned by the solvers).
+    scale (as returned by the solvers). An ``s`` on the boundary or outside it
+    by rounding (the equicorrelated ``s``: ``2C - diag s`` singular) is first
+    shrunk towards 0 until ``2C - diag(s)`` has a Cholesky factor, so the bound
+    stays finite (it was ``inf``).
 
     Example:
         >>> jax.config.update("jax_enable_x64", True)

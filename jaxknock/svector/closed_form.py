@@ -41,8 +41,8 @@ def equicorrelated(Sigma, *, num_knockoffs: int = 1) -> Solution:
     ``Sigma`` with NaN/Inf, and ``infeasible`` for a non-symmetric one, one
     with a non-positive diagonal, or one whose smallest correlation eigenvalue
     is negative beyond rounding (``< -16 p eps lambda_max``: no ``s >= 0``
-    satisfies ``diag(s) <= 2 Sigma``); ``s`` is then all NaN (for a NaN or
-    indefinite ``Sigma``; as the other solvers), never a plausible vector.
+    satisfies ``diag(s) <= 2 Sigma``); ``s`` is then all NaN in every
+    case (as the other solvers), never a plausible vector.
     Eagerly these inputs raise ``ValueError``.
 
     Example:
@@ -62,6 +62,8 @@ def _equicorrelated(Sigma, c=2.0):
     scale = jnp.max(jnp.sum(jnp.abs(C), axis=-1), axis=-1)
     # (False for NaN eigenvalues, i.e. NaN input, whose code the input check gives: nonfinite)
     psd = lmin >= -16.0 * Sigma.shape[-1] * jnp.finfo(C.dtype).eps * scale
+    # a non-symmetric Sigma is no valid input either (its s would be a plausible vector labelled infeasible)
+    psd = psd & _checks.symmetric_flag(Sigma)
     val = jnp.clip(c * lmin, 0.0, 1.0)
     p = Sigma.shape[-1]
     s_corr = jnp.broadcast_to(val[..., None], Sigma.shape[:-1])

@@ -365,8 +365,9 @@ _SHARED_DOC = r"""
     Under jit (value checks skipped) a ``Sigma`` with NaN/Inf gives
     ``nonfinite``; a non-symmetric one, one with a non-positive diagonal, or
     one whose correlation matrix has no Cholesky factor (indefinite or
-    singular) gives ``infeasible`` without iterating; ``s`` is then all NaN (as
-    :func:`~jaxknock.sdp` and the group solvers). Eagerly they raise ``ValueError``.
+    singular) gives ``infeasible`` (without iterating, except on a
+    non-symmetric one); ``s`` is then all NaN (as :func:`~jaxknock.sdp` and
+    the group solvers). Eagerly they raise ``ValueError``.
 
     Args:
         Sigma: ``(p, p)`` positive definite covariance / correlation (float64),
@@ -454,6 +455,7 @@ def mrc_objective_and_gap(Sigma, s, *, method: str = "mvr", num_knockoffs: int =
     _checks.check_ndim(s, 1, "s", f"a 1-D vector of length p = {Sigma.shape[0]}")
     if s.shape[0] != Sigma.shape[0]:
         raise ValueError(f"s has length {s.shape[0]} but Sigma is {Sigma.shape[0]} x {Sigma.shape[0]}")
+    _checks.check_finite(s, "s")  # a NaN s gave (inf, inf), as if it were merely infeasible
     return _objective_gap_jit(Sigma, s.astype(Sigma.dtype), float(m), kind=method)
 
 
