@@ -17,6 +17,7 @@ from helpers import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import jaxknock
 from jaxknock import RESULTS, maxent, mvr
 from jaxknock.covariance import FactorModel, to_correlation
 from jaxknock.svector import (
@@ -859,6 +860,35 @@ def test_bad_sigma_under_jit_is_never_successful(solver, bad):
     eager = f(equi_matrix(4, 0.5))
     assert int(good.result) == int(eager.result) == RESULTS.successful
     np.testing.assert_allclose(good.value, eager.value, rtol=1e-12, atol=0)
+
+
+_MODEL = FactorModel(jnp.full(5, 0.5), jnp.full((5, 1), np.sqrt(0.5)))
+TOL_SOLVERS = {
+    "newton": lambda t: sdp(jnp.asarray(equi_matrix(5, 0.5)), tol=t),
+    "mvr": lambda t: mvr(jnp.asarray(equi_matrix(5, 0.5)), tol=t),
+    "group": lambda t: jaxknock.group_s_matrix(jnp.asarray(equi_matrix(5, 0.5)), [0, 0, 1, 1, 2], method="sdp", tol=t),
+    "sdp_factor": lambda t: sdp_factor(_MODEL, tol=t),  # the model closed over by the caller's jit
+}
+
+
+@pytest.mark.parametrize("solver", list(TOL_SOLVERS))
+def test_a_bad_traced_tol_is_never_successful(solver):
+    """Under ``jit`` with a traced ``tol`` (the eager check refuses these): ``tol = inf`` certified the first
+    iterate (``successful``, ``s`` of one step), ``NaN`` / ``0`` / ``-1`` ran to ``max_steps`` and returned
+    a finite iterate. Now ``infeasible`` and NaN. ``sdp_factor`` on a model its caller's ``jit`` closes
+    over raised a ``TracerBoolConversionError`` (the model's value check ran traced). Reference: the eager
+    call at a valid ``tol``."""
+    f = TOL_SOLVERS[solver]
+    g = jax.jit(f)
+    for bad in (np.inf, np.nan, 0.0, -1.0):
+        sol = g(bad)
+        leaves = [a for a in jax.tree.leaves(sol.value) if jnp.issubdtype(a.dtype, jnp.inexact)]
+        assert int(sol.result) == RESULTS.infeasible, bad
+        assert all(np.all(np.isnan(np.asarray(a))) for a in leaves), bad
+    good, eager = g(1e-6), f(1e-6)
+    assert int(good.result) == int(eager.result) == RESULTS.successful
+    for a, b in zip(jax.tree.leaves(good.value), jax.tree.leaves(eager.value)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("s", [[-1.0, -1.0, -1.0], [1.0, -0.5, 1.0], [1.0, np.nan, 1.0]])

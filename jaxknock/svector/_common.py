@@ -43,8 +43,10 @@ def validate_model(model) -> FactorModel:
     _checks.require_x64(U, "model.U", _checks.SDP_X64_WHY)
     _checks.require_x64(d, "model.d", _checks.SDP_X64_WHY)
     if _checks.is_concrete(d) and _checks.is_concrete(U):
-        # one device-side reduction, three scalars back (not the model)
-        d_finite, U_finite, d_min = jax.device_get(_model_flags(d, U))
+        # one device-side reduction, three scalars back (not the model); run now also when a caller's jit
+        # closes over the model (there the call would be traced and its flags tracers)
+        with jax.ensure_compile_time_eval():
+            d_finite, U_finite, d_min = jax.device_get(_model_flags(d, U))
         if not d_finite:
             _checks.check_finite(d, "model.d")
         if not U_finite:
@@ -104,6 +106,21 @@ def reject_invalid_sigma(valid, Sigma, value, result):
     result = jnp.where(valid, result, RESULTS.infeasible)
     ok = valid & (input_code == RESULTS.successful)
     return _checks.poison(ok, value), _checks.combine_codes(input_code, result)
+
+
+def gate_traced_tol(sol, tol):
+    """``sol``, or (a traced ``tol`` that is not finite and positive) its values all NaN and ``infeasible``.
+
+    :func:`check_settings` refuses such a ``tol`` when it is concrete. A traced one reached the solvers:
+    ``tol = inf`` certified the first iterate (``sdp`` / ``mvr`` / ``maxent`` / ``group_s_matrix`` under
+    ``jit``: ``successful``, ``s`` of the first step), and ``NaN``, ``0`` or a negative ``tol`` ran to
+    ``max_steps`` and returned that iterate, finite and plausible. A concrete ``tol`` leaves ``sol`` as it is.
+    """
+    if _checks.is_concrete(tol):
+        return sol
+    ok = jnp.isfinite(tol) & (tol > 0)
+    value = jax.tree.map(lambda a: _checks.poison(ok, a), sol.value)
+    return sol._replace(value=value, result=jnp.where(ok, sol.result, RESULTS.infeasible).astype(sol.result.dtype))
 
 
 def check_settings(tol, max_steps, decay, lam0):

@@ -197,7 +197,7 @@ def asdp(
     m = _checks.check_num_knockoffs(num_knockoffs)
     bs = int(min(block_size, p))
     sol = _asdp_jit(Sigma, tol, max_steps, (m + 1.0) / m, bs=bs, min_eig="exact" if exact_min_eig else "bound")
-    return raise_if_failed(sol, throw)
+    return raise_if_failed(_common.gate_traced_tol(sol, tol), throw)
 
 
 # bisections of scale_to_feasible inside asdp (its default)

@@ -178,7 +178,7 @@ def sdp(
         raise ValueError(f"method must be one of {_SDP_METHODS}, got {method!r}")
     min_eig = "exact" if exact_min_eig else "bound"
     sol = _aot.call(_sdp_jit, Sigma, tol, max_steps, lam0, decay, (m + 1.0) / m, b=b, method=method, min_eig=min_eig)
-    return raise_if_failed(sol, throw)
+    return raise_if_failed(_common.gate_traced_tol(sol, tol), throw)
 
 
 @functools.partial(jax.jit, static_argnames=("b", "method", "min_eig"))

@@ -288,7 +288,7 @@ def sdp_factor(
     if model.U.ndim == 3:
         fn = jax.vmap(fn, in_axes=(0, 0, None, None, None, None, None))
     sol = fn(model.d, model.U, tol, max_steps, lam0, decay, (m + 1.0) / m)
-    return raise_if_failed(sol, throw)
+    return raise_if_failed(_common.gate_traced_tol(sol, tol), throw)
 
 
 @functools.partial(jax.jit, static_argnames="method")

@@ -821,4 +821,4 @@ def group_s_matrix(
     )
     code = _checks.combine_codes(_checks.traced_sigma_code(Sigma), code)
     sol = Solution(block_diagonal(blocks, g), code, stats)
-    return raise_if_failed(sol, throw)
+    return raise_if_failed(_common.gate_traced_tol(sol, tol), throw)

@@ -332,7 +332,7 @@ def _solve(kind, Sigma, num_knockoffs, tol, max_steps, block_size, throw):
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     # a fresh process with the compilation cache on loads the traced program (jaxknock/_aot.py)
     sol = _aot.call(_mrc_jit, Sigma, tol, max_steps, float(m), kind=kind, b=int(min(b, p)))
-    return raise_if_failed(sol, throw)
+    return raise_if_failed(_common.gate_traced_tol(sol, tol), throw)
 
 
 _SHARED_DOC = r"""

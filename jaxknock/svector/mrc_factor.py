@@ -184,7 +184,7 @@ def _solve(kind, model, num_knockoffs, tol, max_steps, method, throw):
         sol = fn(model.d, model.U, tol, max_steps, float(m))
     else:  # a fresh process with the compilation cache on loads the traced program (jaxknock/_aot.py)
         sol = _aot.call(_mrc_factor_jit, model.d, model.U, tol, max_steps, float(m), kind=kind, method=method)
-    return raise_if_failed(sol, throw)
+    return raise_if_failed(_common.gate_traced_tol(sol, tol), throw)
 
 
 _DOC = r"""
