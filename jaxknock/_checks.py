@@ -53,6 +53,17 @@ def is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def host_flags(fn, *args):
+    """``jax.device_get(fn(*args))`` for concrete ``args``: a few flags of a device reduction, brought back now.
+
+    Also inside a caller's trace: a ``jit`` that closes over the arrays hands them in as values, but a call
+    of the jitted ``fn`` there is staged into the caller's program and its flags are tracers (``sdp(Sigma)``
+    in ``jax.jit(lambda t: sdp(Sigma, tol=t))`` raised a ``TracerArrayConversionError``).
+    """
+    with jax.ensure_compile_time_eval():
+        return jax.device_get(fn(*args))
+
+
 def call_scalar(v, dtype):
     """``v`` as a ``dtype`` scalar argument: a numpy one when concrete (it goes in with the call, no program)."""
     return np.asarray(v, dtype) if is_concrete(v) else jnp.asarray(v, dtype)
@@ -422,7 +433,7 @@ def validate_sigma(Sigma, *, batch_ok: bool = True, need_x64: bool = True):
     if need_x64:
         require_x64(Sigma, "Sigma", SDP_X64_WHY)
     if is_concrete(Sigma) and not values_trusted():
-        finite, asym, scale, min_diag, chol_ok = (np.asarray(v) for v in jax.device_get(_sigma_flags(Sigma)))
+        finite, asym, scale, min_diag, chol_ok = (np.asarray(v) for v in host_flags(_sigma_flags, Sigma))
         if not finite:
             check_finite(Sigma, "Sigma")  # raises with the count and the first index
         if not (asym <= _SYMMETRY_RTOL * scale):
@@ -516,7 +527,7 @@ def check_vector_nonnegative_finite(x, name: str):
     """Raise if a concrete vector ``x`` has non-finite or negative entries (device reduction, two scalars back)."""
     if not is_concrete(x):
         return
-    finite, lo = jax.device_get(_vector_flags(x))
+    finite, lo = host_flags(_vector_flags, x)
     if not finite:
         check_finite(x, name)
     if not (lo >= 0):
@@ -845,6 +856,6 @@ def check_finite_on_device(x, name: str):
     (explicitly allowed) only to word the error. Use it for large arrays in hot
     paths, e.g. a ``(R, n, 2p)`` batch of designs. No-op on tracers.
     """
-    if is_concrete(x) and not values_trusted() and not bool(jax.device_get(_all_finite(x))):
+    if is_concrete(x) and not values_trusted() and not bool(host_flags(_all_finite, x)):
         with jax.transfer_guard("allow"):
             check_finite(x, name)

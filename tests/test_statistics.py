@@ -135,6 +135,18 @@ def test_lcd_batch_equals_loop_and_is_deterministic():
         S.lcd(batch, y, lam=np.full(2, 0.05))
 
 
+def test_lcd_at_a_fixed_penalty_on_a_design_closed_over_by_a_callers_jit():
+    """``jax.jit(lambda lam: lcd(Xk, y, lam=lam))`` with concrete ``Xk``, ``y`` closed over: the finite check
+    of the design called its jitted reduction inside the caller's trace and converted a tracer to a bool
+    (``TracerBoolConversionError``). Reference: the eager call."""
+    Xk, y = _design(seed=2)
+    Xk, y = jnp.asarray(Xk), jnp.asarray(y)
+    jitted = jax.jit(lambda lam: S.lcd(Xk, y, lam=lam))(0.05)
+    eager = S.lcd(Xk, y, lam=0.05)
+    np.testing.assert_allclose(np.asarray(jitted.value), np.asarray(eager.value), rtol=1e-9, atol=1e-12)
+    assert int(jitted.result) == int(eager.result) == RESULTS.successful
+
+
 def test_lcd_cv_equals_lasso_cv():
     Xk, y = _design(seed=3)
     batch, _ = _swapped_batch(Xk)

@@ -891,6 +891,22 @@ def test_a_bad_traced_tol_is_never_successful(solver):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("solver", ["newton", "mvr", "equicorrelated"])
+def test_a_sigma_closed_over_by_a_callers_jit(solver):
+    """``jax.jit(lambda t: sdp(Sigma, tol=t))`` with a concrete ``Sigma`` closed over: the eager value check
+    of ``Sigma`` called its jitted flags inside the caller's trace and read tracers back
+    (``TracerArrayConversionError``). It now runs at once. Reference: the eager call."""
+    f = {"newton": sdp, "mvr": mvr, "equicorrelated": lambda S, tol: equicorrelated(S)}[solver]
+    Sigma = jnp.asarray(equi_matrix(5, 0.5))
+    jitted = jax.jit(lambda t: f(Sigma, tol=t))(1e-6)
+    eager = f(Sigma, tol=1e-6)
+    assert int(jitted.result) == int(eager.result) == RESULTS.successful
+    np.testing.assert_allclose(np.asarray(jitted.value), np.asarray(eager.value), rtol=1e-10)
+    bad = jnp.asarray(BAD["nan"])
+    with pytest.raises(ValueError, match="Sigma"):  # a bad closed-over Sigma is still named, as eagerly
+        jax.jit(lambda t: f(bad, tol=t))(1e-6)
+
+
 @pytest.mark.parametrize("s", [[-1.0, -1.0, -1.0], [1.0, -0.5, 1.0], [1.0, np.nan, 1.0]])
 def test_scale_to_feasible_bad_s_under_jit(s):
     C, s = jnp.asarray(equi_matrix(3, 0.5)), jnp.asarray(s)

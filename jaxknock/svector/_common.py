@@ -43,10 +43,8 @@ def validate_model(model) -> FactorModel:
     _checks.require_x64(U, "model.U", _checks.SDP_X64_WHY)
     _checks.require_x64(d, "model.d", _checks.SDP_X64_WHY)
     if _checks.is_concrete(d) and _checks.is_concrete(U):
-        # one device-side reduction, three scalars back (not the model); run now also when a caller's jit
-        # closes over the model (there the call would be traced and its flags tracers)
-        with jax.ensure_compile_time_eval():
-            d_finite, U_finite, d_min = jax.device_get(_model_flags(d, U))
+        # one device-side reduction, three scalars back (not the model), also inside a caller's trace
+        d_finite, U_finite, d_min = _checks.host_flags(_model_flags, d, U)
         if not d_finite:
             _checks.check_finite(d, "model.d")
         if not U_finite:
