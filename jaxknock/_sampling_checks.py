@@ -63,13 +63,20 @@ def _chol_ok(A):
     return jnp.all(jnp.isfinite(jnp.linalg.cholesky(0.5 * (A + A.T))))
 
 
+def full_rank_flag(G):
+    """Traced: ``lambda_min(G) > 64 p eps``, the host check's rank test of fixed-X knockoffs' normalised Gram ``G``."""
+    p = G.shape[-1]
+    return _chol_ok(G - 64 * p * jnp.finfo(G.dtype).eps * jnp.eye(p, dtype=G.dtype))
+
+
 def _all_concrete(*arrays) -> bool:
     return all(a is None or is_concrete(a) for a in arrays)
 
 
-def _fetch(flags) -> bool:
-    """The explicit device-to-host transfer of the flags (a few booleans)."""
-    return bool(np.all(np.asarray(jax.device_get(flags))))
+def _fetch(fn, *args) -> bool:
+    """Whether every flag of ``fn(*args)`` holds: one explicit device-to-host transfer of a few booleans
+    (:func:`jaxknock._checks.host_flags`, so also inside a caller's trace)."""
+    return bool(np.all(np.asarray(_checks.host_flags(fn, *args))))
 
 
 @partial(jax.jit, static_argnames=("ratio", "rtol"))
@@ -99,7 +106,7 @@ def check_dense_values(X, Sigma, s, mu, *, ratio: float = 2.0):
     if not _all_concrete(X, Sigma, s, mu):
         _dense_host_checks(X, Sigma, s, mu, ratio)  # partial checks of what is concrete, as before
         return
-    if _fetch(_dense_flags(X, Sigma, s, mu, float(ratio), symmetry_rtol(Sigma.dtype))):
+    if _fetch(_dense_flags, X, Sigma, s, mu, float(ratio), symmetry_rtol(Sigma.dtype)):
         return
     with jax.transfer_guard("allow"):
         _dense_host_checks(X, Sigma, s, mu, ratio)
@@ -150,7 +157,7 @@ def _factor_flags(X, d, U, s, mu, ratio):
 def check_factor_values(X, d, U, s, mu, *, ratio: float = 2.0):
     """Raise ``ValueError`` unless the factor sampler's concrete inputs are valid (O(p k^2) on the device)."""
     if _all_concrete(X, d, U, s, mu) and (
-        _checks.values_trusted() or _fetch(_factor_flags(X, d, U, s, mu, float(ratio)))
+        _checks.values_trusted() or _fetch(_factor_flags, X, d, U, s, mu, float(ratio))
     ):
         return
     with jax.transfer_guard("allow"):
@@ -176,9 +183,8 @@ def _fixed_x_flags(X, s):
     nonzero = jnp.all(norms > 0)
     Xn = X / jnp.where(norms > 0, norms, 1.0)
     G = jnp.matmul(Xn.T, Xn, precision=HIGHEST)
-    eps = jnp.finfo(X.dtype).eps
     eye = jnp.eye(p, dtype=X.dtype)
-    full_rank = _chol_ok(G - 64 * p * eps * eye)  # lambda_min(G) > 64 p eps, as the host check
+    full_rank = full_rank_flag(G)
     tol = _sqrt_eps(X.dtype) * jnp.max(jnp.diagonal(G))
     feasible = _chol_ok(2.0 * G - jnp.diag(s) + tol * eye)
     return jnp.stack([finite, s_ok, nonzero, full_rank, feasible])
@@ -186,7 +192,7 @@ def _fixed_x_flags(X, s):
 
 def check_fixed_x_values(X, s):
     """Raise ``ValueError`` unless fixed-X knockoffs can be built from concrete ``X`` and ``s``."""
-    if _all_concrete(X, s) and _fetch(_fixed_x_flags(X, s)):
+    if _all_concrete(X, s) and _fetch(_fixed_x_flags, X, s):
         return
     with jax.transfer_guard("allow"):
         if is_concrete(X) and not _columns_finite_now(X):

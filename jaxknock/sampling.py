@@ -729,9 +729,8 @@ def _fixed_x(Xn, s, check_rank=False):
     # the clipping above is right only for rounding: an infeasible or negative s
     # (traced, so not seen by the eager check) poisons the knockoffs with NaN
     ok = _feasibility.feasible_dense_traced(G, s)
-    if check_rank:  # a traced X: the eager rank test (lambda_min(G) > 64 p eps) on the device, as its flag
-        eps = jnp.finfo(Xn.dtype).eps
-        ok = ok & jnp.all(jnp.isfinite(jnp.linalg.cholesky(G - 64 * p * eps * jnp.eye(p, dtype=G.dtype))))
+    if check_rank:  # a traced X: the eager rank test on the device
+        ok = ok & _sampling_checks.full_rank_flag(G)
     return jnp.where(ok, Xk, jnp.nan)
 
 
