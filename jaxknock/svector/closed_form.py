@@ -62,8 +62,6 @@ def _equicorrelated(Sigma, c=2.0):
     scale = jnp.max(jnp.sum(jnp.abs(C), axis=-1), axis=-1)
     # (False for NaN eigenvalues, i.e. NaN input, whose code the input check gives: nonfinite)
     psd = lmin >= -16.0 * Sigma.shape[-1] * jnp.finfo(C.dtype).eps * scale
-    # a non-symmetric Sigma is no valid input either (its s would be a plausible vector labelled infeasible)
-    psd = psd & _checks.symmetric_flag(Sigma)
     val = jnp.clip(c * lmin, 0.0, 1.0)
     p = Sigma.shape[-1]
     s_corr = jnp.broadcast_to(val[..., None], Sigma.shape[:-1])
