@@ -516,7 +516,10 @@ def knockoff_filter(
     _checks.check_key(key)  # before any program: an int seed fails deep inside JAX otherwise
     num_knockoffs = _checks.check_num_knockoffs(num_knockoffs)  # True == 1 took the single-knockoff path
     _cv.check_patience(cv_patience, "cv_patience")  # before the S solve and the sampling, not in the statistics
-    _inputs.check_options(lasso_tol=lasso_tol, rank=rank, Sigma=Sigma, s_method=s_method, groups=groups)
+    _inputs.check_options(
+        lasso_tol=lasso_tol, rank=rank, Sigma=Sigma, s_method=s_method, groups=groups, sdp_tol=sdp_tol,
+        asdp_block_size=asdp_block_size,
+    )  # fmt: skip
     known = "factor" if isinstance(Sigma, (FactorModel, FactorFit)) else Sigma is not None
     s_method = resolve_s_method(
         s_method, np.shape(X), known=known, groups=groups, rank=rank, num_knockoffs=num_knockoffs
