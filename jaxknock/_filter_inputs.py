@@ -114,14 +114,15 @@ def check_cv_rows(y, binary, n):
 
 
 def validate_inputs(
-    X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=False, *, lam=None, plus=True
+    X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=False, *, lam=None, plus=True, grouped=False
 ):
     """``(X, y, binary, rank)``: the data and the filter's choices checked; ``y``'s labels normalised.
 
     ``X`` keeps its floating dtype (no upcast); ``y`` comes back in it, as 0/1 when it has two labels
     (``binary``). ``rank`` is the factor rank a factor ``s_method`` uses (its default
     ``min(50, max(1, min(n, p) // 4))`` when ``None``). ``known``: a law is given, so ``p >= n`` does
-    not rule out the dense methods.
+    not rule out the dense methods. ``grouped``: group knockoffs, whose S solvers are all dense (the advice
+    for ``p >= n`` then names no factor method, which that path refuses).
     """
     X = _checks.as_float_array(X, "X", bools=True)
     _checks.check_ndim(X, 2, "X", "a 2-D (n_samples, n_features) array")
@@ -157,11 +158,12 @@ def validate_inputs(
         check_cv_rows(y_norm, binary, n)
     if p >= n and s_method not in (*FACTOR_SOLVERS, *WIDE_DENSE_SOLVERS) and not known:
         dense = " / ".join(map(repr, WIDE_DENSE_SOLVERS))
+        # with groups= the factor methods are refused: advising them sent the caller on to a second error
+        factor = "" if grouped else "'mvr_factor' or 'sdp_factor' (factor model from the data) with rank < n, or "
         raise ValueError(
             f"p = {p} >= n = {n}: s_method={s_method!r} on a dense covariance estimated from fewer rows than "
             "features does not keep the FDR at its target (its larger s leans on the estimate); use "
-            f"s_method='mvr_factor' or 'sdp_factor' (factor model from the data) with rank < n, or {dense} "
-            "on the Ledoit-Wolf estimate"
+            f"s_method={factor}{dense} on the Ledoit-Wolf estimate"
         )
     if s_method in FACTOR_SOLVERS:
         if min(n, p) < 2:

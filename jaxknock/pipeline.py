@@ -764,7 +764,7 @@ def _grouped_or_multi_filter(
     if statistic == "centroid":
         raise ValueError("statistic='centroid' is not supported with groups or num_knockoffs > 1")
     X, y, binary, rank = _inputs.validate_inputs(
-        X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, lam=lam, plus=plus
+        X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, lam=lam, plus=plus, grouped=groups is not None
     )
     n, p = X.shape
     g = group_index(np.arange(p) if groups is None else groups, p)
