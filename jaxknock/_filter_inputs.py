@@ -30,12 +30,24 @@ AGGREGATES = ("ebh", "frequency")
 CV_FOLDS = 5  # folds of the cross-validated lasso statistics (lam=None)
 
 
-def check_options(*, lasso_tol, rank, Sigma, s_method, groups):
-    """``lasso_tol`` and ``rank`` on the host, before the S solve and the sampling.
+def check_options(*, lasso_tol, rank, Sigma, s_method, groups, sdp_tol=1e-4, asdp_block_size=100):
+    """``lasso_tol``, ``sdp_tol``, ``asdp_block_size``, ``rank`` and the form of ``Sigma`` on the host, before
+    the S solve and the sampling.
 
     ``rank`` is the rank of a factor model fitted to ``X``: none is fitted when a law is known
-    (``Sigma``), nor when ``groups`` make ``s_method="auto"`` solve on a dense covariance.
+    (``Sigma``), nor when ``groups`` make ``s_method="auto"`` solve on a dense covariance. ``sdp_tol`` and
+    ``asdp_block_size`` are checked whatever the method, under their own names: the solvers' messages
+    said ``tol`` / ``block_size``, and a method without a tolerance (``"equicorrelated"``) took
+    ``sdp_tol=-1`` without a word while the same call with ``groups`` refused it.
     """
+    _checks.check_real(sdp_tol, "sdp_tol", strict=True)
+    if asdp_block_size is not None:  # None: asdp's own default, as before
+        _checks.check_count(asdp_block_size, "asdp_block_size")
+    if _factor_pair(Sigma):  # NumPy's "inhomogeneous shape" error before, naming nothing
+        raise TypeError(
+            "Sigma looks like a (d, U) pair: pass the factor law as jaxknock.FactorModel(d, U) "
+            "(Sigma = diag(d) + U U^T), or the dense (p, p) matrix"
+        )
     if lasso_tol is not None and (
         isinstance(lasso_tol, (bool, np.bool_, str, bytes))
         or not (np.ndim(lasso_tol) == 0 and np.isfinite(lasso_tol) and lasso_tol > 0)
@@ -51,6 +63,16 @@ def check_options(*, lasso_tol, rank, Sigma, s_method, groups):
             f"rank={rank!r} is the rank of a factor model fitted to X (s_method='mvr_factor'); with groups= "
             "the S solve uses a dense p x p covariance: drop rank"
         )
+
+
+def _factor_pair(Sigma) -> bool:
+    """A plain ``(d, U)`` pair (``d`` 1-D, ``U`` 2-D), not a :class:`FactorModel` and not a 2 x 2 nested list."""
+    if not isinstance(Sigma, (tuple, list)) or isinstance(Sigma, (FactorModel, FactorFit)) or len(Sigma) != 2:
+        return False
+    try:
+        return np.ndim(Sigma[0]) == 1 and np.ndim(Sigma[1]) == 2
+    except ValueError:  # a ragged nested list: as_float_array names it
+        return False
 
 
 def check_single_device_options(*, Sigma, chunk_size, devices, mesh):
@@ -92,14 +114,15 @@ def check_cv_rows(y, binary, n):
 
 
 def validate_inputs(
-    X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=False, *, lam=None, plus=True
+    X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, known=False, *, lam=None, plus=True, grouped=False
 ):
     """``(X, y, binary, rank)``: the data and the filter's choices checked; ``y``'s labels normalised.
 
     ``X`` keeps its floating dtype (no upcast); ``y`` comes back in it, as 0/1 when it has two labels
     (``binary``). ``rank`` is the factor rank a factor ``s_method`` uses (its default
     ``min(50, max(1, min(n, p) // 4))`` when ``None``). ``known``: a law is given, so ``p >= n`` does
-    not rule out the dense methods.
+    not rule out the dense methods. ``grouped``: group knockoffs, whose S solvers are all dense (the advice
+    for ``p >= n`` then names no factor method, which that path refuses).
     """
     X = _checks.as_float_array(X, "X", bools=True)
     _checks.check_ndim(X, 2, "X", "a 2-D (n_samples, n_features) array")
@@ -129,15 +152,18 @@ def validate_inputs(
             f"lam={lam!r} is the fixed lasso penalty of statistic='lcd'; statistic={statistic!r} does not use "
             "one: drop lam or use statistic='lcd'"
         )
+    if lam is not None:  # before lcd's jnp.asarray, which made lam=True the penalty 1.0 and lam="0.1" 0.1
+        _checks.check_lam(lam, "lam")
     if statistic == "lcd" and lam is None:
         check_cv_rows(y_norm, binary, n)
     if p >= n and s_method not in (*FACTOR_SOLVERS, *WIDE_DENSE_SOLVERS) and not known:
         dense = " / ".join(map(repr, WIDE_DENSE_SOLVERS))
+        # with groups= the factor methods are refused: advising them sent the caller on to a second error
+        factor = "" if grouped else "'mvr_factor' or 'sdp_factor' (factor model from the data) with rank < n, or "
         raise ValueError(
             f"p = {p} >= n = {n}: s_method={s_method!r} on a dense covariance estimated from fewer rows than "
             "features does not keep the FDR at its target (its larger s leans on the estimate); use "
-            f"s_method='mvr_factor' or 'sdp_factor' (factor model from the data) with rank < n, or {dense} "
-            "on the Ledoit-Wolf estimate"
+            f"s_method={factor}{dense} on the Ledoit-Wolf estimate"
         )
     if s_method in FACTOR_SOLVERS:
         if min(n, p) < 2:
@@ -183,7 +209,9 @@ def standardise_by_law(X, Sigma, mu):
             jnp.asarray(Sigma.d, X.dtype) / diag, jnp.asarray(Sigma.U, X.dtype) / jnp.sqrt(diag)[:, None]
         )
     else:
-        Sigma = _checks.validate_sigma(jnp.asarray(Sigma, X.dtype), batch_ok=False, need_x64=False)
+        # named: jnp.asarray(Sigma) of text or of a ragged nested list failed naming nothing
+        Sigma = _checks.as_float_array(Sigma, "Sigma").astype(X.dtype)
+        Sigma = _checks.validate_sigma(Sigma, batch_ok=False, need_x64=False)
         if Sigma.shape != (p, p):
             raise ValueError(f"Sigma must have shape ({p}, {p}) to match X's {p} columns, got {tuple(Sigma.shape)}")
         diag = jnp.diagonal(Sigma)
@@ -191,7 +219,7 @@ def standardise_by_law(X, Sigma, mu):
     if mu is None:
         mu = jnp.mean(X, axis=0)
     else:
-        mu = jnp.asarray(mu, X.dtype)
+        mu = _checks.as_float_array(mu, "mu").astype(X.dtype)
         if mu.shape != (p,):
             raise ValueError(f"mu must have shape ({p},) to match X's {p} columns, got {tuple(mu.shape)}")
         _checks.check_finite(mu, "mu")

@@ -264,14 +264,31 @@ def group_knockoff_select(W_group, fdr, *, plus: bool = True):
 def expand_groups(group_mask, groups):
     """A group-level mask ``(..., G)`` as a feature-level mask ``(..., p)``.
 
+    ``group_mask`` is boolean, or 0/1 integers (returned as booleans: an integer result used as
+    ``X[:, mask]`` would index the columns ``0`` and ``1`` instead of selecting). Other values raise
+    (concrete), or count as ``True`` where non-zero (traced).
+
     Example:
         >>> expand_groups(jnp.array([True, False]), [7, 7, 1]).tolist()
         [False, False, True]
     """
     g = groups if isinstance(groups, Groups) else group_index(groups)
-    group_mask = jnp.asarray(group_mask)
+    group_mask = _as_mask(group_mask, "group_mask")
     if group_mask.ndim < 1:  # group_mask.shape[-1] was an IndexError ("tuple index out of range")
         raise ValueError(f"group_mask must have shape (..., G): one entry per group, got shape {group_mask.shape}")
     if group_mask.shape[-1] != g.num_groups:
         raise ValueError(f"group_mask has {group_mask.shape[-1]} entries but there are {g.num_groups} groups")
     return group_mask[..., np.asarray(g.group_of)]
+
+
+def _as_mask(mask, name: str):
+    """A boolean JAX array from a boolean or 0/1 integer ``mask`` (a float, text or other integer raises)."""
+    dtype = np.dtype(mask.dtype) if hasattr(mask, "dtype") else np.asarray(mask).dtype
+    if dtype.kind not in "biu":  # a float mask came back as floats, text failed in JAX's staging naming nothing
+        raise TypeError(f"{name} must be a boolean mask (or 0/1 integers), got dtype {dtype}")
+    mask = jnp.asarray(mask)
+    if dtype.kind != "b":
+        if _checks.is_concrete(mask) and mask.size and not np.isin(np.asarray(mask), (0, 1)).all():
+            raise ValueError(f"{name} must be a boolean mask (or 0/1 integers), got values other than 0 and 1")
+        mask = mask != 0
+    return mask

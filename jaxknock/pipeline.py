@@ -158,7 +158,8 @@ def explain_empty_selection(
     :class:`Selection`) the multi-knockoff+ estimate is ``m`` times smaller,
     ``(1 + #{W_j <= -t}) / (m #{W_j >= t})``: ``ceil(1/(m q))`` positive
     statistics suffice. The smallest selecting level comes from
-    :func:`~jaxknock.filter.min_selecting_fdr` (:func:`_multi_min_selecting_fdr` for ``m > 1``).
+    :func:`~jaxknock.filter.min_selecting_fdr` (:func:`_multi_min_selecting_fdr` for ``m > 1``); for
+    ``R > 1`` its grid level (levels 1.7% apart) is refined on 256 levels down to the grid level below it.
     ``unit`` names what ``W`` scores (``"groups"`` for group knockoffs).
     """
     W = np.atleast_2d(np.asarray(W))
@@ -170,6 +171,16 @@ def explain_empty_selection(
         q_min = float(_filter.min_selecting_fdr(jnp.asarray(W), aggregate=aggregate, plus=plus))
     else:
         q_min = _multi_min_selecting_fdr(jnp.asarray(W), m, plus)
+    if R > 1 and np.isfinite(q_min):
+        # the aggregated levels come from a grid 1.7% apart: "the smallest target FDR that selects something is
+        # 0.379" while 0.375 selected. A finer grid between the selecting level and the one below it
+        # (every level on it is checked, so the answer still selects) puts the printed digits right.
+        fine = jnp.geomspace(q_min / _GRID_STEP, q_min, 256, dtype=jnp.asarray(W).dtype)
+        if m == 1:
+            q_fine = float(_filter.min_selecting_fdr(jnp.asarray(W), aggregate=aggregate, plus=plus, grid=fine))
+        else:
+            q_fine = _multi_min_selecting_fdr(jnp.asarray(W), m, plus, grid=fine)
+        q_min = min(q_min, q_fine)
     n_pos = int(np.median((W > 0).sum(axis=1)))
     n_neg = int(np.median((W < 0).sum(axis=1)))
     level = q if R == 1 or aggregate == "frequency" else q / 2
@@ -244,7 +255,11 @@ def _best_thresholds(W, m, plus):
     return float(t), int(k), int(neg)
 
 
-def _multi_min_selecting_fdr(W, m, plus) -> float:
+# the ratio of neighbouring levels of min_selecting_fdr's default grid (400 levels geometric in [1e-3, 0.999])
+_GRID_STEP = (0.999 / 1e-3) ** (1 / 399)
+
+
+def _multi_min_selecting_fdr(W, m, plus, grid=None) -> float:
     r"""Smallest level at which the multi-knockoff(+) filter with ``m`` copies selects, from the signed ``tau``.
 
     On ``W`` ``(R, u)`` (``+tau`` where the original wins, ``-tau`` otherwise) the
@@ -252,12 +267,12 @@ def _multi_min_selecting_fdr(W, m, plus) -> float:
     knockoff(+)'s divided by ``m``: one replicate gives
     :func:`~jaxknock.filter.knockoff_min_fdr` ``/ m`` exactly; for ``R > 1`` (units
     selected in at least half the replicates, as :func:`jaxknock._selection.select_multi`)
-    the smallest selecting level of :func:`~jaxknock.filter.min_selecting_fdr`'s grid.
+    the smallest selecting level of :func:`~jaxknock.filter.min_selecting_fdr`'s grid (or of ``grid``).
     """
     if W.shape[0] == 1:
         return float(_filter.knockoff_min_fdr(W[0], plus=plus)) / m
     kappa, tau = (W <= 0).astype(jnp.int32), jnp.abs(W)
-    grid = jnp.geomspace(1e-3, 0.999, 400, dtype=W.dtype)
+    grid = jnp.geomspace(1e-3, 0.999, 400, dtype=W.dtype) if grid is None else grid
 
     def selects(q):
         T = _multi.multi_knockoff_threshold(kappa, tau, q, num_knockoffs=m, plus=plus)
@@ -516,7 +531,10 @@ def knockoff_filter(
     _checks.check_key(key)  # before any program: an int seed fails deep inside JAX otherwise
     num_knockoffs = _checks.check_num_knockoffs(num_knockoffs)  # True == 1 took the single-knockoff path
     _cv.check_patience(cv_patience, "cv_patience")  # before the S solve and the sampling, not in the statistics
-    _inputs.check_options(lasso_tol=lasso_tol, rank=rank, Sigma=Sigma, s_method=s_method, groups=groups)
+    _inputs.check_options(
+        lasso_tol=lasso_tol, rank=rank, Sigma=Sigma, s_method=s_method, groups=groups, sdp_tol=sdp_tol,
+        asdp_block_size=asdp_block_size,
+    )  # fmt: skip
     known = "factor" if isinstance(Sigma, (FactorModel, FactorFit)) else Sigma is not None
     s_method = resolve_s_method(
         s_method, np.shape(X), known=known, groups=groups, rank=rank, num_knockoffs=num_knockoffs
@@ -761,7 +779,7 @@ def _grouped_or_multi_filter(
     if statistic == "centroid":
         raise ValueError("statistic='centroid' is not supported with groups or num_knockoffs > 1")
     X, y, binary, rank = _inputs.validate_inputs(
-        X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, lam=lam, plus=plus
+        X, y, fdr, s_method, statistic, aggregate, num_replicates, rank, lam=lam, plus=plus, grouped=groups is not None
     )
     n, p = X.shape
     g = group_index(np.arange(p) if groups is None else groups, p)

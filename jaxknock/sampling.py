@@ -83,7 +83,7 @@ from jaxknock._checks import (
 )
 from jaxknock._scaling import pow2_exponent
 from jaxknock._solution import RESULTS, Solution
-from jaxknock.covariance import FactorModel
+from jaxknock.covariance import FactorFit, FactorModel
 from jaxknock.distributed import shard_batch
 from jaxknock.svector.group import BlockDiagonal
 
@@ -174,9 +174,21 @@ def _dense_draw(key, plan: _DensePlan):
     return plan.mean + _sampling_common.mm(g, plan.L.T)
 
 
+def _refuse_factor_fit(law, name: str) -> None:
+    """A :class:`FactorFit` (``(model, shrinkage)``) was read as a ``(d, U)`` pair or an array: NumPy's
+    "inhomogeneous shape" error (``model.d must be a numeric array: ...``), naming the wrong thing."""
+    if isinstance(law, FactorFit):
+        raise TypeError(
+            f"{name} is a jaxknock.FactorFit (the result of factor_model_from_data): pass its .model, the factor "
+            "model of the correlation matrix, with X standardised column by column ((X - mean) / std), as "
+            "knockoff_filter does"
+        )
+
+
 def _validate_dense(X, Sigma, s, mu, m: int = 1):
     X = _as_X(X)
     n, p = X.shape
+    _refuse_factor_fit(Sigma, "Sigma")
     if isinstance(Sigma, FactorModel):  # was "Sigma must be a numeric array: ... inhomogeneous shape"
         raise TypeError(
             "Sigma is a jaxknock.FactorModel: use sample_knockoffs_factor (or sample_replicates, which "
@@ -291,6 +303,7 @@ def sample_knockoffs(key, X, Sigma, s, *, mu=None, num_knockoffs=1):
 def _validate_factor(X, model, s, mu, m: int = 1):
     X = _as_X(X)
     n, p = X.shape
+    _refuse_factor_fit(model, "model")
     if isinstance(model, FactorModel):
         d, U = model.d, model.U
     elif isinstance(model, (tuple, list)) and len(model) == 2:
@@ -412,6 +425,7 @@ def _is_factor_pair(Sigma) -> bool:
 
 
 def _sampler_spec(X, Sigma, s, mu, m: int = 1):
+    _refuse_factor_fit(Sigma, "Sigma")  # before _is_factor_pair, whose np.ndim of it failed in NumPy
     if isinstance(Sigma, FactorModel) or _is_factor_pair(Sigma):
         X, d, U, s, mu = _validate_factor(X, Sigma, s, mu, m)
         return "factor", X, (d, U, s), mu, U.shape[1]

@@ -500,6 +500,22 @@ def test_empty_selection_explanation_names_no_level_of_one_or_more():
     assert "no target FDR below 1 selects anything" in msg and "selects something is" not in msg
 
 
+def test_empty_selection_explanation_gives_the_smallest_aggregated_level_to_its_digits():
+    """For ``R > 1`` the smallest selecting level came from a grid whose levels are 1.7% apart: "the smallest
+    target FDR that selects something is 0.336" while e-BH at 0.334 already selected (3 of these 3 cases). The
+    level is refined between the selecting grid level and the one below, so the printed digits hold."""
+    import re
+
+    from jaxknock.pipeline import explain_empty_selection
+
+    for seed in (6, 7, 8):
+        rng = np.random.default_rng(seed)
+        W = jnp.asarray(rng.standard_normal((3, 12)) + np.r_[np.full(5, 1.5), np.zeros(7)])
+        q = float(re.search(r"selects something is ([0-9.]+)", explain_empty_selection(W, 0.01)).group(1))
+        assert F.aggregate_ebh(W, min(q * 1.006, 0.999)).any()  # printed to 3 digits: 0.5% either way
+        assert not F.aggregate_ebh(W, q * 0.994).any()
+
+
 def test_frequency_eta_is_checked_and_may_be_traced():
     """eta is a numeric setting: under jit it was JAX's TracerBoolConversionError; text gave Python's
     "'<' not supported", True was taken for 1.0; a traced eta outside (0, 1] must select nothing

@@ -506,6 +506,24 @@ def test_group_statistics_and_expand_groups_name_a_scalar():
     assert multi.expand_groups(np.array([True]), [2, 2, 2]).tolist() == [True, True, True]
 
 
+def test_expand_groups_gives_a_boolean_mask_for_a_zero_one_integer_one():
+    """A 0/1 integer group mask came back as integers: ``X[:, expand_groups(np.array([1, 0]), g)]`` then indexed
+    the columns 0 and 1 (``X[:, [0, 0, 1]]``) instead of selecting group 0's features; a float mask came back as
+    floats and a text one failed in JAX's staging naming nothing."""
+    g = [7, 7, 1]
+    X = np.arange(6.0).reshape(2, 3)
+    out = multi.expand_groups(np.array([1, 0]), g)
+    assert out.dtype == bool and out.tolist() == [False, False, True]
+    np.testing.assert_array_equal(X[:, np.asarray(out)], X[:, [2]])
+    traced = jax.jit(lambda m: multi.expand_groups(m, g))(jnp.array([0, 1], jnp.int32))
+    assert traced.dtype == bool and traced.tolist() == [True, True, False]
+    with pytest.raises(ValueError, match="group_mask must be a boolean mask .* other than 0 and 1"):
+        multi.expand_groups(np.array([2, 0]), g)
+    for bad in (np.array([0.5, 0.0]), np.array(["a", "b"])):
+        with pytest.raises(TypeError, match="group_mask must be a boolean mask"):
+            multi.expand_groups(bad, g)
+
+
 def test_group_fdr_by_simulation_and_broken():
     """40 data sets, n = 200, p = 40 in 20 groups of 2 (within rho 0.7, coupling 0.4), 6 signal groups, q = 0.2."""
     D, n, q = 40, 200, 0.2

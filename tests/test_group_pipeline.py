@@ -169,7 +169,7 @@ def test_groups_and_multiple_knockoffs_at_p_ge_n(data, tmp_path, capsys):
     sel = jaxknock.knockoff_filter(jax.random.key(0), Xw, yw, fdr=0.3, statistic="correlation", groups=gw)
     assert sel.settings["s_method"] == "mvr" and int(sel.s_solution.result) == 0
     assert sel.W.shape == (1, P // 2)
-    with pytest.raises(ValueError, match="s_method='sdp' on a dense covariance .* or 'mvr' / 'maxent'"):
+    with pytest.raises(ValueError, match="s_method='sdp' on a dense covariance .* use s_method='mvr' / 'maxent'"):
         jaxknock.knockoff_filter(jax.random.key(0), Xw, yw, statistic="correlation", groups=gw, s_method="sdp")
     path = tmp_path / "wide.csv"
     names = [f"x{j}" for j in range(P)] + ["y"]
@@ -196,3 +196,22 @@ def test_auto_with_multiple_knockoffs_at_p_ge_n_is_the_dense_mvr_up_to_its_size_
     assert resolve_s_method("auto", (100, 200)) == "mvr_factor"  # one knockoff: the factor model (FDR 0.078)
     assert resolve_s_method("auto", (600, 200), num_knockoffs=2) == "mvr"
     assert resolve_s_method("auto", (100, 200), num_knockoffs="2") == "mvr_factor"  # named later by its check
+
+
+def test_group_knockoffs_at_p_ge_n_advise_only_methods_the_group_path_takes(data, monkeypatch):
+    """With ``groups=`` at ``p >= n`` a dense ``"sdp"`` / ``"asdp"`` / ``"equicorrelated"`` was refused with the advice
+    to use ``s_method='mvr_factor'`` or ``'sdp_factor'``, which the group path refuses in turn; the advice names
+    the group solvers that run there. Checked before the covariance estimate."""
+    import jaxknock.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "factor_model_from_data", None)  # neither the estimate nor the solve may run
+    monkeypatch.setattr(pipeline, "group_s_matrix", None)
+    X, y, groups = data
+    for method in ("sdp", "asdp", "equicorrelated"):
+        with pytest.raises(ValueError, match=r">= n = 20: .* use s_method='mvr' / 'maxent' on the") as err:
+            jaxknock.knockoff_filter(
+                jax.random.key(0), X[:20], y[:20], s_method=method, statistic="correlation", groups=groups
+            )
+        assert "factor" not in str(err.value)
+    with pytest.raises(ValueError, match="use s_method='mvr_factor'"):  # no groups: the factor methods run
+        jaxknock.knockoff_filter(jax.random.key(0), X[:20], y[:20], s_method="sdp", statistic="correlation")

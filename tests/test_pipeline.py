@@ -532,6 +532,58 @@ def test_group_and_multi_knockoff_runs_refuse_options_they_would_ignore(key, mon
                 knockoff_filter(key, X, y, **{name: value}, **opts)
 
 
+def test_solver_settings_are_checked_under_their_own_names_before_any_work(key, monkeypatch):
+    """``sdp_tol`` / ``asdp_block_size`` were checked by the solvers as ``tol`` / ``block_size`` (names the caller
+    of the filter never passed), after the covariance estimate; a method without a tolerance took
+    ``sdp_tol=-1`` / ``NaN`` without a word (the same call with ``groups=`` refused it)."""
+    import jaxknock.pipeline as pipeline
+
+    def no_s_solve(*a, **k):
+        raise AssertionError("the S solve ran before the settings were checked")
+
+    monkeypatch.setattr(pipeline, "covariance_and_s", no_s_solve)
+    monkeypatch.setattr(pipeline, "_grouped_or_multi_filter", no_s_solve)
+    X, y, _ = make_data()
+    for method in ("equicorrelated", "sdp"):
+        for bad in (-1.0, 0.0, float("nan")):
+            with pytest.raises(ValueError, match="sdp_tol must be a finite number > 0"):
+                knockoff_filter(key, X, y, s_method=method, sdp_tol=bad, statistic="correlation")
+    with pytest.raises(TypeError, match="sdp_tol must be a real number"):
+        knockoff_filter(key, X, y, sdp_tol="1e-4", statistic="correlation")
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="asdp_block_size must be an integer >= 1"):
+            knockoff_filter(key, X, y, s_method="asdp", asdp_block_size=bad, statistic="correlation")
+
+
+def test_a_boolean_or_text_penalty_is_refused_naming_lam(key, monkeypatch):
+    """``lam=True`` ran the fixed-penalty ``"lcd"`` at ``lam = 1.0`` and ``lam="0.1"`` at 0.1: ``lcd`` converted
+    them with ``jnp.asarray`` before its own check, which refuses both."""
+    import jaxknock.pipeline as pipeline
+
+    def no_s_solve(*a, **k):
+        raise AssertionError("the S solve ran before the settings were checked")
+
+    monkeypatch.setattr(pipeline, "covariance_and_s", no_s_solve)
+    monkeypatch.setattr(pipeline, "_grouped_or_multi_filter", no_s_solve)
+    X, y, _ = make_data()
+    for bad in (True, "0.1", np.array([True])):
+        with pytest.raises(TypeError, match="lam must be a real number"):
+            knockoff_filter(key, X, y, lam=bad)
+
+
+def test_a_known_law_that_is_not_numbers_is_named(key):
+    """``Sigma="a"`` / ``mu="a"`` failed with NumPy's "could not convert string to float", and a ``(d, U)`` pair
+    as ``Sigma`` (which the samplers take) with "inhomogeneous shape", naming no argument."""
+    X, y, _ = make_data()
+    p = X.shape[1]
+    with pytest.raises(TypeError, match="Sigma must be a numeric array"):
+        knockoff_filter(key, X, y, Sigma="a", statistic="correlation")
+    with pytest.raises(TypeError, match="mu must be a numeric array"):
+        knockoff_filter(key, X, y, Sigma=np.eye(p), mu="a", statistic="correlation")
+    with pytest.raises(TypeError, match=r"Sigma looks like a \(d, U\) pair: pass .*FactorModel\(d, U\)"):
+        knockoff_filter(key, X, y, Sigma=(np.ones(p), np.ones((p, 2))), statistic="correlation")
+
+
 def test_factor_rank_takes_a_jax_integer_and_refuses_a_bool(key):
     """``rank=jnp.int32(3)`` was refused ("rank must be an integer ..., got Array(3, dtype=int32)") while
     ``np.int32(3)`` passed, and ``rank=True`` was taken as a rank of 1 (a bool is an ``int`` to Python)."""

@@ -460,6 +460,22 @@ def test_dense_sampler_points_a_factor_model_to_the_factor_sampler():
         sample_knockoffs(jax.random.key(0), X, model, jnp.full(p, 0.5))
 
 
+def test_a_factor_fit_is_refused_naming_its_model():
+    """A :class:`~jaxknock.FactorFit` (``factor_model_from_data``'s ``(model, shrinkage)``) was read as a ``(d, U)``
+    pair or an array: "model.d must be a numeric array: ... inhomogeneous shape" (``sample_knockoffs_factor``), the
+    same for ``Sigma`` (``sample_knockoffs``) and NumPy's bare ``ValueError`` (``sample_replicates``)."""
+    from jaxknock.covariance import FactorFit
+
+    p, _, X, model = _poison_case()
+    fit = FactorFit(model, jnp.asarray(0.1))
+    key, s = jax.random.key(0), jnp.full(p, 0.5)
+    with pytest.raises(TypeError, match=r"model is a jaxknock.FactorFit .* pass its .model"):
+        sample_knockoffs_factor(key, X, fit, s)
+    for sampler in (sample_knockoffs, lambda *a: sample_replicates(*a, 2)):
+        with pytest.raises(TypeError, match=r"Sigma is a jaxknock.FactorFit .* pass its .model"):
+            sampler(key, X, fit, s)
+
+
 def test_shape_errors(ar1, small_problem):
     Sigma, s = ar1
     key = jax.random.key(0)
