@@ -36,6 +36,7 @@ import numpy as np
 from jax import lax
 
 from jaxknock import _checks, _memory
+from jaxknock._scaling import pow2_exponent
 
 __all__ = [
     "RandSelResult",
@@ -110,7 +111,7 @@ def squared_distances(X, weights=None):
 def _pow2_unit(X):
     """``(2^-e X, e)`` with ``2^-e max |X|`` in ``[1/2, 1)``: exact, so the squares of data in units of
     ``1e200`` or ``1e-200`` neither overflow nor underflow; a zero ``X`` stays as it is (``e = 0``)."""
-    _, e = jnp.frexp(jnp.max(jnp.abs(X)))
+    e = pow2_exponent(jnp.max(jnp.abs(X)))
     return jnp.ldexp(X, -e), e
 
 
@@ -604,7 +605,7 @@ def randsel(
     # each column by a power of two first (exact): the variance of a column in units of 1e160 overflowed
     # (X / inf = 0: every alignment 0 and another selection), of 1e-170 underflowed
     X = X - X.mean(0)
-    X = jnp.ldexp(X, -jnp.frexp(jnp.max(jnp.abs(X), axis=0))[1])
+    X = jnp.ldexp(X, -pow2_exponent(jnp.max(jnp.abs(X), axis=0)))
     sd = jnp.std(X, axis=0)
     X = X / jnp.where(sd > 0, sd, 1.0)
     # y by a power of two: y y^T of a y in units of 1e200 was inf (NaN contributions, nothing selected), of
