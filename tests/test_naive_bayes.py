@@ -711,6 +711,38 @@ def test_traced_negative_alpha_is_infeasible(model):
     assert np.asarray(path.result).tolist() == [RESULTS.infeasible] * 2 and np.isnan(np.asarray(path.value.psi)).all()
 
 
+def test_traced_tol_that_is_not_finite_and_nonnegative_is_infeasible():
+    """A traced ``tol`` the eager check refuses: ``inf`` certified the first dual point (``successful``, dual
+    gap 3e-3), NaN and -1 ran on and reported ``successful`` too."""
+    rng = np.random.default_rng(0)
+    X, y = rng.poisson(1.0, (30, 6)), np.arange(30) % 3
+    sums = class_sums(X, y)
+    fit = jax.jit(lambda t: sparse_naive_bayes(sums, None, 2, tol=t))
+    assert int(fit(1e-10).result) == RESULTS.successful
+    for tol in (np.inf, np.nan, -1.0):
+        sol = fit(tol)
+        assert int(sol.result) == RESULTS.infeasible and np.isnan(np.asarray(sol.value.theta)).all()
+    path = jax.jit(lambda t: sparse_naive_bayes_path(sums, None, jnp.array([1, 2]), tol=t))(np.inf)
+    assert np.asarray(path.result).tolist() == [RESULTS.infeasible] * 2 and np.isnan(np.asarray(path.value.psi)).all()
+
+
+def test_non_numeric_inputs_are_named():
+    """``predict`` took complex counts (imaginary part dropped) and failed inside JAX on text; labels of
+    mixed types failed in NumPy's sort ("'<' not supported"); under jit, ``predict`` with text classes
+    failed with JAX's "not a valid JAX array type"."""
+    rng = np.random.default_rng(0)
+    X = rng.poisson(1.0, (30, 6))
+    model = sparse_naive_bayes(X, np.array(["a", "b", "c"])[np.arange(30) % 3], 2).value
+    for bad in (X.astype(complex), X.astype(str)):
+        with pytest.raises(TypeError, match="X must hold real counts"):
+            model.predict(bad)
+    with pytest.raises(ValueError, match="y holds labels of types that cannot be ordered"):
+        sparse_naive_bayes(X, np.array([1, "a"] * 15, dtype=object), 2)
+    with pytest.raises(TypeError, match="use predict_index"):
+        jax.jit(model.predict)(X)
+    np.testing.assert_array_equal(np.asarray(jax.jit(model.predict_index)(X)), np.asarray(model.predict_index(X)))
+
+
 def test_traced_classes_are_named():
     """``classes`` traced (passed through jit, or built with jnp inside the jitted function) was JAX's
     TracerArrayConversionError from ``np.asarray``; a concrete JAX array outside jit works."""
