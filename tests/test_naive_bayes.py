@@ -743,6 +743,21 @@ def test_non_numeric_inputs_are_named():
     np.testing.assert_array_equal(np.asarray(jax.jit(model.predict_index)(X)), np.asarray(model.predict_index(X)))
 
 
+def test_int64_counts_beyond_int32_without_x64():
+    """Without x64, ``jnp.asarray`` narrowed an int64 count of 2**32 + 5 to 5 and 2**31 to -2**31: the dense
+    class sums were other data (the scipy.sparse route, summed on the host, disagreed) and ``predict``
+    refused a "negative" count."""
+    X = np.array([[2**32 + 5, 1], [3, 2**31], [1, 1], [2, 2]], np.int64)
+    y = np.array([0, 1, 0, 1])
+    with jax.enable_x64(False):
+        dense = np.asarray(class_sums(X, y).counts)
+        sparse = np.asarray(class_sums(sp.csr_matrix(X), y).counts)
+        np.testing.assert_allclose(dense, [[2**32 + 6, 2], [5, 2**31 + 2]], rtol=1e-6)
+        np.testing.assert_array_equal(dense, sparse)
+        model = sparse_naive_bayes(np.arange(8).reshape(4, 2), y, 2).value
+        np.testing.assert_array_equal(model.predict(X), model.predict(X.astype(np.float32)))
+
+
 def test_traced_classes_are_named():
     """``classes`` traced (passed through jit, or built with jnp inside the jitted function) was JAX's
     TracerArrayConversionError from ``np.asarray``; a concrete JAX array outside jit works."""

@@ -13,7 +13,16 @@ import numpy as np
 
 from jaxknock._checks import check_class_labels, is_concrete, is_sparse
 
-__all__ = ["MODELS", "is_sparse", "is_dask", "float_dtype", "label_tuple", "encode_labels", "check_values"]
+__all__ = [
+    "MODELS",
+    "is_sparse",
+    "is_dask",
+    "float_dtype",
+    "device_array",
+    "label_tuple",
+    "encode_labels",
+    "check_values",
+]
 
 MODELS = ("multinomial", "bernoulli")
 
@@ -40,6 +49,19 @@ def float_dtype(dtype):
             else jnp.result_type(float)
         )
     raise TypeError(f"X must hold numbers, got dtype {dtype}")
+
+
+def device_array(X, dtype):
+    """``X`` as a JAX array; a host array whose dtype JAX would narrow is cast to ``dtype`` on the host first.
+
+    Without ``jax_enable_x64`` an int64 count of ``2**32 + 5`` became ``5`` (and ``2**31`` became negative)
+    in ``jnp.asarray``: class sums and scores of other data, silently (the scipy.sparse route summed on the
+    host and disagreed). The float ``dtype`` of the sums / scores rounds such a count instead.
+    """
+    if not isinstance(X, jax.Array) and hasattr(X, "dtype"):
+        if jax.dtypes.canonicalize_dtype(X.dtype) != np.dtype(X.dtype):
+            X = np.asarray(X, dtype)
+    return jnp.asarray(X)
 
 
 def label_tuple(values) -> tuple:
