@@ -628,6 +628,27 @@ def test_corrupt_npz_names_the_file(tmp_path):
             class_sums_npz([path], np.zeros(10))
 
 
+def test_sparse_index_arrays_outside_the_shape_are_refused(tmp_path):
+    """scipy builds a CSR matrix from ``(data, indices, indptr)`` (and ``iter_npz_blocks`` from a file) without
+    checking the indices: column 3 of a 3-column row of class 0 was summed into class 1's feature 0; a
+    decreasing ``indptr`` crashed in C++ (``vector::_M_default_append``)."""
+    y = np.array([0, 1])
+    bad = sp.csr_matrix((np.array([1.0, 2.0, 3.0]), np.array([0, 3, 1]), np.array([0, 2, 3])), shape=(2, 3))
+    with pytest.raises(ValueError, match=r"1 column indices outside \[0, 3\), e.g. \[3\]"):
+        class_sums(bad, y)
+    path = tmp_path / "bad.npz"
+    parts = dict(data=[1.0, 2.0, 3.0], indices=np.array([0, 3, 1], np.int32), format=np.array("csr"), shape=[2, 3])
+    np.savez(path, indptr=np.array([0, 2, 3], np.int32), **parts)
+    with pytest.raises(ValueError, match="column indices outside"):
+        class_sums_npz([path], y)
+    np.savez(path, indptr=np.array([0, 3, 2], np.int32), **parts)
+    with pytest.raises(ValueError, match="invalid indptr"):
+        class_sums_npz([path], y)
+    model = sparse_naive_bayes(np.eye(3)[[0, 1, 2, 0]], np.array([0, 1, 1, 0]), 1).value
+    with pytest.raises(ValueError, match="column indices outside"):
+        model.predict(bad)
+
+
 def test_continuous_target_is_rejected_naming_y():
     rng = np.random.default_rng(0)
     X = rng.poisson(2.0, size=(30, 4)).astype(float)
