@@ -710,7 +710,14 @@ def check_class_labels(y, name: str = "y") -> None:
                 f"{name} looks like a continuous target: {int(frac.sum())} of its {a.size} values are not whole "
                 f"numbers (e.g. {num[frac][0]!r}); a classifier needs class labels: bin the target first"
             )
-    k = np.unique(a).size
+    try:
+        k = np.unique(a).size
+    except TypeError:  # was NumPy's "'<' not supported between instances of 'str' and 'int'"
+        kinds = sorted({type(v).__name__ for v in a.ravel().tolist()})
+        raise ValueError(  # as encode_response: a ValueError naming the types
+            f"{name} holds labels of types that cannot be ordered ({', '.join(kinds)}): use one type for "
+            "every label (e.g. all strings)"
+        ) from None
     if k > max(20, a.size // 2):
         raise ValueError(
             f"{name} looks like a continuous target: {k} distinct values in {a.size} rows (fewer than two rows "

@@ -51,6 +51,8 @@ def run_lockstep(idx, X, y, lambdas, *, max_steps, chunk, mixed):
     p = X.shape[1]
     slots = _stability_path.phase_slots(p, m)
     mixed = bool(mixed) and X.dtype == jnp.float64
+    if mixed:
+        X, lambdas, mixed = _float32_range(X, lambdas)
     if chunk is None:  # the per-backend choice and its measurement: _backend.lockstep_chunk
         chunk = _backend.lockstep_chunk(X.size * (X.dtype.itemsize + (4 if mixed else 0)))
     if chunk is None:
@@ -61,6 +63,26 @@ def run_lockstep(idx, X, y, lambdas, *, max_steps, chunk, mixed):
     )  # fmt: skip
     del over  # cannot happen: at most min(p, m) features are active on m centred rows
     return counts, union, failed
+
+
+def _float32_range(X, lambdas):
+    """``X`` and the penalties scaled by one power of two for the float32 products of ``mixed``, and whether
+    those products are still faithful.
+
+    A float64 design in units of ``1e40`` (or ``1e-40``) was ``inf`` (``0``) in float32: the directions came
+    out wrong and every probability of the path could flip, with no failure counted. The lasso on
+    ``(2^-e X, y)`` at penalties ``2^-e lambda`` has the same supports, and the scaling is exact, so a design
+    already in float32's range gives the same bits. Columns whose largest entry is below ``2^-60`` of the
+    largest one would still lose their precision in float32: those designs run every product in float64.
+    """
+    colmax = np.asarray(jnp.max(jnp.abs(X), axis=0))
+    top = float(colmax.max()) if colmax.size else 0.0
+    if not top > 0:
+        return X, lambdas, True
+    e = int(np.frexp(top)[1])
+    nonzero = colmax[colmax > 0]
+    faithful = bool(np.ldexp(nonzero.min(), -e) >= 2.0**-60)
+    return jnp.ldexp(X, -e), jnp.ldexp(lambdas, -e), faithful
 
 
 def path_coefs(Xs, ys, lambdas, settings: L1Settings):

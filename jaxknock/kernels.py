@@ -36,6 +36,7 @@ import numpy as np
 from jax import lax
 
 from jaxknock import _checks, _memory
+from jaxknock._scaling import pow2_exponent
 
 __all__ = [
     "RandSelResult",
@@ -100,28 +101,59 @@ def squared_distances(X, weights=None):
     Xw = X if weights is None else X * weights
     sq = jnp.sum(Xw * X, axis=1)
     D = jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * jnp.matmul(Xw, X.T, precision=HI), 0.0)
+    # a point is at distance 0 from itself: the expansion left ~1e-15 there, so a narrow Gaussian kernel
+    # (bandwidth 1e-10) had K_ii = exp(-1e-15 / 2e-20) = 0 instead of 1 (alignment 0.1866 for 0.1857)
+    D = jnp.where(jnp.eye(D.shape[0], dtype=bool), jnp.zeros((), D.dtype), D)
     # a negative weight gave a plausible "distance" (clipped at 0 where negative): NaN under jit, as eager raises
     return D if weights is None else _checks.poison(jnp.all(weights >= 0), D)
 
 
-def _median_sigma2(D):
-    """Squared median-heuristic bandwidth from a squared-distance matrix (off-diagonal pairs)."""
-    n = D.shape[0]
-    iu = np.triu_indices(n, 1)
-    med = jnp.median(jnp.sqrt(D[iu])) if n > 1 else jnp.ones((), D.dtype)
-    return jnp.where(med > 0, med**2, 1.0)
+def _pow2_unit(X):
+    """``(2^-e X, e)`` with ``2^-e max |X|`` in ``[1/2, 1)``: exact, so the squares of data in units of
+    ``1e200`` or ``1e-200`` neither overflow nor underflow; a zero ``X`` stays as it is (``e = 0``)."""
+    e = pow2_exponent(jnp.max(jnp.abs(X)))
+    return jnp.ldexp(X, -e), e
 
 
-def _gram(X, kernel, bandwidth):
+def _gaussian(D, s):
+    """``exp(-D / (2 s^2)) - 1``: the Gaussian kernel less the constant 1, which no measure here sees (they
+    read ``K`` through ``H K H``, and the unbiased HSIC is invariant to constants too). ``expm1`` keeps
+    the kernel of a wide bandwidth, ``1 - 1e-20``, which ``exp`` rounded to a constant: alignment 0. A
+    width whose square underflows (``1e-170``) divides the distance, not its square (``D / 0``: 0/0 = NaN)."""
+    s2 = s * s
+    arg = jnp.where(s2 >= jnp.finfo(D.dtype).tiny, D / (2.0 * s2), jnp.square(jnp.sqrt(D) / s) / 2.0)
+    return jnp.expm1(-arg)
+
+
+def _gram(X, kernel, bandwidth, scale_free=False):
+    """The kernel matrix of the rows of ``X`` (up to a constant, see :func:`_gaussian`).
+
+    The Gaussian kernel does not depend on the unit of ``X`` (the width is the median or given in the same
+    unit): its distances are taken on ``X`` scaled by a power of two (data in units of ``1e200``: NaN;
+    ``1e-200``: an alignment of 0). ``scale_free``: the measure is invariant to ``K -> c K`` (the alignment),
+    so the linear kernel may be scaled too.
+    """
+    X = X - jnp.mean(X, axis=0)
     if kernel == "linear":
         # on centred columns: every measure here sees K only through H K H (the unbiased HSIC is
         # invariant to K + f(x) + f(x') too), and x'x' of rows far from the origin cancelled in the
         # centring (y + 1e4 in float32 or y + 1e8 in float64 gave an alignment of ~0 for 0.32)
-        X = X - jnp.mean(X, axis=0)
+        if scale_free:
+            X = _pow2_unit(X)[0]
         return jnp.matmul(X, X.T, precision=HI)
+    X, e = _pow2_unit(X)
     D = squared_distances(X)
-    s2 = _median_sigma2(D) if bandwidth is None else jnp.asarray(bandwidth, X.dtype) ** 2
-    return jnp.exp(-D / (2.0 * s2))
+    return _gaussian(D, _width(D, bandwidth, e))
+
+
+def _width(D, bandwidth, e):
+    """The width for distances ``D`` of data scaled by ``2^-e``: the median heuristic (``1`` in the
+    data's own unit when the median is 0), or ``bandwidth``, in the scaled unit."""
+    if bandwidth is None:
+        n = D.shape[0]
+        med = jnp.median(jnp.sqrt(D[np.triu_indices(n, 1)])) if n > 1 else jnp.zeros((), D.dtype)
+        return jnp.where(med > 0, med, jnp.ldexp(jnp.ones((), D.dtype), -e))
+    return jnp.ldexp(jnp.asarray(bandwidth, D.dtype), -e)
 
 
 def _center(K):
@@ -229,7 +261,8 @@ def _check_bandwidth(bandwidth, name="bandwidth"):
 
 @functools.partial(jax.jit, static_argnames=("kernel", "target_kernel", "estimator"))
 def _measure(X, y, bandwidth, target_bandwidth, *, kernel, target_kernel, estimator):
-    return _criterion(_gram(X, kernel, bandwidth), _gram(y, target_kernel, target_bandwidth), estimator)
+    free = estimator == "kta"
+    return _criterion(_gram(X, kernel, bandwidth, free), _gram(y, target_kernel, target_bandwidth, free), estimator)
 
 
 def kernel_target_alignment(X, y, *, kernel="gaussian", bandwidth=None, target_kernel="linear", target_bandwidth=None):
@@ -297,10 +330,10 @@ def hsic(X, y, *, kernel="gaussian", bandwidth=None, target_kernel="linear", tar
 
 @functools.partial(jax.jit, static_argnames=("kernel", "target_kernel"))
 def _prefix_alignments(X, y, ranking, bandwidth, target_bandwidth, *, kernel, target_kernel):
-    Lc = _center(_gram(y, target_kernel, target_bandwidth))
+    Lc = _center(_gram(y, target_kernel, target_bandwidth, scale_free=True))
     n = X.shape[0]
-    if kernel == "linear":
-        X = X - jnp.mean(X, axis=0)  # as in _gram
+    # as in _gram: centred, and one power of two for every column (the alignments do not depend on it)
+    X, e = _pow2_unit(X - jnp.mean(X, axis=0))
 
     def step(D, j):
         col = X[:, j]
@@ -309,8 +342,7 @@ def _prefix_alignments(X, y, ranking, bandwidth, target_bandwidth, *, kernel, ta
             K = D
         else:
             D = D + (col[:, None] - col[None, :]) ** 2
-            s2 = _median_sigma2(D) if bandwidth is None else bandwidth**2
-            K = jnp.exp(-D / (2.0 * s2))
+            K = _gaussian(D, _width(D, bandwidth, e))
         return D, _cosine(_center(K), Lc)
 
     _, a = lax.scan(step, jnp.zeros((n, n), X.dtype), ranking)
@@ -570,9 +602,15 @@ def randsel(
         raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
     if not (_checks.is_int(max_eval_rows) and max_eval_rows >= 4):
         raise ValueError(f"max_eval_rows must be an integer >= 4, got {max_eval_rows!r}")
+    # each column by a power of two first (exact): the variance of a column in units of 1e160 overflowed
+    # (X / inf = 0: every alignment 0 and another selection), of 1e-170 underflowed
+    X = X - X.mean(0)
+    X = jnp.ldexp(X, -pow2_exponent(jnp.max(jnp.abs(X), axis=0)))
     sd = jnp.std(X, axis=0)
-    X = (X - X.mean(0)) / jnp.where(sd > 0, sd, 1.0)
-    y = y - y.mean(0)
+    X = X / jnp.where(sd > 0, sd, 1.0)
+    # y by a power of two: y y^T of a y in units of 1e200 was inf (NaN contributions, nothing selected), of
+    # 1e-200 zero; the HSIC contributions are reported in y's units (times 4^e, exact)
+    y, y_exp = _pow2_unit(y - y.mean(0))
     scale2 = jnp.asarray(2.0 if bandwidth is None else float(bandwidth) ** 2, X.dtype)
     if chunk_size is None:
         per_draw = X.dtype.itemsize * (6 * m_a * m_a + m_a * p + 4 * p)
@@ -648,6 +686,8 @@ def randsel(
     selected = (in_best & (np.nan_to_num(c_best, nan=-1.0) > 0)) | fixed
     if best == len(contribs) - 1:  # the final set: its members are the survivors of the last round
         selected = in_best.copy()
+    if estimator != "kta":  # the HSIC is quadratic in y; the ranking and the signs above are not
+        contributions = np.ldexp(contributions, 2 * int(y_exp))
     return RandSelResult(
         contributions=contributions,
         active=np.stack(actives),

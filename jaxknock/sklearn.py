@@ -479,6 +479,10 @@ def _encode_target(y):
 
 
 def _standardise(X):
+    """Columns centred and scaled to unit variance (constant ones left at 0), each on its exact power-of-two
+    rescaling first (as :func:`jaxknock._scaling.standardise_columns`): the variance of a column in units of
+    ``1e160`` overflowed, so the column was divided by ``inf`` and could never be selected."""
+    X = np.ldexp(X, -np.frexp(np.max(np.abs(X), axis=0))[1])
     sd = X.std(axis=0)
     return (X - X.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
 

@@ -368,7 +368,10 @@ def stability_selection(
       the range is cut as above at threshold 0.9.
 
     Args:
-        key: ``jax.random`` key for the subsamples (:func:`stability_subsamples`).
+        key: ``jax.random`` key for the subsamples (:func:`stability_subsamples`). The subsamples are
+            sets of row *indices*, so for one key the result depends on the order of the rows: the
+            same data in another row order are another Monte-Carlo draw (a probability moves by about
+            ``sqrt(pi (1 - pi) / B)``); the order of the features does not matter.
         X: ``(n, p)`` design; y: ``(n,)`` response (binary labels for ``loss="logistic"``).
         lambdas: decreasing penalties; default ``num_lambdas`` values of
             :func:`~jaxknock.lambda_grid` on the full data (down to ``eps * lambda_max``).

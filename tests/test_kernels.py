@@ -405,3 +405,58 @@ def test_measures_invariant_to_sample_order_and_feature_order():
         np.testing.assert_allclose(float(fn(X[:, cols], y)), ref, rtol=1e-12, atol=1e-15)
     # the centred alignment does not see the coding of two classes ({0, 1} or {-1, 1})
     np.testing.assert_allclose(float(kernel_target_alignment(X, 2 * y - 1)), float(kernel_target_alignment(X, y)))
+
+
+def test_gaussian_measures_and_alignments_do_not_depend_on_units():
+    """Data in units of 1e200 overflowed the squared distances (NaN; greedy "selected" ranking[:1] from
+    NaN alignments), of 1e-200 underflowed them (alignment 0 for 0.42: "no dependence"); the default
+    linear target kernel of a y in units of 1e200 gave a NaN alignment."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((30, 4))  # test_kta_matches_numpy's shape
+    y = X[:, 0] + 0.1 * rng.standard_normal(30)
+    a0, h0 = float(kernel_target_alignment(X, y)), float(hsic(X, y, target_kernel="gaussian"))
+    r = [0, 3, 1, 2]
+    g0 = np.asarray(greedy_kta_selection(X, y, r)[1])
+    gl0 = np.asarray(greedy_kta_selection(X, y, r, kernel="linear")[1])
+    for sx, sy in [(1e200, 1.0), (1e-200, 1.0), (1.0, 1e200), (1.0, 1e-200)]:
+        Xs, ys = X * sx, y * sy
+        np.testing.assert_allclose(float(kernel_target_alignment(Xs, ys)), a0, rtol=1e-12)
+        np.testing.assert_allclose(float(kernel_target_alignment(Xs, ys, kernel="linear")),
+                                   float(kernel_target_alignment(X, y, kernel="linear")), rtol=1e-12)  # fmt: skip
+        np.testing.assert_allclose(np.asarray(greedy_kta_selection(Xs, ys, r)[1]), g0, rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(greedy_kta_selection(Xs, ys, r, kernel="linear")[1]), gl0, rtol=1e-12)
+        if sy == 1.0:  # Gaussian kernels on both sides: HSIC is unit-free too
+            np.testing.assert_allclose(float(hsic(Xs, ys, target_kernel="gaussian")), h0, rtol=1e-12)
+
+
+def test_gaussian_width_edge_values():
+    """A narrow width: K = I exactly (the distances' diagonal was ~1e-15, K_ii = exp(-1e-15 / 2e-20) = 0:
+    0.1866 for 0.1857; a width of 1e-170, whose square underflows, gave NaN). A wide one: the alignment
+    tends to the linear kernel's (exp rounded 1 - 1e-20 to 1: alignment 0)."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((30, 4))
+    y = X[:, 0] + 0.1 * rng.standard_normal(30)
+    assert np.all(np.diag(np.asarray(squared_distances(X))) == 0)
+    H = np.eye(30) - 1 / 30
+    Lc = H @ np.outer(y, y) @ H
+    narrow = np.trace(Lc) / (np.sqrt(29) * np.linalg.norm(Lc))  # <H, Lc> / (|H| |Lc|)
+    for bw in (1e-10, 1e-170, 1e-300):
+        np.testing.assert_allclose(float(kernel_target_alignment(X, y, bandwidth=bw)), narrow, rtol=1e-12)
+    linear = float(kernel_target_alignment(X, y, kernel="linear"))
+    np.testing.assert_allclose(float(kernel_target_alignment(X, y, bandwidth=1e10)), linear, rtol=1e-8)
+
+
+def test_randsel_does_not_depend_on_units():
+    """randSel standardises X, but the column variances of X in units of 1e160 overflowed (X / inf = 0:
+    every alignment 0, another selection) and y y^T of a y in units of 1e200 was inf (NaN contributions,
+    nothing selected); 1e-200 gave zeros."""
+    X, y = _xor(0, n=60, irrelevant=2)
+    kw = dict(num_subsamples=50, subsample_size=20)
+    base = randsel(jax.random.key(1), X, y, **kw)
+    for Xs, ys, c in [(X * 1e160, y, 1.0), (X * 1e-200, y, 1.0), (X, y * 2.0**500, 2.0**1000),
+                      (X, y * 2.0**-500, 2.0**-1000)]:  # fmt: skip
+        res = randsel(jax.random.key(1), Xs, ys, **kw)
+        np.testing.assert_array_equal(res.ranking, base.ranking)
+        np.testing.assert_array_equal(res.selected, base.selected)
+        np.testing.assert_allclose(res.alignment, base.alignment, rtol=1e-12)
+        np.testing.assert_allclose(res.contributions / c, base.contributions, rtol=1e-9)

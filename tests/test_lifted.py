@@ -642,6 +642,21 @@ def test_lifted_initialisation_of_optax_network(key):
     assert tuned.stats["test_accuracy"][0] > xavier.stats["test_accuracy"][0]
 
 
+def test_export_and_optax_training_name_their_bad_arguments():
+    """``lifted_to_mlp(dtype=int32)`` truncated every weight (a network predicting one class);
+    ``train_mlp(optimizer=None)`` failed with "'NoneType' object has no attribute 'init'"; a bad ``hyper``
+    passed ``predict_lifted``'s feed-forward rule silently."""
+    params = mlp_init(jax.random.key(0), SIZES)
+    with pytest.raises(TypeError, match="dtype must be a floating dtype"):
+        lifted_to_mlp(params, dtype=jnp.int32)
+    assert lifted_to_mlp(params, dtype=jnp.float32)[0]["w"].dtype == jnp.float32
+    with pytest.raises(TypeError, match="optimizer must be an optax.GradientTransformation"):
+        train_mlp(jax.random.key(1), X_TR, Y_TR, params, optimizer=None, epochs=1, batch_size=120)
+    hyper = _spec().hyper(X_TR.dtype)
+    with pytest.raises(ValueError, match="lam must be positive"):
+        predict_lifted(params, X_TR, _spec(), hyper=hyper._replace(lam=-hyper.lam))
+
+
 # --- bad input ---------------------------------------------------------------------
 
 

@@ -628,6 +628,27 @@ def test_corrupt_npz_names_the_file(tmp_path):
             class_sums_npz([path], np.zeros(10))
 
 
+def test_sparse_index_arrays_outside_the_shape_are_refused(tmp_path):
+    """scipy builds a CSR matrix from ``(data, indices, indptr)`` (and ``iter_npz_blocks`` from a file) without
+    checking the indices: column 3 of a 3-column row of class 0 was summed into class 1's feature 0; a
+    decreasing ``indptr`` crashed in C++ (``vector::_M_default_append``)."""
+    y = np.array([0, 1])
+    bad = sp.csr_matrix((np.array([1.0, 2.0, 3.0]), np.array([0, 3, 1]), np.array([0, 2, 3])), shape=(2, 3))
+    with pytest.raises(ValueError, match=r"1 column indices outside \[0, 3\), e.g. \[3\]"):
+        class_sums(bad, y)
+    path = tmp_path / "bad.npz"
+    parts = dict(data=[1.0, 2.0, 3.0], indices=np.array([0, 3, 1], np.int32), format=np.array("csr"), shape=[2, 3])
+    np.savez(path, indptr=np.array([0, 2, 3], np.int32), **parts)
+    with pytest.raises(ValueError, match="column indices outside"):
+        class_sums_npz([path], y)
+    np.savez(path, indptr=np.array([0, 3, 2], np.int32), **parts)
+    with pytest.raises(ValueError, match="invalid indptr"):
+        class_sums_npz([path], y)
+    model = sparse_naive_bayes(np.eye(3)[[0, 1, 2, 0]], np.array([0, 1, 1, 0]), 1).value
+    with pytest.raises(ValueError, match="column indices outside"):
+        model.predict(bad)
+
+
 def test_continuous_target_is_rejected_naming_y():
     rng = np.random.default_rng(0)
     X = rng.poisson(2.0, size=(30, 4)).astype(float)
@@ -709,6 +730,53 @@ def test_traced_negative_alpha_is_infeasible(model):
         assert np.all(np.isfinite(np.asarray(sol.value.theta))) == (code == RESULTS.successful)
     path = jax.jit(lambda a: sparse_naive_bayes_path(sums, None, jnp.array([1, 2]), model=model, alpha=a))(-0.5)
     assert np.asarray(path.result).tolist() == [RESULTS.infeasible] * 2 and np.isnan(np.asarray(path.value.psi)).all()
+
+
+def test_traced_tol_that_is_not_finite_and_nonnegative_is_infeasible():
+    """A traced ``tol`` the eager check refuses: ``inf`` certified the first dual point (``successful``, dual
+    gap 3e-3), NaN and -1 ran on and reported ``successful`` too."""
+    rng = np.random.default_rng(0)
+    X, y = rng.poisson(1.0, (30, 6)), np.arange(30) % 3
+    sums = class_sums(X, y)
+    fit = jax.jit(lambda t: sparse_naive_bayes(sums, None, 2, tol=t))
+    assert int(fit(1e-10).result) == RESULTS.successful
+    for tol in (np.inf, np.nan, -1.0):
+        sol = fit(tol)
+        assert int(sol.result) == RESULTS.infeasible and np.isnan(np.asarray(sol.value.theta)).all()
+    path = jax.jit(lambda t: sparse_naive_bayes_path(sums, None, jnp.array([1, 2]), tol=t))(np.inf)
+    assert np.asarray(path.result).tolist() == [RESULTS.infeasible] * 2 and np.isnan(np.asarray(path.value.psi)).all()
+
+
+def test_non_numeric_inputs_are_named():
+    """``predict`` took complex counts (imaginary part dropped) and failed inside JAX on text; labels of
+    mixed types failed in NumPy's sort ("'<' not supported"); under jit, ``predict`` with text classes
+    failed with JAX's "not a valid JAX array type"."""
+    rng = np.random.default_rng(0)
+    X = rng.poisson(1.0, (30, 6))
+    model = sparse_naive_bayes(X, np.array(["a", "b", "c"])[np.arange(30) % 3], 2).value
+    for bad in (X.astype(complex), X.astype(str)):
+        with pytest.raises(TypeError, match="X must hold real counts"):
+            model.predict(bad)
+    with pytest.raises(ValueError, match="y holds labels of types that cannot be ordered"):
+        sparse_naive_bayes(X, np.array([1, "a"] * 15, dtype=object), 2)
+    with pytest.raises(TypeError, match="use predict_index"):
+        jax.jit(model.predict)(X)
+    np.testing.assert_array_equal(np.asarray(jax.jit(model.predict_index)(X)), np.asarray(model.predict_index(X)))
+
+
+def test_int64_counts_beyond_int32_without_x64():
+    """Without x64, ``jnp.asarray`` narrowed an int64 count of 2**32 + 5 to 5 and 2**31 to -2**31: the dense
+    class sums were other data (the scipy.sparse route, summed on the host, disagreed) and ``predict``
+    refused a "negative" count."""
+    X = np.array([[2**32 + 5, 1], [3, 2**31], [1, 1], [2, 2]], np.int64)
+    y = np.array([0, 1, 0, 1])
+    with jax.enable_x64(False):
+        dense = np.asarray(class_sums(X, y).counts)
+        sparse = np.asarray(class_sums(sp.csr_matrix(X), y).counts)
+        np.testing.assert_allclose(dense, [[2**32 + 6, 2], [5, 2**31 + 2]], rtol=1e-6)
+        np.testing.assert_array_equal(dense, sparse)
+        model = sparse_naive_bayes(np.arange(8).reshape(4, 2), y, 2).value
+        np.testing.assert_array_equal(model.predict(X), model.predict(X.astype(np.float32)))
 
 
 def test_traced_classes_are_named():

@@ -41,6 +41,17 @@ def test_stability_selector_matches_function_and_pipeline():
     assert grid.best_params_["stabilityselector__threshold"] in (0.6, 0.9)
 
 
+def test_stability_selector_standardises_columns_in_any_units():
+    """The variance of a column in units of 1e160 overflowed: the column was divided by inf, never selected
+    (another feature was), and one of 1e-170 flushed to zero."""
+    X, y = _regression()
+    base = StabilitySelector(threshold=0.7, **STAB).fit(X, y)
+    Xu = X * np.where(np.arange(12) == 0, 1e160, 1.0) * np.where(np.arange(12) == 1, 1e-170, 1.0)
+    sel = StabilitySelector(threshold=0.7, **STAB).fit(Xu, y)
+    np.testing.assert_allclose(sel.probabilities_, base.probabilities_, atol=1e-12)
+    assert sel.get_support().tolist() == base.get_support().tolist() and base.get_support()[:2].all()
+
+
 def test_stability_selector_string_labels_use_logistic():
     X, y = _regression(1)
     labels = np.where(y > 0, "pos", "neg")

@@ -412,6 +412,21 @@ def test_lockstep_sign_flip_badly_scaled_columns():
         assert int(res.num_failed.sum()) == 0
 
 
+@pytest.mark.parametrize("scale", [1e40, 1e-40])
+def test_lockstep_mixed_precision_design_outside_float32_range(scale):
+    """A float64 design in units of 1e40 (1e-40) was inf (0) in the float32 products of ``mixed_precision``:
+    probabilities off by 1.0 with no failure counted. The supports do not depend on a common unit of X."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((80, 6))
+    y = 2 * X[:, 0] + X[:, 1] + rng.standard_normal(80)
+    kw = dict(num_subsamples=20, num_lambdas=10, expected_false=None, solver="lockstep")
+    base = jaxknock.stability_selection(jax.random.key(0), X, y, **kw)
+    for mixed in (True, False):
+        res = jaxknock.stability_selection(jax.random.key(0), X * scale, y, mixed_precision=mixed, **kw)
+        np.testing.assert_array_equal(np.asarray(res.probabilities), np.asarray(base.probabilities))
+        assert int(res.num_failed.sum()) == 0
+
+
 def test_lockstep_duplicated_column_is_skipped_and_the_rest_unchanged():
     """An exact copy of a column (appended last) is in the span of the active set once its twin enters:
     the Schur complement of its stored column is zero, so it is skipped, never selected, and every other

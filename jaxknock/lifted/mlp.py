@@ -152,6 +152,9 @@ def lifted_to_mlp(params_or_solution, *, index: int | None = None, dtype=None) -
         params = jax.tree_util.tree_map(lambda a: a[index], params)
     if params[0]["w"].ndim != 2:
         raise ValueError("params hold several models (from tune_lifted): pass index=")
+    if dtype is not None and not jnp.issubdtype(dtype, jnp.floating):
+        # an integer dtype truncated every weight (0.37 -> 0) and returned a network that predicts one class
+        raise TypeError(f"dtype must be a floating dtype (e.g. jnp.float32), got {dtype!r}")
     return [{"w": jnp.asarray(layer["w"], dtype), "b": jnp.asarray(layer["b"], dtype)} for layer in params]
 
 
@@ -246,6 +249,9 @@ def train_mlp(
         raise ValueError(f"batch_size must lie in [1, {N}], got {batch_size}")
     epochs = _checks.check_count(epochs, "epochs")
     weight_decay = _checks.check_real(weight_decay, "weight_decay")  # -1 diverged to a negative "loss"
+    if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
+        # None was "'NoneType' object has no attribute 'init'" after the data were prepared
+        raise TypeError(f"optimizer must be an optax.GradientTransformation (e.g. optax.adam(1e-3)), got {optimizer!r}")
     k_init, k_perm = jax.random.split(key)
     params = mlp_init(k_init, sizes, dtype=X.dtype) if params is None else check_params(params, spec, X.dtype)
     test = None

@@ -65,6 +65,8 @@ def predict_lifted(
     check_finite(X, "X")
     params = check_params(params, spec, X.dtype)
     passes = check_count(passes, "passes")  # 0 or -1 returned the scores of the forward pass unchanged
+    if hyper is not None:  # checked whatever the method: a negative lam passed the feed-forward rule silently
+        check_hyper_values(hyper, batched=False)
     if method == "feedforward" or (method == "lifted" and spec.loss == "mse"):
         return mlp_apply(params, X)
     if method != "lifted":

@@ -13,7 +13,16 @@ import numpy as np
 
 from jaxknock._checks import check_class_labels, is_concrete, is_sparse
 
-__all__ = ["MODELS", "is_sparse", "is_dask", "float_dtype", "label_tuple", "encode_labels", "check_values"]
+__all__ = [
+    "MODELS",
+    "is_sparse",
+    "is_dask",
+    "float_dtype",
+    "device_array",
+    "label_tuple",
+    "encode_labels",
+    "check_values",
+]
 
 MODELS = ("multinomial", "bernoulli")
 
@@ -40,6 +49,19 @@ def float_dtype(dtype):
             else jnp.result_type(float)
         )
     raise TypeError(f"X must hold numbers, got dtype {dtype}")
+
+
+def device_array(X, dtype):
+    """``X`` as a JAX array; a host array whose dtype JAX would narrow is cast to ``dtype`` on the host first.
+
+    Without ``jax_enable_x64`` an int64 count of ``2**32 + 5`` became ``5`` (and ``2**31`` became negative)
+    in ``jnp.asarray``: class sums and scores of other data, silently (the scipy.sparse route summed on the
+    host and disagreed). The float ``dtype`` of the sums / scores rounds such a count instead.
+    """
+    if not isinstance(X, jax.Array) and hasattr(X, "dtype"):
+        if jax.dtypes.canonicalize_dtype(X.dtype) != np.dtype(X.dtype):
+            X = np.asarray(X, dtype)
+    return jnp.asarray(X)
 
 
 def label_tuple(values) -> tuple:
@@ -110,10 +132,32 @@ def _describe_entries(rows, cols, vals, limit=5):
     return ", ".join(items)
 
 
+def _check_structure(Xc):
+    """A CSR / CSC matrix whose index arrays describe it: scipy builds one from ``(data, indices, indptr)``
+    (and ``iter_npz_blocks`` from a file) without checking them. A column index ``>= m`` was summed into the
+    next class's first features (class sums of other data, silently); a decreasing ``indptr`` crashed in C++."""
+    major, minor = Xc.shape if Xc.format == "csr" else Xc.shape[::-1]
+    ip, ix = np.asarray(Xc.indptr), np.asarray(Xc.indices)
+    kind = "column" if Xc.format == "csr" else "row"
+    if ip.shape != (major + 1,) or (ip.size and (ip[0] != 0 or ip[-1] > ix.size)) or np.any(np.diff(ip) < 0):
+        raise ValueError(
+            f"X (scipy.sparse {Xc.format}) has an invalid indptr: it must start at 0, never decrease and end "
+            f"at most at the {ix.size} stored entries, with {major + 1} entries"
+        )
+    used = ix[: int(ip[-1])] if ip.size else ix
+    if used.size and (used.min() < 0 or used.max() >= minor):
+        bad = used[(used < 0) | (used >= minor)]
+        raise ValueError(
+            f"X (scipy.sparse {Xc.format}, shape {Xc.shape}) has {bad.size} {kind} indices outside "
+            f"[0, {minor}), e.g. {bad[:5].tolist()}"
+        )
+
+
 def check_values(X, model):
     """Value checks on concrete X (dense or scipy.sparse), before any tracing."""
     if is_sparse(X):
         Xc = X if X.format in ("csr", "csc") else X.tocsr()
+        _check_structure(Xc)
         if not Xc.has_canonical_format:
             # duplicate entries add up (X[i, j] = 1 + 1 = 2): check the matrix's values, not the stored ones
             Xc = Xc.copy()

@@ -33,7 +33,7 @@ from jax import lax
 from jaxknock import _backend
 from jaxknock._checks import combine_codes, int_setting, is_concrete, is_int, poison
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
-from jaxknock.naive_bayes._inputs import MODELS, check_values, is_sparse, label_tuple
+from jaxknock.naive_bayes._inputs import MODELS, check_values, device_array, is_sparse, label_tuple
 from jaxknock.naive_bayes.bernoulli import fit_bernoulli
 from jaxknock.naive_bayes.dual import multinomial_problem, recover, solve_dual, theta_from_mask
 from jaxknock.naive_bayes.sums import ClassSums, class_sums
@@ -49,8 +49,11 @@ def _linear_scores(X, coef, intercept, support):
     (``ValueError`` naming ``X`` and the entries); under ``jit`` a row with a
     NaN, Inf or negative entry gets NaN scores.
     """
+    dt = np.dtype(X.dtype) if hasattr(X, "dtype") else np.asarray(X).dtype
+    if dt.kind not in "biuf":  # complex X lost its imaginary part silently, text failed inside JAX
+        raise TypeError(f"X must hold real counts (integer, float or bool), got dtype {dt}")
     if not is_sparse(X):
-        X = jnp.asarray(X)
+        X = device_array(X, coef.dtype)
     # scipy.sparse X too: its product reads the support columns only, so X with fewer or more
     # columns than the model's features gave plausible scores
     if len(X.shape) != 2 or X.shape[1] != coef.shape[1]:
@@ -200,6 +203,11 @@ class NaiveBayesModel:
         """
         idx = self.predict_index(X)
         if not is_concrete(idx):
+            if np.asarray(self.classes).dtype.kind not in "biuf":  # was JAX's "not a valid JAX array type"
+                raise TypeError(
+                    f"under jit / vmap predict returns the labels as a JAX array, which cannot hold the classes "
+                    f"{self.classes!r}: use predict_index (indices into classes) there"
+                )
             labels = jnp.asarray(self.classes)
             fill = jnp.nan if jnp.issubdtype(labels.dtype, jnp.inexact) else -1
             return jnp.take(labels, idx, mode="fill", fill_value=fill)
@@ -263,19 +271,22 @@ def _final_code(dual_result, finite):
     return jnp.where(finite, dual_result, jnp.int32(RESULTS.nonfinite)).astype(jnp.int32)
 
 
-def _input_code(counts, n_samples, k, model, alpha):
+def _input_code(counts, n_samples, k, model, alpha, tol):
     """``RESULTS`` code for what :func:`_check_sums` / :func:`_check_k` / :func:`_check_model_alpha`
     cannot see under ``jit``.
 
     ``nonfinite`` for NaN/Inf sums (:func:`class_sums` NaN-poisons the sums of
     traced bad counts or labels) or a NaN/Inf ``alpha``, ``infeasible`` for
     negative sums, an empty class, Bernoulli sums above the class sizes, ``k``
-    outside ``[0, m]`` (previously clamped silently) or a negative ``alpha``
-    (previously fitted and reported successful); ``successful`` for every input
-    the eager checks accept.
+    outside ``[0, m]`` (previously clamped silently), a negative ``alpha``
+    (previously fitted and reported successful) or a ``tol`` that is not a
+    finite number ``>= 0`` (``tol = inf`` certified the first dual point:
+    ``successful`` with a dual gap of 3e-3; NaN ran on and reported success);
+    ``successful`` for every input the eager checks accept.
     """
     finite = jnp.all(jnp.isfinite(counts)) & jnp.all(jnp.isfinite(n_samples)) & jnp.isfinite(alpha)
     valid = jnp.all(counts >= 0) & jnp.all(n_samples > 0) & (k >= 0) & (k <= counts.shape[1]) & (alpha >= 0)
+    valid = valid & jnp.isfinite(tol) & (tol >= 0)
     if model == "bernoulli":
         valid = valid & jnp.all(counts <= n_samples[:, None])
     return jnp.where(~finite, RESULTS.nonfinite, jnp.where(valid, RESULTS.successful, RESULTS.infeasible)).astype(
@@ -314,7 +325,7 @@ def fit_core(counts, n_samples, k, alpha, tol, *, model, max_steps, method=None)
         "dual": p.astype(dt),
     }
     # bad input under jit: a non-success code and NaN everywhere, never a plausible model
-    in_code = _input_code(counts, n_samples, k, model, alpha)
+    in_code = _input_code(counts, n_samples, k, model, alpha, tol)
     ok = in_code == RESULTS.successful
     theta, coef, intercept = poison(ok, theta, coef, intercept)
     stats = {key: poison(ok, v) for key, v in stats.items()}
@@ -345,7 +356,7 @@ def path_core(counts, n_samples, ks, alpha, tol, *, model, max_steps, batch_size
     else:
         upper, lower, obj, steps, codes = lax.map(one, ks, batch_size=batch_size)
     finite = jnp.isfinite(upper) & jnp.isfinite(obj)
-    in_code = jax.vmap(lambda k: _input_code(counts, n_samples, k, model, alpha))(ks)
+    in_code = jax.vmap(lambda k: _input_code(counts, n_samples, k, model, alpha, tol))(ks)
     ok = in_code == RESULTS.successful
     upper, lower, obj = poison(ok, upper, lower, obj)
     return upper, lower, obj, steps, combine_codes(in_code, _final_code(codes, finite))
@@ -520,7 +531,8 @@ def sparse_naive_bayes(
       stats: ``nonfinite`` for NaN/Inf, negative or (Bernoulli) non-binary
       ``X`` or a label outside ``classes`` (the sums are NaN-poisoned),
       ``infeasible`` for invalid :class:`ClassSums` (negative, an empty class),
-      ``k`` outside ``[0, m]`` or a negative ``alpha``.
+      ``k`` outside ``[0, m]``, a negative ``alpha`` or a ``tol`` that is not a
+      finite number ``>= 0``.
 
     Example::
 

@@ -51,6 +51,7 @@ from jaxknock._checks import check_count, check_nonempty, is_concrete
 from jaxknock.naive_bayes._inputs import (
     MODELS,
     check_values,
+    device_array,
     encode_labels,
     float_dtype,
     is_dask,
@@ -312,7 +313,7 @@ def class_sums(X, y=None, *, classes=None, model: str | None = None) -> ClassSum
     dtype = float_dtype(X.dtype)
     check_values(X, model)
     codes, cls = encode_labels(y, X.shape[0], classes)
-    counts, n = _dense_sums(jnp.asarray(X), jnp.asarray(codes), num_classes=len(cls), dtype=dtype)
+    counts, n = _dense_sums(device_array(X, dtype), jnp.asarray(codes), num_classes=len(cls), dtype=dtype)
     bad = jnp.zeros((), bool)
     if not is_concrete(codes):  # traced labels outside classes (code C): poisoned, not silently dropped
         bad = bad | jnp.any(codes >= len(cls))
