@@ -311,6 +311,15 @@ def lcd(
     Xk3, cols, ties = _aot.call(canonical_columns, Xk3, copies=copies)  # exact flip-sign property, ties included
     Xk3, y_unit, units = _units.scale_data(Xk3, y, loss)  # one exponent for the batch (jaxknock.l1._units)
     if lam is not None:
+        # the cross-validation's settings do nothing at a given lam: refused rather than ignored
+        ignored = [k for k, v in (("lambdas", lambdas), ("patience", patience)) if v is not None]
+        ignored += ["engine"] if engine == "working_set" else []
+        ignored += ["folds"] if not (_checks.is_int(folds) and folds == 5) else []
+        if ignored:
+            raise ValueError(
+                f"{', '.join(ignored)} set the cross-validation, which a given lam skips: pass lam=None to "
+                f"cross-validate, or leave {', '.join(ignored)} at the default"
+            )
         lam = jnp.asarray(lam, Xk3.dtype)
         try:
             lam = jnp.broadcast_to(lam, batch_shape).reshape(-1)
