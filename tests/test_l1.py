@@ -786,6 +786,48 @@ def test_empty_grid_and_non_numeric_lam_are_named():
     assert L.lasso(X, y, np.int64(1)).result == RESULTS.successful
 
 
+def test_an_infinite_tol_is_refused():
+    """``tol=inf`` certified the zero start: ``lasso`` / ``lasso_path`` / ``lasso_cv(engine="classic")`` returned
+    `successful` with every coefficient zero at a penalty far below ``lambda_max``."""
+    X, y = _regression(seed=14)
+    for call in (
+        lambda: L.lasso(X, y, 0.01, tol=np.inf),
+        lambda: L.lasso_path(X, y, num_lambdas=3, tol=np.inf, engine="classic"),
+        lambda: L.lasso_cv(X, y, num_lambdas=3, tol=np.inf, engine="classic"),
+        lambda: L.lasso_init(X, y, 0.01, tol=np.inf),
+    ):
+        with pytest.raises(ValueError, match="tol must be a positive number, got inf"):
+            call()
+
+
+def test_the_working_set_engine_refuses_the_classic_solvers_settings():
+    """``engine="working_set"`` with ``solver="fista"`` or ``screen=False`` ran the engine and ignored them."""
+    X, y = _regression(seed=14)
+    for f in (L.lasso_cv, L.lasso_path):
+        for kw in (dict(solver="fista"), dict(screen=False)):
+            with pytest.raises(ValueError, match="engine='working_set' has its own solver"):
+                f(X, y, num_lambdas=3, engine="working_set", **kw)
+
+
+def test_grid_fold_and_step_arguments_are_named():
+    """``lambda_grid(num=0)`` blamed a ``num_lambdas`` it does not take; ``eps="0.1"`` was Python's "'<' not
+    supported"; ``kfold_ids(5.0, 2)`` failed in a slice and ``kfold_ids(True, 2)`` spoke of "n_samples=True";
+    ``lasso_step`` with the state of a narrower design failed inside JAX ("slice_sizes ...")."""
+    X, y = _regression(seed=14, n=30, m=6)
+    with pytest.raises(ValueError, match="num must be a positive integer"):
+        L.lambda_grid(X, y, num=0)
+    for f in (lambda: L.lambda_grid(X, y, eps="0.1"), lambda: L.lasso_path(X, y, eps="0.1")):
+        with pytest.raises(TypeError, match="eps must be a real number"):
+            f()
+    for bad in (5.0, True, 1):
+        with pytest.raises(ValueError, match="n must be an integer >= 2"):
+            L.kfold_ids(bad, 2)
+    np.testing.assert_array_equal(L.kfold_ids(np.int64(5), 2), [0, 0, 0, 1, 1])
+    state = L.lasso_init(X[:, :4], y, 0.1)
+    with pytest.raises(ValueError, match=r"state must be the LassoState .* shape \(6,\)"):
+        L.lasso_step(state, X, y, 0.1)
+
+
 def test_numpy_scalar_settings_and_traced_settings():
     """``tol=np.float32(1e-4)`` was refused as "tol must be a positive number" (only Python floats passed);
     a traced ``tol`` / ``max_steps`` was told the same, although its value was never the problem."""

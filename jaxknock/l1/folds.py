@@ -39,6 +39,9 @@ def kfold_ids(n: int, folds: int) -> np.ndarray:
         >>> kfold_ids(5, 2)
         array([0, 0, 0, 1, 1], dtype=int32)
     """
+    if not (_checks.is_int(n) and n >= 2):  # n=5.0 failed in a slice, n=True was "n_samples=True"
+        raise ValueError(f"n must be an integer >= 2 (the number of rows), got {n!r}")
+    n = int(n)
     _check_fold_count(n, folds)
     folds = int(folds)
     sizes = np.full(folds, n // folds)

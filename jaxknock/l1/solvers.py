@@ -435,6 +435,12 @@ def lasso_step(
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
     _checks.check_lam(lam)
     settings = make_settings(X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol)
+    if not isinstance(state, LassoState) or jnp.shape(state.coef) != (X.shape[1],):
+        # a state of another design failed inside JAX ("slice_sizes must be less than or equal to operand shape")
+        got = jnp.shape(state.coef) if isinstance(state, LassoState) else type(state).__name__
+        raise ValueError(
+            f"state must be the LassoState of lasso_init on this X, with coef of shape ({X.shape[1]},); got {got}"
+        )
     # on lasso_init's unit scale (the same data gives the same exponents; the round trip is exact)
     X, y, units = _units.scale_data(X, y, loss)
     lam = _units.to_unit(jnp.asarray(lam, X.dtype), units, "lam")
