@@ -828,6 +828,18 @@ def test_grid_fold_and_step_arguments_are_named():
         L.lasso_step(state, X, y, 0.1)
 
 
+def test_traced_folds_are_named():
+    """Fold ids (or a fold count) passed through ``jax.jit`` were JAX's TracerArrayConversionError naming nothing."""
+    from jaxknock.l1.working_set import l1_cv
+
+    X, y = map(jnp.asarray, _regression(seed=14, n=30, m=6))
+    ids = jnp.asarray(np.arange(30) % 3)
+    for f in (lambda f: L.lasso_cv(X, y, folds=f), lambda f: l1_cv(X, y, folds=f)):
+        for folds in (ids, 3):
+            with pytest.raises(TypeError, match="folds must be an int or a concrete array .* traced"):
+                jax.jit(f)(folds)
+
+
 def test_numpy_scalar_settings_and_traced_settings():
     """``tol=np.float32(1e-4)`` was refused as "tol must be a positive number" (only Python floats passed);
     a traced ``tol`` / ``max_steps`` was told the same, although its value was never the problem."""

@@ -19,6 +19,7 @@ __all__ = [
     "check_folds_nonempty",
     "cv_folds",
     "kfold_ids",
+    "refuse_traced_folds",
     "resolve_folds",
     "stratified_kfold_ids",
 ]
@@ -123,6 +124,7 @@ def resolve_folds(n, folds, y=None, loss="squared"):
     ``LogisticRegressionCV``) for the logistic loss; traced labels (``{0, 1}``)
     get the same folds as a traced array.
     """
+    refuse_traced_folds(folds)
     if _checks.is_int(folds):
         K = int(folds)
         if loss != "logistic":
@@ -140,6 +142,14 @@ def resolve_folds(n, folds, y=None, loss="squared"):
     if uniq.size < 2 or uniq[0] != 0 or uniq[-1] != uniq.size - 1:
         raise ValueError(f"fold ids must be 0, 1, ..., K-1 with K >= 2, got {uniq.tolist()[:10]}")
     return ids.astype(np.int32), int(uniq.size)
+
+
+def refuse_traced_folds(folds):
+    """A ``TypeError`` naming ``folds`` when it is traced (a ``jit`` argument): numpy's conversion of it was
+    JAX's ``TracerArrayConversionError`` naming nothing."""
+    _checks.refuse_traced(
+        folds, "folds", "an int or a concrete array of fold ids", " (the folds fix the fits' row sets on the host)"
+    )
 
 
 def check_folds_nonempty(fold_ids, K, y, loss):

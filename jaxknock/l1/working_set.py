@@ -102,7 +102,7 @@ from jaxknock._solution import RESULTS, Solution
 from jaxknock.l1 import _units
 from jaxknock.l1 import _ws_driver as _driver
 from jaxknock.l1._ws_driver import cache_chunk, descending_order
-from jaxknock.l1.folds import check_folds_nonempty, stratified_kfold_ids
+from jaxknock.l1.folds import check_folds_nonempty, refuse_traced_folds, stratified_kfold_ids
 from jaxknock.l1.problem import centre_on_host, check_grid_settings, restore_intercept
 
 __all__ = ["cache_chunk", "descending_order", "l1_cv", "l1_path", "fold_rows", "member_paths", "use_engine"]
@@ -116,6 +116,7 @@ def fold_rows(folds, n: int):
     array of fold ids ``0..K-1``. Returns ``(ids, rows)`` with ``rows`` a
     ``(K, r)`` int array of row indices per fold, padded with ``n``.
     """
+    refuse_traced_folds(folds)
     if _checks.is_int(folds):
         K = int(folds)
         if K < 2 or K > n:
