@@ -252,7 +252,9 @@ def lcd(
         lam: fixed penalty -- a scalar or one per design (broadcast to the
             batch shape ``...``; e.g. a fraction of each design's
             ``lambda_max``, which is swap-invariant) -- or ``None`` for
-            cross-validation.
+            cross-validation. With a ``lam``, the cross-validation's own settings
+            (``lambdas``, ``patience``, ``folds``, ``engine="working_set"``) are refused,
+            not ignored.
         folds, lambdas, num_lambdas, eps: cross-validation folds and grid
             (per design by default), see :func:`jaxknock.lasso_cv`.
         loss, fit_intercept, tol, max_steps, solver, screen: solver settings,

@@ -256,14 +256,16 @@ def l1_cv(
         folds: ``K`` folds (contiguous for the squared loss, stratified by
             class for the logistic loss, as :func:`jaxknock.lasso_cv`; with
             ``(R, n)`` labels they must be the same in every row) or an
-            ``(n,)`` array of fold ids.
+            ``(n,)`` array of fold ids (at least two; for the logistic loss every training fold must
+            hold both classes, as in :func:`jaxknock.lasso_cv`).
         lambdas, num_lambdas, eps: the penalty grid (decreasing; ``lambdas`` may be
             traced, ``num_lambdas`` and ``eps`` are static). Under ``jit`` a traced
             grid that is not positive and decreasing, or a NaN in ``X`` / ``y``, gives
             ``RESULTS.nonfinite`` and NaN coefficients (eager calls raise).
         loss: ``"squared"`` or ``"logistic"``.
         rule: ``"min"`` or ``"1se"``.
-        tol: relative KKT tolerance of every solve (traced).
+        tol: relative KKT tolerance of every solve, positive and finite (may be traced: under ``jit`` a
+            ``tol`` that is not gives ``RESULTS.nonfinite`` and NaN coefficients).
         max_steps: epochs per working-set solve (for the logistic loss summed over
             its proximal Newton steps; for the homotopy, kinks) and KKT rounds per lambda.
         patience, early_stop: the early exits of the module docstring.
