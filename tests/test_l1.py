@@ -826,6 +826,10 @@ def test_grid_fold_and_step_arguments_are_named():
     state = L.lasso_init(X[:, :4], y, 0.1)
     with pytest.raises(ValueError, match=r"state must be the LassoState .* shape \(6,\)"):
         L.lasso_step(state, X, y, 0.1)
+    for started, other in (("cd", "fista"), ("fista", "cd")):  # an AttributeError of None ('t' / 'coefs')
+        state = L.lasso_init(X, y, 0.1, solver=started)
+        with pytest.raises(ValueError, match=f"started by lasso_init with solver='{started}'"):
+            L.lasso_step(state, X, y, 0.1, solver=other)
 
 
 def test_traced_folds_are_named():
