@@ -42,7 +42,7 @@ from jaxknock._solution import Solution, raise_if_failed
 from jaxknock.l1 import _units
 from jaxknock.l1 import working_set as _working_set
 from jaxknock.l1.cv import check_patience, cv_solve
-from jaxknock.l1.folds import check_folds_nonempty, resolve_folds
+from jaxknock.l1.folds import check_folds_nonempty, resolve_folds, void_single_class_folds
 from jaxknock.l1.path import path_solve
 from jaxknock.l1.problem import check_grid_settings, check_lambdas, default_grid
 from jaxknock.l1.settings import check_loss, make_settings
@@ -378,6 +378,7 @@ def lcd(
                 eps=float(eps),
                 patience=patience,
             )
+        sol = void_single_class_folds(sol, fold_ids, K, y, loss)  # traced labels: check_folds_nonempty's twin
     sol = _units.restore(_aot.call(_lcd_statistics, sol, cols, ties, copies=copies), units)
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
 

@@ -12,6 +12,7 @@ from sklearn.linear_model import lasso_path as sk_lasso_path
 import jaxknock
 import jaxknock.l1 as L
 from jaxknock import RESULTS
+from jaxknock import statistics as S
 from jaxknock.l1 import solvers
 from jaxknock.l1.folds import stratified_kfold_ids
 
@@ -842,6 +843,22 @@ def test_traced_folds_are_named():
         for folds in (ids, 3):
             with pytest.raises(TypeError, match="folds must be an int or a concrete array .* traced"):
                 jax.jit(f)(folds)
+
+
+def test_traced_labels_with_a_single_class_training_fold_are_voided():
+    """Eager calls refuse a training fold of one class; under ``jit`` (traced labels: one positive in 30 rows,
+    3 stratified folds) ``lasso_cv`` and ``lcd`` came back `successful` with a plausible penalty."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((30, 4))
+    y = np.zeros(30)
+    y[4] = 1.0
+    f = jax.jit(lambda y: L.lasso_cv(X, y, loss="logistic", folds=3, num_lambdas=3))
+    sol = f(y)
+    assert int(sol.result) == RESULTS.nonfinite and np.all(np.isnan(sol.value)) and np.isnan(sol.stats["lam"])
+    W = jax.jit(lambda y: S.lcd(X, y, loss="logistic", folds=3, num_lambdas=3))(y)
+    assert int(W.result) == RESULTS.nonfinite and np.all(np.isnan(W.value))
+    y[:3] = 1.0  # every training fold holds both classes: a fit
+    assert int(f(y).result) == RESULTS.successful
 
 
 def test_numpy_scalar_settings_and_traced_settings():

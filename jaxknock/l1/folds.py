@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxknock import _checks
+from jaxknock._solution import RESULTS
 
 __all__ = [
     "binary_stratified_ids",
@@ -22,6 +23,7 @@ __all__ = [
     "refuse_traced_folds",
     "resolve_folds",
     "stratified_kfold_ids",
+    "void_single_class_folds",
 ]
 
 
@@ -142,6 +144,24 @@ def resolve_folds(n, folds, y=None, loss="squared"):
     if uniq.size < 2 or uniq[0] != 0 or uniq[-1] != uniq.size - 1:
         raise ValueError(f"fold ids must be 0, 1, ..., K-1 with K >= 2, got {uniq.tolist()[:10]}")
     return ids.astype(np.int32), int(uniq.size)
+
+
+def void_single_class_folds(sol, fold_ids, K, y, loss):
+    """``sol`` with ``RESULTS.nonfinite`` and NaN coefficients (``value``, ``lam``) where a training fold of traced
+    labels holds a single class: the traced twin of :func:`check_folds_nonempty`'s ``ValueError``.
+
+    Under ``jit`` the labels cannot be checked on the host; a training fold without the rarer class (one positive
+    among 30 rows, 3 folds) came back `successful` with a plausible penalty. Concrete labels: ``sol`` unchanged.
+    """
+    if loss != "logistic" or (_checks.is_concrete(y) and _checks.is_concrete(fold_ids)):
+        return sol
+    train = jnp.asarray(fold_ids)[None, :] != jnp.arange(K)[:, None]
+    ok = jnp.all(jnp.any(train & (y > 0), axis=1) & jnp.any(train & (y <= 0), axis=1))
+    stats = dict(sol.stats)
+    if "lam" in stats:
+        stats["lam"] = _checks.poison(ok, stats["lam"])
+    result = jnp.where(ok, sol.result, jnp.int32(RESULTS.nonfinite))
+    return sol._replace(value=_checks.poison(ok, sol.value), result=result, stats=stats)
 
 
 def refuse_traced_folds(folds):
