@@ -333,6 +333,22 @@ def test_engine_folds_need_two_folds_and_both_classes():
         l1_cv(X, labels, folds=np.repeat([0, 1], 15), loss="logistic")
 
 
+def test_traced_labels_with_a_single_class_training_fold_are_voided():
+    """Under ``jit`` (traced labels, given fold ids) a logistic training fold of one class came back `successful`;
+    eager calls refuse it. Now ``nonfinite`` with NaN coefficients and penalty (per replicate of a batch)."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((30, 4))
+    bad = np.zeros(30)
+    bad[4] = 1.0
+    good = bad.copy()
+    good[[12, 25]] = 1.0
+    f = jax.jit(lambda y: l1_cv(X, y, loss="logistic", folds=np.repeat(np.arange(3), 10), num_lambdas=3))
+    sol = f(bad)
+    assert int(sol.result) == RESULTS.nonfinite and np.all(np.isnan(sol.value)) and np.isnan(sol.stats["lam"])
+    sol = f(good)
+    assert int(sol.result) == RESULTS.successful and np.all(np.isfinite(sol.value))
+
+
 def test_homotopy_wide_folds_match_lassocv():
     """n_f < m (each training fold has fewer rows than features): the homotopy engine, whole grid, vs LassoCV."""
     X, y = _data(80, 150, seed=3)

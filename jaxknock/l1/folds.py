@@ -155,8 +155,9 @@ def void_single_class_folds(sol, fold_ids, K, y, loss):
     """
     if loss != "logistic" or (_checks.is_concrete(y) and _checks.is_concrete(fold_ids)):
         return sol
-    train = jnp.asarray(fold_ids)[None, :] != jnp.arange(K)[:, None]
-    ok = jnp.all(jnp.any(train & (y > 0), axis=1) & jnp.any(train & (y <= 0), axis=1))
+    train = jnp.asarray(fold_ids)[None, :] != jnp.arange(K)[:, None]  # (K, n)
+    labels = jnp.asarray(y)[..., None, :]  # (..., 1, n): one flag per row of a batch of labels
+    ok = jnp.all(jnp.any(train & (labels > 0), axis=-1) & jnp.any(train & (labels <= 0), axis=-1), axis=-1)
     stats = dict(sol.stats)
     if "lam" in stats:
         stats["lam"] = _checks.poison(ok, stats["lam"])

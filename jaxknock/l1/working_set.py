@@ -102,7 +102,12 @@ from jaxknock._solution import RESULTS, Solution
 from jaxknock.l1 import _units
 from jaxknock.l1 import _ws_driver as _driver
 from jaxknock.l1._ws_driver import cache_chunk, descending_order
-from jaxknock.l1.folds import check_folds_nonempty, refuse_traced_folds, stratified_kfold_ids
+from jaxknock.l1.folds import (
+    check_folds_nonempty,
+    refuse_traced_folds,
+    stratified_kfold_ids,
+    void_single_class_folds,
+)
 from jaxknock.l1.problem import centre_on_host, check_grid_settings, restore_intercept
 
 __all__ = ["cache_chunk", "descending_order", "l1_cv", "l1_path", "fold_rows", "member_paths", "use_engine"]
@@ -175,7 +180,7 @@ def _check_settings(tol, max_steps, patience, early_stop, max_features, throw):
 
 
 def _check_folds(folds, y, loss, n):
-    """:func:`fold_rows` of ``folds``; at least two folds and, for the logistic loss, both classes in every
+    """``(ids, rows)`` of :func:`fold_rows`; at least two folds and, for the logistic loss, both classes in every
     training fold (as :func:`jaxknock.lasso_cv`). One fold id (``folds=np.zeros(n)``) left its only member
     no rows (``max_steps_reached``); a training fold of one class was a `successful` CV."""
     ids, rows = fold_rows(folds, n)
@@ -186,7 +191,7 @@ def _check_folds(folds, y, loss, n):
         labels = np.asarray(jax.device_get(y)).reshape(-1, n)
         for row in {r.tobytes(): r for r in labels}.values():
             check_folds_nonempty(ids, K, row, loss)
-    return rows
+    return ids, rows
 
 
 def use_engine(engine, X, fit_intercept, *, solver="auto", screen=True) -> bool:
@@ -329,7 +334,7 @@ def l1_cv(
     n = X.shape[-2]
     if loss == "logistic" and _checks.is_int(folds):
         folds = _stratified_folds(y, folds)
-    rows = _check_folds(folds, y, loss, n)
+    ids, rows = _check_folds(folds, y, loss, n)
     K = rows.shape[0]
     excl = np.append(np.arange(K), -1).astype(np.int32)
     num_lambdas = check_grid_settings(num_lambdas, eps) if lambdas is None else num_lambdas
@@ -354,6 +359,7 @@ def l1_cv(
         batch_mode=batch_mode,
     )
     sol = _units.restore(sol, units, unit_free=("gap",))  # its gap is relative to the null deviance
+    sol = void_single_class_folds(sol, ids, K, y, loss)  # traced labels: _check_folds' twin
     return restore_intercept(_flag_traced_input(sol, X, y, lam, user_tol), shift)
 
 
