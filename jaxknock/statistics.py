@@ -42,7 +42,7 @@ from jaxknock._solution import Solution, raise_if_failed
 from jaxknock.l1 import _units
 from jaxknock.l1 import working_set as _working_set
 from jaxknock.l1.cv import check_patience, cv_solve
-from jaxknock.l1.folds import check_folds_nonempty, resolve_folds
+from jaxknock.l1.folds import check_folds_nonempty, resolve_folds, void_single_class_folds
 from jaxknock.l1.path import path_solve
 from jaxknock.l1.problem import check_grid_settings, check_lambdas, default_grid
 from jaxknock.l1.settings import check_loss, make_settings
@@ -252,7 +252,9 @@ def lcd(
         lam: fixed penalty -- a scalar or one per design (broadcast to the
             batch shape ``...``; e.g. a fraction of each design's
             ``lambda_max``, which is swap-invariant) -- or ``None`` for
-            cross-validation.
+            cross-validation. With a ``lam``, the cross-validation's own settings
+            (``lambdas``, ``patience``, ``folds``, ``engine="working_set"``) are refused,
+            not ignored.
         folds, lambdas, num_lambdas, eps: cross-validation folds and grid
             (per design by default), see :func:`jaxknock.lasso_cv`.
         loss, fit_intercept, tol, max_steps, solver, screen: solver settings,
@@ -311,6 +313,15 @@ def lcd(
     Xk3, cols, ties = _aot.call(canonical_columns, Xk3, copies=copies)  # exact flip-sign property, ties included
     Xk3, y_unit, units = _units.scale_data(Xk3, y, loss)  # one exponent for the batch (jaxknock.l1._units)
     if lam is not None:
+        # the cross-validation's settings do nothing at a given lam: refused rather than ignored
+        ignored = [k for k, v in (("lambdas", lambdas), ("patience", patience)) if v is not None]
+        ignored += ["engine"] if engine == "working_set" else []
+        ignored += ["folds"] if not (_checks.is_int(folds) and folds == 5) else []
+        if ignored:
+            raise ValueError(
+                f"{', '.join(ignored)} set the cross-validation, which a given lam skips: pass lam=None to "
+                f"cross-validate, or leave {', '.join(ignored)} at the default"
+            )
         lam = jnp.asarray(lam, Xk3.dtype)
         try:
             lam = jnp.broadcast_to(lam, batch_shape).reshape(-1)
@@ -367,6 +378,7 @@ def lcd(
                 eps=float(eps),
                 patience=patience,
             )
+        sol = void_single_class_folds(sol, fold_ids, K, y, loss)  # traced labels: check_folds_nonempty's twin
     sol = _units.restore(_aot.call(_lcd_statistics, sol, cols, ties, copies=copies), units)
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
 

@@ -12,6 +12,7 @@ from sklearn.linear_model import lasso_path as sk_lasso_path
 import jaxknock
 import jaxknock.l1 as L
 from jaxknock import RESULTS
+from jaxknock import statistics as S
 from jaxknock.l1 import solvers
 from jaxknock.l1.folds import stratified_kfold_ids
 
@@ -784,6 +785,80 @@ def test_empty_grid_and_non_numeric_lam_are_named():
         with pytest.raises(TypeError, match="lam must be a real number"):
             L.lasso(X, y, bad)  # "0.1": numpy's isfinite TypeError; True: solved at lam = 1
     assert L.lasso(X, y, np.int64(1)).result == RESULTS.successful
+
+
+def test_an_infinite_tol_is_refused():
+    """``tol=inf`` certified the zero start: ``lasso`` / ``lasso_path`` / ``lasso_cv(engine="classic")`` returned
+    `successful` with every coefficient zero at a penalty far below ``lambda_max``."""
+    X, y = _regression(seed=14)
+    for call in (
+        lambda: L.lasso(X, y, 0.01, tol=np.inf),
+        lambda: L.lasso_path(X, y, num_lambdas=3, tol=np.inf, engine="classic"),
+        lambda: L.lasso_cv(X, y, num_lambdas=3, tol=np.inf, engine="classic"),
+        lambda: L.lasso_init(X, y, 0.01, tol=np.inf),
+    ):
+        with pytest.raises(ValueError, match="tol must be a positive number, got inf"):
+            call()
+
+
+def test_the_working_set_engine_refuses_the_classic_solvers_settings():
+    """``engine="working_set"`` with ``solver="fista"`` or ``screen=False`` ran the engine and ignored them."""
+    X, y = _regression(seed=14)
+    for f in (L.lasso_cv, L.lasso_path):
+        for kw in (dict(solver="fista"), dict(screen=False)):
+            with pytest.raises(ValueError, match="engine='working_set' has its own solver"):
+                f(X, y, num_lambdas=3, engine="working_set", **kw)
+
+
+def test_grid_fold_and_step_arguments_are_named():
+    """``lambda_grid(num=0)`` blamed a ``num_lambdas`` it does not take; ``eps="0.1"`` was Python's "'<' not
+    supported"; ``kfold_ids(5.0, 2)`` failed in a slice and ``kfold_ids(True, 2)`` spoke of "n_samples=True";
+    ``lasso_step`` with the state of a narrower design failed inside JAX ("slice_sizes ...")."""
+    X, y = _regression(seed=14, n=30, m=6)
+    with pytest.raises(ValueError, match="num must be a positive integer"):
+        L.lambda_grid(X, y, num=0)
+    for f in (lambda: L.lambda_grid(X, y, eps="0.1"), lambda: L.lasso_path(X, y, eps="0.1")):
+        with pytest.raises(TypeError, match="eps must be a real number"):
+            f()
+    for bad in (5.0, True, 1):
+        with pytest.raises(ValueError, match="n must be an integer >= 2"):
+            L.kfold_ids(bad, 2)
+    np.testing.assert_array_equal(L.kfold_ids(np.int64(5), 2), [0, 0, 0, 1, 1])
+    state = L.lasso_init(X[:, :4], y, 0.1)
+    with pytest.raises(ValueError, match=r"state must be the LassoState .* shape \(6,\)"):
+        L.lasso_step(state, X, y, 0.1)
+    for started, other in (("cd", "fista"), ("fista", "cd")):  # an AttributeError of None ('t' / 'coefs')
+        state = L.lasso_init(X, y, 0.1, solver=started)
+        with pytest.raises(ValueError, match=f"started by lasso_init with solver='{started}'"):
+            L.lasso_step(state, X, y, 0.1, solver=other)
+
+
+def test_traced_folds_are_named():
+    """Fold ids (or a fold count) passed through ``jax.jit`` were JAX's TracerArrayConversionError naming nothing."""
+    from jaxknock.l1.working_set import l1_cv
+
+    X, y = map(jnp.asarray, _regression(seed=14, n=30, m=6))
+    ids = jnp.asarray(np.arange(30) % 3)
+    for f in (lambda f: L.lasso_cv(X, y, folds=f), lambda f: l1_cv(X, y, folds=f)):
+        for folds in (ids, 3):
+            with pytest.raises(TypeError, match="folds must be an int or a concrete array .* traced"):
+                jax.jit(f)(folds)
+
+
+def test_traced_labels_with_a_single_class_training_fold_are_voided():
+    """Eager calls refuse a training fold of one class; under ``jit`` (traced labels: one positive in 30 rows,
+    3 stratified folds) ``lasso_cv`` and ``lcd`` came back `successful` with a plausible penalty."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((30, 4))
+    y = np.zeros(30)
+    y[4] = 1.0
+    f = jax.jit(lambda y: L.lasso_cv(X, y, loss="logistic", folds=3, num_lambdas=3))
+    sol = f(y)
+    assert int(sol.result) == RESULTS.nonfinite and np.all(np.isnan(sol.value)) and np.isnan(sol.stats["lam"])
+    W = jax.jit(lambda y: S.lcd(X, y, loss="logistic", folds=3, num_lambdas=3))(y)
+    assert int(W.result) == RESULTS.nonfinite and np.all(np.isnan(W.value))
+    y[:3] = 1.0  # every training fold holds both classes: a fit
+    assert int(f(y).result) == RESULTS.successful
 
 
 def test_numpy_scalar_settings_and_traced_settings():

@@ -248,22 +248,24 @@ def test_jit_equals_eager_and_vmap_equals_loop():
 def test_traced_grid_and_input_under_jit():
     """A concrete grid closed over by an outer jit was a TracerBoolConversionError (its checks were jnp
     comparisons, staged under the trace); a traced bad grid or a NaN in X came back max_steps_reached with
-    all-zero coefficients. Now: the same fit, or nonfinite with NaN coefficients."""
+    all-zero coefficients. Now: the same fit, or nonfinite with NaN coefficients. A traced ``tol`` of ``inf``
+    (any iterate certified), ``NaN``, ``0`` or ``-1`` gave `successful`: now nonfinite too."""
     X, y = map(jnp.asarray, _data(30, 5, seed=1))
     lams = np.array([0.3, 0.1, 0.03])
     eager = l1_path(X, y, lams, max_features=8)
     closed = jax.jit(lambda X, y: l1_path(X, y, lams, max_features=8))(X, y)
     np.testing.assert_allclose(np.asarray(closed.value), np.asarray(eager.value), atol=1e-10)
-    f = jax.jit(lambda X, y, lams: l1_path(X, y, lams, max_features=8))
+    f = jax.jit(lambda X, y, lams, tol: l1_path(X, y, lams, tol=tol, max_features=8))
     cases = [
-        (X, lams),
-        (X, lams[::-1]),
-        (X, -lams),
-        (X, np.where(lams == 0.1, np.nan, lams)),
-        (jnp.asarray(X).at[0, 0].set(np.nan), lams),
+        (X, lams, 1e-5),
+        (X, lams[::-1], 1e-5),
+        (X, -lams, 1e-5),
+        (X, np.where(lams == 0.1, np.nan, lams), 1e-5),
+        (jnp.asarray(X).at[0, 0].set(np.nan), lams, 1e-5),
+        *[(X, lams, bad) for bad in (np.inf, np.nan, 0.0, -1.0)],
     ]
-    for i, (Xb, lb) in enumerate(cases):
-        sol = f(Xb, y, jnp.asarray(lb))
+    for i, (Xb, lb, tol) in enumerate(cases):
+        sol = f(Xb, y, jnp.asarray(lb), tol)
         if i == 0:
             assert int(sol.result) == RESULTS.successful
             np.testing.assert_allclose(np.asarray(sol.value), np.asarray(eager.value), atol=1e-10)
@@ -290,6 +292,61 @@ def test_input_errors():
         l1_cv(np.ones((10, 3)), np.arange(10.0), lambdas=[np.inf, 0.1])
     with pytest.raises(ValueError, match="loss"):
         l1_cv(np.zeros((10, 3)), np.zeros(10), loss="hinge")
+
+
+def test_engine_settings_are_checked_and_named():
+    """``l1_cv`` / ``l1_path`` took ``tol=-1`` / ``NaN`` / ``inf`` (``inf``: any iterate certified), ``max_steps=2.5``,
+    ``patience=0``, ``max_features=0`` and ``num_lambdas=2.5`` as given; ``early_stop="no"`` / ``throw="no"``
+    were truthy or failed inside JAX, ``max_features=-3`` / ``2.5`` failed in an array update naming nothing."""
+    X, y = _data(30, 6, seed=2)
+    cases = [
+        (dict(tol=-1.0), "tol"),
+        (dict(tol=np.nan), "tol"),
+        (dict(tol=np.inf), "tol"),
+        (dict(max_steps=2.5), "max_steps"),
+        (dict(max_steps=-1), "max_steps"),
+        (dict(max_steps=True), "max_steps"),
+        (dict(max_features=0), "max_features"),
+        (dict(max_features=-3), "max_features"),
+        (dict(max_features=2.5), "max_features"),
+        (dict(num_lambdas=2.5), "num_lambdas"),
+        (dict(early_stop="no"), "early_stop"),
+        (dict(throw="no"), "throw"),
+    ]
+    for kw, name in cases:
+        for f in (l1_cv, l1_path):
+            with pytest.raises((ValueError, TypeError), match=name):
+                f(X, y, **kw)
+    for bad in (0, 2.5):
+        with pytest.raises(ValueError, match="patience"):
+            l1_cv(X, y, patience=bad)
+
+
+def test_engine_folds_need_two_folds_and_both_classes():
+    """One fold id left the only member without training rows (``max_steps_reached``, no error); a logistic
+    training fold of one class gave a `successful` CV (``lasso_cv`` refuses both)."""
+    X, y = _data(30, 6, seed=2)
+    with pytest.raises(ValueError, match="at least 2"):
+        l1_cv(X, y, folds=np.zeros(30, int))
+    labels = np.repeat([0.0, 1.0], 15)
+    with pytest.raises(ValueError, match="single class"):
+        l1_cv(X, labels, folds=np.repeat([0, 1], 15), loss="logistic")
+
+
+def test_traced_labels_with_a_single_class_training_fold_are_voided():
+    """Under ``jit`` (traced labels, given fold ids) a logistic training fold of one class came back `successful`;
+    eager calls refuse it. Now ``nonfinite`` with NaN coefficients and penalty (per replicate of a batch)."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((30, 4))
+    bad = np.zeros(30)
+    bad[4] = 1.0
+    good = bad.copy()
+    good[[12, 25]] = 1.0
+    f = jax.jit(lambda y: l1_cv(X, y, loss="logistic", folds=np.repeat(np.arange(3), 10), num_lambdas=3))
+    sol = f(bad)
+    assert int(sol.result) == RESULTS.nonfinite and np.all(np.isnan(sol.value)) and np.isnan(sol.stats["lam"])
+    sol = f(good)
+    assert int(sol.result) == RESULTS.successful and np.all(np.isfinite(sol.value))
 
 
 def test_homotopy_wide_folds_match_lassocv():

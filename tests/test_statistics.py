@@ -379,6 +379,21 @@ def test_lcd_honours_explicit_solver_screen_and_max_steps(monkeypatch):
     assert calls == [(np.float64, 7), (np.float32, 10_000)]
 
 
+def test_lcd_at_a_given_lam_refuses_the_cross_validations_settings():
+    """With ``lam`` given, ``lambdas``, ``patience``, ``folds`` and ``engine="working_set"`` were silently ignored
+    (the fit at ``lam`` came back `successful` whatever they said)."""
+    Xk, y = _design(seed=3)
+    for kw, name in (
+        (dict(lambdas=[0.2, 0.1]), "lambdas"),
+        (dict(patience=3), "patience"),
+        (dict(folds=3), "folds"),
+        (dict(folds=np.arange(N) % 2), "folds"),
+        (dict(engine="working_set"), "engine"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            S.lcd(Xk, y, lam=0.1, **kw)
+
+
 def test_lcd_working_set_engine_checks_patience_and_grid():
     """The working-set CV engine (the default) took ``patience`` and ``num_lambdas`` unchecked:
     ``patience=0`` / ``-1`` / ``2.5`` / ``True`` and ``num_lambdas=2.5`` ran, and a 0-d array failed with

@@ -20,7 +20,14 @@ from jax import lax
 from jaxknock import _checks
 from jaxknock._solution import Solution, raise_if_failed
 from jaxknock.l1 import _units, working_set
-from jaxknock.l1.folds import check_folds_nonempty, cv_folds, kfold_ids, resolve_folds, stratified_kfold_ids
+from jaxknock.l1.folds import (
+    check_folds_nonempty,
+    cv_folds,
+    kfold_ids,
+    resolve_folds,
+    stratified_kfold_ids,
+    void_single_class_folds,
+)
 from jaxknock.l1.problem import (
     centre_on_host,
     intercept,
@@ -227,6 +234,7 @@ def lasso_cv(
     else:
         sol = _cv_jit(X, y, jnp.asarray(fold_ids), lambdas, settings, K=K, patience=patience)
         sol = _units.restore(sol, units)
+    sol = void_single_class_folds(sol, fold_ids, K, y, loss)  # traced labels: check_folds_nonempty's twin
     return raise_if_failed(restore_intercept(sol, shift), throw)
 
 

@@ -13,14 +13,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxknock import _checks
+from jaxknock._solution import RESULTS
 
 __all__ = [
     "binary_stratified_ids",
     "check_folds_nonempty",
     "cv_folds",
     "kfold_ids",
+    "refuse_traced_folds",
     "resolve_folds",
     "stratified_kfold_ids",
+    "void_single_class_folds",
 ]
 
 
@@ -39,6 +42,9 @@ def kfold_ids(n: int, folds: int) -> np.ndarray:
         >>> kfold_ids(5, 2)
         array([0, 0, 0, 1, 1], dtype=int32)
     """
+    if not (_checks.is_int(n) and n >= 2):  # n=5.0 failed in a slice, n=True was "n_samples=True"
+        raise ValueError(f"n must be an integer >= 2 (the number of rows), got {n!r}")
+    n = int(n)
     _check_fold_count(n, folds)
     folds = int(folds)
     sizes = np.full(folds, n // folds)
@@ -120,6 +126,7 @@ def resolve_folds(n, folds, y=None, loss="squared"):
     ``LogisticRegressionCV``) for the logistic loss; traced labels (``{0, 1}``)
     get the same folds as a traced array.
     """
+    refuse_traced_folds(folds)
     if _checks.is_int(folds):
         K = int(folds)
         if loss != "logistic":
@@ -137,6 +144,33 @@ def resolve_folds(n, folds, y=None, loss="squared"):
     if uniq.size < 2 or uniq[0] != 0 or uniq[-1] != uniq.size - 1:
         raise ValueError(f"fold ids must be 0, 1, ..., K-1 with K >= 2, got {uniq.tolist()[:10]}")
     return ids.astype(np.int32), int(uniq.size)
+
+
+def void_single_class_folds(sol, fold_ids, K, y, loss):
+    """``sol`` with ``RESULTS.nonfinite`` and NaN coefficients (``value``, ``lam``) where a training fold of traced
+    labels holds a single class: the traced twin of :func:`check_folds_nonempty`'s ``ValueError``.
+
+    Under ``jit`` the labels cannot be checked on the host; a training fold without the rarer class (one positive
+    among 30 rows, 3 folds) came back `successful` with a plausible penalty. Concrete labels: ``sol`` unchanged.
+    """
+    if loss != "logistic" or (_checks.is_concrete(y) and _checks.is_concrete(fold_ids)):
+        return sol
+    train = jnp.asarray(fold_ids)[None, :] != jnp.arange(K)[:, None]  # (K, n)
+    labels = jnp.asarray(y)[..., None, :]  # (..., 1, n): one flag per row of a batch of labels
+    ok = jnp.all(jnp.any(train & (labels > 0), axis=-1) & jnp.any(train & (labels <= 0), axis=-1), axis=-1)
+    stats = dict(sol.stats)
+    if "lam" in stats:
+        stats["lam"] = _checks.poison(ok, stats["lam"])
+    result = jnp.where(ok, sol.result, jnp.int32(RESULTS.nonfinite))
+    return sol._replace(value=_checks.poison(ok, sol.value), result=result, stats=stats)
+
+
+def refuse_traced_folds(folds):
+    """A ``TypeError`` naming ``folds`` when it is traced (a ``jit`` argument): numpy's conversion of it was
+    JAX's ``TracerArrayConversionError`` naming nothing."""
+    _checks.refuse_traced(
+        folds, "folds", "an int or a concrete array of fold ids", " (the folds fix the fits' row sets on the host)"
+    )
 
 
 def check_folds_nonempty(fold_ids, K, y, loss):

@@ -260,12 +260,17 @@ def default_grid(X, y, settings: L1Settings, *, num, eps):
     return geometric_grid(problem_lambda_max(full_problem(X, y, model), model), num, eps)
 
 
-def check_grid_settings(num, eps) -> int:
-    """``num_lambdas`` (a Python, NumPy or concrete JAX integer >= 1) as an ``int``; ``eps`` in (0, 1)."""
+def check_grid_settings(num, eps, name: str = "num_lambdas") -> int:
+    """``num_lambdas`` (a Python, NumPy or concrete JAX integer >= 1) as an ``int``; ``eps`` a real number in
+    (0, 1) (``eps="0.1"`` was Python's "'<' not supported" naming nothing). ``name``: what the caller calls the
+    count (:func:`lambda_grid`'s is ``num``, and its error spoke of a ``num_lambdas`` it does not take)."""
     num = _checks.int_setting(num)
     if not (_checks.is_int(num) and num >= 1):
-        raise ValueError(f"num_lambdas must be a positive integer, got {num!r}")
-    if not (0 < eps < 1):
+        raise ValueError(f"{name} must be a positive integer, got {num!r}")
+    value = _checks.real_setting(eps)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"eps must be a real number in (0, 1), got {eps!r}")
+    if not (0 < value < 1):
         raise ValueError(f"eps must lie in (0, 1), got {eps!r}")
     return num
 
@@ -426,6 +431,6 @@ def lambda_grid(
         >>> [round(v, 6) for v in lambda_grid(X, y, num=3, eps=0.01, fit_intercept=False).tolist()]
         [1.0, 0.1, 0.01]
     """
-    num = check_grid_settings(num, eps)
+    num = check_grid_settings(num, eps, "num")
     lam_max, units = _unit_lambda_max(X, y, loss, fit_intercept)
     return _units.to_user(geometric_grid(lam_max, num, eps), units, "lam")

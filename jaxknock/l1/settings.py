@@ -134,8 +134,11 @@ def make_settings(
         "a concrete Python or NumPy number",
         " (the solver still takes it as data: a new value does not recompile)",
     )
-    if isinstance(tol, (bool, np.bool_)) or not (isinstance(tol, (int, float, np.integer, np.floating)) and tol > 0):
-        raise ValueError(f"tol must be a positive number, got {tol!r}")
+    if isinstance(tol, (bool, np.bool_)) or not (
+        isinstance(tol, (int, float, np.integer, np.floating)) and 0 < tol < np.inf
+    ):  # tol=inf certified the zero start: `successful`, every coefficient zero
+        why = " (an infinite tol certifies the starting point)" if isinstance(tol, float) and tol == np.inf else ""
+        raise ValueError(f"tol must be a positive number, got {tol!r}{why}")
     solver = resolve_solver(solver)
     if max_steps is None:
         max_steps = DEFAULT_MAX_STEPS[solver]

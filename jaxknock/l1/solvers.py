@@ -435,6 +435,18 @@ def lasso_step(
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
     _checks.check_lam(lam)
     settings = make_settings(X.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol)
+    if not isinstance(state, LassoState) or jnp.shape(state.coef) != (X.shape[1],):
+        # a state of another design failed inside JAX ("slice_sizes must be less than or equal to operand shape")
+        got = jnp.shape(state.coef) if isinstance(state, LassoState) else type(state).__name__
+        raise ValueError(
+            f"state must be the LassoState of lasso_init on this X, with coef of shape ({X.shape[1]},); got {got}"
+        )
+    if (state.momentum is None) == (settings.solver == "fista"):  # an AttributeError of None ('t' / 'coefs')
+        started = "cd" if state.momentum is None else "fista"
+        raise ValueError(
+            f"state was started by lasso_init with solver={started!r}; pass the same solver to lasso_step, "
+            f"got solver={solver!r} (resolved to {settings.solver!r})"
+        )
     # on lasso_init's unit scale (the same data gives the same exponents; the round trip is exact)
     X, y, units = _units.scale_data(X, y, loss)
     lam = _units.to_unit(jnp.asarray(lam, X.dtype), units, "lam")

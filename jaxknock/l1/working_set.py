@@ -102,8 +102,13 @@ from jaxknock._solution import RESULTS, Solution
 from jaxknock.l1 import _units
 from jaxknock.l1 import _ws_driver as _driver
 from jaxknock.l1._ws_driver import cache_chunk, descending_order
-from jaxknock.l1.folds import stratified_kfold_ids
-from jaxknock.l1.problem import centre_on_host, restore_intercept
+from jaxknock.l1.folds import (
+    check_folds_nonempty,
+    refuse_traced_folds,
+    stratified_kfold_ids,
+    void_single_class_folds,
+)
+from jaxknock.l1.problem import centre_on_host, check_grid_settings, restore_intercept
 
 __all__ = ["cache_chunk", "descending_order", "l1_cv", "l1_path", "fold_rows", "member_paths", "use_engine"]
 
@@ -116,6 +121,7 @@ def fold_rows(folds, n: int):
     array of fold ids ``0..K-1``. Returns ``(ids, rows)`` with ``rows`` a
     ``(K, r)`` int array of row indices per fold, padded with ``n``.
     """
+    refuse_traced_folds(folds)
     if _checks.is_int(folds):
         K = int(folds)
         if K < 2 or K > n:
@@ -155,6 +161,39 @@ def _stratified_folds(y, folds):
     return stratified_kfold_ids(labels[0], folds)
 
 
+def _check_settings(tol, max_steps, patience, early_stop, max_features, throw):
+    """The engine's host settings, checked and named (``(tol, max_steps, patience, early_stop, max_features,
+    throw)``). A ``tol`` of ``inf`` certified any iterate, ``-1`` / ``NaN`` ran, ``max_steps=2.5`` /
+    ``patience=0`` ran as given, ``early_stop="no"`` failed inside JAX, ``max_features=-3`` / ``2.5`` failed in
+    an array update. A traced ``tol`` is data: one that is not positive and finite is solved at ``tol = 1``
+    (``NaN`` or ``0`` ran every penalty to ``max_steps``) and :func:`_flag_traced_input` voids the answer."""
+    if isinstance(tol, jax.core.Tracer):
+        tol = jnp.where(jnp.isfinite(tol) & (tol > 0), tol, jnp.ones((), tol.dtype))
+    else:
+        tol = _checks.check_real(tol, "tol", strict=True)
+    max_steps = _checks.check_count(max_steps, "max_steps", minimum=0)
+    patience = _checks.check_count(patience, "patience")
+    early_stop = _checks.static_flag(early_stop, "early_stop")
+    if max_features is not None:
+        max_features = _checks.check_count(max_features, "max_features")
+    return tol, max_steps, patience, early_stop, max_features, _checks.static_flag(throw, "throw")
+
+
+def _check_folds(folds, y, loss, n):
+    """``(ids, rows)`` of :func:`fold_rows`; at least two folds and, for the logistic loss, both classes in every
+    training fold (as :func:`jaxknock.lasso_cv`). One fold id (``folds=np.zeros(n)``) left its only member
+    no rows (``max_steps_reached``); a training fold of one class was a `successful` CV."""
+    ids, rows = fold_rows(folds, n)
+    K = rows.shape[0]
+    if K < 2:
+        raise ValueError(f"folds must hold at least 2 distinct fold ids, got {K}")
+    if loss == "logistic" and _checks.is_concrete(y):
+        labels = np.asarray(jax.device_get(y)).reshape(-1, n)
+        for row in {r.tobytes(): r for r in labels}.values():
+            check_folds_nonempty(ids, K, row, loss)
+    return ids, rows
+
+
 def use_engine(engine, X, fit_intercept, *, solver="auto", screen=True) -> bool:
     """Whether a caller's ``engine`` (``"auto"``, ``"working_set"`` or ``"classic"``) picks this engine.
 
@@ -171,6 +210,12 @@ def use_engine(engine, X, fit_intercept, *, solver="auto", screen=True) -> bool:
     _checks.check_choice(engine, ("auto", "working_set", "classic"), "engine")
     if engine == "working_set" and not fit_intercept:
         raise ValueError("engine='working_set' always fits an intercept; use engine='classic' with fit_intercept=False")
+    if engine == "working_set" and (solver != "auto" or not screen):
+        # the engine has its own solvers and screening: the classic solver's settings were silently ignored
+        raise ValueError(
+            f"engine='working_set' has its own solver and screening (solver={solver!r}, screen={screen!r} "
+            "are the classic engine's); use engine='classic' for them"
+        )
     if engine == "auto":
         return fit_intercept and solver == "auto" and screen and not isinstance(X, jax.core.Tracer)
     return engine == "working_set"
@@ -216,14 +261,16 @@ def l1_cv(
         folds: ``K`` folds (contiguous for the squared loss, stratified by
             class for the logistic loss, as :func:`jaxknock.lasso_cv`; with
             ``(R, n)`` labels they must be the same in every row) or an
-            ``(n,)`` array of fold ids.
+            ``(n,)`` array of fold ids (at least two; for the logistic loss every training fold must
+            hold both classes, as in :func:`jaxknock.lasso_cv`).
         lambdas, num_lambdas, eps: the penalty grid (decreasing; ``lambdas`` may be
             traced, ``num_lambdas`` and ``eps`` are static). Under ``jit`` a traced
             grid that is not positive and decreasing, or a NaN in ``X`` / ``y``, gives
             ``RESULTS.nonfinite`` and NaN coefficients (eager calls raise).
         loss: ``"squared"`` or ``"logistic"``.
         rule: ``"min"`` or ``"1se"``.
-        tol: relative KKT tolerance of every solve (traced).
+        tol: relative KKT tolerance of every solve, positive and finite (may be traced: under ``jit`` a
+            ``tol`` that is not gives ``RESULTS.nonfinite`` and NaN coefficients).
         max_steps: epochs per working-set solve (for the logistic loss summed over
             its proximal Newton steps; for the homotopy, kinks) and KKT rounds per lambda.
         patience, early_stop: the early exits of the module docstring.
@@ -278,14 +325,19 @@ def l1_cv(
     """
     if rule not in ("min", "1se"):
         raise ValueError(f"rule must be 'min' or '1se', got {rule!r}")
+    user_tol = tol
+    tol, max_steps, patience, early_stop, max_features, throw = _check_settings(
+        tol, max_steps, patience, early_stop, max_features, throw
+    )
     X, y, shift = centre_on_host(X, y, loss=loss, fit_intercept=True)
     X, y = _driver.prepare(X, y, loss)
     n = X.shape[-2]
     if loss == "logistic" and _checks.is_int(folds):
         folds = _stratified_folds(y, folds)
-    _, rows = fold_rows(folds, n)
+    ids, rows = _check_folds(folds, y, loss, n)
     K = rows.shape[0]
     excl = np.append(np.arange(K), -1).astype(np.int32)
+    num_lambdas = check_grid_settings(num_lambdas, eps) if lambdas is None else num_lambdas
     lam = _driver.validated_grid(X, y, lambdas, num_lambdas, eps)
     Xs, ys, units = _units.scale_data(X, y, loss)  # one exponent for the whole batch
     sol = _driver.run_certified(
@@ -307,7 +359,8 @@ def l1_cv(
         batch_mode=batch_mode,
     )
     sol = _units.restore(sol, units, unit_free=("gap",))  # its gap is relative to the null deviance
-    return restore_intercept(_flag_traced_input(sol, X, y, lam), shift)
+    sol = void_single_class_folds(sol, ids, K, y, loss)  # traced labels: _check_folds' twin
+    return restore_intercept(_flag_traced_input(sol, X, y, lam, user_tol), shift)
 
 
 def l1_path(
@@ -349,11 +402,16 @@ def l1_path(
         >>> l1_path(X, y, num_lambdas=10).stats["coef_path"].shape
         (10, 10)
     """
+    user_tol = tol
+    tol, max_steps, _, early_stop, max_features, throw = _check_settings(
+        tol, max_steps, 1, early_stop, max_features, throw
+    )
     X, y, shift = centre_on_host(X, y, loss=loss, fit_intercept=True)
     X, y = _driver.prepare(X, y, loss)
     n = X.shape[-2]
     rows = np.arange(n, dtype=np.int32)[None]
     excl = np.array([-1], np.int32)
+    num_lambdas = check_grid_settings(num_lambdas, eps) if lambdas is None else num_lambdas
     lam = _driver.validated_grid(X, y, lambdas, num_lambdas, eps)
     Xs, ys, units = _units.scale_data(X, y, loss)
     sol = _driver.run_certified(
@@ -374,23 +432,27 @@ def l1_path(
         grid=(eps, num_lambdas),
     )
     sol = _units.restore(sol, units, unit_free=("gap",))
-    return restore_intercept(_flag_traced_input(sol, X, y, lam), shift)
+    return restore_intercept(_flag_traced_input(sol, X, y, lam, user_tol), shift)
 
 
-def _flag_traced_input(sol, X, y, lam):
+def _flag_traced_input(sol, X, y, lam, tol=None):
     """``sol`` with ``RESULTS.nonfinite`` and NaN coefficients where traced input is not finite.
 
     Eager calls refuse such input; under ``jit`` a NaN in ``X`` or ``y`` (or a
     grid that :func:`~jaxknock.l1._ws_driver.validated_grid` voided: not
     positive and decreasing) never met the KKT test and came back as
-    ``max_steps_reached`` with all-zero coefficients.
+    ``max_steps_reached`` with all-zero coefficients. A traced ``tol`` that is
+    not positive and finite (eager calls refuse it) voids the answer too: ``inf``
+    certified any iterate as ``successful``.
     """
-    arrays = [a for a in (X, y, lam) if a is not None]
+    arrays = [a for a in (X, y, lam, tol) if a is not None]
     if all(_checks.is_concrete(a) for a in arrays):
         return sol
     ok = jnp.all(jnp.isfinite(X), axis=(-2, -1)) & jnp.all(jnp.isfinite(y), axis=-1)
     if lam is not None:
         ok = ok & jnp.all(jnp.isfinite(lam), axis=-1)
+    if tol is not None and not _checks.is_concrete(tol):
+        ok = ok & jnp.isfinite(tol) & (tol > 0)
     stats = dict(sol.stats)
     for key in ("coef_path", "intercept", "intercept_path", "lam"):
         if key in stats:
