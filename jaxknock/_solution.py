@@ -189,6 +189,9 @@ def raise_if_failed(solution: Solution, throw: bool, where: str | None = None) -
     decorator) to get the clean :class:`SolverError` back. Under ``vmap`` the
     whole batch is checked at once and the message counts the failed members.
     """
+    if isinstance(throw, (str, bytes, jax.core.Tracer)):
+        # throw="no" is truthy and raised on the first failure; a traced flag failed in bool() naming nothing
+        raise TypeError(f"throw must be True or False (a Python bool), got {throw!r}")
     if not throw:
         return solution
     if where is None:

@@ -645,6 +645,8 @@ class RandSelSelector(_RandomisedSelector):
                 "(as KnockoffSelector and StabilitySelector)"
             )
         n, p = X.shape
+        if k is not None and k > p:  # was clamped to p silently (scikit-learn's SelectKBest refuses k > p too)
+            raise ValueError(f"n_features_to_select={k} is larger than the {p} features of X")
         key = _key_from_random_state(self.random_state)  # whatever p: random_state="zero" passed with p < 3
         m_a = self.subsample_size if self.subsample_size is not None else min(n, max(4, n // 4))
         if p < 3:
@@ -672,7 +674,7 @@ class RandSelSelector(_RandomisedSelector):
             self.support_ = np.asarray(res.selected, dtype=bool)
         if k is not None:
             self.support_ = np.zeros(p, bool)
-            self.support_[self.ranking_[: min(k, p)]] = True
+            self.support_[self.ranking_[:k]] = True
         self.selected_ = np.flatnonzero(self.support_)
         return self
 

@@ -322,6 +322,7 @@ def lcd(
                 f"{', '.join(ignored)} set the cross-validation, which a given lam skips: pass lam=None to "
                 f"cross-validate, or leave {', '.join(ignored)} at the default"
             )
+        _checks.check_lam(lam)  # as given: jnp.asarray made lam=True the penalty 1.0 and lam="0.1" 0.1
         lam = jnp.asarray(lam, Xk3.dtype)
         try:
             lam = jnp.broadcast_to(lam, batch_shape).reshape(-1)

@@ -801,6 +801,19 @@ def test_an_infinite_tol_is_refused():
             call()
 
 
+def test_throw_must_be_a_bool():
+    """``throw="no"`` is truthy: a failed solve raised ``SolverError`` where the caller asked for no error (and a
+    successful one passed). Text is refused, naming ``throw``."""
+    X, y = _regression(seed=15)
+    for call in (
+        lambda: L.lasso(X, y, 0.01, throw="no"),
+        lambda: L.lasso_path(X, y, num_lambdas=3, throw="False", engine="classic"),
+        lambda: jaxknock.sdp(np.eye(3), throw="no"),
+    ):
+        with pytest.raises(TypeError, match="throw must be True or False"):
+            call()
+
+
 def test_the_working_set_engine_refuses_the_classic_solvers_settings():
     """``engine="working_set"`` with ``solver="fista"`` or ``screen=False`` ran the engine and ignored them."""
     X, y = _regression(seed=14)

@@ -100,6 +100,14 @@ def test_randsel_selector_refuses_a_constant_y():
             RandSelSelector(n_features_to_select=k, num_subsamples=10, random_state=0).fit(X, np.full(40, 3.0))
 
 
+def test_randsel_selector_refuses_more_features_than_x_has():
+    """``n_features_to_select`` above the number of features was clamped silently (every feature kept);
+    scikit-learn's ``SelectKBest`` refuses ``k > n_features`` too."""
+    X, y = _regression(n=40, p=6)
+    with pytest.raises(ValueError, match="n_features_to_select=7 is larger than the 6 features"):
+        RandSelSelector(n_features_to_select=7, num_subsamples=10, random_state=0).fit(X, y)
+
+
 def test_randsel_selector_checks_random_state_with_few_features():
     """With fewer than three features (nothing to rank, all kept) ``random_state="zero"`` was accepted; with
     three it was refused. It is checked whatever the number of features now."""

@@ -379,6 +379,15 @@ def test_lcd_honours_explicit_solver_screen_and_max_steps(monkeypatch):
     assert calls == [(np.float64, 7), (np.float32, 10_000)]
 
 
+def test_lcd_refuses_a_boolean_or_text_lam():
+    """``lcd(lam=True)`` ran at the penalty 1.0 and ``lam="0.1"`` at 0.1: ``jnp.asarray`` converted them before
+    the check (the filter checks ``lam`` itself; ``lcd`` called directly did not)."""
+    Xk, y = _design(seed=3)
+    for lam in (True, "0.1"):
+        with pytest.raises(TypeError, match="lam must be a real number"):
+            S.lcd(Xk, y, lam=lam)
+
+
 def test_lcd_at_a_given_lam_refuses_the_cross_validations_settings():
     """With ``lam`` given, ``lambdas``, ``patience``, ``folds`` and ``engine="working_set"`` were silently ignored
     (the fit at ``lam`` came back `successful` whatever they said)."""
