@@ -20,7 +20,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock import _checks
+from jaxknock import _checks, _sampling_common
 from jaxknock._s_methods import FACTOR_SOLVERS, S_METHODS, WIDE_DENSE_SOLVERS
 from jaxknock.covariance import FactorFit, FactorModel, to_correlation
 from jaxknock.l1.folds import cv_folds
@@ -43,7 +43,7 @@ def check_options(*, lasso_tol, rank, Sigma, s_method, groups, sdp_tol=1e-4, asd
     _checks.check_real(sdp_tol, "sdp_tol", strict=True)
     if asdp_block_size is not None:  # None: asdp's own default, as before
         _checks.check_count(asdp_block_size, "asdp_block_size")
-    if _factor_pair(Sigma):  # NumPy's "inhomogeneous shape" error before, naming nothing
+    if _sampling_common.is_factor_pair(Sigma):  # NumPy's "inhomogeneous shape" error before, naming nothing
         raise TypeError(
             "Sigma looks like a (d, U) pair: pass the factor law as jaxknock.FactorModel(d, U) "
             "(Sigma = diag(d) + U U^T), or the dense (p, p) matrix"
@@ -63,16 +63,6 @@ def check_options(*, lasso_tol, rank, Sigma, s_method, groups, sdp_tol=1e-4, asd
             f"rank={rank!r} is the rank of a factor model fitted to X (s_method='mvr_factor'); with groups= "
             "the S solve uses a dense p x p covariance: drop rank"
         )
-
-
-def _factor_pair(Sigma) -> bool:
-    """A plain ``(d, U)`` pair (``d`` 1-D, ``U`` 2-D), not a :class:`FactorModel` and not a 2 x 2 nested list."""
-    if not isinstance(Sigma, (tuple, list)) or isinstance(Sigma, (FactorModel, FactorFit)) or len(Sigma) != 2:
-        return False
-    try:
-        return np.ndim(Sigma[0]) == 1 and np.ndim(Sigma[1]) == 2
-    except ValueError:  # a ragged nested list: as_float_array names it
-        return False
 
 
 def check_single_device_options(*, Sigma, chunk_size, devices, mesh):

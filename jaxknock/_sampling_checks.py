@@ -25,7 +25,7 @@ from jax import lax
 from jaxknock import _checks, _feasibility
 from jaxknock._checks import check_finite, check_nonnegative, check_symmetric, is_concrete
 
-__all__ = ["check_dense_values", "check_factor_values", "check_fixed_x_values", "symmetry_rtol"]
+__all__ = ["check_dense_values", "check_factor_values", "check_fixed_x_values", "full_rank_flag", "symmetry_rtol"]
 
 HIGHEST = lax.Precision.HIGHEST
 

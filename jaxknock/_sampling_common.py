@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-__all__ = ["HIGHEST", "column_means", "correlation_scale", "mm", "psd_factor", "psd_factor_checked"]
+from jaxknock.covariance import FactorFit, FactorModel
+
+__all__ = ["HIGHEST", "column_means", "correlation_scale", "is_factor_pair", "mm", "psd_factor", "psd_factor_checked"]
 
 HIGHEST = lax.Precision.HIGHEST
+
+
+def is_factor_pair(law) -> bool:
+    """A plain ``(d, U)`` pair (``d`` 1-D, ``U`` 2-D), as :func:`~jaxknock.sample_knockoffs_factor` takes.
+
+    Not a :class:`~jaxknock.FactorModel` or :class:`~jaxknock.FactorFit` (named tuples of two), not a 2 x 2
+    nested list, and ``False`` for a ragged nested list (NumPy's ``np.ndim`` of it raises).
+    """
+    if not isinstance(law, (tuple, list)) or isinstance(law, (FactorModel, FactorFit)) or len(law) != 2:
+        return False
+    try:
+        return np.ndim(law[0]) == 1 and np.ndim(law[1]) == 2
+    except ValueError:
+        return False
 
 
 def mm(a, b):

@@ -69,6 +69,12 @@ def select(W, stat_sol, s_sol, timings, fdr, plus, num_replicates, aggregate):
     return mask, thresholds
 
 
+def in_half_the_replicates(masks):
+    """``(R, u)`` selections -> the units selected in at least half the replicates, ``2 count >= R`` in
+    integers (the float mean of 41 of R = 82 was below 0.5: XLA multiplies the sum by a rounded ``1/R``)."""
+    return 2 * jnp.sum(masks, axis=0) >= masks.shape[0]
+
+
 def select_multi(scores, stat_sol, s_sol, timings, fdr, plus, num_replicates, num_knockoffs):
     """``(W (R, u), mask (u,), thresholds (R,))`` of the multi-knockoff filter on ``scores`` ``(R, m + 1, u)``.
 
@@ -88,7 +94,6 @@ def select_multi(scores, stat_sol, s_sol, timings, fdr, plus, num_replicates, nu
     thresholds = _multi.multi_knockoff_threshold(kappa, tau, fdr, num_knockoffs=num_knockoffs, plus=plus)
     masks = (kappa == 0) & (tau >= thresholds[..., None])
     W = jnp.where(kappa == 0, tau, -tau)
-    # in at least half the replicates: 2 count >= R in integers (the float mean of 41 of R = 82 was below 0.5)
-    mask = np.asarray(masks[0] if num_replicates == 1 else 2 * jnp.sum(masks, axis=0) >= masks.shape[0])
+    mask = np.asarray(masks[0] if num_replicates == 1 else in_half_the_replicates(masks))
     timings["selection"] = time.perf_counter() - t0
     return W, mask, thresholds

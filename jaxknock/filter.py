@@ -159,6 +159,12 @@ def _min_fdr(W, *, plus):
     return jax.vmap(one)(flat).reshape(W.shape[:-1])
 
 
+def selecting_grid(dtype):
+    """The levels :func:`min_selecting_fdr` tries by default: 400 geometric levels in ``[1e-3, 0.999]``
+    (neighbours ``(0.999 / 1e-3)^(1/399)``, about 1.7%, apart)."""
+    return jnp.geomspace(1e-3, 0.999, 400, dtype=dtype)
+
+
 def min_selecting_fdr(W, *, aggregate: str = "ebh", plus: bool = True, grid=None):
     r"""Smallest target FDR on ``grid`` at which an aggregated filter selects anything.
 
@@ -182,7 +188,7 @@ def min_selecting_fdr(W, *, aggregate: str = "ebh", plus: bool = True, grid=None
     W = _checks.check_replicates(W)  # (R, p): a (1, R, p) batch is not R replicates flattened into one
     if W.shape[0] == 1:
         return knockoff_min_fdr(W[0], plus=plus)
-    grid = jnp.geomspace(1e-3, 0.999, 400, dtype=W.dtype) if grid is None else jnp.asarray(grid, W.dtype)
+    grid = selecting_grid(W.dtype) if grid is None else jnp.asarray(grid, W.dtype)
 
     def selects(q):
         if aggregate == "ebh":

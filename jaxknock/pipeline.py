@@ -175,7 +175,8 @@ def explain_empty_selection(
         # the aggregated levels come from a grid 1.7% apart: "the smallest target FDR that selects something is
         # 0.379" while 0.375 selected. A finer grid between the selecting level and the one below it
         # (every level on it is checked, so the answer still selects) puts the printed digits right.
-        fine = jnp.geomspace(q_min / _GRID_STEP, q_min, 256, dtype=jnp.asarray(W).dtype)
+        coarse = _filter.selecting_grid(jnp.asarray(W).dtype)
+        fine = jnp.geomspace(q_min * coarse[0] / coarse[1], q_min, 256, dtype=coarse.dtype)
         if m == 1:
             q_fine = float(_filter.min_selecting_fdr(jnp.asarray(W), aggregate=aggregate, plus=plus, grid=fine))
         else:
@@ -255,10 +256,6 @@ def _best_thresholds(W, m, plus):
     return float(t), int(k), int(neg)
 
 
-# the ratio of neighbouring levels of min_selecting_fdr's default grid (400 levels geometric in [1e-3, 0.999])
-_GRID_STEP = (0.999 / 1e-3) ** (1 / 399)
-
-
 def _multi_min_selecting_fdr(W, m, plus, grid=None) -> float:
     r"""Smallest level at which the multi-knockoff(+) filter with ``m`` copies selects, from the signed ``tau``.
 
@@ -272,11 +269,11 @@ def _multi_min_selecting_fdr(W, m, plus, grid=None) -> float:
     if W.shape[0] == 1:
         return float(_filter.knockoff_min_fdr(W[0], plus=plus)) / m
     kappa, tau = (W <= 0).astype(jnp.int32), jnp.abs(W)
-    grid = jnp.geomspace(1e-3, 0.999, 400, dtype=W.dtype) if grid is None else grid
+    grid = _filter.selecting_grid(W.dtype) if grid is None else grid
 
     def selects(q):
         T = _multi.multi_knockoff_threshold(kappa, tau, q, num_knockoffs=m, plus=plus)
-        return jnp.any(2 * jnp.sum((kappa == 0) & (tau >= T[:, None]), axis=0) >= W.shape[0])  # as select_multi
+        return jnp.any(_selection.in_half_the_replicates((kappa == 0) & (tau >= T[:, None])))
 
     return float(jnp.min(jnp.where(jax.vmap(selects)(grid), grid, jnp.inf)))
 

@@ -419,14 +419,9 @@ def sample_knockoffs_factor(key, X, model, s, *, mu=None, num_knockoffs=1):
 # --------------------------------------------------------------------------
 
 
-def _is_factor_pair(Sigma) -> bool:
-    """A ``(d, U)`` pair (``d`` 1-D, ``U`` 2-D), as :func:`sample_knockoffs_factor` takes; not a 2 x 2 nested list."""
-    return isinstance(Sigma, (tuple, list)) and len(Sigma) == 2 and np.ndim(Sigma[0]) == 1 and np.ndim(Sigma[1]) == 2
-
-
 def _sampler_spec(X, Sigma, s, mu, m: int = 1):
-    _refuse_factor_fit(Sigma, "Sigma")  # before _is_factor_pair, whose np.ndim of it failed in NumPy
-    if isinstance(Sigma, FactorModel) or _is_factor_pair(Sigma):
+    _refuse_factor_fit(Sigma, "Sigma")  # named, before it is read as a dense law
+    if isinstance(Sigma, FactorModel) or _sampling_common.is_factor_pair(Sigma):
         X, d, U, s, mu = _validate_factor(X, Sigma, s, mu, m)
         return "factor", X, (d, U, s), mu, U.shape[1]
     X, Sig, s, mu = _validate_dense(X, Sigma, s, mu, m)
