@@ -33,8 +33,10 @@ Modules (one concept each):
     (``method="coordinate"``; :func:`sdp_factor_init` / :func:`sdp_factor_step`).
 * :mod:`~jaxknock.svector.mrc` - :func:`mvr` and :func:`maxent`
   (minimum-reconstructability objectives of Spector & Janson 2022, any
-  number ``m`` of knockoffs), blocked coordinate descent with a certified
-  Lagrange-dual gap (:func:`mrc_objective_and_gap`);
+  number ``m`` of knockoffs): damped Newton with the exact Hessian
+  (:mod:`~jaxknock.svector.mrc_newton`, default) or blocked coordinate
+  descent (``method="coordinate"``), both with a certified Lagrange-dual gap
+  (:func:`mrc_objective_and_gap`);
   :mod:`~jaxknock.svector.mrc_factor` - :func:`mvr_factor` /
   :func:`maxent_factor` for ``Sigma = D + U U^T`` in ``O(p k^2)`` per step:
   damped Newton-CG (:mod:`~jaxknock.svector.mrc_factor_newton`, default;

@@ -282,6 +282,40 @@ def max_step(x, dx):
     return jnp.minimum(1.0, 0.99 * t)
 
 
+ARMIJO = 1e-4  # sufficient-decrease fraction of the MRC Newton solvers' line search
+STEP_SHRINK = 0.5
+MAX_SHRINKS = 40
+
+
+def armijo_backtrack(trial, t0, f0, slope):
+    """The MRC Newton solvers' line search: halve ``t`` from ``t0`` until the trial point is acceptable.
+
+    ``trial(t) -> (ok, f, aux)`` evaluates the point ``s + t ds`` (``ok``: it is
+    feasible; ``f``: its objective; ``aux``: what the caller keeps of it). ``t``
+    is accepted when ``ok`` and ``f <= f0 + ARMIJO t slope + 100 eps |f0|`` (the
+    Armijo condition up to rounding), after at most ``MAX_SHRINKS`` halvings.
+    Returns ``(t, accepted, halvings, aux)``; ``accepted`` is false when no
+    length passed or ``slope >= 0`` (not a descent direction), and the caller
+    then keeps its point.
+    """
+    slack = 100.0 * jnp.finfo(jnp.result_type(f0)).eps * jnp.abs(f0)
+
+    def accept(t, ok, f):
+        return ok & (f <= f0 + ARMIJO * t * slope + slack)
+
+    def shrink(c):
+        t, n, _, _ = c
+        t = t * STEP_SHRINK
+        ok, f, aux = trial(t)
+        return t, n + 1, accept(t, ok, f), aux
+
+    ok0, ft0, aux0 = trial(t0)
+    t, n, ok, aux = lax.while_loop(
+        lambda c: (c[1] < MAX_SHRINKS) & ~c[2], shrink, (t0, jnp.int32(0), accept(t0, ok0, ft0), aux0)
+    )
+    return t, ok & (slope < 0), n, aux
+
+
 def unit_diagonal(d, U):
     """The factor model rescaled to unit diagonal: ``(d / diag, U / sqrt(diag), diag)``, ``diag = d + rowsum(U^2)``."""
     diag = d + jnp.sum(U**2, axis=1)

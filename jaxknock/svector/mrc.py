@@ -15,6 +15,11 @@ and neither knockpy's ``solve_mvr`` / ``solve_maxent`` nor Knockoffs.jl cap
 them; ``A > 0`` already bounds ``s_j < c``). For ``m = 1`` these are
 ``tr(G_S^{-1})`` and ``-log det G_S``.
 
+Two solvers share the state, certificate and stopping rule below: damped
+Newton steps on ``s`` (``method="newton"``, the default;
+:mod:`~jaxknock.svector.mrc_newton`) and the coordinate descent of knockpy and
+Knockoffs.jl (``method="coordinate"``), described here.
+
 **Coordinate updates (closed form).** Fix all coordinates but ``j``; with
 ``H = A^{-1}``, ``z = H_jj``, ``sigma = 1/z`` (the Schur complement of ``A``
 at ``j``), ``kappa = sigma + s_j`` (that of ``c C - diag(s_{-j}, 0)``) and
@@ -66,12 +71,13 @@ from jaxknock import _aot, _checks
 from jaxknock._iterate import iterative_solve
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.covariance import to_correlation
-from jaxknock.svector import _common, certificate
+from jaxknock.svector import _common, certificate, mrc_newton
 from jaxknock.svector._common import HIGHEST
 
 __all__ = ["MRCState", "mvr", "maxent", "mrc_objective_and_gap"]
 
 MRC_METHODS = ("mvr", "maxent")
+SOLVER_METHODS = ("newton", "coordinate")
 
 
 class MRCState(NamedTuple):
@@ -80,7 +86,7 @@ class MRCState(NamedTuple):
     ``s`` (``P,``), ``H = A^{-1}`` (``P x P``; padded coordinates are
     decoupled, with ``C = I`` and ``s = 1``, their own optimum), ``objective``
     and certified ``gap`` of the real coordinates, the previous objective
-    ``prev`` and the sweep counter.
+    ``prev`` and the sweep (or Newton step) counter. The Newton method does not pad (``P = p``).
     """
 
     s: jax.Array
@@ -261,8 +267,23 @@ def mrc_step(state: MRCState, kind, C2, m, p, b) -> MRCState:
     return MRCState(s, H, f, gap, state.objective, state.sweep + 1)
 
 
+def mrc_newton_init(kind, C2, s0, m, p) -> MRCState:
+    """Initial state of the Newton method at ``s0``, with ``f(s0)`` and its certified gap (no padding)."""
+    H, f, gap, feasible = _dense_certificate(kind, C2, s0, m, p)
+    inf = jnp.asarray(jnp.inf, C2.dtype)
+    return MRCState(s0, H, f, jnp.where(feasible, gap, inf), inf, jnp.int32(0))
+
+
+def mrc_newton_step(state: MRCState, kind, C2, m, p) -> MRCState:
+    """One damped Newton step (:mod:`~jaxknock.svector.mrc_newton`), then ``H``, ``f`` and the certified gap."""
+    s = mrc_newton.newton_update(kind, C2, state.s, state.H, state.objective, m)
+    H, f, gap, feasible = _dense_certificate(kind, C2, s, m, p)
+    gap = jnp.where(feasible, gap, jnp.inf)
+    return MRCState(s, H, f, gap, state.objective, state.sweep + 1)
+
+
 def mrc_terminate(state: MRCState, tol):
-    """``successful`` once ``gap <= tol * max(|f|, 1)``; ``stagnated`` if a sweep no longer lowers ``f``."""
+    """``successful`` once ``gap <= tol * max(|f|, 1)``; ``stagnated`` if a sweep (step) no longer lowers ``f``."""
     scale = jnp.maximum(jnp.abs(state.objective), 1.0)
     done = jnp.isfinite(state.gap) & (state.gap <= tol * scale)
     # rounding floor: a sweep that changes f by less than ~1e3 eps |f| will not certify tol
@@ -275,16 +296,26 @@ def mrc_terminate(state: MRCState, tol):
     return done | stuck, code
 
 
-def solve_dense_mrc(Sigma, tol, max_steps, m, *, kind, b, min_eig="bound") -> Solution:
-    """The unvalidated, traceable core of :func:`mvr` / :func:`maxent` for one ``(p, p)`` matrix."""
+def solve_dense_mrc(Sigma, tol, max_steps, m, *, kind, b, method="newton", min_eig="bound") -> Solution:
+    """The unvalidated, traceable core of :func:`mvr` / :func:`maxent` for one ``(p, p)`` matrix.
+
+    ``method="newton"`` ignores ``b`` (no blocks, no padding).
+    """
     p = Sigma.shape[-1]
     # under jit an indefinite (or NaN) Sigma is infeasible with a NaN s, without iterating on it
     C, valid, max_steps_run = _common.gated_correlation(Sigma, max_steps)
     m = jnp.asarray(m, C.dtype)
-    C2, s0 = _pad(C, m, b)
+    if method == "newton":
+        C2, s0 = _pad(C, m, 1)
+        init = mrc_newton_init(kind, C2, s0, m, p)
+        step = functools.partial(mrc_newton_step, kind=kind, C2=C2, m=m, p=p)
+    else:
+        C2, s0 = _pad(C, m, b)
+        init = mrc_init(kind, C2, s0, m, p)
+        step = functools.partial(mrc_step, kind=kind, C2=C2, m=m, p=p, b=b)
     it = iterative_solve(
-        mrc_init(kind, C2, s0, m, p),
-        lambda st: mrc_step(st, kind, C2, m, p, b),
+        init,
+        step,
         lambda st: mrc_terminate(st, tol),
         max_steps=max_steps_run,
         finite=lambda st: jnp.all(jnp.isfinite(st.s)),
@@ -314,15 +345,16 @@ def solve_dense_mrc(Sigma, tol, max_steps, m, *, kind, b, min_eig="bound") -> So
     return Solution(s, result, stats, st)
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "b"))
-def _mrc_jit(Sigma, tol, max_steps, m, *, kind, b):
+@functools.partial(jax.jit, static_argnames=("kind", "b", "method"))
+def _mrc_jit(Sigma, tol, max_steps, m, *, kind, b, method):
     def one(S, tol, max_steps, m):
-        return solve_dense_mrc(S, tol, max_steps, m, kind=kind, b=b)
+        return solve_dense_mrc(S, tol, max_steps, m, kind=kind, b=b, method=method)
 
     return _common.solve_stack(one, Sigma, tol, max_steps, m)  # a stack: one matrix at a time on CPU
 
 
-def _solve(kind, Sigma, num_knockoffs, tol, max_steps, block_size, throw):
+def _solve(kind, Sigma, num_knockoffs, tol, max_steps, block_size, method, throw):
+    _checks.check_choice(method, SOLVER_METHODS, "method")
     _common.check_settings(tol, max_steps, 0.5, None)
     m = _checks.check_num_knockoffs(num_knockoffs)
     Sigma = _checks.validate_sigma(Sigma)
@@ -331,16 +363,32 @@ def _solve(kind, Sigma, num_knockoffs, tol, max_steps, block_size, throw):
     if not (_checks.is_int(b) and b >= 1):
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     # a fresh process with the compilation cache on loads the traced program (jaxknock/_aot.py)
-    sol = _aot.call(_mrc_jit, Sigma, tol, max_steps, float(m), kind=kind, b=int(min(b, p)))
+    b = int(min(b, p)) if method == "coordinate" else 1  # the Newton method has no blocks: one program
+    sol = _aot.call(_mrc_jit, Sigma, tol, max_steps, float(m), kind=kind, b=b, method=method)
     return raise_if_failed(_common.gate_traced_tol(sol, tol), throw)
 
 
 _SHARED_DOC = r"""
-    Solver: cyclic coordinate descent with the closed-form coordinate updates
-    and blocked Sherman-Morrison / Woodbury updates of ``A^{-1}`` described in
-    :mod:`jaxknock.svector.mrc` (``~3 p^3`` flops per sweep, all in matrix
-    products), driven by :func:`jaxknock._iterate.iterative_solve` from
-    ``s_j = min(1, c lambda_min(C) / 2)``. After every sweep the **certified gap** (see the module
+    Solvers, both driven by :func:`jaxknock._iterate.iterative_solve` from
+    ``s_j = min(1, c lambda_min(C) / 2)``:
+
+    * ``method="newton"`` (default, :mod:`~jaxknock.svector.mrc_newton`):
+      damped Newton steps on ``s`` with the exact Hessian (``A^{-1} o A^{-1} +
+      diag(m / s^2)`` for ME, ``(2/m) A^{-1} o A^{-2} + diag(2 m / s^3)`` for
+      MVR), solved by Cholesky, and a backtracking line search that keeps
+      ``A > 0`` and ``s > 0`` (Armijo). ``~2.5 p^3`` (ME) / ``~4.5 p^3`` (MVR)
+      flops per step, in a few LAPACK / BLAS calls; 3-11 steps on every
+      matrix measured, including raw sample correlations of near-square
+      designs, where the coordinate descent needs hundreds to thousands of
+      sweeps (maximum entropy, ``p = 200``, ``n = 203``: 9 steps against 1508
+      sweeps).
+    * ``method="coordinate"``: cyclic coordinate descent with the closed-form
+      coordinate updates and blocked Sherman-Morrison / Woodbury updates of
+      ``A^{-1}`` described in :mod:`jaxknock.svector.mrc` (``~3 p^3`` flops
+      per sweep, all in matrix products; ``block_size`` is its block, and is
+      not used by the Newton method). Knockpy's and Knockoffs.jl's algorithm.
+
+    After every step or sweep the **certified gap** (see the module
     docstring) is computed from a fresh Cholesky factorisation of
     ``A = c C - diag(s)``; it satisfies ``gap >= f(s) - f*``. At the end,
     where ``A`` may be near the rounding floor, the gap also holds the bound
@@ -349,7 +397,7 @@ _SHARED_DOC = r"""
 
     Tolerance: stops with ``successful`` once ``gap <= tol * max(|f(s)|, 1)``
     (relative to the objective, absolute when it is below 1); with
-    ``stagnated`` when a sweep lowers ``f`` by less than ``1e3 eps |f|``
+    ``stagnated`` when a step lowers ``f`` by less than ``1e3 eps |f|``
     (rounding floor; the reported gap is still a valid bound), else with
     ``max_steps_reached``.
 
@@ -358,8 +406,8 @@ _SHARED_DOC = r"""
     ``objective`` and ``gap`` are on the correlation scale. Float64 is required
     (the iterates approach the PD boundary; Cholesky updates); a float32
     ``Sigma`` is rejected. ``tol`` and ``max_steps`` are traced (no
-    recompilation); ``num_knockoffs`` is traced too, ``block_size`` and the
-    shape are static. A batch ``(B, p, p)`` is solved one matrix after another
+    recompilation); ``num_knockoffs`` is traced too, ``method``,
+    ``block_size`` and the shape are static. A batch ``(B, p, p)`` is solved one matrix after another
     on CPU, with ``vmap`` on an accelerator.
 
     Under jit (value checks skipped) a ``Sigma`` with NaN/Inf gives
@@ -375,23 +423,34 @@ _SHARED_DOC = r"""
         num_knockoffs: ``m >= 1`` simultaneous knockoffs: the constraint is
             ``(m+1)/m C - diag(s) > 0`` and the objective that of ``G`` above.
         tol: relative certified-gap tolerance.
-        max_steps: maximum number of sweeps (default 2000: on raw sample
-            correlations with ``n / p = 1.15`` maximum entropy needed 610-1072
-            sweeps at p = 200-400, and stopped ``max_steps_reached`` at the former
-            500 with gaps of 1e-2 to 2e-1; a solve that converges sooner stops sooner).
-        block_size: coordinates per block (default 64, ``~p/4`` for small ``p``).
+        max_steps: maximum number of Newton steps or sweeps (default 2000, for
+            the coordinate method: on raw sample correlations with ``n / p =
+            1.15`` maximum entropy needed 610-1072 sweeps at p = 200-400; a
+            solve that converges sooner stops sooner).
+        method: ``"newton"`` (default) or ``"coordinate"``.
+        block_size: coordinates per block of ``method="coordinate"`` (default
+            64, ``~p/4`` for small ``p``); checked, and not used by ``"newton"``.
         throw: raise ``RuntimeError`` unless ``successful``.
 
     Returns:
         :class:`~jaxknock.Solution`: ``value`` is ``s`` (covariance scale);
-        ``stats``: ``num_steps`` (sweeps), ``max_steps``, ``objective``
+        ``stats``: ``num_steps`` (Newton steps or sweeps), ``max_steps``, ``objective``
         (``f(s)``), ``gap`` (certified, ``inf`` if infeasible), ``min_eig`` (a
         certified lower bound on ``lambda_min(c C - diag s)``, as in
         :func:`~jaxknock.sdp`); ``state`` is the final :class:`MRCState`.
 """
 
 
-def mvr(Sigma, *, num_knockoffs: int = 1, tol: float = 1e-6, max_steps: int = 2000, block_size=None, throw=False):
+def mvr(
+    Sigma,
+    *,
+    num_knockoffs: int = 1,
+    tol: float = 1e-6,
+    max_steps: int = 2000,
+    method: str = "newton",
+    block_size=None,
+    throw=False,
+):
     r"""Minimum variance-based reconstructability (MVR) knockoffs (Spector & Janson 2022).
 
     .. math:: \min_s\ \tfrac1m \mathrm{tr}\big((cC - \mathrm{diag}\,s)^{-1}\big) + m \sum_j 1/s_j
@@ -401,10 +460,19 @@ def mvr(Sigma, *, num_knockoffs: int = 1, tol: float = 1e-6, max_steps: int = 20
     (knockpy's ``solve_mvr`` for ``m = 1``, Knockoffs.jl's MVR for general ``m``).
     The certified gap is ``sum_j (m - s_j ||A^{-1} e_j||)^2 / (m s_j)``.
     """
-    return _solve("mvr", Sigma, num_knockoffs, tol, max_steps, block_size, throw)
+    return _solve("mvr", Sigma, num_knockoffs, tol, max_steps, block_size, method, throw)
 
 
-def maxent(Sigma, *, num_knockoffs: int = 1, tol: float = 1e-6, max_steps: int = 2000, block_size=None, throw=False):
+def maxent(
+    Sigma,
+    *,
+    num_knockoffs: int = 1,
+    tol: float = 1e-6,
+    max_steps: int = 2000,
+    method: str = "newton",
+    block_size=None,
+    throw=False,
+):
     r"""Maximum-entropy (ME, a.k.a. MMI) knockoffs (Spector & Janson 2022; Gimenez & Zou 2019).
 
     .. math:: \min_s\ -\log\det(cC - \mathrm{diag}\,s) - m \sum_j \log s_j
@@ -414,7 +482,7 @@ def maxent(Sigma, *, num_knockoffs: int = 1, tol: float = 1e-6, max_steps: int =
     for ``m = 1``, Knockoffs.jl's default). The certified gap is
     ``m sum_j [t_j - 1 - log t_j]`` with ``t_j = s_j (A^{-1})_jj / m``.
     """
-    return _solve("maxent", Sigma, num_knockoffs, tol, max_steps, block_size, throw)
+    return _solve("maxent", Sigma, num_knockoffs, tol, max_steps, block_size, method, throw)
 
 
 _EXAMPLE_MVR = """

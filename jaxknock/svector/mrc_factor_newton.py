@@ -75,9 +75,6 @@ CG_MAX_ITERS = 100
 # a coordinate with |c d_j - s_j| below this fraction of c d_j + s_j makes the Woodbury
 # terms 1 / e_j lose all accuracy: such trial points are rejected (halved)
 _E_FLOOR = 1e-9
-_ARMIJO = 1e-4
-_SHRINK = 0.5
-_MAX_SHRINKS = 40
 
 
 class Derivatives(NamedTuple):
@@ -244,24 +241,8 @@ def newton_step(kind, st: FactorMRCNewtonState, ops, cd, m, cg_max=CG_MAX_ITERS)
     rtol = jnp.clip(jnp.sqrt(jnp.where(jnp.isfinite(rel), rel, 1.0)), 1e-10, 0.1)
     ds, cg_it = _woodbury.pcg(lambda v: hessian_matvec(kind, ops, s, e, der, m, v), -g, pdiag, rtol, cg_max)
     slope = jnp.dot(g, ds)
-    f0 = der.f
-    slack = 100.0 * jnp.finfo(s.dtype).eps * jnp.abs(f0)
-
-    def accept(t, ok, f):
-        return ok & (f <= f0 + _ARMIJO * t * slope + slack)
-
-    def shrink(c):
-        t, n, _, _, _ = c
-        t = t * _SHRINK
-        ok, f, eig = _trial(kind, ops, cd, s + t * ds, m)
-        return t, n + 1, accept(t, ok, f), f, eig
-
     t0 = _common.max_step(s, ds)
-    ok0, ft0, eig0 = _trial(kind, ops, cd, s + t0 * ds, m)
-    t, n_shrink, ok, _, eig = lax.while_loop(
-        lambda c: (c[1] < _MAX_SHRINKS) & ~c[2], shrink, (t0, jnp.int32(0), accept(t0, ok0, ft0), ft0, eig0)
-    )
-    ok = ok & (slope < 0)
+    t, ok, n_shrink, eig = _common.armijo_backtrack(lambda t: _trial(kind, ops, cd, s + t * ds, m), t0, der.f, slope)
     s_new = jnp.where(ok, s + t * ds, s)
     evals, evecs, P = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), eig, (st.evals, st.evecs, st.P))
     new = _derive(kind, ops, s_new, cd - s_new, evals, evecs, P, m)
