@@ -28,7 +28,15 @@ import numpy as np
 from jaxknock._solution import Solution
 from jaxknock.covariance import FactorModel
 
-__all__ = ["HostShift", "cast_floats", "centre_before_cast", "centre_for_fit", "solve_s_float64", "uncentred_intercept"]
+__all__ = [
+    "HostShift",
+    "cast_floats",
+    "centre_before_cast",
+    "centre_for_fit",
+    "shift_response_before_cast",
+    "solve_s_float64",
+    "uncentred_intercept",
+]
 
 
 def _needs_cast(a, dtype) -> bool:
@@ -129,6 +137,37 @@ def centre_before_cast(X, mu=None):
     if mh is None or mh.shape != (Xh.shape[1],) or not np.isfinite(mh).all():
         return X, mu  # checked (and named) by _filter_inputs.standardise_by_law
     return Xh - mh, np.zeros_like(mh)
+
+
+# a continuous y is shifted before a narrowing cast only when its mean is at least 2^7 times its spread: the
+# cast then rounds the deviations, relative to the spread, by more than 2^7 of their own ulps
+_RESPONSE_SHIFT_BITS = 8
+
+
+def shift_response_before_cast(y, dtype):
+    """A continuous host ``y`` whose mean dwarfs its spread, shifted in float64 before the cast to ``dtype``.
+
+    Every statistic of the filter on a continuous ``y`` (the lasso statistics fit an intercept, the
+    marginal correlation centres) is invariant to a shift of ``y``, but the cast of a float64 (or integer)
+    ``y`` to a float32 ``X``'s dtype keeps about 7 significant digits of each *raw* entry: a response
+    ``1e8 + e`` with ``e`` of order 1 (float32 spacing 8) kept a few levels of ``e``, and the filter
+    returned an empty selection with every fit ``successful``. Here ``y`` loses ``c``, its mean rounded to
+    a multiple of ``2^(e + 8)`` (``2^e >= max |y - mean|``), so ``c = 0`` -- ``y`` untouched, to the bit --
+    unless the mean is at least ``2^7`` times the spread, and after the shift the mean is below that. ``y``
+    is the float64 NumPy response of :func:`jaxknock._checks.normalise_response`; only a narrowing cast
+    (``dtype`` float32) shifts it, with x64 on or off; a constant or non-finite ``y`` (refused by the
+    validation) passes through.
+    """
+    if not isinstance(y, np.ndarray) or y.dtype != np.float64 or y.ndim != 1 or y.size == 0:
+        return y
+    if np.dtype(dtype).itemsize >= y.itemsize or (mean := _finite_mean(y, 0)) is None:
+        return y
+    spread = float(np.max(np.abs(y - mean)))
+    if not (np.isfinite(spread) and spread > 0):
+        return y
+    unit = np.ldexp(1.0, int(np.frexp(spread)[1]) + _RESPONSE_SHIFT_BITS)
+    shift = np.round(mean / unit) * unit
+    return y if shift == 0 else y - shift
 
 
 class HostShift(NamedTuple):
