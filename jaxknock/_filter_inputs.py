@@ -126,8 +126,8 @@ def validate_inputs(
     if y_arr.dtype.kind in "iufb":
         _checks.check_finite(jnp.asarray(y_arr, X.dtype), "y")
     y_norm, binary = _checks.normalise_response(y_arr)
-    if not binary:  # a float64 y with a large mean keeps its deviations through the cast to a float32 X's dtype
-        y_norm = _precision.shift_response_before_cast(y_norm, X.dtype)
+    if not binary:  # a y with a large mean (1e8 + e) keeps its deviations through the cast and the lasso
+        y_norm = _precision.shift_response_mean(y_norm)
     y = jnp.asarray(y_norm, X.dtype)
     Xh = np.asarray(X)  # the host checks below read X once (no copy on a CPU device)
     _checks.check_finite(Xh, "X")

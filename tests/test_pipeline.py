@@ -425,7 +425,7 @@ def test_float64_response_with_a_large_offset_is_not_rounded_by_the_float32_cast
     kept a handful of levels, the signals' statistics came out at half their value (0.14-0.19 against
     0.23-0.36) and two nulls joined the selection, with nothing flagged (with ``"lcd"`` on a design of 10
     signals: 0 selected, every fit ``successful``; a spread below 4 became "y is constant"). The offset now
-    comes out in float64 first (``_precision.shift_response_before_cast``); a response whose mean is within
+    comes out in float64 first (``_precision.shift_response_mean``); a response whose mean is within
     ``2^7`` of its spread is passed on untouched, to the bit."""
     from jaxknock import _precision
 
@@ -444,8 +444,9 @@ def test_float64_response_with_a_large_offset_is_not_rounded_by_the_float32_cast
     np.testing.assert_array_equal(runs[1].selected, runs[0].selected)
     assert set(range(6)) <= set(runs[0].selected.tolist())
     for ordinary in (y, y + 100.0, y * 1e6 + 1e8):  # mean within 2^7 of the spread: the very same array
-        assert _precision.shift_response_before_cast(ordinary, jnp.float32) is ordinary
-    assert _precision.shift_response_before_cast(y + 1e8, jnp.float64) is not None
+        assert _precision.shift_response_mean(ordinary) is ordinary
+    shifted = _precision.shift_response_mean(y + 1e8)
+    assert np.unique((y + 1e8) - shifted).size == 1 and abs(shifted.mean()) < 2**8 * np.ptp(y)  # one exact shift
 
 
 @pytest.mark.parametrize("x64", [True, False])

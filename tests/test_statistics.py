@@ -295,6 +295,20 @@ def test_float64_response_with_a_large_mean_is_shifted_before_the_cast_to_a_floa
     np.testing.assert_array_equal(np.asarray(jitted(y)), ref)
 
 
+def test_cross_validated_lcd_of_a_float64_response_with_a_large_mean():
+    """In float64, ``y = 1e15 + e`` (spacing 0.125, ``e`` of spread ~5: 40 levels) reached the lasso whole, and
+    its rounding floors, relative to ``max |y|``, put the cross-validated penalty at ``9.0``, above every
+    feature: ``W = 0`` with ``result`` ``successful``. The mean beyond ``2^7`` spreads now comes out first
+    (exactly); the statistics are those of the centred response to its quantisation."""
+    Xk, y = _design(seed=2)
+    ref = S.lcd(Xk, y, folds=3, num_lambdas=15, tol=1e-12)  # the settings of lcd_cv above: shared programs
+    sol = S.lcd(Xk, y + 1e15, folds=3, num_lambdas=15, tol=1e-12)
+    assert int(sol.result) == 0
+    np.testing.assert_allclose(sol.stats["lam"], ref.stats["lam"], rtol=0.05)
+    np.testing.assert_allclose(sol.value, ref.value, atol=0.05)
+    assert np.all(np.asarray(ref.value)[:4] > 0.3)
+
+
 def test_marginal_correlation_does_not_depend_on_the_units_of_a_column_or_of_y():
     """Pearson's correlation is scale-free, but its sums of squares are not: in float32 a column in units of
     1e20 (squares overflow) or 1e-20 (squares flush to zero), or such a y, scored |r| = 0 (W moved by 0.34);
