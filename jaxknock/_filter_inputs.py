@@ -20,7 +20,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock import _checks, _sampling_common
+from jaxknock import _checks, _precision, _sampling_common
 from jaxknock._s_methods import FACTOR_SOLVERS, S_METHODS, WIDE_DENSE_SOLVERS
 from jaxknock.covariance import FactorFit, FactorModel, to_correlation
 from jaxknock.l1.folds import cv_folds
@@ -126,6 +126,8 @@ def validate_inputs(
     if y_arr.dtype.kind in "iufb":
         _checks.check_finite(jnp.asarray(y_arr, X.dtype), "y")
     y_norm, binary = _checks.normalise_response(y_arr)
+    if not binary:  # a y with a large mean (1e8 + e) keeps its deviations through the cast and the lasso
+        y_norm = _precision.shift_response_mean(y_norm)
     y = jnp.asarray(y_norm, X.dtype)
     Xh = np.asarray(X)  # the host checks below read X once (no copy on a CPU device)
     _checks.check_finite(Xh, "X")

@@ -28,7 +28,15 @@ import numpy as np
 from jaxknock._solution import Solution
 from jaxknock.covariance import FactorModel
 
-__all__ = ["HostShift", "cast_floats", "centre_before_cast", "centre_for_fit", "solve_s_float64", "uncentred_intercept"]
+__all__ = [
+    "HostShift",
+    "cast_floats",
+    "centre_before_cast",
+    "centre_for_fit",
+    "shift_response_mean",
+    "solve_s_float64",
+    "uncentred_intercept",
+]
 
 
 def _needs_cast(a, dtype) -> bool:
@@ -129,6 +137,40 @@ def centre_before_cast(X, mu=None):
     if mh is None or mh.shape != (Xh.shape[1],) or not np.isfinite(mh).all():
         return X, mu  # checked (and named) by _filter_inputs.standardise_by_law
     return Xh - mh, np.zeros_like(mh)
+
+
+# a continuous y is shifted only when its mean is at least 2^7 times its spread: its deviations then hold
+# 7 bits fewer than its entries, which a float32 cast rounds and a lasso's magnitude floors read wrongly
+_RESPONSE_SHIFT_BITS = 8
+
+
+def shift_response_mean(y):
+    """A continuous ``y`` whose mean dwarfs its spread, with that mean taken out in ``y``'s own precision.
+
+    Every statistic of the filter on a continuous ``y`` (the lasso statistics fit an intercept, the
+    marginal correlation centres) is invariant to a shift of ``y``, but two steps read its raw entries:
+    the cast of a float64 ``y`` to a float32 design's dtype keeps about 7 significant digits of each
+    entry (``1e8 + e`` with ``e`` of spread ~10, float32 spacing 8, kept a few levels of ``e``: statistics
+    off by half, nulls selected, every fit ``successful``), and in float64 the lasso's rounding floors are
+    relative to ``max |y|`` (``1e15 + e``: the cross-validated ``lcd`` chose ``lam = 4.5``, above every
+    feature, and returned ``W = 0``, ``successful``). Here ``y`` loses ``c``, its mean rounded to a multiple
+    of ``2^(e + 8)`` (``2^e > max |y - mean|``), so ``c = 0`` -- ``y`` untouched, the same object -- unless
+    the mean is at least ``2^7`` times the spread, and after the shift the mean is below that (the
+    subtraction is exact to ``y``'s own rounding). A NumPy ``y`` stays NumPy; a JAX array or tracer is
+    shifted on the device. A constant or non-finite ``y`` (refused by the validation; NaN under ``jit``)
+    is not shifted.
+    """
+    if not hasattr(y, "dtype") or not jnp.issubdtype(y.dtype, jnp.floating) or np.ndim(y) != 1 or np.size(y) == 0:
+        return y
+    xp = np if isinstance(y, np.ndarray) else jnp
+    mean = xp.mean(y)
+    spread = xp.max(xp.abs(y - mean))
+    unit = xp.ldexp(xp.ones((), y.dtype), xp.frexp(spread)[1] + _RESPONSE_SHIFT_BITS)
+    shift = xp.round(mean / unit) * unit
+    keep = (shift == 0) | ~xp.isfinite(shift) | ~(spread > 0)
+    if xp is np:
+        return y if keep else y - shift
+    return jnp.where(keep, y, y - shift)
 
 
 class HostShift(NamedTuple):

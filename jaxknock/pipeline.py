@@ -418,6 +418,10 @@ def knockoff_filter(
     and ``s`` cast back. Sampling, statistics and selection follow ``X``'s
     dtype: a float32 ``X`` gives float32 knockoffs and a float32 ``W``
     (8-60x faster on GPUs, half the memory per replicate), float64 stays float64.
+    A float64 continuous ``y`` whose mean is more than ``2^7`` times its spread
+    (``1e8 + signal``) loses that mean in float64 before the cast to float32,
+    which would otherwise round its deviations away (every statistic is
+    invariant to a shift of ``y``).
     A float32 cross-validated lasso whose fit fails its KKT certificate (nearly
     collinear columns of ``[X, X~]``, e.g. a knockoff almost equal to its
     original) is solved again in float64 for that replicate only

@@ -128,6 +128,8 @@ def _prepare(Xk, y, *, loss="squared", fit_intercept=True, binary=False, num_kno
         )
     _checks.check_finite_on_device(Xk, "Xk")  # never copies the (R, n, 2p) batch to the host
     _checks.check_finite_on_device(y, "y")
+    if fit_intercept and loss == "squared" and not binary:  # y = 1e8 + e: a float32 cast kept a few levels of e
+        y = _precision.shift_response_mean(y)
     y = y.astype(Xk.dtype)
     if binary:
         _checks.check_model_response(y, loss="logistic", fit_intercept=True)

@@ -419,6 +419,37 @@ def test_float64_host_input_with_a_large_offset_is_not_rounded_by_the_float32_ca
 
 
 @pytest.mark.parametrize("x64", [True, False])
+def test_float64_response_with_a_large_offset_is_not_rounded_by_the_float32_cast(x64):
+    """A float64 ``y = 1e8 + signal`` with a float32 ``X`` (x64 on) or a float64 NumPy ``X`` (x64 off) was cast
+    to float32 before anything took its mean out: the float32 spacing at 1e8 is 8, the response (spread ~20)
+    kept a handful of levels, the signals' statistics came out at half their value (0.14-0.19 against
+    0.23-0.36) and two nulls joined the selection, with nothing flagged (with ``"lcd"`` on a design of 10
+    signals: 0 selected, every fit ``successful``; a spread below 4 became "y is constant"). The offset now
+    comes out in float64 first (``_precision.shift_response_mean``); a response whose mean is within
+    ``2^7`` of its spread is passed on untouched, to the bit."""
+    from jaxknock import _precision
+
+    rng = np.random.default_rng(0)
+    n, p = 300, 30
+    X = rng.standard_normal((n, p))
+    y = X[:, :6] @ np.full(6, 2.0) + 2.0 * rng.standard_normal(n)
+    A = X.astype(np.float32) if x64 else X
+    with jax.enable_x64(x64):
+        runs = [
+            knockoff_filter(jax.random.key(0), A, r, fdr=0.3, s_method="equicorrelated", statistic="correlation")
+            for r in (y, y + 1e8)
+        ]
+    assert runs[0].W.dtype == jnp.float32
+    np.testing.assert_allclose(runs[1].W, runs[0].W, atol=1e-5)
+    np.testing.assert_array_equal(runs[1].selected, runs[0].selected)
+    assert set(range(6)) <= set(runs[0].selected.tolist())
+    for ordinary in (y, y + 100.0, y * 1e6 + 1e8):  # mean within 2^7 of the spread: the very same array
+        assert _precision.shift_response_mean(ordinary) is ordinary
+    shifted = _precision.shift_response_mean(y + 1e8)
+    assert np.unique((y + 1e8) - shifted).size == 1 and abs(shifted.mean()) < 2**8 * np.ptp(y)  # one exact shift
+
+
+@pytest.mark.parametrize("x64", [True, False])
 def test_bool_design_is_its_zero_one_floats(x64):
     """A bool ``X`` (presence / absence features) was refused ("X must be a real floating array") while the
     same 0/1 features as int8 ran; it now runs as its 0/1 floats, through the same float64 centring with x64
