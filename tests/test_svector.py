@@ -393,6 +393,47 @@ def test_newton_certifies_where_coordinate_ascent_jams(C, tol):
     assert int(sol.stats["newton_steps"]) <= 80 and int(sol.stats["sweeps"]) == 0
 
 
+def test_newton_certifies_degenerate_ar1_optimum():
+    """AR(1), rho = 0.99, p = 100: at the optimum 2C - diag(s) has three eigenvalues below 1e-8 and
+    the barrier dual t lam A^{-1} stays 0.5% above OPT; the stall test stopped the path there,
+    ``stagnated`` (before session 52). The subspace certificate closes the gap to ~4e-7 (its
+    validity against Clarabel: test_subspace_certificate_bounds_opt_for_any_s)."""
+    C = ar1(100, 0.99)
+    sol = sdp(C)
+    obj, dual = float(sol.stats["objective"]), float(sol.stats["dual"])
+    assert RESULTS(int(sol.result)) == RESULTS.successful
+    assert 0.0 <= dual - obj <= 1e-5 * obj and float(sol.stats["min_eig"]) >= 0
+    assert_feasible(C, sol.value)
+    assert int(sol.stats["newton_steps"]) <= 120
+
+
+@pytest.mark.parametrize("kind", ["ar1", "wishart"])
+def test_subspace_certificate_bounds_opt_for_any_s(kind):
+    """Any PSD Lambda = B B^T gives the upper bound 2 tr(Lambda C) + sum_j max(0, 1 - Lambda_jj) >= OPT,
+    whatever ``s`` and ``lam`` it was built from, so the subspace certificate must stay above the
+    best feasible point (Clarabel's ``s`` scaled into the cone, within ~2e-7 of OPT) for that
+    point, for one 1% inside, for an arbitrary (infeasible) ``s`` and for a wrong ``lam``; and it
+    must be close at the near-optimal point (tight at the path's own iterate: the test above).
+    Its rounding-safe evaluation is at least the plain one (numpy). A deliberately broken dual,
+    ``0.9 Lambda`` with ``eta`` kept from ``Lambda`` (``diag + eta >= 1`` violated), falls
+    below OPT: the same comparison detects it."""
+    rng = np.random.default_rng(3)
+    C = ar1(40, 0.995) if kind == "ar1" else np.corrcoef(rng.standard_normal((60, 40)).T)
+    s_ref = np.clip(_cvxpy_ref_s(C), 0.0, 1.0)
+    shrink = [f for f in 1.0 - np.geomspace(1e-10, 1e-3, 36) if np.linalg.eigvalsh(2 * C - np.diag(f * s_ref))[0] > 0]
+    s_opt = shrink[0] * s_ref
+    primal = float(np.sum(s_opt))  # feasible: <= OPT
+    cases = [(s_opt, 1e-9), (0.99 * s_opt, 1e-6), (rng.uniform(0, 1, 40), 1e-3), (s_opt, 1.0)]
+    factor, bound = jax.jit(certificate._subspace_factor), jax.jit(certificate._dual_bound_from_factor)
+    Bs = [np.asarray(factor(C, jnp.asarray(s), lam, jnp.inf, 1e-6)) for s, lam in cases]
+    duals = [float(bound(2.0 * C, B)) for B in Bs]
+    assert all(d >= primal for d in duals), (duals, primal)
+    assert duals[0] - primal <= 1e-4 * primal  # near-tight at Clarabel's point (not centred: 3e-5 for AR(1))
+    trace, hinge = np.sum(Bs[0] * (2.0 * C @ Bs[0])), np.sum(np.maximum(0.0, 1.0 - np.sum(Bs[0] ** 2, axis=1)))
+    assert duals[0] >= trace + hinge >= duals[0] - 1e-8 * primal
+    assert 0.9 * trace + hinge < primal - 0.05 * primal  # the broken dual point: caught
+
+
 def _sample_block_correlation(p, n, seed=0, rho=0.5, block=20):
     """The raw sample correlation of ``n`` rows of a block-equicorrelated law: valid, ill-conditioned."""
     rng = np.random.default_rng(seed)
@@ -645,6 +686,17 @@ def assert_certificate(C, sol, ref, atol=1e-8):
     obj, gap = float(sol.stats["objective"]), float(sol.stats["gap"])
     assert obj <= value + atol
     assert obj + gap >= lower * (1 - 1e-12)
+
+
+def _cvxpy_ref_s(C):
+    """Clarabel's ``s`` (may be outside the cone by ~1e-8) for the dense SDP on ``C``."""
+    p = C.shape[0]
+    s = cp.Variable(p)
+    prob = cp.Problem(cp.Maximize(cp.sum(s)), [2 * C - cp.diag(s) >> 0, s >= 0, s <= 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-10, tol_feas=1e-12, max_iter=500)
+    return np.asarray(s.value)
 
 
 def _cvxpy_ref(C, cache={}):  # noqa: B006 - per-process cache of reference optima

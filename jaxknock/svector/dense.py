@@ -47,7 +47,11 @@ def sdp(
     ``gap <= tol * 1^T s`` (relative), else after ``max_steps`` steps with
     ``RESULTS.max_steps_reached``, or with ``RESULTS.stagnated`` once the
     certificate stops improving (its rounding floor is ~1e-6 relative on
-    near-singular optima; ask for ``tol >= 1e-6``).
+    near-singular optima; ask for ``tol >= 1e-6``). Before the Newton path
+    reports ``stagnated`` it tries the subspace certificate
+    (:func:`~jaxknock.svector.certificate.subspace_dual`, built on the
+    near-null eigenvectors of ``2C - diag s``), which certifies degenerate
+    optima (AR(1) with ``rho >= 0.98``) that the barrier dual cannot.
 
     ``method="newton"`` (default): primal-dual Newton steps on the barrier
     problem with the box ``0 <= s <= 1`` handled by log barriers and
