@@ -10,6 +10,7 @@ Usage::
 
     python benchmarks/bench_sdp_degenerate.py                 # p = 100, 200, 300, 500
     python benchmarks/bench_sdp_degenerate.py --p 100 200
+    python benchmarks/bench_sdp_degenerate.py --small         # smoke run: p = 60, rho = 0.99
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--p", type=int, nargs="+", default=[100, 200, 300, 500])
     parser.add_argument("--rho", type=float, nargs="+", default=[0.95, 0.98, 0.99, 0.995])
+    parser.add_argument("--small", action="store_true", help="smoke run: p = 60, rho = 0.99")
     args = parser.parse_args()
+    if args.small:
+        args.p, args.rho = [60], [0.99]
     print("| p | rho | result | gap / 1^T s | 1^T s | steps | time (s) |")
     print("|---|---|---|---|---|---|---|")
     for p in args.p:

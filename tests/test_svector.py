@@ -56,7 +56,8 @@ def ar1(p, rho):
     return rho ** np.abs(i[:, None] - i[None, :])
 
 
-def cvxpy_sdp(C):
+def _clarabel_sdp(C, gap_abs, gap_rel, feas):
+    """``(optimal value, s, status)`` of the dense knockoff SDP on ``C`` by cvxpy + Clarabel."""
     p = C.shape[0]
     s = cp.Variable(p)
     prob = cp.Problem(cp.Maximize(cp.sum(s)), [2 * C - cp.diag(s) >> 0, s >= 0, s <= 1])
@@ -64,9 +65,14 @@ def cvxpy_sdp(C):
         # Clarabel flags "inaccurate" near its tolerance floor; the value is still
         # accurate to far better than the 1e-5 compared below
         warnings.simplefilter("ignore", UserWarning)
-        prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-9, tol_gap_rel=1e-9, tol_feas=1e-9, max_iter=500)
-    assert prob.status in ("optimal", "optimal_inaccurate")
-    return prob.value
+        prob.solve(solver=cp.CLARABEL, tol_gap_abs=gap_abs, tol_gap_rel=gap_rel, tol_feas=feas, max_iter=500)
+    return prob.value, np.asarray(s.value), prob.status
+
+
+def cvxpy_sdp(C):
+    value, _, status = _clarabel_sdp(C, 1e-9, 1e-9, 1e-9)
+    assert status in ("optimal", "optimal_inaccurate")
+    return value
 
 
 def equi_matrix(p, rho):
@@ -690,13 +696,7 @@ def assert_certificate(C, sol, ref, atol=1e-8):
 
 def _cvxpy_ref_s(C):
     """Clarabel's ``s`` (may be outside the cone by ~1e-8) for the dense SDP on ``C``."""
-    p = C.shape[0]
-    s = cp.Variable(p)
-    prob = cp.Problem(cp.Maximize(cp.sum(s)), [2 * C - cp.diag(s) >> 0, s >= 0, s <= 1])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-10, tol_feas=1e-12, max_iter=500)
-    return np.asarray(s.value)
+    return _clarabel_sdp(C, 1e-12, 1e-10, 1e-12)[1]
 
 
 def _cvxpy_ref(C, cache={}):  # noqa: B006 - per-process cache of reference optima
