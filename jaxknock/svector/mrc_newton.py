@@ -67,6 +67,7 @@ def newton_direction(kind, s, H, m):
     floating point, ``ds = -g / diag(Hess)`` (a descent direction too).
 
     Example:
+        >>> import jax
         >>> jax.config.update("jax_enable_x64", True)
         >>> C2 = 2.0 * (0.5 * jnp.eye(3) + 0.5)
         >>> s = jnp.full(3, 0.5)
