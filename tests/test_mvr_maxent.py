@@ -384,13 +384,15 @@ def test_newton_matches_cvxpy_on_a_near_singular_sample_correlation(kind):
 
 
 def test_newton_step_is_a_descent_step_and_stays_feasible():
-    """One Newton step from the start lowers f and keeps c C - diag(s) > 0 and s > 0; a step whose
-    direction is reversed (an ascent direction) is refused, and s stays where it was."""
+    """One Newton step from the solvers' start lowers f and keeps c C - diag(s) > 0 and s > 0; the shared
+    line search refuses a non-descent slope and a trial point that is never feasible."""
     from jaxknock.svector import mrc_newton
 
     C = jnp.asarray(_raw_block_correlation(3, 40, 42))
     m = jnp.asarray(1.0)
-    C2, s0 = mrc._pad(C, m, 1)
+    # m = 1: c = 2, A = 2C - diag(s), from s_j = min(1, lambda_min(C)) as the solvers start
+    C2 = 2.0 * C
+    s0 = jnp.full(40, min(1.0, float(np.linalg.eigvalsh(np.asarray(C))[0])))
     for kind in ("mvr", "maxent"):
         st = mrc.mrc_newton_init(kind, C2, s0, m, 40)
         new = mrc.mrc_newton_step(st, kind, C2, m, 40)

@@ -430,7 +430,7 @@ def test_subspace_certificate_bounds_opt_for_any_s(kind):
     s_opt = shrink[0] * s_ref
     primal = float(np.sum(s_opt))  # feasible: <= OPT
     cases = [(s_opt, 1e-9), (0.99 * s_opt, 1e-6), (rng.uniform(0, 1, 40), 1e-3), (s_opt, 1.0)]
-    factor, bound = jax.jit(certificate._subspace_factor), jax.jit(certificate._dual_bound_from_factor)
+    factor, bound = jax.jit(certificate.subspace_factor), jax.jit(certificate.dual_bound_from_factor)
     Bs = [np.asarray(factor(C, jnp.asarray(s), lam, jnp.inf, 1e-6)) for s, lam in cases]
     duals = [float(bound(2.0 * C, B)) for B in Bs]
     assert all(d >= primal for d in duals), (duals, primal)

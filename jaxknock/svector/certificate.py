@@ -459,7 +459,7 @@ def _subspace_ipm(W, cost, y0, k, mu0, mu_min):
     return lax.while_loop(cond, body, init)[4], smat
 
 
-def _dual_bound_from_factor(C2, B):
+def dual_bound_from_factor(C2, B):
     r"""A rounding-safe upper bound on ``tr(Lambda C2) + sum_j max(0, 1 - Lambda_jj)`` for ``Lambda = B B^T``.
 
     ``Lambda = B B^T`` (exact, not formed) is positive semidefinite whatever
@@ -489,7 +489,7 @@ def _dual_bound_from_factor(C2, B):
     return total + 2.0 * (p + 2) * eps * (jnp.abs(T) + err + hinge)
 
 
-def _subspace_factor(C, s, lam, dual0, target):
+def subspace_factor(C, s, lam, dual0, target):
     r"""A dual bound for a degenerate optimum: ``Lambda = V M V^T + tau lam V_t E_t^{-1} V_t^T``.
 
     At a degenerate optimum ``A = 2C - diag(s)`` has a few eigenvalues near
@@ -503,8 +503,8 @@ def _subspace_factor(C, s, lam, dual0, target):
     scaled by ``tau >= 0``, so ``M = lam E_k^{-1}``, ``tau = 1`` is the barrier
     dual itself. The dual restricted to this family,
 
-    .. math:: \min_{M \succeq 0,\ 	au \ge 0}\ \mathrm{tr}(M\, V^T 2C V) + 	au g
-              + \sum_j \maxigl(0,\ 1 - (V M V^T)_{jj} - 	au a_jigr)
+    .. math:: \min_{M \succeq 0,\ \tau \ge 0}\ \mathrm{tr}(M\, V^T 2C V) + \tau g
+              + \sum_j \max\bigl(0,\ 1 - (V M V^T)_{jj} - \tau a_j\bigr)
 
     (``a = diag`` and ``g = 2 tr(. C)`` of the tail term at ``tau = 1``), is a
     ``k(k+1)/2 + 1``-variable problem, solved by a small barrier method
@@ -514,7 +514,7 @@ def _subspace_factor(C, s, lam, dual0, target):
     ``Lambda = B B^T`` with ``B = [V U W^{1/2}, V_t (tau lam / E_t)^{1/2}]``
     (``M = U W U^T``, negative rounding eigenvalues of ``M`` clipped), exactly
     positive semidefinite by construction, by the rounding-safe
-    :func:`_dual_bound_from_factor` (:func:`subspace_dual`): that value bounds
+    :func:`dual_bound_from_factor` (:func:`subspace_dual`): that value bounds
     ``OPT`` from above for any ``s`` and ``lam``, whatever ``eigh`` and the
     barrier method returned; their accuracy only decides how tight it is.
     Returns ``B`` (``p x p``). Cost: one ``eigh`` (``~9 p^3``), one product
@@ -552,6 +552,6 @@ def _subspace_factor(C, s, lam, dual0, target):
 
 
 def subspace_dual(C, s, lam, dual0, target):
-    """The subspace certificate's bound on ``OPT`` (see :func:`_subspace_factor`; ``inf`` if not finite)."""
-    dual = _dual_bound_from_factor(2.0 * C, _subspace_factor(C, s, lam, dual0, target))
+    """The subspace certificate's bound on ``OPT`` (see :func:`subspace_factor`; ``inf`` if not finite)."""
+    dual = dual_bound_from_factor(2.0 * C, subspace_factor(C, s, lam, dual0, target))
     return jnp.where(jnp.isfinite(dual), dual, jnp.inf)
