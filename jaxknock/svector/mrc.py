@@ -115,13 +115,16 @@ def objective_and_gap(kind, s, hdiag, logdet, trace, colnorm2, m):
     return f, gap
 
 
-def _dense_certificate(kind, C2, s, m, p):
-    """``(H, f, gap, feasible)`` at ``s`` (padded ``P``; ``f`` and ``gap`` over the first ``p`` coordinates)."""
+def _dense_certificate(kind, C2, s, m, p, L=None):
+    """``(H, f, gap, feasible)`` at ``s`` (padded ``P``; ``f`` and ``gap`` over the first ``p`` coordinates).
+
+    ``L``: the Cholesky factor of ``C2 - diag(s)`` when the caller has it (the Newton line search's).
+    """
     P = s.shape[0]
-    A = C2 - jnp.diag(s)
-    L = jnp.linalg.cholesky(A)
+    if L is None:
+        L = jnp.linalg.cholesky(C2 - jnp.diag(s))
     feasible = jnp.all(jnp.isfinite(L))
-    eye = jnp.eye(P, dtype=A.dtype)
+    eye = jnp.eye(P, dtype=L.dtype)
     Linv = lax.linalg.triangular_solve(L, eye, left_side=True, lower=True)
     H = jnp.matmul(Linv.T, Linv, precision=HIGHEST)
     # the padded coordinates are decoupled (H is block diagonal), so the real ones' terms are exact;
@@ -276,8 +279,8 @@ def mrc_newton_init(kind, C2, s0, m, p) -> MRCState:
 
 def mrc_newton_step(state: MRCState, kind, C2, m, p) -> MRCState:
     """One damped Newton step (:mod:`~jaxknock.svector.mrc_newton`), then ``H``, ``f`` and the certified gap."""
-    s = mrc_newton.newton_update(kind, C2, state.s, state.H, state.objective, m)
-    H, f, gap, feasible = _dense_certificate(kind, C2, s, m, p)
+    s, L = mrc_newton.newton_update(kind, C2, state.s, state.H, state.objective, m)
+    H, f, gap, feasible = _dense_certificate(kind, C2, s, m, p, L)
     gap = jnp.where(feasible, gap, jnp.inf)
     return MRCState(s, H, f, gap, state.objective, state.sweep + 1)
 

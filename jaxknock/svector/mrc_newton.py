@@ -24,9 +24,10 @@ at most 1) and is halved until ``A = c C - diag(s + t ds)`` has a Cholesky
 factor and the Armijo condition ``f(s + t ds) <= f(s) + 1e-4 t g^T ds`` holds
 (up to ``100 eps |f|`` of rounding). A step that finds no such point leaves
 ``s`` unchanged, and the shared stopping rule reports ``stagnated``. After every
-step ``H``, ``f`` and the certified gap come from a fresh Cholesky factorisation,
-as after a sweep of the coordinate descent: the certificate never depends on
-the accuracy of the Newton direction.
+step ``H``, ``f`` and the certified gap come from the Cholesky factor of the
+accepted point (the line search's own, not computed again), as after a sweep
+of the coordinate descent: the certificate never depends on the accuracy of
+the Newton direction.
 
 **Cost and why.** A step is ``~2.5 p^3`` flops for ME (the factorisations and
 ``H``) and ``~4.5 p^3`` for MVR (also ``H^2``), about a sweep of the coordinate
@@ -86,7 +87,7 @@ def newton_direction(kind, s, H, m):
 
 
 def _objective(kind, C2, s, m):
-    """``(ok, f(s), ())``: whether ``c C - diag(s)`` has a Cholesky factor and ``s > 0``, and the objective."""
+    """``(ok, f(s), (s, L))``: whether ``c C - diag(s)`` has a Cholesky factor ``L`` and ``s > 0``; the objective."""
     L = jnp.linalg.cholesky(C2 - jnp.diag(s))
     if kind == "maxent":
         f = -2.0 * jnp.sum(jnp.log(jnp.diagonal(L))) - m * jnp.sum(jnp.log(s))
@@ -94,17 +95,22 @@ def _objective(kind, C2, s, m):
         Linv = lax.linalg.triangular_solve(L, jnp.eye(s.shape[0], dtype=s.dtype), left_side=True, lower=True)
         f = jnp.sum(Linv * Linv) / m + m * jnp.sum(1.0 / s)
     ok = jnp.all(jnp.isfinite(L)) & jnp.all(s > 0) & jnp.isfinite(f)
-    return ok, f, ()
+    return ok, f, (s, L)
 
 
 def newton_update(kind, C2, s, H, f, m):
-    """``s`` after one damped Newton step (``H = A^{-1}`` and ``f = f(s)`` at ``s``).
+    """``(s, L)`` after one damped Newton step (``H = A^{-1}`` and ``f = f(s)`` at ``s``).
 
     The line search of :func:`~jaxknock.svector._common.armijo_backtrack` from
     the fraction to the boundary of ``s > 0``; where no length is acceptable
-    ``s`` is returned unchanged.
+    ``s`` is returned unchanged. ``L`` is the Cholesky factor of
+    ``c C - diag(s)`` at the returned ``s``: the accepted trial point's own
+    (the caller's certificate reuses it), refactorised only after a refused step.
     """
     g, ds = newton_direction(kind, s, H, m)
     t0 = _common.max_step(s, ds)
-    t, ok, _, _ = _common.armijo_backtrack(lambda t: _objective(kind, C2, s + t * ds, m), t0, f, jnp.dot(g, ds))
-    return jnp.where(ok, s + t * ds, s)
+    _, ok, _, (s_t, L_t) = _common.armijo_backtrack(
+        lambda t: _objective(kind, C2, s + t * ds, m), t0, f, jnp.dot(g, ds)
+    )
+    L = lax.cond(ok, lambda: L_t, lambda: jnp.linalg.cholesky(C2 - jnp.diag(s)))
+    return jnp.where(ok, s_t, s), L
