@@ -223,7 +223,7 @@ def group_statistics(W, groups):
 
     Args:
         W: ``(..., p)`` statistics or scores.
-        groups: ``(p,)`` integer group labels or a :class:`~jaxknock.svector.group.Groups`.
+        groups: ``(p,)`` group labels (integers or names) or a :class:`~jaxknock.svector.group.Groups`.
 
     Returns:
         ``(..., G)``, groups in the order of their sorted labels.

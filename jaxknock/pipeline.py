@@ -493,7 +493,7 @@ def knockoff_filter(
             ``"mvr_factor"`` / ``"sdp_factor"`` runs the dense :func:`~jaxknock.mvr`
             (the same MVR optimum) / :func:`~jaxknock.sdp`.
         mu: the known mean of the rows of ``X`` (``(p,)``; only with ``Sigma``).
-        groups: ``(p,)`` integer group labels: group knockoffs (block-diagonal
+        groups: ``(p,)`` group labels, integers or names: group knockoffs (block-diagonal
             ``S`` from :func:`jaxknock.group_s_matrix` with ``s_method``
             ``"equicorrelated"``, ``"sdp"``, ``"maxent"`` or ``"mvr"``; ``"asdp"`` uses
             the group SDP), group statistics ``W_g = sum_{j in g} W_j`` and the

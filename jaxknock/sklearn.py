@@ -196,7 +196,7 @@ class KnockoffSelector(_RandomisedSelector):
         rank: factor-model rank for ``"mvr_factor"`` / ``"sdp_factor"``.
         lam: fixed lasso penalty for ``"lcd"`` (default: cross-validated).
         asdp_block_size: block size for ``"asdp"``.
-        groups: ``(n_features,)`` integer group labels (or a
+        groups: ``(n_features,)`` group labels, integers or names (or a
             :class:`~jaxknock.svector.group.Groups` index): group knockoffs at
             group-level FDR (``support_`` keeps every feature of the selected
             groups; ``statistics_`` is then per group, ``selection_.selected_groups``

@@ -426,8 +426,9 @@ def test_bad_groups_and_methods(problem):
         group_s_matrix(Sigma, g[:-1])
     with pytest.raises(TypeError, match="groups must hold integer group ids"):
         group_s_matrix(Sigma, g + 0.5)
-    with pytest.raises(TypeError, match="groups must hold integer group ids"):
-        group_s_matrix(Sigma, g.astype(str))
+    for bad in ([None] * len(g), [0.5] * len(g), [b"a", "a"] * (len(g) // 2)):  # None, non-integer, bytes + str
+        with pytest.raises(TypeError, match="groups must hold integer group ids"):
+            group_s_matrix(Sigma, np.asarray(bad, dtype=object))
     with pytest.raises(ValueError, match="groups must be a 1-D"):
         group_s_matrix(Sigma, g[None])
     with pytest.raises(ValueError, match="method must be one of"):
@@ -573,3 +574,20 @@ def test_group_solvers_start_feasible_on_a_nearly_singular_sigma():
         assert np.linalg.eigvalsh(2.0 * C - S)[0] >= -4 * np.finfo(float).eps, method
         assert np.all(np.diag(S) > 0), method
         assert int(sol.result) != RESULTS.nonfinite, method
+
+
+def test_group_names_index_as_their_integer_codes(problem):
+    """Names (str, bytes, an object array of str such as a pandas column) give the index of the integer
+    labels that sort the same way; ``labels`` keeps the names. They were refused (a TypeError)."""
+    Sigma, g = problem
+    names = np.array([f"gene{v:03d}" for v in g])  # zero-padded: sorts as the integers do
+    ref = group_index(g)
+    for labels in (names, list(names), names.astype(object), names.astype(bytes)):
+        idx = group_index(labels)
+        for field in ("group_of", "position", "members", "sizes"):
+            np.testing.assert_array_equal(getattr(idx, field), getattr(ref, field))
+    assert group_index(names).labels.tolist() == [f"gene{v:03d}" for v in np.unique(g)]
+    np.testing.assert_array_equal(
+        np.asarray(group_s_matrix(Sigma, names, method="equicorrelated").value.dense()),
+        np.asarray(group_s_matrix(Sigma, g, method="equicorrelated").value.dense()),
+    )

@@ -118,6 +118,37 @@ def test_cli_groups_and_knockoffs(data, tmp_path, capsys):
     assert rc == 2 and "--knockoffs must be a positive integer" in capsys.readouterr().err
 
 
+def test_group_names_select_by_name(data, tmp_path, capsys):
+    """Group names (genes, pathways) in knockoff_filter, KnockoffSelector and ``--groups`` (a text file of
+    names): the same selection as integer labels, reported by name. Names were refused (TypeError / CLIError)."""
+    X, y, groups = data
+    names = np.array([f"g{v:03d}" for v in groups])  # zero-padded: sorted as the integers
+    kw = dict(fdr=0.3, s_method="equicorrelated", statistic="correlation")
+    by_id = jaxknock.knockoff_filter(jax.random.key(0), X, y, groups=groups, **kw)
+    by_name = jaxknock.knockoff_filter(jax.random.key(0), X, y, groups=list(names), **kw)
+    np.testing.assert_array_equal(by_name.mask, by_id.mask)
+    assert len(by_id.selected_groups) >= 3
+    assert by_name.selected_groups.tolist() == [f"g{v:03d}" for v in by_id.selected_groups]
+    est = KnockoffSelector(
+        fdr=0.3, method="equicorrelated", statistic="correlation", random_state=0, groups=list(names)
+    ).fit(X, y)
+    assert set(est.selection_.selected_groups.tolist()) <= set(names.tolist())
+    np.testing.assert_array_equal(est.support_, np.isin(names, est.selection_.selected_groups))
+
+    import json
+
+    path = tmp_path / "d.csv"
+    header = ",".join([f"x{j}" for j in range(P)] + ["y"])
+    np.savetxt(path, np.column_stack([X, y]), delimiter=",", header=header, comments="")
+    gfile, out = tmp_path / "groups.txt", tmp_path / "r.json"
+    gfile.write_text(" ".join(names) + "\n")
+    args = ["select", str(path), "--target", "y", "--method", "equi", "--statistic", "correlation", "--fdr", "0.3"]
+    rc = main([*args, "--groups", str(gfile), "--out", str(out), "--quiet"])
+    assert rc == 0, capsys.readouterr().err
+    report = json.loads(out.read_text())
+    assert report["selected_groups"] and set(report["selected_groups"]) <= set(names.tolist())
+
+
 def test_sklearn_groups(data):
     X, y, groups = data
     est = KnockoffSelector(

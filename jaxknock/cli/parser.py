@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--groups",
         default=None,
         metavar="FILE",
-        help="group knockoffs: one integer group id per feature (text, whitespace-separated, or .npy); "
+        help="group knockoffs: one group id or name per feature (text, whitespace-separated, or .npy); "
         "selects groups at group-level FDR",
     )
     sel.add_argument("--knockoffs", type=int, default=1, metavar="M", help="simultaneous knockoff copies m (default 1)")

@@ -89,23 +89,50 @@ def _check_select_args(args, method) -> None:
 
 
 def _load_groups(path, p):
-    """``--groups FILE``: one integer group id per feature, text (whitespace separated) or ``.npy``."""
+    """``--groups FILE``: one group id per feature, text (whitespace separated) or ``.npy``.
+
+    Ids are integers, or names (gene / pathway names: a text file whose tokens are not all numbers,
+    or a ``.npy`` of strings); the report lists the selected groups by their ids or names.
+    """
     import numpy as np
 
     if not Path(path).is_file():  # was numpy's "x.txt not found." (no option named)
         raise CLIError(f"--groups file {str(path)!r} does not exist; check the path")
     try:
-        g = np.load(path) if str(path).endswith(".npy") else np.loadtxt(path, ndmin=1)
+        g = np.load(path) if str(path).endswith(".npy") else _read_group_tokens(path)
     except ValueError as err:
-        raise CLIError(f"--groups {path}: not a list of integer group ids ({err})") from None
+        raise CLIError(f"--groups {path}: not a list of group ids or names ({err})") from None
     g = np.asarray(g).reshape(-1)
     if g.shape[0] != p:
         raise CLIError(f"--groups {path} has {g.shape[0]} group ids but the table has {p} features")
+    if g.dtype.kind not in "iufUS":
+        raise CLIError(f"--groups {path} must hold integer group ids or group names, got dtype {g.dtype}")
     # inf passed g == round(g) and, as 1e19, was cast to -2^63: every such id one merged group
     bad = ~(np.isfinite(g) & (g == np.round(g)) & (np.abs(g) < 2.0**63)) if g.dtype.kind == "f" else None
     if bad is not None and bad.any():
         raise CLIError(f"--groups {path} must hold integer group ids, found {g[bad][0]!r}")
     return g.astype(np.int64) if g.dtype.kind == "f" else g
+
+
+def _read_group_tokens(path):
+    """The whitespace-separated tokens of a text ``--groups`` file: numbers when every token is one
+    (``loadtxt``, as before), else the tokens as names (``"BRCA1 BRCA1 TP53"``; text after a ``#``
+    is a comment, as for ``loadtxt``)."""
+    import numpy as np
+
+    try:
+        return np.loadtxt(path, ndmin=1)
+    except ValueError:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        tokens = [t for line in lines for t in line.split("#", 1)[0].split()]
+        if not tokens:
+            raise
+        return np.asarray(tokens)
+
+
+def _group_label(v):
+    """A selected group's label for the JSON report: an int for integer ids, else its name."""
+    return v.decode() if isinstance(v, bytes) else v if isinstance(v, str) else int(v)
 
 
 def _resolve_method(args, method, shape):
@@ -282,7 +309,9 @@ def _select_report(args, method, sel, design, summary, times) -> dict:
         "W_mean": {features[i]: float(W_mean[i]) for i in range(p)},
         "thresholds": [float(t) for t in T],
         "explanation": sel.explanation,
-        "selected_groups": None if sel.selected_groups is None else [int(v) for v in sel.selected_groups],
+        "selected_groups": None
+        if sel.selected_groups is None
+        else [_group_label(v) for v in sel.selected_groups.tolist()],
     }
 
 

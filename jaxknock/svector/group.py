@@ -76,16 +76,37 @@ class Groups(NamedTuple):
         return int(self.members.shape[1])
 
 
-def group_index(groups, p: int | None = None, *, name: str = "groups") -> Groups:
-    """The :class:`Groups` index of a vector of integer group labels (one per feature).
+def _names_as_text(g: np.ndarray, name: str) -> np.ndarray:
+    """An object array of names (``np.asarray`` of a list of ``str`` mixed with NumPy strings, a
+    pandas ``Series`` of names) as a text array; any other object array is refused by name."""
+    if g.dtype.kind != "O":
+        return g
+    flat = g.reshape(-1)
+    if flat.size and all(isinstance(v, str) for v in flat):
+        return g.astype(str)
+    if flat.size and all(isinstance(v, bytes) for v in flat):
+        return g.astype(bytes)
+    odd = next((v for v in flat if not isinstance(v, str)), flat[0] if flat.size else None)
+    raise TypeError(
+        f"{name} must hold integer group ids or group names (all strings), one per feature; found {odd!r} "
+        f"of type {type(odd).__name__}"
+    )
 
-    Labels are any integers (e.g. ``[3, 3, 7, 1]``); groups are numbered in the
-    order of their sorted labels, features keep their order inside a group.
-    A :class:`Groups` passes through unchanged (after the length check).
+
+def group_index(groups, p: int | None = None, *, name: str = "groups") -> Groups:
+    """The :class:`Groups` index of a vector of group labels (one per feature).
+
+    Labels are integers (e.g. ``[3, 3, 7, 1]``; integer-valued floats, as read
+    from a text file, too) or names (strings, e.g. genes or pathways:
+    ``["BRCA1", "TP53", "BRCA1"]``). Groups are numbered in the order of their
+    sorted labels (numeric order, or code-point order for names), features keep
+    their order inside a group, and ``labels`` holds the labels themselves, so a
+    selection reports the groups by name. A :class:`Groups` passes through
+    unchanged (after the length check).
 
     Raises:
-        TypeError: labels that are not integers (floats with a fractional part,
-            booleans, strings).
+        TypeError: labels that are neither integers nor names (floats with a
+            fractional part, booleans, ``None``, a mixture of numbers and names).
         ValueError: not a 1-D vector, or its length differs from ``p``, or a float label
             outside the ``int64`` range.
 
@@ -93,6 +114,8 @@ def group_index(groups, p: int | None = None, *, name: str = "groups") -> Groups
         >>> g = group_index([5, 5, 2, 5])
         >>> g.group_of.tolist(), g.members.tolist()
         ([1, 1, 0, 1], [[2, 4, 4], [0, 1, 3]])
+        >>> group_index(["TP53", "BRCA1", "TP53"]).labels.tolist()
+        ['BRCA1', 'TP53']
     """
     if isinstance(groups, Groups):
         if p is not None and groups.group_of.shape[0] != p:
@@ -100,9 +123,9 @@ def group_index(groups, p: int | None = None, *, name: str = "groups") -> Groups
         return groups
     if not _checks.is_concrete(groups):
         raise TypeError(f"{name} must be concrete (a numpy/JAX array outside jit): the group sizes fix the shapes")
-    g = np.asarray(groups)
-    if g.dtype == bool or g.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must hold integer group ids, one per feature; got dtype {g.dtype}")
+    g = _names_as_text(np.asarray(groups), name)
+    if g.dtype == bool or g.dtype.kind not in "iufUS":
+        raise TypeError(f"{name} must hold integer group ids or group names, one per feature; got dtype {g.dtype}")
     if g.ndim != 1:
         raise ValueError(f"{name} must be a 1-D vector of group ids (one per feature), got shape {g.shape}")
     if g.dtype.kind == "f":
@@ -782,7 +805,7 @@ def group_s_matrix(
     Args:
         Sigma: ``(p, p)`` covariance (symmetric positive definite), float64
             for ``"sdp"`` / ``"maxent"``.
-        groups: ``(p,)`` integer group labels (any integers; see
+        groups: ``(p,)`` group labels (integers or names; see
             :func:`group_index`) or a :class:`Groups`.
         method: ``"equicorrelated"``, ``"sdp"``, ``"maxent"`` or ``"mvr"``.
         num_knockoffs: ``m >= 1``.
