@@ -1,5 +1,7 @@
 """knockoff_filter / CLI / KnockoffSelector with groups= and num_knockoffs= (small, closed-form statistics)."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -144,9 +146,16 @@ def test_group_names_select_by_name(data, tmp_path, capsys):
     gfile.write_text(" ".join(names) + "\n")
     args = ["select", str(path), "--target", "y", "--method", "equi", "--statistic", "correlation", "--fdr", "0.3"]
     rc = main([*args, "--groups", str(gfile), "--out", str(out), "--quiet"])
-    assert rc == 0, capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert rc == 0, printed.err
     report = json.loads(out.read_text())
     assert report["selected_groups"] and set(report["selected_groups"]) <= set(names.tolist())
+    # each selected feature names its group, in the report and in the printed table
+    assert all(entry["group"] == names[entry["index"]] for entry in report["selected"])
+    G = len(set(names.tolist()))
+    assert f"in {len(report['selected_groups'])} of {G} groups at FDR 0.3" in printed.out
+    first = report["selected"][0]
+    assert re.search(rf"\bx{first['index']}\s+{first['group']}\s", printed.out)
 
 
 def test_sklearn_groups(data):

@@ -239,6 +239,10 @@ def summarise_selection(sel, features):
     selections = [
         {"name": features[i], "index": int(i), "W": float(W_mean[i]), "frequency": float(freq[i])} for i in order
     ]
+    if sel.selected_groups is not None:  # each selected feature names its group (an id or a name)
+        g = sel.settings["groups"]
+        for entry in selections:
+            entry["group"] = _group_label(g.labels[g.group_of[entry["index"]]].item())
     s_sol = sel.s_solution
     s_info = {
         "result": RESULTS(int(s_sol.result)).name,
@@ -255,16 +259,22 @@ def _ebh_aggregated(sel) -> bool:
     return sel.W.shape[0] > 1 and sel.settings.get("aggregate") == "ebh" and sel.settings.get("num_knockoffs", 1) == 1
 
 
-def _print_selection(args, selections, p) -> None:
+def _print_selection(args, selections, p, sel=None) -> None:
+    """The selection line and table; with ``--groups`` the number of groups and a ``group`` column."""
+    grouped = sel is not None and sel.selected_groups is not None
+    groups = f" in {len(sel.selected_groups)} of {sel.settings['groups'].num_groups} groups" if grouped else ""
     print(
-        f"selected {len(selections)} of {p} features at FDR {args.fdr}"
+        f"selected {len(selections)} of {p} features{groups} at FDR {args.fdr}"
         + (f" (e-BH over {args.replicates} replicates)" if args.replicates > 1 and args.aggregate == "ebh" else "")
     )
     if selections:
         freq_header = f"e > 0 in (at FDR {args.fdr / 2:g})" if args.aggregate == "ebh" else "selected in"
-        headers = ["feature", "W"] + ([freq_header] if args.replicates > 1 else [])
+        headers = ["feature"] + (["group"] if grouped else []) + ["W"] + ([freq_header] if args.replicates > 1 else [])
         rows = [
-            [s["name"], f"{s['W']:.4g}"] + ([f"{s['frequency']:.0%}"] if args.replicates > 1 else [])
+            [s["name"]]
+            + ([str(s["group"])] if grouped else [])
+            + [f"{s['W']:.4g}"]
+            + ([f"{s['frequency']:.0%}"] if args.replicates > 1 else [])
             for s in selections
         ]
         print_table(rows, headers)
@@ -341,7 +351,7 @@ def run_select(args) -> int:
 
     summary = summarise_selection(sel, features)
     selections, s_info = summary[0], summary[1]
-    _print_selection(args, selections, p)
+    _print_selection(args, selections, p, sel)
     if not selections:
         print(sel.explanation)
     if s_info["result"] != "successful":
