@@ -412,3 +412,32 @@ def test_newton_step_is_a_descent_step_and_stays_feasible():
     assert not bool(ok) and int(n) == _common.MAX_SHRINKS
     t, ok, n, _ = _common.armijo_backtrack(lambda t: (t < 0.3, -t, ()), 1.0, 0.0, -1.0)
     assert bool(ok) and float(t) == 0.25 and int(n) == 2
+
+
+def _affine_duplicate_covariance(seed):
+    """The sample covariance of 30 rows of 6 features, the last ``3 x_0 + 2``: exactly singular, and only
+    rounding decides whether ``Sigma``, its correlation ``C`` and ``2C - diag(s)`` at the start factorise."""
+    X = np.random.default_rng(seed).standard_normal((30, 6))
+    X[:, -1] = 3.0 * X[:, 0] + 2.0
+    return np.cov(X, rowvar=False)
+
+
+def test_singular_to_rounding_sigma_is_refused_not_iterated():
+    """Seed 9: ``Sigma`` factorises, ``C`` does not: the eager check tested ``Sigma`` only, and sdp / mvr /
+    maxent returned ``infeasible`` with a NaN ``s`` where a ``ValueError`` is documented. Seeds 7 and 13:
+    ``C`` factorises but the start ``s = c lambda_min(C) / 2`` is 0 (computed ``lambda_min <= 0``) or
+    outside ``A > 0``: the Newton method ran all 2000 steps and returned ``nonfinite`` with that finite
+    ``s`` (0 resp. ~1e-16). Now: a ``ValueError`` eagerly, ``infeasible`` with NaN ``s`` after 0 steps under jit."""
+    S = _affine_duplicate_covariance(9)
+    for fn in (jaxknock.sdp, jaxknock.mvr, jaxknock.maxent):
+        with pytest.raises(ValueError, match="Sigma is not positive definite|Sigma is numerically singular"):
+            fn(S)
+    jitted = jax.jit(jaxknock.maxent)
+    for seed in (7, 13):
+        S = _affine_duplicate_covariance(seed)
+        for fn in SOLVERS.values():
+            with pytest.raises(ValueError, match="Sigma is singular to working precision"):
+                fn(S)
+        sol = jitted(S)
+        assert RESULTS(int(sol.result)) == RESULTS.infeasible, seed
+        assert int(sol.stats["num_steps"]) == 0 and np.all(np.isnan(np.asarray(sol.value)))
