@@ -441,3 +441,31 @@ def test_singular_to_rounding_sigma_is_refused_not_iterated():
         sol = jitted(S)
         assert RESULTS(int(sol.result)) == RESULTS.infeasible, seed
         assert int(sol.stats["num_steps"]) == 0 and np.all(np.isnan(np.asarray(sol.value)))
+
+
+def _near_duplicate_pair(p, delta):
+    """AR(1) ``rho = 0.5`` on ``p - 1`` features plus a copy of feature 0 at correlation ``1 - delta``."""
+    q = p - 1
+    base = 0.5 ** np.abs(np.arange(q)[:, None] - np.arange(q)[None, :])
+    C = np.eye(p)
+    C[:q, :q] = base
+    C[q, :q] = C[:q, q] = (1.0 - delta) * base[0]
+    return C
+
+
+@pytest.mark.parametrize("method", mrc.SOLVER_METHODS)
+def test_mvr_successful_certifies_every_coordinate(method):
+    """MVR's ``f`` is dominated by ``m / s_j`` of a near-duplicate pair (``s ~ delta``), so ``gap <= tol f``
+    said nothing about the other coordinates: the Newton default stopped ``successful`` with them at
+    0.007 (``delta = 1e-9``, p = 20; optimum 0.43-0.46) and 2.5% off at ``delta = 1e-6``. ``successful``
+    now also needs each coordinate's stationarity ``s_j ||A^{-1} e_j|| = m`` to ``sqrt(tol)``."""
+    for delta in (1e-6, 1e-9):
+        C = _near_duplicate_pair(P, delta)  # p = P: the programs compiled for C20
+        sol = jaxknock.mvr(C, method=method)
+        s = np.asarray(sol.value)
+        t = s * np.linalg.norm(np.linalg.inv(2.0 * C - np.diag(s)), axis=0)
+        if delta == 1e-6:
+            assert RESULTS(int(sol.result)) == RESULTS.successful
+        if RESULTS(int(sol.result)) == RESULTS.successful:
+            assert np.max((1.0 - t) ** 2) <= 2e-6, (delta, np.max((1.0 - t) ** 2))
+        assert np.min(s[1:-1]) > 0.3, (delta, np.min(s[1:-1]))  # the optimum: 0.43-0.46
