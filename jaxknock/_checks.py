@@ -445,7 +445,7 @@ def validate_sigma(Sigma, *, batch_ok: bool = True, need_x64: bool = True):
                 f"matrix); found {int((d <= 0).sum())} non-positive diagonal entr(ies)"
             )
         if not chol_ok:
-            check_cholesky(Sigma)  # raises with the smallest eigenvalue
+            raise_not_factorisable(Sigma)  # raises with the smallest eigenvalue
     return Sigma
 
 
@@ -463,21 +463,39 @@ def _sigma_flags(Sigma):
     asym = jnp.max(jnp.abs(Sigma - jnp.swapaxes(Sigma, -1, -2)))
     scale = jnp.maximum(jnp.max(jnp.abs(Sigma)), 1e-300)
     min_diag = jnp.min(jnp.diagonal(Sigma, axis1=-2, axis2=-1))
-    L = jnp.linalg.cholesky(Sigma)  # symmetrises its input
-    chol_ok = jnp.all(jnp.isfinite(L))
-    return finite, asym, scale, min_diag, chol_ok
+    return finite, asym, scale, min_diag, _factorises_both_scales(Sigma)
 
 
-def check_cholesky(Sigma, name: str = "Sigma"):
-    """Raise unless (every matrix of) a concrete ``Sigma`` has a Cholesky factor (fast PD test)."""
+def _factorises_both_scales(Sigma):
+    """Whether ``Sigma`` *and* its correlation matrix have Cholesky factors (traced, one flag for a batch).
+
+    The solvers' jitted cores test the correlation matrix ``C = D^{-1/2} Sigma D^{-1/2}``
+    (:func:`jaxknock.svector._common.factorises`, the scale they solve on). Near singularity the two
+    factorisations disagree in floating point: a ``Sigma`` with a factor whose ``C`` has none passed
+    this check, and ``sdp`` / ``mvr`` / ``maxent`` then returned ``infeasible`` with a NaN ``s``
+    where an eager call promises a ``ValueError``. ``C`` is formed by the cores' own
+    ``jaxknock.covariance._to_correlation`` (same arithmetic, same bits).
+    """
+    from jaxknock.covariance import _to_correlation  # covariance imports this module
+
+    ok = jnp.all(jnp.isfinite(jnp.linalg.cholesky(Sigma)))  # symmetrises its input
+    C = _to_correlation(Sigma, jnp.asarray(True))
+    return ok & jnp.all(jnp.isfinite(jnp.linalg.cholesky(C)))
+
+
+def raise_not_factorisable(Sigma, name: str = "Sigma"):
+    """Raise ``ValueError`` for a concrete ``Sigma`` (or batch) that :func:`_factorises_both_scales` refused.
+
+    With the smallest eigenvalue of its correlation matrix (the solvers' scale) when that is not
+    positive, else as numerically singular: positive eigenvalues, but no Cholesky factor.
+    """
     a = np.asarray(Sigma, dtype=np.float64)
-    try:
-        np.linalg.cholesky(a)
-    except np.linalg.LinAlgError:
-        check_positive_definite(a, name)  # raises with the smallest eigenvalue
-        raise ValueError(  # numerically PD by eigenvalues but Cholesky failed
-            f"{name} is numerically singular (Cholesky failed); use jaxknock.ledoit_wolf(X)"
-        ) from None
+    d = np.sqrt(np.diagonal(a, axis1=-2, axis2=-1))
+    check_positive_definite(a / (d[..., :, None] * d[..., None, :]), name)  # raises when lambda_min <= 0
+    raise ValueError(
+        f"{name} is numerically singular (the Cholesky factorisation of it or of its correlation matrix "
+        "failed); use jaxknock.ledoit_wolf(X) or add a small ridge to the diagonal"
+    )
 
 
 def symmetric_flag(S, *, rtol: float = _SYMMETRY_RTOL) -> jax.Array:

@@ -412,3 +412,60 @@ def test_newton_step_is_a_descent_step_and_stays_feasible():
     assert not bool(ok) and int(n) == _common.MAX_SHRINKS
     t, ok, n, _ = _common.armijo_backtrack(lambda t: (t < 0.3, -t, ()), 1.0, 0.0, -1.0)
     assert bool(ok) and float(t) == 0.25 and int(n) == 2
+
+
+def _affine_duplicate_covariance(seed):
+    """The sample covariance of 30 rows of 6 features, the last ``3 x_0 + 2``: exactly singular, and only
+    rounding decides whether ``Sigma``, its correlation ``C`` and ``2C - diag(s)`` at the start factorise."""
+    X = np.random.default_rng(seed).standard_normal((30, 6))
+    X[:, -1] = 3.0 * X[:, 0] + 2.0
+    return np.cov(X, rowvar=False)
+
+
+def test_singular_to_rounding_sigma_is_refused_not_iterated():
+    """Seed 9: ``Sigma`` factorises, ``C`` does not: the eager check tested ``Sigma`` only, and sdp / mvr /
+    maxent returned ``infeasible`` with a NaN ``s`` where a ``ValueError`` is documented. Seeds 7 and 13:
+    ``C`` factorises but the start ``s = c lambda_min(C) / 2`` is 0 (computed ``lambda_min <= 0``) or
+    outside ``A > 0``: the Newton method ran all 2000 steps and returned ``nonfinite`` with that finite
+    ``s`` (0 resp. ~1e-16). Now: a ``ValueError`` eagerly, ``infeasible`` with NaN ``s`` after 0 steps under jit."""
+    S = _affine_duplicate_covariance(9)
+    for fn in (jaxknock.sdp, jaxknock.mvr, jaxknock.maxent):
+        with pytest.raises(ValueError, match="Sigma is not positive definite|Sigma is numerically singular"):
+            fn(S)
+    jitted = jax.jit(jaxknock.maxent)
+    for seed in (7, 13):
+        S = _affine_duplicate_covariance(seed)
+        for fn in SOLVERS.values():
+            with pytest.raises(ValueError, match="Sigma is singular to working precision"):
+                fn(S)
+        sol = jitted(S)
+        assert RESULTS(int(sol.result)) == RESULTS.infeasible, seed
+        assert int(sol.stats["num_steps"]) == 0 and np.all(np.isnan(np.asarray(sol.value)))
+
+
+def _near_duplicate_pair(p, delta):
+    """AR(1) ``rho = 0.5`` on ``p - 1`` features plus a copy of feature 0 at correlation ``1 - delta``."""
+    q = p - 1
+    base = 0.5 ** np.abs(np.arange(q)[:, None] - np.arange(q)[None, :])
+    C = np.eye(p)
+    C[:q, :q] = base
+    C[q, :q] = C[:q, q] = (1.0 - delta) * base[0]
+    return C
+
+
+@pytest.mark.parametrize("method", mrc.SOLVER_METHODS)
+def test_mvr_successful_certifies_every_coordinate(method):
+    """MVR's ``f`` is dominated by ``m / s_j`` of a near-duplicate pair (``s ~ delta``), so ``gap <= tol f``
+    said nothing about the other coordinates: the Newton default stopped ``successful`` with them at
+    0.007 (``delta = 1e-9``, p = 20; optimum 0.43-0.46) and 2.5% off at ``delta = 1e-6``. ``successful``
+    now also needs each coordinate's stationarity ``s_j ||A^{-1} e_j|| = m`` to ``sqrt(tol)``."""
+    for delta in (1e-6, 1e-9):
+        C = _near_duplicate_pair(P, delta)  # p = P: the programs compiled for C20
+        sol = jaxknock.mvr(C, method=method)
+        s = np.asarray(sol.value)
+        t = s * np.linalg.norm(np.linalg.inv(2.0 * C - np.diag(s)), axis=0)
+        if delta == 1e-6:
+            assert RESULTS(int(sol.result)) == RESULTS.successful
+        if RESULTS(int(sol.result)) == RESULTS.successful:
+            assert np.max((1.0 - t) ** 2) <= 2e-6, (delta, np.max((1.0 - t) ** 2))
+        assert np.min(s[1:-1]) > 0.3, (delta, np.min(s[1:-1]))  # the optimum: 0.43-0.46

@@ -65,6 +65,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxknock import _aot, _checks
@@ -285,10 +286,46 @@ def mrc_newton_step(state: MRCState, kind, C2, m, p) -> MRCState:
     return MRCState(s, H, f, gap, state.objective, state.sweep + 1)
 
 
-def mrc_terminate(state: MRCState, tol):
-    """``successful`` once ``gap <= tol * max(|f|, 1)``; ``stagnated`` if a sweep (step) no longer lowers ``f``."""
+def interior_start(init: MRCState, p):
+    r"""Whether the initial state is strictly feasible: ``s_j > 0`` and ``A = c C - diag(s)`` factorised.
+
+    The start ``s_j = min(1, c lambda_min(C) / 2)`` is interior in exact arithmetic whenever ``C > 0``.
+    A ``C`` singular to rounding (a duplicated or affinely shifted feature, a sample correlation with
+    ``n <= p``) can factorise while its computed ``lambda_min`` is ``<= 0`` (start ``s = 0``, where
+    ``f = inf``) or while ``c C - diag(s)`` at the start does not factorise (``H`` and ``f`` NaN); no
+    step can leave such a point, and the Newton method ran all ``max_steps`` steps on it and returned
+    ``nonfinite`` with that finite ``s`` (0 or ~3e-16). Such a ``Sigma`` is treated as the cores treat
+    one whose correlation does not factorise (``infeasible``, NaN ``s``; eagerly a ``ValueError``).
+    ``H`` is NaN exactly when the Cholesky factorisation at the start failed.
+    """
+    return jnp.all(init.s[:p] > 0) & jnp.all(jnp.isfinite(init.H))
+
+
+def mvr_coordinates_certified(kind, s, H, m, p, tol):
+    r"""MVR: whether every coordinate's term of the certified gap is at most ``tol`` times its term of ``f``.
+
+    The MVR gap is ``sum_j (m - s_j c_j)^2 / (m s_j)`` (``c_j = ||A^{-1} e_j||``) and ``f >= m sum_j 1/s_j``;
+    the test ``(m - s_j c_j)^2 / (m s_j) <= tol m / s_j``, i.e. ``(1 - s_j c_j / m)^2 <= tol`` for every
+    ``j`` (the stationarity condition ``s_j c_j = m`` to a relative ``sqrt(tol)``), implies
+    ``gap <= tol f``. Alone, ``gap <= tol f`` certifies nothing about coordinates whose ``m / s_j`` is a
+    small part of ``f``: with one near-duplicate pair (correlation ``1 - 1e-9``, ``f ~ 3e9``, almost all of
+    it from the pair's ``s ~ 1e-9``) the Newton method stopped ``successful`` with the other 39
+    coordinates at 0.017 against an optimum of 0.44-0.46 (``1e-12``: at 1.7e-5). True for ``"maxent"``
+    (its terms ``m (t_j - 1 - log t_j)`` are already on the scale of ``f``'s ``-m log s_j``, not ``1/s_j``).
+    """
+    if kind != "mvr":
+        return jnp.ones((), bool)
+    t = s[:p] * jnp.sqrt(jnp.sum(H * H, axis=0)[:p]) / m
+    return jnp.all((1.0 - t) ** 2 <= tol)
+
+
+def mrc_terminate(state: MRCState, tol, coordinates_ok=True):
+    """``successful`` once ``gap <= tol * max(|f|, 1)``; ``stagnated`` if a sweep (step) no longer lowers ``f``.
+
+    ``coordinates_ok``: a further condition for ``successful`` (the dense solvers' :func:`mvr_coordinates_certified`).
+    """
     scale = jnp.maximum(jnp.abs(state.objective), 1.0)
-    done = jnp.isfinite(state.gap) & (state.gap <= tol * scale)
+    done = jnp.isfinite(state.gap) & (state.gap <= tol * scale) & coordinates_ok
     # rounding floor: a sweep that changes f by less than ~1e3 eps |f| will not certify tol
     stuck = (
         (state.sweep > 2)
@@ -316,11 +353,13 @@ def solve_dense_mrc(Sigma, tol, max_steps, m, *, kind, b, method="newton", min_e
         C2, s0 = _pad(C, m, b)
         init = mrc_init(kind, C2, s0, m, p)
         step = functools.partial(mrc_step, kind=kind, C2=C2, m=m, p=p, b=b)
+    # a C that factorises but is singular to rounding can leave the start outside A > 0, s > 0
+    valid = valid & interior_start(init, p)
     it = iterative_solve(
         init,
         step,
-        lambda st: mrc_terminate(st, tol),
-        max_steps=max_steps_run,
+        lambda st: mrc_terminate(st, tol, mvr_coordinates_certified(kind, st.s, st.H, m, p, tol)),
+        max_steps=jnp.where(valid, max_steps_run, 0),
         finite=lambda st: jnp.all(jnp.isfinite(st.s)),
     )
     st = it.state
@@ -328,6 +367,8 @@ def solve_dense_mrc(Sigma, tol, max_steps, m, *, kind, b, method="newton", min_e
     # near the rounding floor H is the inverse of another matrix: a small formula gap certifies nothing
     gap = st.gap + inverse_error(kind, C2, st.H, m, lambda H: st.s[:, None] * H)
     code = recertified(it.result, gap, st.objective, tol)
+    uncertified = (code == RESULTS.successful) & ~mvr_coordinates_certified(kind, st.s, st.H, m, p, tol)
+    code = jnp.where(uncertified, RESULTS.stagnated, code)
     A = C2[:p, :p] - jnp.diag(s_corr)
     if min_eig == "none":
         feasible, me = _common.is_pd(C2[:p, :p], s_corr), jnp.full((), jnp.nan, C.dtype)
@@ -368,7 +409,28 @@ def _solve(kind, Sigma, num_knockoffs, tol, max_steps, block_size, method, throw
     # a fresh process with the compilation cache on loads the traced program (jaxknock/_aot.py)
     b = int(min(b, p)) if method == "coordinate" else 1  # the Newton method has no blocks: one program
     sol = _aot.call(_mrc_jit, Sigma, tol, max_steps, float(m), kind=kind, b=b, method=method)
+    raise_if_no_interior_start(sol, Sigma)
     return raise_if_failed(_common.gate_traced_tol(sol, tol), throw)
+
+
+def raise_if_no_interior_start(sol: Solution, Sigma) -> None:
+    """Eagerly, a ``ValueError`` where the core rejected a validated ``Sigma`` (:func:`interior_start`).
+
+    The core marks a rejected matrix ``infeasible`` with an all-NaN ``s``
+    (:func:`~jaxknock.svector._common.reject_invalid_sigma`); after the eager
+    validation of ``Sigma`` only a start outside ``A > 0`` does so. Under ``jit``
+    (traced ``Sigma``) the solution is returned as it is.
+    """
+    if not (_checks.is_concrete(Sigma) and _checks.is_concrete(sol.value) and _checks.is_concrete(sol.result)):
+        return
+    rejected = np.asarray((sol.result == RESULTS.infeasible) & jnp.all(jnp.isnan(sol.value), axis=-1))
+    if rejected.any():
+        where = f" (batch member {int(np.argmax(rejected.ravel()))})" if rejected.ndim else ""
+        raise ValueError(
+            f"Sigma{where} is singular to working precision: its correlation matrix C factorises, but "
+            "(m+1)/m C - diag(s) has no strictly feasible s > 0 the solver can start from (lambda_min(C) "
+            "is at the rounding level); use jaxknock.ledoit_wolf(X) or add a small ridge to the diagonal"
+        )
 
 
 _SHARED_DOC = r"""
@@ -399,7 +461,11 @@ _SHARED_DOC = r"""
     with ``lambda_min(C)`` a few ulps no answer is ``successful``.
 
     Tolerance: stops with ``successful`` once ``gap <= tol * max(|f(s)|, 1)``
-    (relative to the objective, absolute when it is below 1); with
+    (relative to the objective, absolute when it is below 1) and, for MVR,
+    every coordinate's term of the gap is at most ``tol`` times its term
+    ``m / s_j`` of ``f`` (:func:`mvr_coordinates_certified`: a near-duplicate
+    pair with ``s ~ 1e-9`` dominates ``f``, and ``gap <= tol f`` alone let the
+    other coordinates stop far from their optimum); with
     ``stagnated`` when a step lowers ``f`` by less than ``1e3 eps |f|``
     (rounding floor; the reported gap is still a valid bound), else with
     ``max_steps_reached``.
@@ -416,8 +482,9 @@ _SHARED_DOC = r"""
     Under jit (value checks skipped) a ``Sigma`` with NaN/Inf gives
     ``nonfinite``; a non-symmetric one, one with a non-positive diagonal, or
     one whose correlation matrix has no Cholesky factor (indefinite or
-    singular) gives ``infeasible`` (without iterating, except on a
-    non-symmetric one); ``s`` is then all NaN (as :func:`~jaxknock.sdp` and
+    singular), or one so close to singular that the start is not strictly
+    feasible (:func:`interior_start`), gives ``infeasible`` (without
+    iterating, except on a non-symmetric one); ``s`` is then all NaN (as :func:`~jaxknock.sdp` and
     the group solvers). Eagerly they raise ``ValueError``.
 
     Args:
