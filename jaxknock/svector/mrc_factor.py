@@ -161,7 +161,7 @@ def _mrc_factor_jit(d, U, tol, max_steps, m, *, kind, method):
     result = jnp.where(
         ~finite, RESULTS.nonfinite, jnp.where(~feasible | jnp.any(st.s <= 0), RESULTS.infeasible, it.result)
     ).astype(jnp.int32)
-    result = _checks.combine_codes(_checks.traced_factor_code(d, U), result)
+    s, result = _common.reject_invalid_model(d, U, st.s * diag, result)
     stats = {
         "num_steps": it.num_steps,
         "num_loop_trips": jnp.asarray(trips, jnp.int32),
@@ -171,7 +171,7 @@ def _mrc_factor_jit(d, U, tol, max_steps, m, *, kind, method):
         "min_eig": jnp.full((), jnp.nan, U.dtype),
         "feasible": feasible,
     }
-    return Solution(st.s * diag, result, stats, st)
+    return Solution(s, result, stats, st)
 
 
 def _solve(kind, model, num_knockoffs, tol, max_steps, method, throw):
