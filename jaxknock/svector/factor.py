@@ -229,7 +229,7 @@ def sdp_factor(
 
     Under jit (value checks skipped): NaN/Inf in ``d`` or ``U`` gives
     ``nonfinite``, some ``d_j <= 0`` gives ``infeasible`` (never
-    ``successful``); eagerly they raise ``ValueError``.
+    ``successful``), and then ``s`` is all NaN; eagerly they raise ``ValueError``.
 
     Args:
         model: :class:`~jaxknock.FactorModel` (float64), or one with a leading

@@ -220,7 +220,9 @@ _DOC = r"""
     ``c Sigma - diag(s) > 0``. Caveat (as for :func:`~jaxknock.sdp_factor`):
     a ``Dt_j = c d_j - s_j`` within rounding of 0 makes the Woodbury terms
     ill-conditioned; such runs end ``nonfinite`` / ``infeasible`` rather than
-    with a silent wrong answer.
+    with a silent wrong answer. Under ``jit`` a model the eager checks refuse
+    (NaN/Inf in ``d`` or ``U``: ``nonfinite``; some ``d_j <= 0``: ``infeasible``)
+    gives an all-NaN ``s``.
 
     Args:
         model: :class:`~jaxknock.FactorModel` (float64).
