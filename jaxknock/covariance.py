@@ -391,7 +391,9 @@ def estimate_factor_model(
     input become the result code: ``nonfinite`` for NaN/Inf in ``Sigma``,
     ``infeasible`` for a ``Sigma`` that is not symmetric or not positive
     semidefinite (beyond rounding, as above); then ``d``, ``U``, ``objective``
-    and ``rel_change`` are NaN and no alternation runs. Under ``jax.vmap``
+    and ``rel_change`` are NaN and no alternation runs. A traced setting that the eager
+    checks refuse (``max_steps < 1``, ``tol`` not finite or negative, ``min_diag <= 0``) gives
+    ``infeasible`` with the same NaN values. Under ``jax.vmap``
     each matrix of the batch gets its own code.
 
     Example:
@@ -425,13 +427,26 @@ def estimate_factor_model(
             "pairwise-complete or separately estimated entries can be indefinite: estimate it from the data "
             "with jaxknock.ledoit_wolf(X), or project it onto the positive semidefinite matrices first"
         )
-    result = jnp.where(floor_ok, result, jnp.int32(RESULTS.infeasible))
+    # a traced setting the eager checks above refuse gives no model (as a traced bad tol of the S solvers)
+    settings_ok = floor_ok & _fit_settings_ok(max_steps, tol)
+    d, U, obj, rel = _checks.poison(settings_ok, d, U, obj, rel)
+    result = jnp.where(settings_ok, result, jnp.int32(RESULTS.infeasible))
     sol = Solution(
         value=FactorModel(d, U),
         result=result,
         stats={"num_steps": steps, "max_steps": max_steps, "objective": obj, "rel_change": rel},
     )
     return raise_if_failed(sol, throw)
+
+
+def _fit_settings_ok(max_steps, tol) -> jax.Array:
+    """Whether ``max_steps >= 1`` and ``tol`` is finite and ``>= 0`` (traced: the eager checks cannot run).
+
+    Under ``jit`` a ``tol = inf`` stopped :func:`estimate_factor_model` after its first alternation and
+    reported ``successful``; ``tol = NaN`` / ``-1`` and ``max_steps = 0`` returned the fit as
+    ``max_steps_reached``, a plausible model. Its caller makes those ``infeasible`` with NaN values.
+    """
+    return (jnp.asarray(max_steps) >= 1) & jnp.isfinite(tol) & (jnp.asarray(tol) >= 0)
 
 
 class _FactorFitState(NamedTuple):

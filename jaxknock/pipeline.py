@@ -295,6 +295,14 @@ def _lw_correlation(Xs):
     return to_correlation(Sigma), inflation_bound(Sigma, delta)
 
 
+def has_low_rank(model: FactorModel) -> bool:
+    """Whether the factor solvers take ``model``: ``k < p`` factors (``diag(d) + U U^T`` with ``k >= p`` is a
+    valid law, but the factor solvers refuse it, naming ``model.dense()``, which a caller of
+    :func:`knockoff_filter` never called: ``Sigma=FactorModel(d, U)`` with ``U`` of shape ``(8, 8)`` raised
+    "factor rank k = 8 must be smaller than p = 8" under ``s_method="auto"``)."""
+    return model.rank < model.p
+
+
 def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings, known=None, checks=None):
     """Stages 2-3 on the standardised ``Xs``: ``(Sigma or FactorModel, s Solution)``.
 
@@ -302,7 +310,9 @@ def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings,
     estimate's ``checks["inflation"]`` (:func:`jaxknock._shrinkage_check.inflation_bound`). Depends on ``X``
     only, so a caller with several responses for one design (benchmarks) can
     reuse it. ``known``: a correlation matrix or unit-diagonal
-    :class:`~jaxknock.FactorModel` of ``Xs`` that replaces the estimate.
+    :class:`~jaxknock.FactorModel` of ``Xs`` that replaces the estimate; a factor
+    model is densified for the dense methods, and for the factor methods when it has
+    no low rank (:func:`has_low_rank`), which then run their dense criterion (:func:`_dense_s`).
 
     The covariance stays in ``Xs``'s dtype; only the S solve runs in float64
     (:func:`jaxknock._precision.solve_s_float64`), and ``s`` comes back in
@@ -310,7 +320,7 @@ def covariance_and_s(key, Xs, s_method, rank, asdp_block_size, sdp_tol, timings,
     """
     solve = functools.partial(_precision.solve_s_float64, dtype=Xs.dtype)
     if isinstance(known, FactorModel):
-        if s_method in FACTOR_SOLVERS:
+        if s_method in FACTOR_SOLVERS and has_low_rank(known):
             timings["covariance"] = 0.0
             s_sol, timings["s_vector"] = _clock(solve, FACTOR_SOLVERS[s_method], known, tol=sdp_tol)
             return known, s_sol
@@ -501,7 +511,8 @@ def knockoff_filter(
             factor model is solved by :func:`~jaxknock.mvr_factor` /
             :func:`~jaxknock.sdp_factor` with ``s_method="mvr_factor"`` /
             ``"sdp_factor"`` or ``"auto"`` (``"mvr_factor"``, never ``p x p``),
-            densified for the dense methods; a dense ``Sigma`` with
+            densified for the dense methods and when it has ``k >= p`` factors (no
+            low rank to use: the factor methods then run their dense criterion, as below); a dense ``Sigma`` with
             ``"mvr_factor"`` / ``"sdp_factor"`` runs the dense :func:`~jaxknock.mvr`
             (the same MVR optimum) / :func:`~jaxknock.sdp`.
         mu: the known mean of the rows of ``X`` (``(p,)``; only with ``Sigma``).

@@ -300,6 +300,18 @@ def sample_knockoffs(key, X, Sigma, s, *, mu=None, num_knockoffs=1):
 # --------------------------------------------------------------------------
 
 
+def _at_least_one_factor(U):
+    """``U``, or one zero column where it has none: ``diag(d) + U U^T`` is the same law.
+
+    A model without factors (``U`` of shape ``(p, 0)``, ``Sigma = diag(d)``) is valid, and the S solvers
+    take it, but the draw's blocked recursion needs a ``k >= 1`` state: it was refused ("model.U must have
+    at least one column"), also by :func:`~jaxknock.knockoff_filter` after the S solve of a known
+    ``Sigma=FactorModel(d, U)`` with no factors. A zero column adds nothing to ``Sigma``, ``Omega`` or the
+    conditional mean, and the draw's normals per column block do not depend on ``k``.
+    """
+    return U if U.shape[1] >= 1 else jnp.zeros((U.shape[0], 1), U.dtype)
+
+
 def _validate_factor(X, model, s, mu, m: int = 1):
     X = _as_X(X)
     n, p = X.shape
@@ -322,8 +334,7 @@ def _validate_factor(X, model, s, mu, m: int = 1):
             f"the factor model has d of shape {tuple(d.shape)} and U of shape "
             f"{tuple(U.shape)}, but X has p = {p} columns"
         )
-    if U.shape[1] < 1:
-        raise ValueError("model.U must have at least one column (rank k >= 1)")
+    U = _at_least_one_factor(U)
     s = _as_s(s, p)
     mu = _as_mu(mu, p)
     X, d, U, s, mu = _common_dtype(X, d, U, s, mu)

@@ -343,6 +343,30 @@ def test_estimate_factor_model_checks_its_settings():
     assert int(fit(-1.0)) == 3 and int(fit(1e-6)) != 3  # infeasible
 
 
+def test_estimate_factor_model_bad_traced_settings_give_no_model():
+    """Under ``jit`` (settings traced, the eager checks cannot run) ``tol = inf`` stopped after one
+    alternation and reported ``successful``; ``tol = NaN`` / ``-1``, ``max_steps = 0`` / ``-3`` and
+    ``min_diag = -1`` returned a plausible model (``max_steps_reached``, or ``infeasible`` with finite
+    ``d`` holding the floor ``-1``). Now ``infeasible`` and NaN, as the S solvers' bad traced ``tol``.
+    Reference: the eager fit at valid settings, unchanged."""
+    C = 0.5 * np.eye(5) + 0.5
+    fit = jax.jit(lambda t, m, f: estimate_factor_model(C, rank=1, tol=t, max_steps=m, min_diag=f))
+    for tol, steps, floor in (
+        (np.inf, 5, 1e-6),
+        (np.nan, 5, 1e-6),
+        (-1.0, 5, 1e-6),
+        (1e-8, 0, 1e-6),
+        (1e-8, -3, 1e-6),
+        (1e-8, 5, -1.0),
+    ):
+        sol = fit(tol, steps, floor)
+        assert int(sol.result) == RESULTS.infeasible, (tol, steps, floor)
+        assert all(np.all(np.isnan(np.asarray(a))) for a in (sol.value.d, sol.value.U, sol.stats["objective"]))
+    good, eager = fit(1e-8, 100, 1e-6), estimate_factor_model(C, rank=1, tol=1e-8, max_steps=100, min_diag=1e-6)
+    assert int(good.result) == int(eager.result) == RESULTS.successful
+    np.testing.assert_array_equal(np.asarray(good.value.U), np.asarray(eager.value.U))
+
+
 def test_factor_model_from_data_checks_key_and_shrinkage():
     # an int seed failed inside jax.random ("invalid PRNG key data", naming nothing); shrinkage="no" or
     # None were truthy and applied the shrinkage the caller switched off

@@ -680,6 +680,25 @@ def test_a_known_factor_model_runs_the_factor_mvr_without_a_dense_law(key, monke
     assert power >= 0.8 and fdp <= 0.3
 
 
+def test_a_known_factor_model_with_as_many_factors_as_features_runs_the_dense_criterion(key):
+    """``Sigma=FactorModel(d, U)`` with ``U`` of shape ``(8, 10)`` (or ``(8, 8)``), a valid law, raised under
+    ``s_method="auto"`` / ``"mvr_factor"``: "factor rank k = 8 must be smaller than p = 8; solve the dense
+    problem instead (sdp / mvr / maxent on model.dense())", naming a call the user never made. Such a model
+    has no low rank to use: the factor methods now run their dense criterion on ``model.dense()``, as with a
+    dense ``Sigma`` (reference: ``s_method="mvr"`` on the same model)."""
+    from jaxknock import FactorModel
+
+    rng = np.random.default_rng(5)
+    n, p = 40, 8
+    X = rng.standard_normal((n, p))
+    y = 2.0 * X[:, 0] + rng.standard_normal(n)
+    model = FactorModel(jnp.ones(p), jnp.asarray(0.3 * rng.standard_normal((p, 10))))
+    run = lambda m: knockoff_filter(key, X, y, Sigma=model, s_method=m, statistic="correlation")
+    auto, dense = run("auto"), run("mvr")
+    assert auto.settings["s_method"] == "mvr_factor" and int(auto.s_solution.result) == 0
+    np.testing.assert_array_equal(auto.s_solution.value, dense.s_solution.value)
+
+
 def test_a_known_factor_model_with_a_bad_d_is_refused_naming_it(key, monkeypatch):
     """A known ``Sigma=FactorModel(d, U)`` with ``d`` of the wrong length failed deep in JAX ("add got
     incompatible shapes for broadcasting: (11,), (12,)"), and with a non-positive ``d`` the rescaling by the

@@ -310,6 +310,24 @@ def test_sample_replicates_takes_a_d_u_pair_as_the_factor_sampler_does(small_pro
     )
 
 
+def test_a_factor_model_without_factors_is_sampled_as_diagonal():
+    """``FactorModel(d, U)`` with ``U`` of shape ``(p, 0)`` (``Sigma = diag(d)``, a valid law that the S solvers
+    take) was refused by the factor sampler, "model.U must have at least one column (rank k >= 1)", and so
+    by ``knockoff_filter(Sigma=...)`` after its S solve. It is now drawn as the same law with one zero
+    column: bit for bit that draw, and its linear part is exactly ``I - D^-1 S`` (knockoffs from
+    ``X = I`` and ``X = 0`` with one key differ by it)."""
+    p = 5
+    d, s = jnp.linspace(0.5, 2.0, p), jnp.linspace(0.2, 0.9, p)
+    empty, zero = FactorModel(d, jnp.zeros((p, 0))), FactorModel(d, jnp.zeros((p, 1)))
+    key, mu = jax.random.key(0), jnp.zeros(p)
+    draw = lambda X, model: np.asarray(sample_knockoffs_factor(key, jnp.asarray(X), model, s, mu=mu))
+    np.testing.assert_array_equal(draw(np.eye(p), empty), draw(np.eye(p), zero))
+    linear = draw(np.eye(p), empty) - draw(np.zeros((p, p)), empty)
+    np.testing.assert_allclose(linear, np.diag(1.0 - np.asarray(s / d)), rtol=0, atol=1e-6)
+    X = jax.random.normal(jax.random.key(1), (4, p))
+    np.testing.assert_array_equal(sample_replicates(key, X, empty, s, 2), sample_replicates(key, X, zero, s, 2))
+
+
 def test_sample_replicates_memory(monkeypatch, small_problem):
     X, Sigma, model, s = small_problem
     n, p = X.shape

@@ -1,3 +1,4 @@
+import functools
 import warnings
 
 import cvxpy as cp
@@ -912,6 +913,36 @@ def test_bad_sigma_under_jit_is_never_successful(solver, bad):
     eager = f(equi_matrix(4, 0.5))
     assert int(good.result) == int(eager.result) == RESULTS.successful
     np.testing.assert_allclose(good.value, eager.value, rtol=1e-12, atol=0)
+
+
+_FACTOR_SOLVERS = {
+    f"{name}-{method}": functools.partial(fn, method=method)
+    for name, fn in (("mvr", jaxknock.mvr_factor), ("maxent", jaxknock.maxent_factor), ("sdp", sdp_factor))
+    for method in ("newton", "coordinate")
+}
+
+
+@pytest.mark.parametrize("solver", list(_FACTOR_SOLVERS))
+def test_bad_factor_model_under_jit_gives_a_nan_s(solver):
+    """Under jit a factor model with one NaN in ``U`` or ``d``, or a ``d_j <= 0``, got the right code
+    (``nonfinite`` / ``infeasible``) beside a plausible ``s``: ``mvr_factor`` returned 5 of 6 entries
+    finite for one NaN in ``U`` and all 6 for ``d_j = -1`` (only ``sdp_factor``'s Newton method gave NaN).
+    Now ``s`` is all NaN, as the dense solvers' (``test_bad_sigma_under_jit_is_never_successful``).
+    Reference: the eager call on the valid model, bit for bit."""
+    f = _FACTOR_SOLVERS[solver]
+    g = jax.jit(lambda d, U: f(FactorModel(d, U)))
+    rng = np.random.default_rng(0)
+    d, U = rng.uniform(0.5, 1.5, 6), rng.standard_normal((6, 2))
+    bad_u, bad_d, neg_d = U.copy(), d.copy(), d.copy()
+    bad_u[0, 1], bad_d[3], neg_d[2] = np.nan, np.inf, -1.0
+    for dd, UU, code in ((d, bad_u, RESULTS.nonfinite), (bad_d, U, RESULTS.nonfinite), (neg_d, U, RESULTS.infeasible)):
+        sol = g(jnp.asarray(dd), jnp.asarray(UU))
+        assert int(sol.result) == code
+        assert np.all(np.isnan(np.asarray(sol.value)))
+    good, eager = g(jnp.asarray(d), jnp.asarray(U)), f(FactorModel(jnp.asarray(d), jnp.asarray(U)))
+    assert int(good.result) == int(eager.result)
+    assert np.all(np.isfinite(np.asarray(good.value)))
+    np.testing.assert_array_equal(np.asarray(good.value), np.asarray(eager.value))
 
 
 _MODEL = FactorModel(jnp.full(5, 0.5), jnp.full((5, 1), np.sqrt(0.5)))

@@ -106,6 +106,22 @@ def reject_invalid_sigma(valid, Sigma, value, result):
     return _checks.poison(ok, value), _checks.combine_codes(input_code, result)
 
 
+def reject_invalid_model(d, U, value, result):
+    """``(value, result)`` of a factor-model S solve, made unmistakable where the model was not valid (traced).
+
+    The factor-model twin of :func:`reject_invalid_sigma`. Under ``jit`` the eager
+    checks of :func:`validate_model` cannot run; where ``Sigma = diag(d) + U U^T`` holds
+    NaN/Inf (``nonfinite``) or some ``d_j <= 0`` (``infeasible``,
+    :func:`jaxknock._checks.traced_factor_code`) the whole ``value`` becomes NaN and
+    the input's code replaces the solver's. The solvers used to set the code only: one
+    NaN in ``U`` left 29 of 30 entries of ``s`` finite (``mvr_factor``), a ``d_j < 0``
+    all 30, a plausible answer beside a failure code. Valid input passes through
+    unchanged, bit for bit.
+    """
+    input_code = _checks.traced_factor_code(d, U)
+    return _checks.poison(input_code == RESULTS.successful, value), _checks.combine_codes(input_code, result)
+
+
 def gate_traced_tol(sol, tol):
     """``sol``, or (a traced ``tol`` that is not finite and positive) its values all NaN and ``infeasible``.
 

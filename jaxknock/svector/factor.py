@@ -229,7 +229,7 @@ def sdp_factor(
 
     Under jit (value checks skipped): NaN/Inf in ``d`` or ``U`` gives
     ``nonfinite``, some ``d_j <= 0`` gives ``infeasible`` (never
-    ``successful``); eagerly they raise ``ValueError``.
+    ``successful``), and then ``s`` is all NaN; eagerly they raise ``ValueError``.
 
     Args:
         model: :class:`~jaxknock.FactorModel` (float64), or one with a leading
@@ -329,7 +329,7 @@ def _sdp_factor_jit(d, U, tol, max_steps, lam0, decay, c=2.0, method="newton"):
         RESULTS.nonfinite,
         jnp.where(~feasible, RESULTS.infeasible, jnp.where(converged, RESULTS.successful, it.result)),
     ).astype(jnp.int32)
-    result = _checks.combine_codes(_checks.traced_factor_code(d, U), result)
+    value, result = _common.reject_invalid_model(d, U, s * diag, result)
     stats = {
         "num_steps": it.num_steps,
         "num_loop_trips": jnp.asarray(trips, jnp.int32),
@@ -341,7 +341,7 @@ def _sdp_factor_jit(d, U, tol, max_steps, lam0, decay, c=2.0, method="newton"):
         "min_eig": jnp.full((), jnp.nan, U.dtype),
         "feasible": feasible,
     }
-    return Solution(s * diag, result, stats, state)
+    return Solution(value, result, stats, state)
 
 
 # --------------------------------------------------------------------------

@@ -161,7 +161,7 @@ def _mrc_factor_jit(d, U, tol, max_steps, m, *, kind, method):
     result = jnp.where(
         ~finite, RESULTS.nonfinite, jnp.where(~feasible | jnp.any(st.s <= 0), RESULTS.infeasible, it.result)
     ).astype(jnp.int32)
-    result = _checks.combine_codes(_checks.traced_factor_code(d, U), result)
+    s, result = _common.reject_invalid_model(d, U, st.s * diag, result)
     stats = {
         "num_steps": it.num_steps,
         "num_loop_trips": jnp.asarray(trips, jnp.int32),
@@ -171,7 +171,7 @@ def _mrc_factor_jit(d, U, tol, max_steps, m, *, kind, method):
         "min_eig": jnp.full((), jnp.nan, U.dtype),
         "feasible": feasible,
     }
-    return Solution(st.s * diag, result, stats, st)
+    return Solution(s, result, stats, st)
 
 
 def _solve(kind, model, num_knockoffs, tol, max_steps, method, throw):
@@ -220,7 +220,9 @@ _DOC = r"""
     ``c Sigma - diag(s) > 0``. Caveat (as for :func:`~jaxknock.sdp_factor`):
     a ``Dt_j = c d_j - s_j`` within rounding of 0 makes the Woodbury terms
     ill-conditioned; such runs end ``nonfinite`` / ``infeasible`` rather than
-    with a silent wrong answer.
+    with a silent wrong answer. Under ``jit`` a model the eager checks refuse
+    (NaN/Inf in ``d`` or ``U``: ``nonfinite``; some ``d_j <= 0``: ``infeasible``)
+    gives an all-NaN ``s``.
 
     Args:
         model: :class:`~jaxknock.FactorModel` (float64).
