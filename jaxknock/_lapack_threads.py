@@ -48,7 +48,7 @@ import jax
 
 from jaxknock import _backend
 
-__all__ = ["lapack_thread_count", "one_lapack_thread", "with_one_lapack_thread"]
+__all__ = ["lapack_thread_count", "one_lapack_thread", "one_run_at_a_time", "with_one_lapack_thread"]
 
 _LOCK = threading.Lock()
 _state = {"depth": 0, "saved": 0}
@@ -123,13 +123,38 @@ def one_lapack_thread():
                 put(_state["saved"])
 
 
+_ONE_RUN = threading.RLock()
+
+
+@contextlib.contextmanager
+def one_run_at_a_time():
+    """On the CPU, hold a process-wide (re-entrant) lock for the block: concurrent calls from several threads run
+    one after the other.
+
+    Two lasso CVs at n = 2000, 2p = 2000 (float64) started at once from two Python threads came back wrong:
+    lambda index 19 / 19 where the right ones are 25 / 27, coefficients off by 0.06, ``max_steps_reached``
+    (session 53, with one LAPACK thread; session 28 saw 7 of 10 replicates wrong, from one compiled program or
+    two, while the same calls one after the other were right, and a plain ``X.T @ X`` or 200 Cholesky solves
+    of ``416 x 416`` run at once were right). The cause lies in XLA:CPU's runtime or its LAPACK kernels, not in
+    state of this library; until it is found, the l1 engine and :func:`jaxknock.knockoff_filter` do not run
+    two at once in one process. The cost is concurrency a user did not get right anyway: separate processes
+    (``joblib``'s default ``loky`` backend, ``multiprocessing``) still run in parallel. A no-op off the CPU.
+    """
+    if _backend.platform() != "cpu":
+        yield
+        return
+    with _ONE_RUN:
+        yield
+
+
 def with_one_lapack_thread(fn):
-    """``fn`` run in :func:`one_lapack_thread`; the count is restored once the programs behind its result finished
-    (``jax.block_until_ready``, which leaves traced values and host objects as they are)."""
+    """``fn`` run in :func:`one_run_at_a_time` and :func:`one_lapack_thread`; the lock is released and the count
+    restored once the programs behind its result finished (``jax.block_until_ready``, which leaves traced values
+    and host objects as they are)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        with one_lapack_thread():
+        with one_run_at_a_time(), one_lapack_thread():
             return jax.block_until_ready(fn(*args, **kwargs))
 
     return wrapper

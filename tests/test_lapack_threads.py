@@ -94,6 +94,42 @@ def test_engine_programs_run_with_one_thread(three_threads, monkeypatch):
     assert lt.lapack_thread_count() == 3
 
 
+def test_engine_runs_one_at_a_time_across_threads(monkeypatch):
+    """Two threads' CVs never run the engine's program at once (one_run_at_a_time) and equal the same calls one
+    after the other. Without the lock both threads are inside the program together (the spy's count reaches 2):
+    such overlapping runs at n = 2000, 2p = 2000 came back wrong (session 53)."""
+    inside, most, guard = [0], [0], threading.Lock()
+    program = _ws_driver.cv_jit
+
+    def spy(*args, **kwargs):
+        with guard:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        try:
+            return jax.block_until_ready(program(*args, **kwargs))
+        finally:
+            with guard:
+                inside[0] -= 1
+
+    monkeypatch.setattr(_ws_driver, "cv_jit", spy)
+    rng = np.random.default_rng(1)
+    data = [(rng.standard_normal((80, 12)), rng.standard_normal(80)) for _ in range(4)]
+    alone = [np.asarray(l1_cv(X, y, folds=3, num_lambdas=8).value) for X, y in data]
+    out = [None] * 4
+    start = threading.Barrier(4)
+
+    def fit(i):
+        start.wait()
+        out[i] = np.asarray(l1_cv(*data[i], folds=3, num_lambdas=8).value)
+
+    threads = [threading.Thread(target=fit, args=(i,)) for i in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert most[0] == 1
+    for a, b in zip(alone, out):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_knockoff_filter_runs_with_one_thread_and_restores_on_error(three_threads, monkeypatch):
     seen = []
 
