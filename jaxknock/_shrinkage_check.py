@@ -41,7 +41,11 @@ sample correlation, recovered from ``Sigma``). Hence
     v^_j / v_j >= (delta mu / Sigma_jj) / (1 - max_k r_jk^2),
 
 which :func:`inflation_bound` returns for the worst feature, with its partner
-and their sample correlation.
+and their sample correlation. Only where ``n > p``: at ``p >= n`` the sample
+covariance is singular (every ``v_j`` is 0 to it), the shrinkage is what makes a
+law at all, and ``knockoff_filter`` does not compute the bound (the dense MVR on
+the Ledoit-Wolf estimate kept the FDR there: 0.08 +- 0.01 at n = 150, p = 200,
+AR(1) 0.9; its docstring).
 """
 
 from __future__ import annotations

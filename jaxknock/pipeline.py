@@ -289,10 +289,13 @@ def _clock(fn, *args, **kwargs):
 @jax.jit
 def _lw_correlation(Xs):
     """The Ledoit-Wolf estimate of ``Xs`` as a correlation matrix, and the bound on how much it inflates the
-    conditional variance of near-duplicate features (:func:`jaxknock._shrinkage_check.inflation_bound`), in one
-    program."""
+    conditional variance of near-duplicate features (:func:`jaxknock._shrinkage_check.inflation_bound`; 0 at
+    ``p >= n``), in one program."""
     Sigma, delta = ledoit_wolf(Xs)
-    return to_correlation(Sigma), inflation_bound(Sigma, delta)
+    n, p = Xs.shape
+    # at p >= n the sample covariance is singular (every conditional variance 0 to it): the shrinkage is what
+    # makes a law at all, and there is nothing to compare it with
+    return to_correlation(Sigma), inflation_bound(Sigma, delta if n > p else jnp.zeros_like(delta))
 
 
 def has_low_rank(model: FactorModel) -> bool:
