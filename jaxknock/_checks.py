@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxknock._scaling import correlation_of
 from jaxknock._solution import RESULTS
 
 _TRUSTED = contextvars.ContextVar("jaxknock_trusted_values", default=False)
@@ -473,13 +474,11 @@ def _factorises_both_scales(Sigma):
     (:func:`jaxknock.svector._common.factorises`, the scale they solve on). Near singularity the two
     factorisations disagree in floating point: a ``Sigma`` with a factor whose ``C`` has none passed
     this check, and ``sdp`` / ``mvr`` / ``maxent`` then returned ``infeasible`` with a NaN ``s``
-    where an eager call promises a ``ValueError``. ``C`` is formed by the cores' own
-    ``jaxknock.covariance._to_correlation`` (same arithmetic, same bits).
+    where an eager call promises a ``ValueError``. ``C`` is formed by the cores' own arithmetic
+    (:func:`jaxknock._scaling.correlation_of`, same bits).
     """
-    from jaxknock.covariance import _to_correlation  # covariance imports this module
-
     ok = jnp.all(jnp.isfinite(jnp.linalg.cholesky(Sigma)))  # symmetrises its input
-    C = _to_correlation(Sigma, jnp.asarray(True))
+    C = correlation_of(Sigma)
     return ok & jnp.all(jnp.isfinite(jnp.linalg.cholesky(C)))
 
 

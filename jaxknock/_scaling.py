@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-__all__ = ["pow2_exponent", "standardise_columns"]
+__all__ = ["correlation_of", "pow2_exponent", "standardise_columns"]
 
 
 def pow2_exponent(a):
@@ -29,3 +29,15 @@ def standardise_columns(X):
     """
     X = jnp.ldexp(X, -pow2_exponent(jnp.max(jnp.abs(X), axis=0)))
     return (X - jnp.mean(X, axis=0)) / jnp.std(X, axis=0)
+
+
+def correlation_of(Sigma):
+    """``D^{-1/2} Sigma D^{-1/2}`` (``D = diag(Sigma)``, batched over leading axes) with exact ones on the diagonal.
+
+    The arithmetic of :func:`jaxknock.to_correlation` without its checks (the S solvers' scale); also used by
+    the eager check that ``Sigma`` factorises at that scale (``jaxknock._checks``), so both see the same bits.
+    """
+    d = jnp.sqrt(jnp.diagonal(Sigma, axis1=-2, axis2=-1))
+    C = Sigma / (d[..., :, None] * d[..., None, :])
+    p = Sigma.shape[-1]
+    return jnp.where(jnp.eye(p, dtype=bool), jnp.ones((), Sigma.dtype), C)  # not 1 +- 1 ulp

@@ -19,7 +19,7 @@ from jax import lax
 from jaxknock import _checks
 from jaxknock._deprecation import renamed_kwargs
 from jaxknock._iterate import iterative_solve
-from jaxknock._scaling import pow2_exponent, standardise_columns
+from jaxknock._scaling import correlation_of, pow2_exponent, standardise_columns
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 
 __all__ = [
@@ -326,11 +326,7 @@ def to_correlation(Sigma) -> jax.Array:
 
 @jax.jit
 def _to_correlation(Sigma, ok):
-    d = jnp.sqrt(jnp.diagonal(Sigma, axis1=-2, axis2=-1))
-    C = Sigma / (d[..., :, None] * d[..., None, :])
-    # exact ones on the diagonal (avoid 1 +- 1 ulp)
-    p = Sigma.shape[-1]
-    return _checks.poison(ok, jnp.where(jnp.eye(p, dtype=bool), jnp.ones((), Sigma.dtype), C))
+    return _checks.poison(ok, correlation_of(Sigma))
 
 
 # --------------------------------------------------------------------------
