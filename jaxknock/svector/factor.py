@@ -297,7 +297,9 @@ def sdp_factor(
 
     Args:
         model: :class:`~jaxknock.FactorModel` (float64), or one with a leading
-            batch axis on ``d`` and ``U`` (solved with ``vmap``).
+            batch axis on ``d`` and ``U`` (solved with ``vmap``, in lock step: the
+            coordinate method's Newton centring then runs at every sweep of the
+            batch, 0.18 -> 0.44-0.50 s for 4 models at p = 2000, k = 20).
         tol, max_steps, throw: as in :func:`~jaxknock.sdp` (``max_sweeps`` is a
             deprecated alias of ``max_steps``).
         lam0: initial barrier parameter (default: ``5 / p`` for ``"newton"``,
@@ -350,6 +352,9 @@ def sdp_factor(
     lam0 = jnp.nan if lam0 is None else lam0
     fn = functools.partial(_sdp_factor_jit, method=method)
     if model.U.ndim == 3:
+        # lock-step vmap (a loop of single solves was measured slower on CPU: p = 2000, k = 20, 4 models,
+        # coordinate 0.43 s either way, Newton 0.125 s against 0.108 s); its conditionals run for every
+        # member, so the coordinate method's Newton centring runs at every sweep of a batch
         fn = jax.vmap(fn, in_axes=(0, 0, None, None, None, None, None))
     sol = fn(model.d, model.U, tol, max_steps, lam0, decay, (m + 1.0) / m)
     return raise_if_failed(_common.gate_traced_tol(sol, tol), throw)
