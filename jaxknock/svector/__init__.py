@@ -30,7 +30,11 @@ Modules (one concept each):
     matrix products; its sequential depth does not grow with ``p``
     (``method="newton"``, default: also the faster one on CPU), or
   * the coordinate ascent of thesis Algorithm 5, ``O(p k^2)`` per sweep
-    (``method="coordinate"``; :func:`sdp_factor_init` / :func:`sdp_factor_step`).
+    (``method="coordinate"``; :func:`sdp_factor_init` / :func:`sdp_factor_step`);
+  * :mod:`~jaxknock.svector.factor_centre` - Newton centring at fixed ``lam``
+    (CG with the same ``O(p k^2)`` products): the coordinate ascent's
+    iterate every 4th sweep and when it stalls, the Newton path's end point
+    when it is not certified.
 * :mod:`~jaxknock.svector.mrc` - :func:`mvr` and :func:`maxent`
   (minimum-reconstructability objectives of Spector & Janson 2022, any
   number ``m`` of knockoffs): damped Newton with the exact Hessian
