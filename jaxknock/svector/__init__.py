@@ -33,8 +33,7 @@ Modules (one concept each):
     (``method="coordinate"``; :func:`sdp_factor_init` / :func:`sdp_factor_step`);
   * :mod:`~jaxknock.svector.factor_centre` - Newton centring at fixed ``lam``
     (CG with the same ``O(p k^2)`` products): the coordinate ascent's
-    iterate every 4th sweep and when it stalls, the Newton path's end point
-    when it is not certified.
+    iterate every 4th sweep and when it stalls.
 * :mod:`~jaxknock.svector.mrc` - :func:`mvr` and :func:`maxent`
   (minimum-reconstructability objectives of Spector & Janson 2022, any
   number ``m`` of knockoffs): damped Newton with the exact Hessian
