@@ -62,7 +62,7 @@ def _factor_sweep(state: FactorSDPState, d, U):
     """
     p = U.shape[0]
     lam = state.lam
-    cap = jnp.minimum(1.0, 2.0 * (d + jnp.sum(U**2, axis=1)))
+    cap = _box_cap(d, U)
     # Coordinates are visited in blocks of ``b``: the inner loop carries only the
     # block's slices, so each step touches O(b + k^2) memory (a loop carrying the
     # whole p-vector copies it at every step on some backends: O(p^2) per sweep).
@@ -107,6 +107,11 @@ def _factor_sweep(state: FactorSDPState, d, U):
     return FactorSDPState(s, N, lam, state.sweep + 1, gap, dual), cent
 
 
+def _box_cap(d, U):
+    """``min(1, 2 diag Sigma)`` of the unit-diagonal (possibly ``m``-knockoff scaled) model: the bound on ``s``."""
+    return jnp.minimum(1.0, 2.0 * (d + jnp.sum(U**2, axis=1)))
+
+
 def factor_init(d, U, lam0=None) -> FactorSDPState:
     """Initial state at ``s = 0`` for the unit-diagonal model ``(d, U)``.
 
@@ -148,17 +153,21 @@ def factor_step(st: FactorSDPState, d, U, tol, decay, centrality=1.0) -> FactorS
     periodic = st.sweep % _RECENTRE_SWEEPS == 0
     st = lax.cond(
         stalled | periodic,
-        lambda: _centred(st, d, U, jnp.where(stalled, 0.0, factor_centre.WEAK_STEP)),
+        lambda: _centred(st, d, U, stalled),
         lambda: st,
     )
     hold = floor | (cent > centrality)
     return st._replace(lam=jnp.where(hold, st.lam, st.lam * decay))
 
 
-def _centred(st: FactorSDPState, d, U, weak) -> FactorSDPState:
-    """``st`` with ``s`` replaced by its Newton-centred copy at ``st.lam``, ``N`` and the certificate updated."""
-    cap = jnp.minimum(1.0, 2.0 * (d + jnp.sum(U**2, axis=1)))
-    s = factor_centre.newton_centre(d, U, st.s, st.lam, cap, max_steps=jnp.where(weak > 0, 8, 40), weak=weak)
+def _centred(st: FactorSDPState, d, U, stalled) -> FactorSDPState:
+    """``st`` with ``s`` replaced by its Newton-centred copy at ``st.lam``, ``N`` and the certificate updated.
+
+    ``stalled`` (the sweeps stalled at the held ``lam``): up to 40 Newton steps without the weak-step stop;
+    otherwise (the periodic centring) up to 8 with it.
+    """
+    weak = jnp.where(stalled, 0.0, factor_centre.WEAK_STEP)
+    s = factor_centre.newton_centre(d, U, st.s, st.lam, _box_cap(d, U), max_steps=jnp.where(stalled, 40, 8), weak=weak)
     N = _common.factor_capacitance_inverse(d, U, s)
     dual, gap = gap_from_inverse_diag(s, _common.factor_inverse_diag(d, U, s, N), st.lam)
     # kept whenever its certificate is finite, even when that certificate is looser than the sweep's: its
@@ -352,7 +361,7 @@ def _sdp_factor_jit(d, U, tol, max_steps, lam0, decay, c=2.0, method="newton"):
     dc, Uc = (0.5 * c) * dc, jnp.sqrt(0.5 * c) * Uc
     p = U.shape[0]
     if method == "newton":
-        cap = jnp.minimum(1.0, 2.0 * (dc + jnp.sum(Uc**2, axis=1)))
+        cap = _box_cap(dc, Uc)
         lam_start = jnp.where(jnp.isnan(lam0), 5.0 / p, jnp.asarray(lam0, U.dtype))
         it = factor_newton.solve_path(dc, Uc, lam_start, cap, tol, decay, max_steps)
         state = it.state
