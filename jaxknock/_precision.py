@@ -156,21 +156,33 @@ def shift_response_mean(y):
     feature, and returned ``W = 0``, ``successful``). Here ``y`` loses ``c``, its mean rounded to a multiple
     of ``2^(e + 8)`` (``2^e > max |y - mean|``), so ``c = 0`` -- ``y`` untouched, the same object -- unless
     the mean is at least ``2^7`` times the spread, and after the shift the mean is below that (the
-    subtraction is exact to ``y``'s own rounding). A NumPy ``y`` stays NumPy; a JAX array or tracer is
-    shifted on the device. A constant or non-finite ``y`` (refused by the validation; NaN under ``jit``)
-    is not shifted.
+    subtraction is exact to ``y``'s own rounding). A NumPy ``y`` stays NumPy; a concrete JAX array is
+    read on the host (its ``n`` entries: a dozen eager device operations were as many compiled programs in
+    a fresh process) and, if shifted, shifted on the device; a tracer is shifted on the device. A constant
+    or non-finite ``y`` (refused by the validation; NaN under ``jit``) is not shifted.
     """
     if not hasattr(y, "dtype") or not jnp.issubdtype(y.dtype, jnp.floating) or np.ndim(y) != 1 or np.size(y) == 0:
         return y
-    xp = np if isinstance(y, np.ndarray) else jnp
+    if isinstance(y, jax.core.Tracer) or not (isinstance(y, np.ndarray) or np.dtype(y.dtype) in _HOST_FLOATS):
+        shift, keep = _response_shift(y, jnp)
+        return jnp.where(keep, y, y - shift)
+    shift, keep = _response_shift(np.asarray(jax.device_get(y)), np)  # explicit: n values, once
+    if keep:
+        return y
+    return y - shift if isinstance(y, np.ndarray) else y - float(shift)  # a Python float keeps y's dtype (exact)
+
+
+_HOST_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _response_shift(y, xp):
+    """``(shift, keep)`` of :func:`shift_response_mean`, in ``y``'s dtype, by NumPy or jax.numpy (``xp``)."""
     mean = xp.mean(y)
     spread = xp.max(xp.abs(y - mean))
     unit = xp.ldexp(xp.ones((), y.dtype), xp.frexp(spread)[1] + _RESPONSE_SHIFT_BITS)
     shift = xp.round(mean / unit) * unit
     keep = (shift == 0) | ~xp.isfinite(shift) | ~(spread > 0)
-    if xp is np:
-        return y if keep else y - shift
-    return jnp.where(keep, y, y - shift)
+    return shift, keep
 
 
 class HostShift(NamedTuple):

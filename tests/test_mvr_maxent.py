@@ -469,3 +469,21 @@ def test_mvr_successful_certifies_every_coordinate(method):
         if RESULTS(int(sol.result)) == RESULTS.successful:
             assert np.max((1.0 - t) ** 2) <= 2e-6, (delta, np.max((1.0 - t) ** 2))
         assert np.min(s[1:-1]) > 0.3, (delta, np.min(s[1:-1]))  # the optimum: 0.43-0.46
+
+
+def test_interior_start_check_reads_the_result_on_the_host():
+    """The eager check behind "Sigma is singular to working precision" ran four eager device operations (four
+    compiled programs in every fresh process); it now reads the result code and ``s`` in one explicit transfer,
+    and still raises for a rejected member only."""
+    from helpers import count_compiles
+
+    from jaxknock._solution import Solution
+
+    Sigma = jnp.eye(13)  # a size no other test compiles for
+    ok = Solution(value=jnp.full((2, 13), 0.5), result=jnp.array([0, 3], jnp.int32), stats={})
+    with count_compiles() as compiles, jax.transfer_guard("disallow"):
+        mrc.raise_if_no_interior_start(ok, Sigma)  # member 1 is infeasible but has a finite s: not a rejection
+    assert compiles == []
+    rejected = ok._replace(value=ok.value.at[1].set(jnp.nan))
+    with pytest.raises(ValueError, match=r"Sigma \(batch member 1\) is singular"):
+        mrc.raise_if_no_interior_start(rejected, Sigma)

@@ -449,6 +449,29 @@ def test_float64_response_with_a_large_offset_is_not_rounded_by_the_float32_cast
     assert np.unique((y + 1e8) - shifted).size == 1 and abs(shifted.mean()) < 2**8 * np.ptp(y)  # one exact shift
 
 
+def test_response_shift_of_a_concrete_jax_array_is_decided_on_the_host():
+    """A concrete JAX ``y`` (the filter's case) was tested for a large mean by a dozen eager device operations,
+    each its own compiled program in a fresh process (about 0.1 s with the compilation cache, 0.4 s without);
+    it is now read once on the host. The decision and the shift are those of the NumPy and traced paths."""
+    from helpers import count_compiles
+
+    from jaxknock import _precision
+
+    rng = np.random.default_rng(1)
+    y = rng.standard_normal(37) * 3.0  # a length no other test compiles for
+    yj = jnp.asarray(y)
+    with count_compiles() as compiles, jax.transfer_guard("disallow"):
+        same = _precision.shift_response_mean(yj)
+    assert same is yj and compiles == []
+    for big in (y + 1e8, (y + 3e5).astype(np.float32)):
+        host = _precision.shift_response_mean(big)
+        dev = _precision.shift_response_mean(jnp.asarray(big))
+        traced = jax.jit(_precision.shift_response_mean)(jnp.asarray(big))
+        assert dev.dtype == big.dtype and not np.array_equal(host, big)
+        np.testing.assert_array_equal(dev, host)
+        np.testing.assert_array_equal(traced, host)
+
+
 @pytest.mark.parametrize("x64", [True, False])
 def test_bool_design_is_its_zero_one_floats(x64):
     """A bool ``X`` (presence / absence features) was refused ("X must be a real floating array") while the

@@ -423,7 +423,9 @@ def raise_if_no_interior_start(sol: Solution, Sigma) -> None:
     """
     if not (_checks.is_concrete(Sigma) and _checks.is_concrete(sol.value) and _checks.is_concrete(sol.result)):
         return
-    rejected = np.asarray((sol.result == RESULTS.infeasible) & jnp.all(jnp.isnan(sol.value), axis=-1))
+    # on the host (a result code and p values per member): eager device operations were four compiled programs
+    result, value = jax.device_get((sol.result, sol.value))  # one explicit transfer
+    rejected = (np.asarray(result) == int(RESULTS.infeasible)) & np.isnan(value).all(axis=-1)
     if rejected.any():
         where = f" (batch member {int(np.argmax(rejected.ravel()))})" if rejected.ndim else ""
         raise ValueError(
