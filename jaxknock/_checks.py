@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 import zipfile
 
@@ -59,10 +60,16 @@ def host_flags(fn, *args):
 
     Also inside a caller's trace: a ``jit`` that closes over the arrays hands them in as values, but a call
     of the jitted ``fn`` there is staged into the caller's program and its flags are tracers (``sdp(Sigma)``
-    in ``jax.jit(lambda t: sdp(Sigma, tol=t))`` raised a ``TracerArrayConversionError``).
+    in ``jax.jit(lambda t: sdp(Sigma, tol=t))`` raised a ``TracerArrayConversionError``), so there the call
+    is repeated under :func:`jax.ensure_compile_time_eval`. Only there: at the top level that mode ran the
+    constants inside ``fn`` (``eye`` masks, ``iota``) as eager operations, about twenty compiled programs
+    more in a fresh process's first ``sdp`` / ``mvr`` call.
     """
-    with jax.ensure_compile_time_eval():
-        return jax.device_get(fn(*args))
+    out = fn(*args)
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(out)):
+        with jax.ensure_compile_time_eval():
+            out = fn(*args)
+    return jax.device_get(out)
 
 
 def call_scalar(v, dtype):
@@ -503,6 +510,7 @@ def symmetric_flag(S, *, rtol: float = _SYMMETRY_RTOL) -> jax.Array:
     return asym <= rtol * jnp.maximum(jnp.max(jnp.abs(S), axis=(-2, -1)), 1e-300)
 
 
+@functools.partial(jax.jit, static_argnames="rtol")  # one program where it is called eagerly (group_s_matrix)
 def traced_sigma_code(Sigma, *, rtol: float = 1e-8) -> jax.Array:
     """``RESULTS`` code for the values of ``Sigma`` that :func:`validate_sigma` cannot see under ``jit``.
 
@@ -535,6 +543,7 @@ def traced_factor_code(d, U) -> jax.Array:
     )
 
 
+@jax.jit
 def combine_codes(input_code, solver_code) -> jax.Array:
     """The input's code where it is not ``successful`` (bad input explains everything after it), else the solver's."""
     return jnp.where(input_code != RESULTS.successful, input_code, solver_code).astype(jnp.int32)
@@ -797,11 +806,22 @@ def as_binary_labels(y, dtype):
     ``{-1, 1}``, with both classes present, the labels become NaN instead and the
     solver's result code reports it (``nonfinite``).
     """
-    zero_one = jnp.all((y == 0) | (y == 1))
-    plus_minus = jnp.all((y == -1) | (y == 1))
-    both_classes = jnp.any(y > 0) & jnp.any(y <= 0)
+    if isinstance(y, jax.core.Tracer) or np.dtype(y.dtype) not in _HOST_FLOATS:
+        return _binary_labels(y, dtype, jnp)
+    # concrete: decided on the host (n labels, explicit transfers), not by a dozen eager device programs
+    return jax.device_put(_binary_labels(np.asarray(jax.device_get(y)), np.dtype(dtype), np))
+
+
+_HOST_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _binary_labels(y, dtype, xp):
+    """:func:`as_binary_labels` by NumPy or jax.numpy (``xp``)."""
+    zero_one = xp.all((y == 0) | (y == 1))
+    plus_minus = xp.all((y == -1) | (y == 1))
+    both_classes = xp.any(y > 0) & xp.any(y <= 0)
     valid = (zero_one | plus_minus) & both_classes
-    return jnp.where(valid, (y > 0).astype(dtype), jnp.asarray(jnp.nan, dtype))
+    return xp.where(valid, (y > 0).astype(dtype), xp.asarray(xp.nan, dtype))
 
 
 def check_model_response(y, *, loss: str, fit_intercept: bool):

@@ -1239,3 +1239,33 @@ def test_zz_every_public_array_function_is_fuzzed_or_excused():
     for c in TALLY.values():
         total.update(c)
     assert total["correct"] > 0 and total["flagged"] > 0 and total["clear error"] > 0, total
+
+
+def test_eager_checks_compile_one_program_each_not_one_per_operation():
+    """Eager validation ran its device work as separate eager operations, each a compiled program in a fresh
+    process: ``validate_sigma`` under ``jax.ensure_compile_time_eval`` (about twenty programs more in a first
+    ``sdp`` / ``mvr`` call), ``as_binary_labels`` (eleven in a first l1-logistic fit), the group solver's input
+    code and block-diagonal helpers (thirty in a first grouped filter). Shapes below are ones no other test
+    compiles for, so every program is counted."""
+    from helpers import count_compiles
+
+    from jaxknock import _checks
+    from jaxknock.svector import group
+
+    Sigma = 0.5 * jnp.eye(11) + 0.5
+    with count_compiles() as compiles:
+        _checks.validate_sigma(Sigma)
+    assert [c.split()[1] for c in compiles] == ["jit(_sigma_flags)"]
+    pm = jax.device_put(np.asarray([1.0, -1.0, 1.0, 1.0, -1.0, 1.0, -1.0, 1.0, 1.0, 1.0, -1.0]))
+    with count_compiles() as compiles:
+        labels = _checks.as_binary_labels(pm, jnp.float32)
+        bad = _checks.as_binary_labels(np.asarray([0.0, 2.0] * 5 + [0.0]), jnp.float32)
+    assert compiles == []
+    assert labels.dtype == jnp.float32 and np.array_equal(labels, [1, 0, 1, 1, 0, 1, 0, 1, 1, 1, 0])
+    assert np.isnan(bad).all()  # labels {0, 2}: not a valid two-class response
+    zero, ones, groups = jax.device_put(np.int32(0)), jax.device_put(np.ones((4, 3, 3))), np.arange(11) // 3
+    with count_compiles() as compiles:
+        code = _checks.combine_codes(_checks.traced_sigma_code(Sigma), zero)
+        dense = group.block_diagonal(ones, group.group_index(groups, 11)).dense()
+    assert len(compiles) <= 8 and int(code) == 0  # was 30: the two helpers, their index arrays' transfers
+    np.testing.assert_array_equal(dense, np.kron(np.eye(4), np.ones((3, 3)))[:11, :11])

@@ -194,15 +194,19 @@ class BlockDiagonal(NamedTuple):
         """
         if self.group_of.ndim > 1:
             return jax.vmap(BlockDiagonal.dense)(self)
-        g, pos = self.group_of, self.position
-        vals = self.blocks[..., g[:, None], pos[:, None], pos[None, :]]
-        return jnp.where(g[:, None] == g[None, :], vals, 0.0)
+        return _dense_of_blocks(self.blocks, self.group_of, self.position)
 
     def diagonal(self):
         """The ``(p,)`` diagonal ``blocks[g(i), pos(i), pos(i)]`` (``(B, p)`` batched, see :meth:`dense`)."""
         if self.group_of.ndim > 1:
             return jax.vmap(BlockDiagonal.diagonal)(self)
         return self.blocks[..., self.group_of, self.position, self.position]
+
+
+@jax.jit  # one program where it is called eagerly (the samplers): it was a dozen eager operations
+def _dense_of_blocks(blocks, g, pos):
+    vals = blocks[..., g[:, None], pos[:, None], pos[None, :]]
+    return jnp.where(g[:, None] == g[None, :], vals, 0.0)
 
 
 def gather_blocks(A, members, pad_identity: bool = True):
@@ -222,15 +226,18 @@ def gather_blocks(A, members, pad_identity: bool = True):
 
 def block_diagonal(blocks, groups: Groups) -> BlockDiagonal:
     """Wrap padded ``(G, b, b)`` blocks (padding zeroed) with the index of ``groups``."""
-    p = groups.group_of.shape[0]
-    valid = jnp.asarray(groups.members) < p
-    mask = valid[:, :, None] & valid[:, None, :]
     return BlockDiagonal(
-        jnp.where(mask, blocks, 0.0),
+        _zero_padding(blocks, jnp.asarray(groups.members), groups.group_of.shape[0]),
         jnp.asarray(groups.members),
         jnp.asarray(groups.group_of),
         jnp.asarray(groups.position),
     )
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _zero_padding(blocks, members, p):
+    valid = members < p
+    return jnp.where(valid[:, :, None] & valid[:, None, :], blocks, 0.0)
 
 
 # --------------------------------------------------------------------------
