@@ -249,8 +249,10 @@ def test_lasso_does_not_depend_on_the_units_of_y_or_x():
     for c in (1e-160, 1e160):
         sol = L.lasso(X, c * y, c * lam, tol=1e-10)
         assert sol.successful
-        np.testing.assert_allclose(sol.value / c, ref.value, rtol=1e-9, atol=1e-12)
-        np.testing.assert_allclose(sol.stats["intercept"] / c, ref.stats["intercept"], rtol=1e-9)
+        # c y is y to rounding, not exactly: the two solves may stop one sweep apart (tol 1e-10), so the match is
+        # to the solver's accuracy (1.7e-10 seen on one CPU), which the failures above exceed by many orders
+        np.testing.assert_allclose(sol.value / c, ref.value, rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(sol.stats["intercept"] / c, ref.stats["intercept"], rtol=1e-7)
         np.testing.assert_allclose(  # vmap over y alone, X (already in [0.5, 1)) concrete
             jax.vmap(lambda b: L.lasso(X / 8, b, c * lam / 8, tol=1e-10).value)(c * y[None]).squeeze(0) / c,
             ref.value * 8,
