@@ -75,14 +75,24 @@ def _float32_range(X, lambdas):
     already in float32's range gives the same bits. Columns whose largest entry is below ``2^-60`` of the
     largest one would still lose their precision in float32: those designs run every product in float64.
     """
-    colmax = np.asarray(jnp.max(jnp.abs(X), axis=0))
+    colmax = np.asarray(_column_max(X))
     top = float(colmax.max()) if colmax.size else 0.0
     if not top > 0:
         return X, lambdas, True
     e = int(np.frexp(top)[1])
     nonzero = colmax[colmax > 0]
     faithful = bool(np.ldexp(nonzero.min(), -e) >= 2.0**-60)
-    return jnp.ldexp(X, -e), jnp.ldexp(lambdas, -e), faithful
+    return (*_ldexp_pair(X, lambdas, -e), faithful)
+
+
+@jax.jit
+def _column_max(X):
+    return jnp.max(jnp.abs(X), axis=0)
+
+
+@jax.jit
+def _ldexp_pair(X, lambdas, e):
+    return jnp.ldexp(X, e), jnp.ldexp(lambdas, e)
 
 
 def path_coefs(Xs, ys, lambdas, settings: L1Settings):

@@ -243,7 +243,8 @@ def _check_target_varies(y):
     Its centred target kernel is zero, so every alignment and HSIC is 0 and
     any feature set ties: a selection would be arbitrary.
     """
-    if bool(jnp.all(y == y[0])):
+    yh = np.asarray(jax.device_get(y))  # n values, explicit (eager device operations: three compiled programs)
+    if bool(np.all(yh == yh[0])):
         raise ValueError("y is constant (every entry equals the first): there is nothing to select features for")
 
 
@@ -477,6 +478,29 @@ def _round(key, X, y, free, fixed, scale2, *, num_subsamples, m_a, chunk, estima
     return jnp.where(free & (cV > 0) & (cU > 0), c, jnp.nan)
 
 
+@jax.jit  # one program: as eager operations these were about fifteen compiled programs in a first call
+def _randsel_units(X, y):
+    """randSel's standardised ``X`` and unit-scale ``y``, and ``y``'s power of two.
+
+    Each column is centred and scaled by a power of two first (exact): the variance of a column in units
+    of 1e160 overflowed (``X / inf = 0``: every alignment 0 and another selection), of 1e-170 underflowed;
+    then divided by its standard deviation (a constant column is left at 0). ``y`` is centred and scaled by
+    a power of two: ``y y^T`` of a ``y`` in units of 1e200 was inf (NaN contributions, nothing selected),
+    of 1e-200 zero; the HSIC contributions are reported in ``y``'s units (times ``4^e``, exact).
+    """
+    X = X - X.mean(0)
+    X = jnp.ldexp(X, -pow2_exponent(jnp.max(jnp.abs(X), axis=0)))
+    sd = jnp.std(X, axis=0)
+    X = X / jnp.where(sd > 0, sd, 1.0)
+    y, y_exp = _pow2_unit(y - y.mean(0))
+    return X, y, y_exp
+
+
+@jax.jit  # one program: NumPy-index gathers were nine eager ones
+def _take_rows(X, y, rows):
+    return X[rows], y[rows]
+
+
 def _evaluation_rows(key, n, max_eval_rows):
     """Rows of randSel's model selection: all ``n`` in order, or ``max_eval_rows`` of them drawn without replacement.
 
@@ -602,15 +626,7 @@ def randsel(
         raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
     if not (_checks.is_int(max_eval_rows) and max_eval_rows >= 4):
         raise ValueError(f"max_eval_rows must be an integer >= 4, got {max_eval_rows!r}")
-    # each column by a power of two first (exact): the variance of a column in units of 1e160 overflowed
-    # (X / inf = 0: every alignment 0 and another selection), of 1e-170 underflowed
-    X = X - X.mean(0)
-    X = jnp.ldexp(X, -pow2_exponent(jnp.max(jnp.abs(X), axis=0)))
-    sd = jnp.std(X, axis=0)
-    X = X / jnp.where(sd > 0, sd, 1.0)
-    # y by a power of two: y y^T of a y in units of 1e200 was inf (NaN contributions, nothing selected), of
-    # 1e-200 zero; the HSIC contributions are reported in y's units (times 4^e, exact)
-    y, y_exp = _pow2_unit(y - y.mean(0))
+    X, y, y_exp = _randsel_units(X, y)
     scale2 = jnp.asarray(2.0 if bandwidth is None else float(bandwidth) ** 2, X.dtype)
     if chunk_size is None:
         per_draw = X.dtype.itemsize * (6 * m_a * m_a + m_a * p + 4 * p)
@@ -619,7 +635,7 @@ def randsel(
     else:
         chunk = int(chunk_size)
     rows = _evaluation_rows(key, n, int(max_eval_rows))
-    X_eval, y_eval = X[rows], y[rows]
+    X_eval, y_eval = (X, y) if rows.size == n else _take_rows(X, y, rows)  # all n rows are in order
 
     free = np.ones(p, bool)
     fixed = np.zeros(p, bool)
@@ -630,7 +646,7 @@ def randsel(
     while free.sum() + fixed.sum() > min_features and free.sum() >= 2:
         active = free | fixed
         actives.append(active.copy())
-        aligns.append(float(_set_alignment(X_eval, y_eval, jnp.asarray(active, X.dtype), scale2)))
+        aligns.append(float(_set_alignment(X_eval, y_eval, np.asarray(active, X.dtype), scale2)))
         c = np.asarray(
             _round(
                 jax.random.fold_in(key, r),
@@ -666,7 +682,7 @@ def randsel(
         r += 1
     active = free | fixed
     actives.append(active.copy())
-    aligns.append(float(_set_alignment(X_eval, y_eval, jnp.asarray(active, X.dtype), scale2)))
+    aligns.append(float(_set_alignment(X_eval, y_eval, np.asarray(active, X.dtype), scale2)))
     contribs.append(np.full(p, np.nan))
 
     contributions = np.stack(contribs)

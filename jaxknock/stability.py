@@ -60,6 +60,7 @@ selection counts into the result. Timings: ``benchmarks/bench_stability.py``.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -257,6 +258,11 @@ def stability_subsamples(key, n: int, num_subsamples: int, *, fraction=0.5, comp
     m = int(math.floor(n * fraction))
     if m < 1:
         raise ValueError(f"fraction * n must give at least 1 row per subsample, got floor({fraction} * {n}) = 0")
+    return _subsample_rows(key, n, int(num_subsamples), m, bool(complementary_pairs))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))  # one program (op by op: about seven in a first call)
+def _subsample_rows(key, n, num_subsamples, m, complementary_pairs):
     if complementary_pairs:
         keys = jax.random.split(key, num_subsamples // 2)
         perms = jax.vmap(lambda k: jax.random.permutation(k, n))(keys)
@@ -451,7 +457,7 @@ def stability_selection(
         lambdas = lambda_grid(X, y, num=num_lambdas, eps=eps, loss=loss, fit_intercept=fit_intercept)
     lambdas = jnp.asarray(lambdas, X.dtype)
     check_lambdas(lambdas)
-    if lambdas.size > 1 and bool(jnp.any(jnp.diff(lambdas) > 0)):
+    if lambdas.size > 1 and bool(np.any(np.diff(np.asarray(jax.device_get(lambdas))) > 0)):  # on the host
         raise ValueError("lambdas must be decreasing (the path is warm-started from the largest)")
     sharded = _mesh.wants_sharding(devices, mesh)
     use_engine = _use_engine(solver, fit_intercept, sharded)
@@ -495,7 +501,7 @@ def stability_selection(
         selected = np.zeros(p, bool)
         q, bound = 0.0, 0.0
     else:
-        max_prob = jnp.max(probabilities[:, :k], axis=1)
+        max_prob = jnp.asarray(counts[:k].max(axis=0) / B, X.dtype)  # = max of the rounded probabilities
         selected = counts[:k].max(axis=0) >= thr * B - 1e-9  # on the counts: no float rounding at the cut
         q = float(q_path[k - 1])
         bound = stability_bound(q, p, thr, num_pairs=num_pairs, assumption=assumption)

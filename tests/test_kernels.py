@@ -460,3 +460,17 @@ def test_randsel_does_not_depend_on_units():
         np.testing.assert_array_equal(res.selected, base.selected)
         np.testing.assert_allclose(res.alignment, base.alignment, rtol=1e-12)
         np.testing.assert_allclose(res.contributions / c, base.contributions, rtol=1e-9)
+
+
+def test_randsel_prepares_its_data_in_one_program():
+    """randSel's standardisation, target check and evaluation rows ran op by op: about thirty eager programs
+    in a first call (42 programs in all at n = 300, p = 50; now 11). A shape no other test compiles for."""
+    from helpers import count_compiles
+
+    X = np.random.default_rng(0).standard_normal((21, 5))
+    y = X[:, 0] + 0.3 * X[:, 1]
+    key = jax.random.key(2)
+    with count_compiles() as compiles:
+        res = randsel(key, X, y, num_subsamples=3)
+    assert len(compiles) <= 10, [c.split()[1] for c in compiles]
+    assert sorted(res.ranking.tolist()) == list(range(5)) and res.selected.any()

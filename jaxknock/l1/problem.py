@@ -412,6 +412,7 @@ def _lambda_max_jit(X, y, *, loss, fit_intercept):
 # :func:`default_grid` as one program (op by op, :func:`geometric_grid` alone was six more in a first call);
 # ``settings``' tol and max_steps are data fields, so one program serves every tolerance
 _default_grid_jit = jax.jit(default_grid, static_argnames=("num", "eps"))
+_geometric_grid_jit = jax.jit(geometric_grid, static_argnames=("num", "eps"))
 
 
 def lambda_grid(
@@ -433,4 +434,4 @@ def lambda_grid(
     """
     num = check_grid_settings(num, eps, "num")
     lam_max, units = _unit_lambda_max(X, y, loss, fit_intercept)
-    return _units.to_user(geometric_grid(lam_max, num, eps), units, "lam")
+    return _units.to_user(_geometric_grid_jit(lam_max, num=num, eps=float(eps)), units, "lam")
