@@ -92,8 +92,13 @@ def select_multi(scores, stat_sol, s_sol, timings, fdr, plus, num_replicates, nu
     t0 = time.perf_counter()
     kappa, tau = _multi.multi_knockoff_statistics(scores)
     thresholds = _multi.multi_knockoff_threshold(kappa, tau, fdr, num_knockoffs=num_knockoffs, plus=plus)
-    masks = (kappa == 0) & (tau >= thresholds[..., None])
-    W = jnp.where(kappa == 0, tau, -tau)
+    masks, W = _multi_masks(kappa, tau, thresholds)
     mask = np.asarray(masks[0] if num_replicates == 1 else in_half_the_replicates(masks))
     timings["selection"] = time.perf_counter() - t0
     return W, mask, thresholds
+
+
+@jax.jit  # one program (op by op: six in a first call)
+def _multi_masks(kappa, tau, thresholds):
+    """Per replicate, the units whose original wins at or above the threshold, and ``W = +-tau``."""
+    return (kappa == 0) & (tau >= thresholds[..., None]), jnp.where(kappa == 0, tau, -tau)

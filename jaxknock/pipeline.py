@@ -713,8 +713,10 @@ def replicate_stage(
 
 @jax.jit
 def _augment(Xs, Xt):
-    """The designs ``[X, X~]`` ``(R, n, 2p)`` of the knockoff replicates ``Xt`` ``(R, n, p)``."""
-    return jnp.concatenate([jnp.broadcast_to(Xs, Xt.shape), Xt], axis=-1)
+    """The designs ``[X, X~]`` ``(R, n, (m + 1) p)`` of the knockoff replicates ``Xt`` (``R`` first, ``n m p``
+    entries each: ``(R, n, p)``, or the ``m`` knockoffs of each replicate in a trailing axis)."""
+    R, (n, p) = Xt.shape[0], Xs.shape
+    return jnp.concatenate([jnp.broadcast_to(Xs, (R, n, p)), Xt.reshape(R, n, -1)], axis=-1)
 
 
 def _statistics(Xk, y, lam, *, statistic, loss, lasso_tol=None, cv_patience=None, folds=5, num_knockoffs=1):
@@ -848,7 +850,7 @@ def _grouped_or_multi_filter(
             )
     S = s_sol.value
     Xt, timings["sampling"] = _clock(_sampling.sample_replicates, k_samp, Xs, Sigma, S, R, num_knockoffs=m)
-    Xk = jnp.concatenate([jnp.broadcast_to(Xs, (R, n, p)), Xt.reshape(R, n, m * p)], axis=-1)
+    Xk = _augment(Xs, Xt)
     loss = "logistic" if binary else "squared"
     t0 = time.perf_counter()
     # statistic is lcd, lsm or correlation here ('centroid' is refused above)
