@@ -17,6 +17,7 @@ Every error names the argument and says what to pass instead.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -196,10 +197,7 @@ def standardise_by_law(X, Sigma, mu):
                 "Sigma.d must be strictly positive (a FactorModel diag(d) + U U^T is positive definite only then), "
                 f"got min(d) = {float(np.min(np.asarray(Sigma.d))):.3g}"
             )
-        diag = Sigma.diagonal()
-        known = FactorModel(
-            jnp.asarray(Sigma.d, X.dtype) / diag, jnp.asarray(Sigma.U, X.dtype) / jnp.sqrt(diag)[:, None]
-        )
+        known, diag = _factor_correlation(jnp.asarray(Sigma.d, X.dtype), jnp.asarray(Sigma.U, X.dtype))
     else:
         # named: jnp.asarray(Sigma) of text or of a ragged nested list failed naming nothing
         Sigma = _checks.as_float_array(Sigma, "Sigma").astype(X.dtype)
@@ -208,11 +206,22 @@ def standardise_by_law(X, Sigma, mu):
             raise ValueError(f"Sigma must have shape ({p}, {p}) to match X's {p} columns, got {tuple(Sigma.shape)}")
         diag = jnp.diagonal(Sigma)
         known = to_correlation(Sigma)
-    if mu is None:
-        mu = jnp.mean(X, axis=0)
-    else:
+    if mu is not None:
         mu = _checks.as_float_array(mu, "mu").astype(X.dtype)
         if mu.shape != (p,):
             raise ValueError(f"mu must have shape ({p},) to match X's {p} columns, got {tuple(mu.shape)}")
         _checks.check_finite(mu, "mu")
-    return (X - mu) / jnp.sqrt(diag), known
+    return _standardise_by(X, mu, diag), known
+
+
+@jax.jit  # one program each (op by op, a known law's preparation was about twenty in a first call)
+def _factor_correlation(d, U):
+    """The correlation ``FactorModel`` of ``diag(d) + U U^T``, and that law's diagonal."""
+    diag = FactorModel(d, U).diagonal()
+    return FactorModel(d / diag, U / jnp.sqrt(diag)[:, None]), diag
+
+
+@jax.jit
+def _standardise_by(X, mu, diag):
+    """``(X - mu) / sqrt(diag)``, ``mu`` the column means of ``X`` where it is ``None``."""
+    return (X - (jnp.mean(X, axis=0) if mu is None else mu)) / jnp.sqrt(diag)
