@@ -760,3 +760,22 @@ def test_a_factor_method_with_a_known_dense_sigma_runs_its_dense_criterion(key):
     for factor, dense in (("mvr_factor", "mvr"), ("sdp_factor", "sdp")):
         np.testing.assert_allclose(run(factor).s_solution.value, run(dense).s_solution.value, rtol=1e-6)
     assert np.all(np.asarray(run("mvr_factor").s_solution.value) < 0.6)  # the MVR's s, not the SDP's 1
+
+
+def test_a_known_factor_law_is_prepared_in_two_programs():
+    """``knockoff_filter(Sigma=FactorModel(...))`` prepared the law and standardised ``X`` op by op (about
+    twenty eager programs in a first call); now the law's correlation form and the standardisation are one
+    program each, with the same values as the formulas."""
+    from helpers import count_compiles
+
+    from jaxknock import FactorModel, _filter_inputs
+
+    rng = np.random.default_rng(0)
+    X = jax.device_put(rng.standard_normal((19, 6)))  # a shape no other test compiles for
+    d, U = rng.uniform(0.5, 1.0, 6), rng.standard_normal((6, 2))
+    with count_compiles() as compiles, jax.enable_x64(True):
+        Xs, known = _filter_inputs.standardise_by_law(X, FactorModel(d, U), None)
+    assert len(compiles) <= 2
+    diag = d + (U**2).sum(1)
+    np.testing.assert_allclose(known.dense(), (np.diag(d) + U @ U.T) / np.sqrt(np.outer(diag, diag)), rtol=1e-12)
+    np.testing.assert_allclose(Xs, (np.asarray(X) - np.asarray(X).mean(0)) / np.sqrt(diag), rtol=1e-12)
