@@ -46,7 +46,11 @@ def mlp_init(key, sizes: Sequence[int], *, dtype=None) -> list:
       (4, 8)
     """
     dtype = dtype or jnp.result_type(float)
-    sizes = tuple(int(s) for s in sizes)
+    return _mlp_init(key, tuple(int(s) for s in sizes), jnp.dtype(dtype))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))  # one program (layer by layer: two or three per layer)
+def _mlp_init(key, sizes, dtype):
     keys = jax.random.split(key, len(sizes) - 1)
     params = []
     for k, p_in, p_out in zip(keys, sizes[:-1], sizes[1:]):
