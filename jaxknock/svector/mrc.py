@@ -313,9 +313,15 @@ def mvr_coordinates_certified(kind, s, H, m, p, tol):
     coordinates at 0.017 against an optimum of 0.44-0.46 (``1e-12``: at 1.7e-5). True for ``"maxent"``
     (its terms ``m (t_j - 1 - log t_j)`` are already on the scale of ``f``'s ``-m log s_j``, not ``1/s_j``).
     """
+    return mvr_norms_certified(kind, s[:p], jnp.sum(H * H, axis=0)[:p] if kind == "mvr" else None, m, tol)
+
+
+def mvr_norms_certified(kind, s, colnorm2, m, tol):
+    """:func:`mvr_coordinates_certified` from the squared column norms ``||A^{-1} e_j||^2`` (the factor-model
+    solvers' Woodbury diagonals): ``(1 - s_j ||A^{-1} e_j|| / m)^2 <= tol`` for every ``j``; true for maxent."""
     if kind != "mvr":
         return jnp.ones((), bool)
-    t = s[:p] * jnp.sqrt(jnp.sum(H * H, axis=0)[:p]) / m
+    t = s * jnp.sqrt(colnorm2) / m
     return jnp.all((1.0 - t) ** 2 <= tol)
 
 

@@ -261,7 +261,8 @@ def solve(kind, d, U, s0, tol, max_steps, m) -> Iteration:
     return iterative_solve(
         newton_init(kind, ops, cd, s0, m),
         lambda st: newton_step(kind, st, ops, cd, m),
-        lambda st: mrc.mrc_terminate(st, tol),
+        # MVR: every coordinate's stationarity too (a near copy's 1/s_j dominates f; see mrc.mvr_coordinates_certified)
+        lambda st: mrc.mrc_terminate(st, tol, mrc.mvr_norms_certified(kind, st.s, st.der.q, m, tol)),
         max_steps=max_steps,
         finite=lambda st: jnp.all(jnp.isfinite(st.s)),
     )
