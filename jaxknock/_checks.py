@@ -806,13 +806,14 @@ def as_binary_labels(y, dtype):
     ``{-1, 1}``, with both classes present, the labels become NaN instead and the
     solver's result code reports it (``nonfinite``).
     """
-    if isinstance(y, jax.core.Tracer) or np.dtype(y.dtype) not in _HOST_FLOATS:
+    if isinstance(y, jax.core.Tracer) or np.dtype(y.dtype) not in HOST_FLOATS:
         return _binary_labels(y, dtype, jnp)
     # concrete: decided on the host (n labels, explicit transfers), not by a dozen eager device programs
     return jax.device_put(_binary_labels(np.asarray(jax.device_get(y)), np.dtype(dtype), np))
 
 
-_HOST_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+# the float dtypes NumPy computes in as JAX does (not bfloat16): small host-side decisions use them
+HOST_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _binary_labels(y, dtype, xp):

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxknock._checks import HOST_FLOATS
 from jaxknock._solution import Solution
 from jaxknock.covariance import FactorModel
 
@@ -163,16 +164,13 @@ def shift_response_mean(y):
     """
     if not hasattr(y, "dtype") or not jnp.issubdtype(y.dtype, jnp.floating) or np.ndim(y) != 1 or np.size(y) == 0:
         return y
-    if isinstance(y, jax.core.Tracer) or not (isinstance(y, np.ndarray) or np.dtype(y.dtype) in _HOST_FLOATS):
+    if isinstance(y, jax.core.Tracer) or not (isinstance(y, np.ndarray) or np.dtype(y.dtype) in HOST_FLOATS):
         shift, keep = _response_shift(y, jnp)
         return jnp.where(keep, y, y - shift)
     shift, keep = _response_shift(np.asarray(jax.device_get(y)), np)  # explicit: n values, once
     if keep:
         return y
     return y - shift if isinstance(y, np.ndarray) else y - float(shift)  # a Python float keeps y's dtype (exact)
-
-
-_HOST_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _response_shift(y, xp):
