@@ -191,3 +191,13 @@ def hard_factor_models():
     out.append(("factor-p2-k1-equal", np.full(2, 1e-6), np.ones((2, 1))))
     out.append(("factor-p10-k3-d1e-8", np.full(10, 1e-8), np.random.default_rng(3).standard_normal((10, 3))))
     return out
+
+
+def near_copy_correlation(p, delta, j=3):
+    """AR(1) ``rho = 0.5`` on ``p - 1`` features plus a copy of feature ``j`` at correlation ``1 - delta``."""
+    q = p - 1
+    C = np.eye(p)
+    C[:q, :q] = 0.5 ** np.abs(np.arange(q)[:, None] - np.arange(q)[None, :])
+    C[q, :q] = C[:q, q] = C[j, :q]
+    C[q, j] = C[j, q] = 1.0 - delta
+    return C

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import hard_correlations
+from helpers import hard_correlations, near_copy_correlation
 
 import jaxknock
 from jaxknock import RESULTS
@@ -489,22 +489,13 @@ def test_interior_start_check_reads_the_result_on_the_host():
         mrc.raise_if_no_interior_start(rejected, Sigma)
 
 
-def _near_copy_of_an_inner_feature(p, delta, j=3):
-    """AR(1) ``rho = 0.5`` on ``p - 1`` features plus a copy of feature ``j`` at correlation ``1 - delta``."""
-    C = _near_duplicate_pair(p, 0.0)
-    q = p - 1
-    C[q, :q] = C[:q, q] = C[j, :q]
-    C[q, j] = C[j, q] = 1.0 - delta
-    return C
-
-
 def test_mvr_newton_stagnation_on_a_near_copy_is_solved_by_the_coordinate_method():
     """A copy of an inner AR(1) feature at correlation ``1 - 1e-9``: the Newton default ended ``stagnated``
     with the other coordinates' ``s`` at a median of 0.09 (certified optimum: 0.44-0.50), and
     ``knockoff_filter(Sigma=...)`` on such a law lost most of its power (0.32 against 0.80 over six seeds,
     p = 60 with two copies). Eagerly, the coordinate method now solves it again and certifies it; under
     ``jit`` the Newton result is returned as it is, with its honest code."""
-    C = _near_copy_of_an_inner_feature(21, 1e-9)
+    C = near_copy_correlation(21, 1e-9)
     sol = jaxknock.mvr(C)
     s = np.asarray(sol.value)
     assert RESULTS(int(sol.result)) == RESULTS.successful

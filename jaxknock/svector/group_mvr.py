@@ -97,6 +97,11 @@ def _block_sqrt_and_target(Q, m):
     return root, target
 
 
+def _real_trace(M, realb):
+    """Per group, the trace of ``M_g`` over its real (not padding) slots."""
+    return jnp.sum(jnp.where(realb, jnp.diagonal(M, axis1=1, axis2=2), 0.0), axis=1)
+
+
 def solve_group_mvr(Sigma, members, c, m, tol, max_steps):
     """Group MVR on the padded layout of ``members`` (``(G, b)``, ``p`` marks padding); traceable.
 
@@ -136,11 +141,23 @@ def solve_group_mvr(Sigma, members, c, m, tol, max_steps):
         Ainv = jnp.matmul(Linv.T, Linv, precision=HIGHEST).reshape(n, G, b)
         return jnp.einsum("kgi,kgj->gij", Ainv, Ainv, precision=HIGHEST)
 
-    def gap_of(S, Q):
+    def group_terms(S, Q):
+        """Each group's term of the gap and its term ``m tr(S_g^{-1})`` of ``f`` (real slots only)."""
         root, _ = _block_sqrt_and_target(Q, m)
         Sinv = jnp.linalg.inv(S)
         per = m * Sinv - 2.0 * root + jnp.einsum("gij,gjk->gik", Q, S, precision=HIGHEST) / m
-        return jnp.sum(jnp.where(realb, jnp.diagonal(per, axis1=1, axis2=2), 0.0))
+        return _real_trace(per, realb), m * _real_trace(Sinv, realb)
+
+    def gap_of(S, Q):
+        return jnp.sum(group_terms(S, Q)[0])
+
+    def groups_certified(S, Q):
+        """Every group's gap term at most ``tol`` times its term of ``f``: with a near copy in another group,
+        ``m tr(S_g^{-1})`` of that pair dominates ``f`` and ``gap <= tol f`` alone certified nothing about the
+        other groups (the dense :func:`~jaxknock.svector.mrc.mvr_coordinates_certified`; for singleton groups
+        the same test)."""
+        per, fterm = group_terms(S, Q)
+        return jnp.all(per <= tol * fterm)
 
     # start: S = t I with t = min(1, c lambda_min(C)) / 2 (strictly feasible), padding at its optimum 1
     t = 0.5 * jnp.clip(c * smallest_eigenvalue(Cp), 0.0, 1.0)
@@ -179,7 +196,7 @@ def solve_group_mvr(Sigma, members, c, m, tol, max_steps):
         return GroupMVRState(S_new, Q, jnp.where(ok, f, state.objective), gap_of(S_new, Q), ~ok)
 
     def terminate(state):
-        done = state.gap <= tol * jnp.maximum(1.0, jnp.abs(state.objective))
+        done = (state.gap <= tol * jnp.maximum(1.0, jnp.abs(state.objective))) & groups_certified(state.S, state.Q)
         code = jnp.where(done, RESULTS.successful, RESULTS.stagnated).astype(jnp.int32)
         return done | state.stuck, code
 
@@ -191,7 +208,9 @@ def solve_group_mvr(Sigma, members, c, m, tol, max_steps):
     S_dense = dense(it.state.S)
     err = mrc.inverse_error("mvr", c * Cp, H, m, lambda H: jnp.matmul(S_dense, H, precision=HIGHEST))
     gap = jnp.maximum(it.state.gap, 0.0) + err
-    it = it._replace(result=mrc.recertified(it.result, gap, it.state.objective, tol))
+    result = mrc.recertified(it.result, gap, it.state.objective, tol)
+    uncertified = (result == RESULTS.successful) & ~groups_certified(it.state.S, it.state.Q)
+    it = it._replace(result=jnp.where(uncertified, RESULTS.stagnated, result).astype(jnp.int32))
     # back to the covariance scale: S_g <- D_g^{1/2} S_g D_g^{1/2}
     sd = jnp.sqrt(jnp.diagonal(Sigma))
     scale = jnp.where(realb, sd[jnp.where(realb, members, 0)], 1.0)
