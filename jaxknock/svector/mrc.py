@@ -433,14 +433,14 @@ def coordinate_rescue(sol: Solution, coordinate) -> Solution:
     other features' ``s`` far below their optimum (median 0.000-0.28 on 20 of them). The coordinate
     method, whose closed-form updates of one coordinate at a time keep the near-null direction out of the
     others, certified 21 of the 24; the other 3 ended ``stagnated`` with gaps 20-80 times smaller than
-    Newton's. So a ``stagnated`` or ``max_steps_reached`` Newton solve of one concrete matrix is solved
-    again by the coordinate method (``coordinate()``: its own compiled program, built only then), which is
-    kept when it is ``successful`` or has the smaller certified gap. Under ``jit``, and for a batch, the
-    Newton solution is returned as it is.
+    Newton's. So a ``stagnated`` Newton solve of one concrete matrix (not one that spent the caller's
+    ``max_steps``) is solved again by the coordinate method (``coordinate()``: its own compiled program,
+    built only then), which is kept when it is ``successful`` or has the smaller certified gap. Under
+    ``jit``, and for a batch, the Newton solution is returned as it is.
     """
     if not all(_checks.is_concrete(a) for a in (sol.value, sol.result)) or np.ndim(sol.result) != 0:
         return sol
-    if int(sol.result) not in (RESULTS.stagnated, RESULTS.max_steps_reached):
+    if int(sol.result) != RESULTS.stagnated:  # max_steps_reached: the caller's budget, spent as asked
         return sol
     alt = coordinate()
     if int(alt.result) == RESULTS.successful:
@@ -491,11 +491,11 @@ _SHARED_DOC = r"""
       ``A^{-1}`` described in :mod:`jaxknock.svector.mrc` (``~3 p^3`` flops
       per sweep, all in matrix products; ``block_size`` is its block, and is
       not used by the Newton method). Knockpy's and Knockoffs.jl's algorithm.
-    * A Newton solve of one concrete matrix that ends ``stagnated`` or
-      ``max_steps_reached`` (a near copy of a feature, correlation ``1 - 1e-9``,
-      makes ``A^{-1}`` too inexact for the Newton step) is solved again by the
-      coordinate method, whose solution is returned when it is ``successful``
-      or has the smaller gap (:func:`coordinate_rescue`); not under ``jit``.
+    * A Newton solve of one concrete matrix that ends ``stagnated`` (a near
+      copy of a feature, correlation ``1 - 1e-9``, makes ``A^{-1}`` too
+      inexact for the Newton step) is solved again by the coordinate method,
+      whose solution is returned when it is ``successful`` or has the smaller
+      gap (:func:`coordinate_rescue`); not under ``jit``.
 
     After every step or sweep the **certified gap** (see the module
     docstring) is computed from a fresh Cholesky factorisation of
