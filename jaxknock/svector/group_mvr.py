@@ -74,6 +74,7 @@ class GroupMVRState(NamedTuple):
     Q: jax.Array  # (G, b, b) diagonal blocks of A^{-2}, A = c C - S
     objective: jax.Array  # () f(S) over the real slots
     gap: jax.Array  # () certified gap
+    certified: jax.Array  # () bool: every group's term of the gap within tol of its term of f
     stuck: jax.Array  # () bool: the last line search found no decrease (rounding floor)
 
 
@@ -148,23 +149,20 @@ def solve_group_mvr(Sigma, members, c, m, tol, max_steps):
         per = m * Sinv - 2.0 * root + jnp.einsum("gij,gjk->gik", Q, S, precision=HIGHEST) / m
         return _real_trace(per, realb), m * _real_trace(Sinv, realb)
 
-    def gap_of(S, Q):
-        return jnp.sum(group_terms(S, Q)[0])
-
-    def groups_certified(S, Q):
-        """Every group's gap term at most ``tol`` times its term of ``f``: with a near copy in another group,
-        ``m tr(S_g^{-1})`` of that pair dominates ``f`` and ``gap <= tol f`` alone certified nothing about the
-        other groups (the dense :func:`~jaxknock.svector.mrc.mvr_coordinates_certified`; for singleton groups
-        the same test)."""
+    def certificate(S, Q):
+        """``(gap, certified)``: the certified gap, and whether every group's term of it is at most ``tol``
+        times its term of ``f``. With a near copy in another group, ``m tr(S_g^{-1})`` of that pair dominates
+        ``f`` and ``gap <= tol f`` alone certified nothing about the other groups (the dense
+        :func:`~jaxknock.svector.mrc.mvr_coordinates_certified`; for singleton groups the same test)."""
         per, fterm = group_terms(S, Q)
-        return jnp.all(per <= tol * fterm)
+        return jnp.sum(per), jnp.all(per <= tol * fterm)
 
     # start: S = t I with t = min(1, c lambda_min(C)) / 2 (strictly feasible), padding at its optimum 1
     t = 0.5 * jnp.clip(c * smallest_eigenvalue(Cp), 0.0, 1.0)
     S0 = t * (eye_b - pad_b) + pad_b
     _, f0, Linv0 = evaluate(S0)
     Q0 = q_blocks(Linv0)
-    init = GroupMVRState(S0, Q0, f0, gap_of(S0, Q0), jnp.zeros((), bool))
+    init = GroupMVRState(S0, Q0, f0, *certificate(S0, Q0), jnp.zeros((), bool))
 
     def step(state):
         S = state.S
@@ -193,10 +191,10 @@ def solve_group_mvr(Sigma, members, c, m, tol, max_steps):
         )
         S_new = jnp.where(ok, S + alpha * D, S)
         Q = jnp.where(ok, q_blocks(Linv), state.Q)
-        return GroupMVRState(S_new, Q, jnp.where(ok, f, state.objective), gap_of(S_new, Q), ~ok)
+        return GroupMVRState(S_new, Q, jnp.where(ok, f, state.objective), *certificate(S_new, Q), ~ok)
 
     def terminate(state):
-        done = (state.gap <= tol * jnp.maximum(1.0, jnp.abs(state.objective))) & groups_certified(state.S, state.Q)
+        done = (state.gap <= tol * jnp.maximum(1.0, jnp.abs(state.objective))) & state.certified
         code = jnp.where(done, RESULTS.successful, RESULTS.stagnated).astype(jnp.int32)
         return done | state.stuck, code
 
@@ -209,7 +207,7 @@ def solve_group_mvr(Sigma, members, c, m, tol, max_steps):
     err = mrc.inverse_error("mvr", c * Cp, H, m, lambda H: jnp.matmul(S_dense, H, precision=HIGHEST))
     gap = jnp.maximum(it.state.gap, 0.0) + err
     result = mrc.recertified(it.result, gap, it.state.objective, tol)
-    uncertified = (result == RESULTS.successful) & ~groups_certified(it.state.S, it.state.Q)
+    uncertified = (result == RESULTS.successful) & ~it.state.certified
     it = it._replace(result=jnp.where(uncertified, RESULTS.stagnated, result).astype(jnp.int32))
     # back to the covariance scale: S_g <- D_g^{1/2} S_g D_g^{1/2}
     sd = jnp.sqrt(jnp.diagonal(Sigma))
