@@ -48,7 +48,8 @@ METHODS = ("coordinate", "newton")
 
 class FactorMRCState(NamedTuple):
     """State of :func:`mvr_factor` / :func:`maxent_factor` (unit-diagonal model): ``s``, ``N = M^{-1}``,
-    ``P = U^T Dt^{-2} U``, ``objective``, certified ``gap``, previous objective, sweep counter."""
+    ``P = U^T Dt^{-2} U``, ``objective``, certified ``gap``, previous objective, sweep counter, and whether
+    every coordinate is certified too (MVR's per-coordinate stationarity; always true for maxent)."""
 
     s: jax.Array
     N: jax.Array
@@ -57,6 +58,7 @@ class FactorMRCState(NamedTuple):
     gap: jax.Array
     prev: jax.Array
     sweep: jax.Array
+    certified: jax.Array
 
 
 def _inner(d, U, s, c):
@@ -69,17 +71,9 @@ def _inner(d, U, s, c):
     return dt, M, N, P
 
 
-def _certificate(kind, d, U, s, c, m):
-    """``(N, P, f, gap)`` at ``s``, all ``O(p k^2)``."""
-    dt, M, N, P, hdiag, colnorm2 = _diagonals(d, U, s, c)
-    _, logdet_m = jnp.linalg.slogdet(M)
-    logdet = jnp.sum(jnp.log(jnp.abs(dt))) + logdet_m
-    f, gap = mrc.objective_and_gap(kind, s, hdiag, logdet, jnp.sum(hdiag), colnorm2, m)
-    return N, P, f, gap
-
-
-def _diagonals(d, U, s, c):
-    """``(dt, M, N, P, diag(A^{-1}), ||A^{-1} e_j||^2)`` at ``s`` by Woodbury, ``O(p k^2)``."""
+def _certificate(kind, d, U, s, c, m, tol):
+    """``(N, P, f, gap, certified)`` at ``s``, all ``O(p k^2)``; ``certified``: for MVR, every coordinate's
+    stationarity to ``sqrt(tol)`` (:func:`jaxknock.svector.mrc.mvr_norms_certified`), from the same column norms."""
     dt, M, N, P = _inner(d, U, s, c)
     UN = jnp.matmul(U, N, precision=HIGHEST)
     a = jnp.sum(UN * U, axis=1)
@@ -87,14 +81,10 @@ def _diagonals(d, U, s, c):
     colnorm2 = (
         1.0 / dt**2 - 2.0 * c * a / dt**3 + c**2 * jnp.sum(jnp.matmul(UN, P, precision=HIGHEST) * UN, axis=1) / dt**2
     )
-    return dt, M, N, P, hdiag, colnorm2
-
-
-def _coordinates_certified(kind, d, U, s, c, m, tol):
-    """MVR: every coordinate's stationarity to ``sqrt(tol)`` (:func:`jaxknock.svector.mrc.mvr_norms_certified`)."""
-    if kind != "mvr":
-        return jnp.ones((), bool)
-    return mrc.mvr_norms_certified(kind, s, _diagonals(d, U, s, c)[-1], m, tol)
+    _, logdet_m = jnp.linalg.slogdet(M)
+    logdet = jnp.sum(jnp.log(jnp.abs(dt))) + logdet_m
+    f, gap = mrc.objective_and_gap(kind, s, hdiag, logdet, jnp.sum(hdiag), colnorm2, m)
+    return N, P, f, gap, mrc.mvr_norms_certified(kind, s, colnorm2, m, tol)
 
 
 def _sweep(kind, state, d, U, c, m):
@@ -134,12 +124,12 @@ def _sweep(kind, state, d, U, c, m):
     return sb.reshape(-1)[:p]
 
 
-def _step(kind, state, d, U, c, m):
+def _step(kind, state, d, U, c, m, tol):
     s = _sweep(kind, state, d, U, c, m)
-    N, P, f, gap = _certificate(kind, d, U, s, c, m)
+    N, P, f, gap, certified = _certificate(kind, d, U, s, c, m, tol)
     feasible = _common.factor_is_pd(d, U, 2.0 * s / c)
     gap = jnp.where(feasible, gap, jnp.inf)
-    return FactorMRCState(s, N, P, f, gap, state.objective, state.sweep + 1)
+    return FactorMRCState(s, N, P, f, gap, state.objective, state.sweep + 1, certified)
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "method"))
@@ -157,11 +147,11 @@ def _mrc_factor_jit(d, U, tol, max_steps, m, *, kind, method):
     else:
         _, _, N0, P0 = _inner(dc, Uc, s0, c)
         inf = jnp.asarray(jnp.inf, U.dtype)
-        init = FactorMRCState(s0, N0, P0, inf, inf, inf, jnp.int32(0))
+        init = FactorMRCState(s0, N0, P0, inf, inf, inf, jnp.int32(0), jnp.asarray(kind != "mvr"))
         it = iterative_solve(
             init,
-            lambda st: _step(kind, st, dc, Uc, c, m),
-            lambda st: mrc.mrc_terminate(st, tol, _coordinates_certified(kind, dc, Uc, st.s, c, m, tol)),
+            lambda st: _step(kind, st, dc, Uc, c, m, tol),
+            lambda st: mrc.mrc_terminate(st, tol, st.certified),
             max_steps=max_steps,
             finite=lambda st: jnp.all(jnp.isfinite(st.s)),
         )
