@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock import _checks, _precision, _sampling_common
+from jaxknock import _checks, _precision, _sampling_common, _sigma_checks
 from jaxknock._s_methods import FACTOR_SOLVERS, S_METHODS, WIDE_DENSE_SOLVERS
 from jaxknock.covariance import FactorFit, FactorModel, to_correlation
 from jaxknock.l1.folds import cv_folds
@@ -201,7 +201,7 @@ def standardise_by_law(X, Sigma, mu):
     else:
         # named: jnp.asarray(Sigma) of text or of a ragged nested list failed naming nothing
         Sigma = _checks.as_float_array(Sigma, "Sigma").astype(X.dtype)
-        Sigma = _checks.validate_sigma(Sigma, batch_ok=False, need_x64=False)
+        Sigma = _sigma_checks.validate_sigma(Sigma, batch_ok=False, need_x64=False)
         if Sigma.shape != (p, p):
             raise ValueError(f"Sigma must have shape ({p}, {p}) to match X's {p} columns, got {tuple(Sigma.shape)}")
         diag = jnp.diagonal(Sigma)

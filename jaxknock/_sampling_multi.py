@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxknock import _sampling_checks, _sampling_common, _sampling_factor
-from jaxknock._checks import traced_sigma_code
+from jaxknock._sigma_checks import traced_sigma_code
 from jaxknock._solution import RESULTS
 
 __all__ = [

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _checks
+from jaxknock import _checks, _sigma_checks
 from jaxknock._deprecation import renamed_kwargs
 from jaxknock._iterate import iterative_solve
 from jaxknock._scaling import correlation_of, pow2_exponent, standardise_columns
@@ -473,7 +473,7 @@ def _fit_factor_model(Sigma, rank, max_steps, tol, min_diag):
     S = jnp.ldexp(Sigma, -e)
     finite = jnp.all(jnp.isfinite(S))
     # check_symmetric's test (on Sigma / 4^e, exact): eigh would silently use one triangle of an asymmetric one
-    symmetric = _checks.symmetric_flag(S)
+    symmetric = _sigma_checks.symmetric_flag(S)
     # the floor is relative to the scale of Sigma, max_i Sigma_ii (exactly 1 for a correlation matrix): an
     # absolute 1e-6 clamped every d of a covariance in units of 1e-10. A zero diagonal keeps the floor itself
     top = jnp.max(jnp.diagonal(S))

@@ -292,7 +292,7 @@ def sdp_batch(
         >>> sdp_batch(Sigmas, method="equicorrelated", devices=1).value.shape
         (2, 4)
     """
-    from jaxknock import _checks, svector
+    from jaxknock import _sigma_checks, svector
 
     if method not in _SDP_METHODS:
         raise ValueError(f"method must be one of {_SDP_METHODS}, got {method!r}")
@@ -301,7 +301,7 @@ def sdp_batch(
         raise ValueError(f"Sigmas must be a batch of square matrices (B, p, p), got shape {tuple(Sigmas.shape)}")
     # validate the whole batch on concrete values once, before tracing, in one device
     # reduction (the solvers skip value checks on tracers and report RESULTS codes)
-    _checks.validate_sigma(Sigmas, need_x64=(method != "equicorrelated"))
+    _sigma_checks.validate_sigma(Sigmas, need_x64=(method != "equicorrelated"))
     solver = {"sdp": svector.sdp, "asdp": svector.asdp, "equicorrelated": svector.equicorrelated}[method]
     fn = functools.partial(_solve_one, solver, tuple(sorted(kwargs.items())))
     p = Sigmas.shape[-1]

@@ -79,9 +79,9 @@ from jaxknock._checks import (
     int_setting,
     is_concrete,
     static_flag,
-    traced_sigma_code,
 )
 from jaxknock._scaling import pow2_exponent
+from jaxknock._sigma_checks import traced_sigma_code
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import FactorFit, FactorModel
 from jaxknock.distributed import shard_batch

@@ -1249,12 +1249,12 @@ def test_eager_checks_compile_one_program_each_not_one_per_operation():
     compiles for, so every program is counted."""
     from helpers import count_compiles
 
-    from jaxknock import _checks
+    from jaxknock import _checks, _sigma_checks
     from jaxknock.svector import group
 
     Sigma = 0.5 * jnp.eye(11) + 0.5
     with count_compiles() as compiles:
-        _checks.validate_sigma(Sigma)
+        _sigma_checks.validate_sigma(Sigma)
     assert [c.split()[1] for c in compiles] == ["jit(_sigma_flags)"]
     pm = jax.device_put(np.asarray([1.0, -1.0, 1.0, 1.0, -1.0, 1.0, -1.0, 1.0, 1.0, 1.0, -1.0]))
     with count_compiles() as compiles:
@@ -1265,7 +1265,7 @@ def test_eager_checks_compile_one_program_each_not_one_per_operation():
     assert np.isnan(bad).all()  # labels {0, 2}: not a valid two-class response
     zero, ones, groups = jax.device_put(np.int32(0)), jax.device_put(np.ones((4, 3, 3))), np.arange(11) // 3
     with count_compiles() as compiles:
-        code = _checks.combine_codes(_checks.traced_sigma_code(Sigma), zero)
+        code = _checks.combine_codes(_sigma_checks.traced_sigma_code(Sigma), zero)
         dense = group.block_diagonal(ones, group.group_index(groups, 11)).dense()
     assert len(compiles) <= 8 and int(code) == 0  # was 30: the two helpers, their index arrays' transfers
     np.testing.assert_array_equal(dense, np.kron(np.eye(4), np.ones((3, 3)))[:11, :11])

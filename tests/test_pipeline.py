@@ -274,16 +274,16 @@ def test_empty_design_names_x(key):
 def test_own_estimates_are_not_revalidated_but_a_users_sigma_is(key, monkeypatch):
     """The estimated covariance and the certified s skip the value checks (each is a compiled program
     on a fresh process's first call); the context is scoped, and a user's Sigma is still checked."""
-    from jaxknock import _checks, _sampling_checks
+    from jaxknock import _checks, _sampling_checks, _sigma_checks
 
     indefinite = np.array([[1.0, 0.9, 0.9], [0.9, 1.0, -0.9], [0.9, -0.9, 1.0]])
     with pytest.raises(ValueError, match="Sigma"):
-        _checks.validate_sigma(indefinite)
+        _sigma_checks.validate_sigma(indefinite)
     with _checks.trusted_values():
         assert _checks.values_trusted()
-        _checks.validate_sigma(indefinite)  # value checks skipped inside
+        _sigma_checks.validate_sigma(indefinite)  # value checks skipped inside
         with pytest.raises(ValueError, match="square"):
-            _checks.validate_sigma(np.ones((2, 3)))  # shape checks are not
+            _sigma_checks.validate_sigma(np.ones((2, 3)))  # shape checks are not
     assert not _checks.values_trusted()
 
     def forbid_eager(fn):
@@ -296,7 +296,7 @@ def test_own_estimates_are_not_revalidated_but_a_users_sigma_is(key, monkeypatch
 
     X, y, _ = make_data(n=200, p=10)
     with monkeypatch.context() as m:
-        for mod, name in ((_checks, "_sigma_flags"), (_checks, "_diagonal"), (_sampling_checks, "_dense_flags")):
+        for mod, name in ((_sigma_checks, "_sigma_flags"), (_checks, "_diagonal"), (_sampling_checks, "_dense_flags")):
             m.setattr(mod, name, forbid_eager(getattr(mod, name)))
         sel = knockoff_filter(key, X, y, fdr=0.5, statistic="correlation")
     assert sel.mask.shape == (10,)

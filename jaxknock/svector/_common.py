@@ -12,7 +12,7 @@ import numpy as np
 from jax import lax
 from jax.custom_batching import custom_vmap
 
-from jaxknock import _backend, _checks
+from jaxknock import _backend, _checks, _sigma_checks
 from jaxknock._solution import RESULTS
 from jaxknock.covariance import FactorModel, to_correlation
 
@@ -40,8 +40,8 @@ def validate_model(model) -> FactorModel:
             f"factor rank k = {k} must be smaller than p = {p}; solve the dense problem instead "
             "(sdp / mvr / maxent on model.dense())"
         )
-    _checks.require_x64(U, "model.U", _checks.SDP_X64_WHY)
-    _checks.require_x64(d, "model.d", _checks.SDP_X64_WHY)
+    _checks.require_x64(U, "model.U", _sigma_checks.SDP_X64_WHY)
+    _checks.require_x64(d, "model.d", _sigma_checks.SDP_X64_WHY)
     if _checks.is_concrete(d) and _checks.is_concrete(U):
         # one device-side reduction, three scalars back (not the model), also inside a caller's trace
         d_finite, U_finite, d_min = _checks.host_flags(_model_flags, d, U)
@@ -62,7 +62,7 @@ def _model_flags(d, U):
 def factorises(C) -> jax.Array:
     """Whether ``C`` (``(p, p)`` or a stack) has a Cholesky factor: positive definite to rounding (traced).
 
-    The test :func:`jaxknock._checks.validate_sigma` applies eagerly, for the
+    The test :func:`jaxknock._sigma_checks.validate_sigma` applies eagerly, for the
     solvers' cores under ``jit``: ``False`` for an indefinite or singular ``C``
     (no ``s > 0`` with ``diag(s) < c C`` exists) and for one holding NaN/Inf.
     Applied to the correlation matrix, so it does not depend on the units.
@@ -93,14 +93,14 @@ def reject_invalid_sigma(valid, Sigma, value, result):
     test failed) ``value`` (``s`` or ``S``) becomes all NaN and ``result``
     ``infeasible``, as the group solvers do, instead of whatever the iterations
     made of it (``nonfinite``, a finite ``s`` labelled ``infeasible`` or a
-    plausible one). The input's own code (:func:`jaxknock._checks.traced_sigma_code`:
+    plausible one). The input's own code (:func:`jaxknock._sigma_checks.traced_sigma_code`:
     ``nonfinite`` for NaN/Inf, ``infeasible`` for asymmetry or a non-positive
     diagonal) comes first, and such a ``Sigma`` gets a NaN ``value`` too (a
     non-symmetric one was iterated on, its lower triangle factorised: a finite,
     plausible ``s`` labelled ``infeasible``). Valid input passes through
     unchanged, bit for bit.
     """
-    input_code = _checks.traced_sigma_code(Sigma)
+    input_code = _sigma_checks.traced_sigma_code(Sigma)
     result = jnp.where(valid, result, RESULTS.infeasible)
     ok = valid & (input_code == RESULTS.successful)
     return _checks.poison(ok, value), _checks.combine_codes(input_code, result)
@@ -112,13 +112,13 @@ def reject_invalid_model(d, U, value, result):
     The factor-model twin of :func:`reject_invalid_sigma`. Under ``jit`` the eager
     checks of :func:`validate_model` cannot run; where ``Sigma = diag(d) + U U^T`` holds
     NaN/Inf (``nonfinite``) or some ``d_j <= 0`` (``infeasible``,
-    :func:`jaxknock._checks.traced_factor_code`) the whole ``value`` becomes NaN and
+    :func:`jaxknock._sigma_checks.traced_factor_code`) the whole ``value`` becomes NaN and
     the input's code replaces the solver's. The solvers used to set the code only: one
     NaN in ``U`` left 29 of 30 entries of ``s`` finite (``mvr_factor``), a ``d_j < 0``
     all 30, a plausible answer beside a failure code. Valid input passes through
     unchanged, bit for bit.
     """
-    input_code = _checks.traced_factor_code(d, U)
+    input_code = _sigma_checks.traced_factor_code(d, U)
     return _checks.poison(input_code == RESULTS.successful, value), _checks.combine_codes(input_code, result)
 
 

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxknock import _checks
+from jaxknock import _checks, _sigma_checks
 from jaxknock._deprecation import renamed_kwargs
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.covariance import FactorModel
@@ -57,14 +57,14 @@ def _scale_code(input_code, s, feasible):
 def _gamma_dense(Sigma, s, num_steps):
     is_pd = lambda g: jnp.all(jnp.isfinite(jnp.linalg.cholesky(2.0 * Sigma - jnp.diag(g * s))))
     gamma, feasible = _bisect_gamma(is_pd, s, jnp.diagonal(Sigma), num_steps)
-    return gamma, _scale_code(_checks.traced_sigma_code(Sigma), s, feasible)
+    return gamma, _scale_code(_sigma_checks.traced_sigma_code(Sigma), s, feasible)
 
 
 @jax.jit
 def _gamma_factor(d, U, s, num_steps):
     is_pd = lambda g: _common.factor_is_pd(d, U, g * s)
     gamma, feasible = _bisect_gamma(is_pd, s, d + jnp.sum(U**2, axis=1), num_steps)
-    return gamma, _scale_code(_checks.traced_factor_code(d, U), s, feasible)
+    return gamma, _scale_code(_sigma_checks.traced_factor_code(d, U), s, feasible)
 
 
 @renamed_kwargs(num_bisections="max_steps")
@@ -114,7 +114,7 @@ def scale_to_feasible(Sigma, s, *, max_steps: int = 60) -> Solution:
         diag = Sigma.diagonal()
         p = Sigma.p
     else:
-        Sigma = _checks.validate_sigma(Sigma, batch_ok=False, need_x64=False)
+        Sigma = _sigma_checks.validate_sigma(Sigma, batch_ok=False, need_x64=False)
         diag = jnp.diagonal(Sigma)
         p = Sigma.shape[0]
     if s.shape != (p,):
@@ -189,7 +189,7 @@ def asdp(
         >>> jax.config.update("jax_enable_x64", True)
         >>> s = asdp(jnp.eye(10) * 0.5 + 0.5, block_size=5).value
     """
-    Sigma = _checks.validate_sigma(Sigma, batch_ok=False)
+    Sigma = _sigma_checks.validate_sigma(Sigma, batch_ok=False)
     p = Sigma.shape[0]
     if not (_checks.is_int(block_size) and 1 <= block_size):  # not a bool: True was taken as 1
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
@@ -226,7 +226,7 @@ def _asdp_jit(Sigma, tol, max_steps, c, *, bs, min_eig):
         lambda g: _common.is_pd(c * C, g * s_blk), s_blk, jnp.diagonal(C), jnp.int32(_ASDP_BISECTIONS)
     )
     # the scaling step's code on the full matrix (bad input, unverified gamma s), as scale_to_feasible
-    scale_code = _scale_code(_checks.traced_sigma_code(C), s_blk, feasible)
+    scale_code = _scale_code(_sigma_checks.traced_sigma_code(C), s_blk, feasible)
     s_corr = gamma * s_blk
     A = c * C - jnp.diag(s_corr)
     min_eig_value = certificate.smallest_eigenvalue(A) if min_eig == "exact" else certificate.min_eig_bound(A)[1]

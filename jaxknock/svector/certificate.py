@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxknock import _checks
+from jaxknock import _checks, _sigma_checks
 from jaxknock.covariance import to_correlation
 from jaxknock.svector import _common
 from jaxknock.svector._common import HIGHEST
@@ -329,7 +329,7 @@ def sdp_dual_gap(Sigma, s, lam):
     eager input otherwise raises a ``ValueError`` naming it; under ``jit``
     ``(dual, gap)`` are NaN (never a "certified" bound from a negative barrier).
     """
-    Sigma = _checks.validate_sigma(Sigma, batch_ok=False)
+    Sigma = _sigma_checks.validate_sigma(Sigma, batch_ok=False)
     lam_ok = _checks.check_positive_scalar(lam, "lam", what="a positive, finite barrier parameter")
     s = _checks.as_float_array(s, "s")
     _checks.check_ndim(s, 1, "s", f"a 1-D vector of length p = {Sigma.shape[0]}")
@@ -340,7 +340,7 @@ def sdp_dual_gap(Sigma, s, lam):
     s_corr = s / jnp.diagonal(Sigma)
     cap = jnp.minimum(1.0, 2.0 * jnp.diagonal(C))
     dual, gap = _certified_gap_dense_jit(C, s_corr, jnp.asarray(lam, C.dtype), cap)
-    ok = lam_ok & jnp.all(jnp.isfinite(s)) & (_checks.traced_sigma_code(Sigma) == 0)
+    ok = lam_ok & jnp.all(jnp.isfinite(s)) & (_sigma_checks.traced_sigma_code(Sigma) == 0)
     return _checks.poison(ok, dual, gap)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxknock import _checks
+from jaxknock import _checks, _sigma_checks
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import to_correlation
 from jaxknock.svector import _common
@@ -49,7 +49,7 @@ def equicorrelated(Sigma, *, num_knockoffs: int = 1) -> Solution:
         >>> s = equicorrelated(jnp.eye(3)).value   # [1., 1., 1.]
     """
     m = _checks.check_num_knockoffs(num_knockoffs)
-    Sigma = _checks.validate_sigma(Sigma, need_x64=False)
+    Sigma = _sigma_checks.validate_sigma(Sigma, need_x64=False)
     return _equicorrelated(Sigma, (m + 1.0) / m)
 
 

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxknock import _checks
+from jaxknock import _checks, _sigma_checks
 from jaxknock._iterate import Iteration, iterative_solve
 from jaxknock._solution import RESULTS
 from jaxknock.covariance import to_correlation
@@ -289,7 +289,7 @@ def sdp_init(Sigma, *, lam0=None, block_size=None, s0=None, num_knockoffs: int =
         >>> int(state.sweep)
         3
     """
-    Sigma = _checks.validate_sigma(Sigma, batch_ok=False)
+    Sigma = _sigma_checks.validate_sigma(Sigma, batch_ok=False)
     m = _checks.check_num_knockoffs(num_knockoffs)
     p = Sigma.shape[-1]
     _common.check_start(lam0, s0, p, block_size)  # block_size = 0 ran as the default, -1 crashed in XLA

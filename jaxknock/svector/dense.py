@@ -12,7 +12,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxknock import _aot, _checks
+from jaxknock import _aot, _checks, _sigma_checks
 from jaxknock._deprecation import renamed_kwargs
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.svector import _common, certificate, coordinate, newton
@@ -170,7 +170,7 @@ def sdp(
     """
     _common.check_settings(tol, max_steps, decay, lam0)
     m = _checks.check_num_knockoffs(num_knockoffs)
-    Sigma = _checks.validate_sigma(Sigma)
+    Sigma = _sigma_checks.validate_sigma(Sigma)
     p = Sigma.shape[-1]
     b = coordinate.default_block(p) if block_size is None else block_size  # 0 is an error, not the default
     if not (_checks.is_int(b) and 1 <= b):

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _checks
+from jaxknock import _checks, _sigma_checks
 from jaxknock._iterate import iterative_solve
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.covariance import to_correlation
@@ -843,12 +843,12 @@ def group_s_matrix(
     m = _checks.check_num_knockoffs(num_knockoffs)
     # as the ungrouped solvers: tol = -1 / 0 / NaN ran to max_steps, max_steps = 1.5 / 0 / True ran 1 / 0 / 1 steps
     _common.check_settings(tol, max_steps, 0.5, None)
-    Sigma = _checks.validate_sigma(Sigma, batch_ok=False, need_x64=method != "equicorrelated")
+    Sigma = _sigma_checks.validate_sigma(Sigma, batch_ok=False, need_x64=method != "equicorrelated")
     g = group_index(groups, Sigma.shape[-1])
     members = jnp.asarray(g.members)
     blocks, code, stats = _group_solve(
         Sigma, members, jnp.asarray(tol, Sigma.dtype), jnp.asarray(max_steps, jnp.int32), method=method, m=m
     )
-    code = _checks.combine_codes(_checks.traced_sigma_code(Sigma), code)
+    code = _checks.combine_codes(_sigma_checks.traced_sigma_code(Sigma), code)
     sol = Solution(block_diagonal(blocks, g), code, stats)
     return raise_if_failed(_common.gate_traced_tol(sol, tol), throw)

@@ -68,7 +68,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _aot, _checks
+from jaxknock import _aot, _checks, _sigma_checks
 from jaxknock._iterate import iterative_solve
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.covariance import to_correlation
@@ -407,7 +407,7 @@ def _solve(kind, Sigma, num_knockoffs, tol, max_steps, block_size, method, throw
     _checks.check_choice(method, SOLVER_METHODS, "method")
     _common.check_settings(tol, max_steps, 0.5, None)
     m = _checks.check_num_knockoffs(num_knockoffs)
-    Sigma = _checks.validate_sigma(Sigma)
+    Sigma = _sigma_checks.validate_sigma(Sigma)
     p = Sigma.shape[-1]
     b = default_block(p) if block_size is None else block_size
     if not (_checks.is_int(b) and b >= 1):
@@ -632,7 +632,7 @@ def mrc_objective_and_gap(Sigma, s, *, method: str = "mvr", num_knockoffs: int =
     """
     _checks.check_choice(method, MRC_METHODS, "method")
     m = _checks.check_num_knockoffs(num_knockoffs)
-    Sigma = _checks.validate_sigma(Sigma, batch_ok=False)
+    Sigma = _sigma_checks.validate_sigma(Sigma, batch_ok=False)
     s = _checks.as_float_array(s, "s")
     _checks.check_ndim(s, 1, "s", f"a 1-D vector of length p = {Sigma.shape[0]}")
     if s.shape[0] != Sigma.shape[0]:
@@ -652,4 +652,4 @@ def _objective_gap_jit(Sigma, s, m, *, kind):
     bad = ~feasible | jnp.any(s <= 0)
     f, gap = jnp.where(bad, jnp.inf, f), jnp.where(bad, jnp.inf, gap)
     # a Sigma that validate_sigma would refuse (traced: non-symmetric, NaN, non-positive diagonal): NaN
-    return _checks.poison(_checks.traced_sigma_code(Sigma) == 0, f, gap)
+    return _checks.poison(_sigma_checks.traced_sigma_code(Sigma) == 0, f, gap)

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxknock import _checks
+from jaxknock import _checks, _sigma_checks
 from jaxknock._iterate import Iteration, iterative_solve
 from jaxknock._solution import RESULTS
 from jaxknock.covariance import to_correlation
@@ -404,7 +404,7 @@ def newton_init(Sigma, *, lam0: float | None = None, s0=None, num_knockoffs: int
         >>> int(st.step)
         3
     """
-    Sigma = _checks.validate_sigma(Sigma, batch_ok=False)
+    Sigma = _sigma_checks.validate_sigma(Sigma, batch_ok=False)
     m = _checks.check_num_knockoffs(num_knockoffs)
     p = Sigma.shape[-1]
     _common.check_start(lam0, s0, p)
