@@ -173,13 +173,15 @@ def test_a_working_set_overflow_grows_the_slots_with_it(monkeypatch):
 
 @pytest.mark.parametrize(
     ("n", "m", "whole", "early"),
-    [(2000, 500, 532, 256), (300, 1000, 301, 256), (100, 1000, 101, 101)],
+    [(2000, 500, (500, 532), (500, 256)), (300, 1000, (512, 301), (1000, 301)), (100, 1000, (512, 101), (512, 101))],
 )
 def test_a_whole_grid_starts_with_every_slot_its_active_sets_can_use(monkeypatch, n, m, whole, early):
     """A path to the end of its grid (``early_stop=False``, ``lasso_cv``'s default) ends near ``min(n, m)`` active
     features: it starts at ``min(W + chunk, n + 1)`` slots instead of climbing from 256 by a quarter (one
-    compilation each: n = 2000, m = 500 compiled 4 times). A path that stops early keeps 256, and no path
-    starts with more slots than ``n + 1`` (an active set never exceeds the rank of the centred rows)."""
+    compilation each: n = 2000, m = 500 compiled 4 times). A path that stops early starts at ``0.45 W`` slots, at
+    least 256, and no path starts with more slots than ``n + 1`` (an active set never exceeds the rank of the centred
+    rows). The working set of a path that stops early starts at 1024 (at most ``m``) when its shape says 512 would
+    most likely overflow (``min(0.85 m, 2.5 n) > 512``: n = 300, m = 1000); a whole grid starts at 512."""
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, m))
     y = X[:, :5].sum(1) + rng.standard_normal(n)
@@ -189,7 +191,7 @@ def test_a_whole_grid_starts_with_every_slot_its_active_sets_can_use(monkeypatch
         pass
 
     def record(f, *a, **k):
-        seen.append(k["slots"])
+        seen.append((k["W"], k["slots"]))
         raise Stop
 
     monkeypatch.setattr(_aot, "call", record)
@@ -200,12 +202,13 @@ def test_a_whole_grid_starts_with_every_slot_its_active_sets_can_use(monkeypatch
     assert seen == [whole, early]
 
 
-@pytest.mark.parametrize(("early_stop", "grown"), [(False, 1536), (True, 1024)])
-def test_a_whole_grid_that_outgrows_its_working_set_early_grows_it_one_step_more(monkeypatch, early_stop, grown):
+@pytest.mark.parametrize(("early_stop", "widths"), [(False, [512, 1536]), (True, [1024, 1536])])
+def test_a_whole_grid_that_outgrows_its_working_set_early_grows_it_one_step_more(monkeypatch, early_stop, widths):
     """A whole grid at p > n needs a working set that keeps growing to the end of the path (n = 500, m = 2000:
     512 full at 25% of the grid, 1426 at its end): an overflow before half the grid grows ``W`` two ladder
-    steps (512 -> 1536, two compilations where there were three); a path that stops early grows one.
-    (The engine runs are stand-ins reporting an overflow at 20 of 100 penalties, then success.)"""
+    steps (512 -> 1536, two compilations where there were three); a path that stops early (it starts at 1024
+    on this shape) grows one. (The engine runs are stand-ins reporting an overflow at 20 of 100 penalties,
+    then success.)"""
     n, m = 500, 2000
     X = np.zeros((n, m))
     y = np.zeros(n)
@@ -230,7 +233,7 @@ def test_a_whole_grid_that_outgrows_its_working_set_early_grows_it_one_step_more
     excl = np.array([0, 1, 2, 3, 4, -1], np.int32)
     kw = dict(loss="squared", method="auto", tol=1e-5, max_steps=100, patience=10, rule="min", max_features=None)
     _ws_driver.run(X, y, None, rows, excl, early_stop=early_stop, grid=(1e-3, 100), **kw)
-    assert [W for W, _ in seen] == [512, grown]
+    assert [W for W, _ in seen] == widths
     if not early_stop:
         assert [A for _, A in seen] == [n + 1, n + 1]  # all the slots an active set can use, at every size
 

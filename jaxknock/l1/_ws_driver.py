@@ -497,10 +497,13 @@ def _run(
     key, per_problem = _capacity_keys(X, loss, engine, rows)
     # start where the last call of this shape (or batch size) ended: each growth is a compilation (_capacity.py)
     known = _capacity.STORE.lookup(key, family=per_problem)
-    W, A = (min(m, 512), 256) if known is None else known
-    W = min(max_features or W, m)
     n = X.shape[-2]
-    A = min(A, W + chunk) if known is not None else _capacity.start_slots(A, W, chunk, n, whole_grid=not early_stop)
+    if known is None:  # nothing remembered: a start sized to the shape (_capacity.start_width)
+        W = min(max_features or _capacity.start_width(m, n, whole_grid=not early_stop), m)
+        A = _capacity.start_slots(_capacity.slots_for(W), W, chunk, n, whole_grid=not early_stop)
+    else:
+        W = min(max_features or known[0], m)
+        A = min(known[1], W + chunk)
     start = (W, A)
     while True:
         lock_chunk = None

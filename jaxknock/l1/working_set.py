@@ -33,8 +33,9 @@ folds. Design (see the notes of glmnet, adelie, celer/skglm):
   its piecewise-linear solution path (LARS-lasso), one rank-one update of
   the active Gram inverse per kink, on the cached Gram block; the grid
   solutions are exact up to rounding (KKT residuals ~1e-13), see
-  ``jaxknock.l1._ws_homotopy``. Its ``A`` active slots per member start at 256
-  (a whole grid, ``early_stop=False``: at ``min(W + chunk, n + 1)``, all an active set
+  ``jaxknock.l1._ws_homotopy``. Its ``A`` active slots per member start at
+  ``0.45 W``, at least 256 (:func:`jaxknock._capacity.slots_for`; a whole grid,
+  ``early_stop=False``: at ``min(W + chunk, n + 1)``, all an active set
   can use, :func:`jaxknock._capacity.start_slots`) and grow by a quarter when a member
   fills them; a design run alone or in a sequential batch runs a grid step on half of
   them while they hold its active sets;
@@ -279,8 +280,10 @@ def l1_cv(
             free memory, then ``"naive"``), ``"homotopy"`` (exact path on
             Gram columns), ``"cov"`` (coordinate descent on Gram columns) or
             ``"naive"`` (residual updates; the logistic loss always).
-        max_features: working-set capacity ``W``; ``None`` starts at 512 (or where
-            the last call of this shape ended; one step more where it filled over
+        max_features: working-set capacity ``W``; ``None`` starts at 512, or at
+            1024 for a path that stops early on a shape whose working set most likely
+            outgrows 512 (at most ``m``, :func:`jaxknock._capacity.start_width`), or where
+            the last call of this shape ended (one step more where it filled over
             85% after outgrowing an earlier call's capacities,
             :func:`jaxknock._capacity.headroom`) and grows, re-running the
             path, whenever it is exceeded: doubled up to 1024, then 1536, 2048,
