@@ -29,11 +29,12 @@ import contextlib
 import os
 import threading
 
-__all__ = ["Captured", "capturing", "compile_ahead", "enabled", "intercept", "wait"]
+__all__ = ["Captured", "capturing", "compile_ahead", "enabled", "finish", "first_time", "intercept", "wait"]
 
 _STATE = threading.local()
 _IN_FLIGHT: dict = {}  # program (the jitted function) -> its compiling thread
 _GUARD = threading.Lock()
+_SEEN: set = set()  # the signatures first_time has been asked about
 
 
 class Captured(Exception):
@@ -42,6 +43,19 @@ class Captured(Exception):
     def __init__(self, fn, args, static):
         super().__init__(getattr(fn, "__name__", repr(fn)))
         self.fn, self.args, self.static = fn, args, static
+
+
+def first_time(signature) -> bool:
+    """Whether this process meets ``signature`` (a hashable description of a call's shapes) for the first time.
+
+    A dry run costs a warm call some time (the stand-in data, the stage's checks and small programs), so a
+    caller compiles ahead only the first time it meets a shape; later calls find the program compiled.
+    """
+    with _GUARD:
+        if signature in _SEEN:
+            return False
+        _SEEN.add(signature)
+        return True
 
 
 def enabled() -> bool:

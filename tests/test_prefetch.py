@@ -41,7 +41,8 @@ def _recording(monkeypatch):
 
 def test_the_filter_compiles_its_cv_engine_in_a_thread_and_the_real_call_finds_it(monkeypatch):
     """At a shape no other test uses (W = m, so the engine runs once): the CV engine is compiled once, in the
-    background thread, and not by the calling thread; the selection equals the one with compilation ahead off.
+    background thread, and not by the calling thread; a second call of the shape makes no dry run; the
+    selection equals the one with compilation ahead off.
     Without it (``JAXKNOCK_NO_PREFETCH=1``) a new shape compiles the engine in the calling thread, which the
     counter sees (so the first count of zero is not a counter that sees nothing)."""
     calls = _recording(monkeypatch)
@@ -52,6 +53,8 @@ def test_the_filter_compiles_its_cv_engine_in_a_thread_and_the_real_call_finds_i
     assert calls == [("cv_jit", "jaxknock-compile-ahead")]
     assert here == []
     assert not _prefetch._IN_FLIGHT
+    jaxknock.knockoff_filter(jax.random.key(4), X, y)  # a later call of the same shapes: no dry run (its cost)
+    assert len(calls) == 1
 
     monkeypatch.setenv("JAXKNOCK_NO_PREFETCH", "1")
     plain = jaxknock.knockoff_filter(jax.random.key(3), X, y)
@@ -128,6 +131,11 @@ def test_compile_ahead_captures_the_first_call_of_a_chosen_program_and_nothing_e
     assert _prefetch.compile_ahead(lambda: None, (fn,), compile_fn) is None
     _prefetch.intercept(fn, (np.ones(4),), {})  # not in a dry run: no capture
     assert len(compiled) == 1
+
+
+def test_first_time_is_true_once_per_signature():
+    signature = ("a signature no caller uses", 1)
+    assert _prefetch.first_time(signature) and not _prefetch.first_time(signature)
 
 
 @pytest.mark.parametrize(("value", "on"), [("", True), ("0", True), ("1", False), ("yes", False)])
