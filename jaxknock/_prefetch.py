@@ -58,9 +58,18 @@ def first_time(signature) -> bool:
         return True
 
 
+def _cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
 def enabled() -> bool:
-    """Compilation ahead is on unless ``JAXKNOCK_NO_PREFETCH`` is set to anything but empty or ``0``."""
-    return os.environ.get("JAXKNOCK_NO_PREFETCH", "").strip() in ("", "0")
+    """Compilation ahead is on unless ``JAXKNOCK_NO_PREFETCH`` is set to anything but empty or ``0``, or the
+    process has a single core (the compilation would only take turns with the stages it should overlap)."""
+    return os.environ.get("JAXKNOCK_NO_PREFETCH", "").strip() in ("", "0") and _cores() >= 2
 
 
 @contextlib.contextmanager

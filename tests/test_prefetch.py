@@ -28,7 +28,8 @@ def _regression(n, p, seed=0):
 
 
 def _recording(monkeypatch):
-    """Record ``(program, thread)`` of every ahead-of-time compilation the filter starts."""
+    """Record ``(program, thread)`` of every ahead-of-time compilation the filter starts (on as on 2+ cores)."""
+    monkeypatch.setattr(_prefetch, "_cores", lambda: 2)
     calls, real = [], _aot.compile_call
 
     def recording(fn, args, static):
@@ -141,4 +142,7 @@ def test_first_time_is_true_once_per_signature():
 @pytest.mark.parametrize(("value", "on"), [("", True), ("0", True), ("1", False), ("yes", False)])
 def test_compilation_ahead_can_be_turned_off(monkeypatch, value, on):
     monkeypatch.setenv("JAXKNOCK_NO_PREFETCH", value)
+    monkeypatch.setattr(_prefetch, "_cores", lambda: 2)
     assert _prefetch.enabled() is on
+    monkeypatch.setattr(_prefetch, "_cores", lambda: 1)  # one core: nothing to overlap with
+    assert not _prefetch.enabled()
