@@ -35,6 +35,7 @@ _STATE = threading.local()
 _IN_FLIGHT: dict = {}  # program (the jitted function) -> its compiling thread
 _GUARD = threading.Lock()
 _SEEN: set = set()  # the signatures first_time has been asked about
+_PATIENCE = 600.0  # seconds a call waits for a compilation ahead of it (XLA:CPU takes 3-15 s for the CV engine)
 
 
 class Captured(Exception):
@@ -97,7 +98,7 @@ def wait(fn) -> None:
     with _GUARD:
         thread = _IN_FLIGHT.pop(fn, None)
     if thread is not None:
-        thread.join()
+        thread.join(_PATIENCE)  # bounded: past it the real call compiles the program itself
 
 
 def compile_ahead(dry_run, fns, compile_fn) -> threading.Thread | None:
@@ -138,7 +139,7 @@ def finish(thread: threading.Thread | None) -> None:
     """Join ``thread`` (a :func:`compile_ahead` result) and forget it; ``None`` is a no-op."""
     if thread is None:
         return
-    thread.join()
+    thread.join(_PATIENCE)
     with _GUARD:
         for fn, t in list(_IN_FLIGHT.items()):
             if t is thread:
