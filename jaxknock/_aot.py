@@ -43,10 +43,10 @@ from pathlib import Path
 
 import jax
 
-from jaxknock import _backend, _checks, _prefetch
+from jaxknock import _backend, _checks
 
 _SUBDIR = "jaxknock-exports"
-LOADED: dict = {}  # this process's programs (jitted exported calls), by path: loaded (or exported) once
+LOADED: dict = {}  # this process's entries, by path: loaded (or exported) once
 FAILED: set = set()  # this process's failed exports, by path (the marker file may not be writable)
 
 
@@ -115,38 +115,17 @@ def export_program(fn, args, static, path: Path):
 
 
 def call(fn, *args, **static):
-    """``fn(*args, **static)``, through an exported program kept on disk when the compilation cache is on.
-
-    A dry run of :mod:`jaxknock._prefetch` stops here at the programs it captures; a call waits for
-    an unfinished compilation of ``fn`` started ahead of it (then finds it compiled).
-    """
-    _prefetch.intercept(fn, args, static)
-    _prefetch.wait(fn)
-    program = _program(fn, args, static)
-    return fn(*args, **static) if program is None else program(*args)
-
-
-def compile_call(fn, args, static) -> None:
-    """Lower and compile what :func:`call` would run for ``fn(*args, **static)``, without running it."""
-    program = _program(fn, args, static)
-    if program is None:
-        fn.lower(*args, **static).compile()
-    else:
-        program.lower(*args).compile()
-
-
-def _program(fn, args, static):
-    """The exported program :func:`call` runs (jitted), or ``None`` for the plain call of ``fn``."""
+    """``fn(*args, **static)``, through an exported program kept on disk when the compilation cache is on."""
     directory = export_directory()
     if directory is None or not _usable(args):
-        return None
+        return fn(*args, **static)
     key = program_key(fn, args, static)
     path, failed = directory / f"{key}.pkl", directory / f"{key}.failed"
-    program = LOADED.get(path)
-    if program is not None:  # a warm call: no file-system access
-        return program
+    exported = LOADED.get(path)
+    if exported is not None:  # a warm call: no file-system access
+        return exported.call(*args)
     if path in FAILED or failed.exists():
-        return None
+        return fn(*args, **static)
     exported = _load(path) if path.exists() else None
     if exported is None:
         try:
@@ -158,7 +137,6 @@ def _program(fn, args, static):
                 failed.touch()
             except OSError:
                 pass
-            return None
-    # one jitted wrapper per program: compile_call's compilation is the one a later call finds
-    LOADED[path] = program = jax.jit(exported.call)
-    return program
+            return fn(*args, **static)
+    LOADED[path] = exported
+    return exported.call(*args)
