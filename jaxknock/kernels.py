@@ -108,6 +108,21 @@ def squared_distances(X, weights=None):
     return D if weights is None else _checks.poison(jnp.all(weights >= 0), D)
 
 
+def _centre(X):
+    """``X`` less its column means, after an exact shift by its first row.
+
+    In float32 under ``jit`` the mean of a column far from the origin (``y + 1e4``: its sum rounds to a
+    spacing of ~0.1) depends on the order of the reduction, and XLA fuses (and recomputes) it into each
+    consumer of the centred column separately: for a one-column target ``y`` the two sides of ``y y^T``
+    got different shifts, and the default centred alignment read 0.0728 for 0.0760 at n = 150 (greedy
+    alignments 3% off; a second pass of the mean did not cure it, as it too was recomputed).
+    ``x_i - x_0`` is an elementwise difference, the same wherever it is recomputed (exact where the
+    offset dominates the spread), and the mean of those differences is of the order of the spread.
+    """
+    X = X - X[:1]
+    return X - jnp.mean(X, axis=0)
+
+
 def _pow2_unit(X):
     """``(2^-e X, e)`` with ``2^-e max |X|`` in ``[1/2, 1)``: exact, so the squares of data in units of
     ``1e200`` or ``1e-200`` neither overflow nor underflow; a zero ``X`` stays as it is (``e = 0``)."""
@@ -133,7 +148,7 @@ def _gram(X, kernel, bandwidth, scale_free=False):
     ``1e-200``: an alignment of 0). ``scale_free``: the measure is invariant to ``K -> c K`` (the alignment),
     so the linear kernel may be scaled too.
     """
-    X = X - jnp.mean(X, axis=0)
+    X = _centre(X)
     if kernel == "linear":
         # on centred columns: every measure here sees K only through H K H (the unbiased HSIC is
         # invariant to K + f(x) + f(x') too), and x'x' of rows far from the origin cancelled in the
@@ -334,7 +349,7 @@ def _prefix_alignments(X, y, ranking, bandwidth, target_bandwidth, *, kernel, ta
     Lc = _center(_gram(y, target_kernel, target_bandwidth, scale_free=True))
     n = X.shape[0]
     # as in _gram: centred, and one power of two for every column (the alignments do not depend on it)
-    X, e = _pow2_unit(X - jnp.mean(X, axis=0))
+    X, e = _pow2_unit(_centre(X))
 
     def step(D, j):
         col = X[:, j]
@@ -488,11 +503,11 @@ def _randsel_units(X, y):
     a power of two: ``y y^T`` of a ``y`` in units of 1e200 was inf (NaN contributions, nothing selected),
     of 1e-200 zero; the HSIC contributions are reported in ``y``'s units (times ``4^e``, exact).
     """
-    X = X - X.mean(0)
+    X = _centre(X)
     X = jnp.ldexp(X, -pow2_exponent(jnp.max(jnp.abs(X), axis=0)))
     sd = jnp.std(X, axis=0)
     X = X / jnp.where(sd > 0, sd, 1.0)
-    y, y_exp = _pow2_unit(y - y.mean(0))
+    y, y_exp = _pow2_unit(_centre(y))
     return X, y, y_exp
 
 

@@ -109,6 +109,24 @@ def test_linear_kernel_offset_and_scale_invariant():
     np.testing.assert_allclose(float(kernel_target_alignment(*tiny, kernel="linear")), a_lin, rtol=1e-4)
 
 
+def test_target_far_from_origin_float32_x64_off():
+    # x64 off (a user's default): the one-column target y + 1e4 in float32 was centred by its mean, whose
+    # rounding depends on the order of XLA's reduction, fused and recomputed into the two sides of y y^T
+    # with different shifts: the default alignment read 0.0786 (0.0728 in a fresh process) for 0.0760, and
+    # the greedy alignments were 3% off
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((150, 10))
+    y = np.sin(X[:, 0]) + X[:, 1] ** 2 + 0.3 * rng.standard_normal(150)
+    with jax.enable_x64(False):  # the float64 references below run in the suite's x64 mode
+        ys = jnp.asarray(y + 1e4, jnp.float32)
+        Xs = jnp.asarray(X, jnp.float32)
+        got = float(kernel_target_alignment(Xs, ys))
+        greedy = np.asarray(greedy_kta_selection(Xs, ys, [0, 1, 2])[1], np.float64)
+    yr, Xr = np.asarray(ys, np.float64), np.asarray(Xs, np.float64)  # the data JAX holds, in float64
+    np.testing.assert_allclose(got, float(kernel_target_alignment(Xr, yr)), rtol=1e-5)
+    np.testing.assert_allclose(greedy, np.asarray(greedy_kta_selection(Xr, yr, [0, 1, 2])[1]), rtol=1e-5)
+
+
 def test_greedy_kta_matches_prefix_loop():
     rng = np.random.default_rng(2)
     X = rng.standard_normal((50, 6))
