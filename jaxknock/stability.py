@@ -69,7 +69,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxknock import _checks, _mesh, _stability_engine
-from jaxknock.l1.problem import check_lambdas, lambda_grid, prepare_data
+from jaxknock.l1.problem import centre_on_host, check_lambdas, lambda_grid, prepare_data
 from jaxknock.l1.settings import make_settings
 
 __all__ = ["StabilityResult", "stability_bound", "stability_selection", "stability_subsamples"]
@@ -379,6 +379,8 @@ def stability_selection(
             same data in another row order are another Monte-Carlo draw (a probability moves by about
             ``sqrt(pi (1 - pi) / B)``); the order of the features does not matter.
         X: ``(n, p)`` design; y: ``(n,)`` response (binary labels for ``loss="logistic"``).
+            With x64 off and an intercept, a float64 (or integer) NumPy ``X`` (and a least-squares
+            ``y``) loses its means in float64 before JAX rounds it to float32, as in :func:`~jaxknock.lasso`.
         lambdas: decreasing penalties; default ``num_lambdas`` values of
             :func:`~jaxknock.lambda_grid` on the full data (down to ``eps * lambda_max``).
         num_subsamples: ``B`` (even with complementary pairs).
@@ -448,6 +450,9 @@ def stability_selection(
     _use_lockstep(solver, loss)  # solver='lockstep' with the logistic loss: an error before any work
     if assumption == "unimodal" and not complementary_pairs:
         raise ValueError("assumption='unimodal' (Shah & Samworth) needs complementary_pairs=True")
+    # with x64 off a float64 host X + 1e4 was cast to float32 before its subsamples were centred: probabilities
+    # up to 1.0 off (noise at 0.95); each fit has an intercept, so the means come out in float64 first
+    X, y, _ = centre_on_host(X, y, loss=loss, fit_intercept=fit_intercept)
     X, y = prepare_data(X, y, loss=loss, fit_intercept=fit_intercept)
     n, p = X.shape
     m = int(math.floor(n * fraction))

@@ -158,6 +158,23 @@ def test_logistic_loss_and_float32():
     assert res.num_failed.shape == (L,)
 
 
+@pytest.mark.parametrize("solver", ["auto", "fista"])
+def test_float64_design_far_from_origin_x64_off(solver):
+    # x64 off (a user's default): a float64 NumPy X + 1e4 was rounded to float32 (spacing 1e-3) before the
+    # subsamples were centred: selection probabilities up to 1.0 off against the same run at offset 0 (noise
+    # features at 0.95, signals' paths changed; FISTA: 0.15 off). The means now come out in float64 on the
+    # host (every fit has an intercept)
+    X, y = _data(0)
+    key = jax.random.key(0)
+    with jax.enable_x64(False):
+        ref = stability_selection(key, X, y, num_subsamples=B, num_lambdas=L, solver=solver)
+        for Xs, ys in [(X + 1e4, y), (X, y + 1e6)]:
+            got = stability_selection(key, Xs, ys, num_subsamples=B, num_lambdas=L, solver=solver)
+            np.testing.assert_allclose(np.asarray(got.probabilities), np.asarray(ref.probabilities), atol=0.1)
+            assert np.array_equal(np.asarray(got.selected), np.asarray(ref.selected))
+    assert (np.asarray(ref.probabilities)[:3].max(axis=1) >= 0.9).all()  # the signals, found at offset 0
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
