@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxknock._checks import HOST_FLOATS
+from jaxknock._host_cast import finite_mean, host_float64
 from jaxknock._solution import Solution
 from jaxknock.covariance import FactorModel
 
@@ -89,32 +90,6 @@ def solve_s_float64(solver, Sigma, *args, dtype, **kwargs) -> Solution:
     return sol._replace(value=value)
 
 
-def _host_float64(a, ndims) -> np.ndarray | None:
-    """``a`` as a float64 NumPy array when JAX would round it to float32, else ``None``.
-
-    That is: x64 off, ``a`` a host array (NumPy, list; not a ``jax.Array`` or a
-    tracer) of float64, integers or bools, with ``ndim`` in ``ndims`` and at least one
-    entry. The callers leave non-finite input to the validation (see :func:`_finite_mean`).
-    """
-    if isinstance(a, (jax.Array, str, bytes)) or a is None or jax.config.jax_enable_x64:
-        return None
-    try:
-        h = np.asarray(a)
-    except (TypeError, ValueError):
-        return None  # the validation names the problem
-    wide = h.dtype.kind == "f" and h.dtype.itemsize > 4
-    if not (wide or h.dtype.kind in "iub") or h.ndim not in ndims or h.size == 0:
-        return None
-    return h.astype(np.float64, copy=False)
-
-
-def _finite_mean(h: np.ndarray, axis: int) -> np.ndarray | None:
-    """The mean of ``h`` along ``axis``; ``None`` when it is not finite (a NaN or an infinity in ``h``:
-    the validation names it; a sum that overflows float64 is left alone the same way)."""
-    mean = h.mean(axis=axis)
-    return mean if np.isfinite(mean).all() else None
-
-
 def centre_before_cast(X, mu=None):
     """``(X, mu)``: a host ``X`` centred in float64 when JAX would round it to float32.
 
@@ -129,8 +104,8 @@ def centre_before_cast(X, mu=None):
     non-finite input (rejected later by the validation) and x64 runs pass
     through untouched.
     """
-    Xh = _host_float64(X, (2,))
-    if Xh is None or (mean := _finite_mean(Xh, 0)) is None:
+    Xh = host_float64(X, (2,))
+    if Xh is None or (mean := finite_mean(Xh, 0)) is None:
         return X, mu
     if mu is None:
         return Xh - mean, None
@@ -208,11 +183,11 @@ def centre_for_fit(X, y, *, centre_y: bool):
     puts it back into the intercept.
     """
     x_mean = y_mean = None
-    Xh = _host_float64(X, (2, 3))
-    if Xh is not None and (x_mean := _finite_mean(Xh, -2)) is not None:
+    Xh = host_float64(X, (2, 3))
+    if Xh is not None and (x_mean := finite_mean(Xh, -2)) is not None:
         X = Xh - x_mean[..., None, :]
-    yh = _host_float64(y, (1, 2)) if centre_y else None
-    if yh is not None and (y_mean := _finite_mean(yh, -1)) is not None:
+    yh = host_float64(y, (1, 2)) if centre_y else None
+    if yh is not None and (y_mean := finite_mean(yh, -1)) is not None:
         y = yh - y_mean[..., None]
     return X, y, HostShift(x_mean, y_mean)
 

@@ -18,6 +18,7 @@ from jax import lax
 
 from jaxknock import _checks, _sigma_checks
 from jaxknock._deprecation import renamed_kwargs
+from jaxknock._host_cast import centre_columns
 from jaxknock._iterate import iterative_solve
 from jaxknock._scaling import correlation_of, pow2_exponent, standardise_columns
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
@@ -206,7 +207,9 @@ def empirical_covariance(X, *, assume_centered: bool = False) -> jax.Array:
     Matches ``sklearn.covariance.empirical_covariance``.
 
     Args:
-        X: ``(n, p)`` data.
+        X: ``(n, p)`` data. With x64 off, a float64 (or integer) NumPy ``X`` loses its
+            column means in float64 before JAX rounds it to float32 (unless ``assume_centered``):
+            the cast then rounds the deviations, not the raw entries (``X + 1e6``: 1% off before).
         assume_centered: if True, do not subtract the column means.
 
     Returns:
@@ -216,7 +219,7 @@ def empirical_covariance(X, *, assume_centered: bool = False) -> jax.Array:
         >>> S = empirical_covariance(jnp.ones((5, 3)) + jnp.arange(5.)[:, None])
     """
     assume_centered = _checks.static_flag(assume_centered, "assume_centered")
-    X = _check_data(X, min_rows=1 if assume_centered else 2)
+    X = _check_data(X if assume_centered else centre_columns(X), min_rows=1 if assume_centered else 2)
     return _empirical_covariance(X, assume_centered)
 
 
@@ -249,7 +252,8 @@ def ledoit_wolf(X, *, assume_centered: bool = False):
     shrinkage and the whole covariance are NaN.
 
     Args:
-        X: ``(n, p)`` data.
+        X: ``(n, p)`` data; with x64 off a float64 (or integer) NumPy ``X`` is centred in
+            float64 before the float32 cast, as in :func:`empirical_covariance`.
         assume_centered: if True, do not subtract the column means.
 
     Returns:
@@ -262,7 +266,7 @@ def ledoit_wolf(X, *, assume_centered: bool = False):
         (10, 10)
     """
     assume_centered = _checks.static_flag(assume_centered, "assume_centered")
-    X = _check_data(X, min_rows=1 if assume_centered else 2)
+    X = _check_data(X if assume_centered else centre_columns(X), min_rows=1 if assume_centered else 2)
     return _ledoit_wolf(X, assume_centered)
 
 
@@ -592,7 +596,8 @@ def factor_model_from_data(key, X, rank: int, *, shrinkage: bool = True, max_ste
 
     Args:
         key: ``jax.random`` key for the randomized range finder.
-        X: ``(n, p)`` data; constant columns are rejected.
+        X: ``(n, p)`` data; constant columns are rejected. With x64 off a float64 (or
+            integer) NumPy ``X`` is centred in float64 before the float32 cast.
         rank: number of factors ``k``.
         shrinkage: apply Ledoit-Wolf shrinkage (recommended; guarantees ``d > 0``
             when ``delta > 0``). Without it ``d`` is floored at ``1e-6``.
@@ -611,7 +616,7 @@ def factor_model_from_data(key, X, rank: int, *, shrinkage: bool = True, max_ste
     """
     _checks.check_key(key)  # an int seed failed inside jax.random.normal ("invalid PRNG key data")
     shrinkage = _checks.static_flag(shrinkage, "shrinkage")  # "no" / None were truthy: shrinkage applied
-    X = _check_data(X)
+    X = _check_data(centre_columns(X))  # standardised below: a shift of a column changes nothing
     n, p = X.shape
     if not (_checks.is_int(rank) and 1 <= rank < min(n, p)):
         raise ValueError(f"rank must be an integer with 1 <= rank < min(n, p) = {min(n, p)}, got {rank!r}")

@@ -502,3 +502,22 @@ def test_estimate_factor_model_psd_check_does_not_depend_on_min_diag(dtype):
         assert int(sol.result) != RESULTS.infeasible
         with pytest.raises(ValueError, match="Sigma is not positive semidefinite"):
             estimate_factor_model(bad, rank=2, max_steps=3, min_diag=floor)
+
+
+def test_float64_data_far_from_origin_x64_off():
+    # x64 off (a user's default): a float64 NumPy X + 1e6 was rounded to float32 (spacing 0.06) before its
+    # means came out: the empirical / Ledoit-Wolf covariance 1% off scikit-learn's (shrinkage 0.1876 for
+    # 0.1868), the factor model 4.5e-3 off its offset-0 fit. The means now come out in float64 first
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((120, 30)) @ (np.eye(30) + 0.3)
+    sk_cov, sk_shrink = sk_lw(X)
+    with jax.enable_x64(False):
+        emp = empirical_covariance(X + 1e6)
+        lw = ledoit_wolf(X + 1e6)
+        fit0 = factor_model_from_data(jax.random.key(0), X, 3)
+        fit = factor_model_from_data(jax.random.key(0), X + 1e6, 3)
+        assert emp.dtype == lw.covariance.dtype == fit.model.U.dtype == jnp.float32
+        np.testing.assert_allclose(np.asarray(emp), sk_emp(X), atol=1e-5 * np.abs(sk_emp(X)).max())
+        np.testing.assert_allclose(np.asarray(lw.covariance), sk_cov, atol=1e-5 * np.abs(sk_cov).max())
+        np.testing.assert_allclose(float(lw.shrinkage), sk_shrink, rtol=1e-4)
+        np.testing.assert_allclose(np.asarray(fit.model.dense()), np.asarray(fit0.model.dense()), atol=1e-5)
