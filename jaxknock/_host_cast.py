@@ -42,13 +42,14 @@ def finite_mean(h: np.ndarray, axis: int) -> np.ndarray | None:
     return mean if np.isfinite(mean).all() else None
 
 
-def centre_columns(X):
-    """A host 2-D ``X`` less its column means in float64 when JAX would round it to float32; else ``X``.
+def centre_columns(X, ndims=(2,)):
+    """A host ``X`` (``ndim`` in ``ndims``) less its column means (axis 0) in float64 when JAX would
+    round it to float32; else ``X``.
 
     Device arrays, float32 input, non-finite input (named later by the validation) and x64 runs pass
     through untouched (the same object).
     """
-    Xh = host_float64(X, (2,))
+    Xh = host_float64(X, ndims)
     if Xh is None or (mean := finite_mean(Xh, 0)) is None:
         return X
     return Xh - mean
