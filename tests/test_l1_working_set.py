@@ -1,11 +1,14 @@
 """Tests of jaxknock.l1.working_set against scikit-learn (lasso_path, LassoCV, LogisticRegression)."""
 
+import threading
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from sklearn.linear_model import LassoCV, LogisticRegression, lasso_path
 
+import jaxknock
 from jaxknock import RESULTS
 from jaxknock.l1.working_set import fold_rows, l1_cv, l1_path
 
@@ -1038,3 +1041,30 @@ def test_a_grid_step_neither_copies_the_inverses_nor_gathers_the_gram_blocks():
         if e.primitive.name == "gather" and e.invars[0].aval.shape == d.G.shape
     ]
     assert d.G is not None and gathers == []
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_cv_grid_with_a_repeated_penalty_finishes(x64):
+    """The engine takes a non-increasing grid, so a penalty may repeat; with x64 off a float64 grid
+    ``[a, a (1 - 1e-9), b]`` is ``[a, a, b]`` after the cast. The strong rule's extrapolation
+    ``(lam - lam_prev) / (lam_prev - lam_prev2)`` divided by zero on the step after the repeat: NaN
+    scores, and the loop that moves candidates into the working set (one joins with a score >= 1) never
+    ended: ``lasso_cv`` hung. Run in a thread so that a hang fails the test instead of the session."""
+    X, y = _data(100, 10)
+    out = {}
+
+    def fit():
+        with jax.enable_x64(x64):  # a thread-local switch: set in the thread that fits
+            lm = float(jaxknock.lambda_max(X, y))
+            grid = np.array([0.5, 0.5 if x64 else 0.5 * (1 - 1e-9), 0.1]) * lm
+            out["rep"] = jaxknock.lasso_cv(X, y, lambdas=grid, folds=3)
+            out["ref"] = jaxknock.lasso_cv(X, y, lambdas=grid[[0, 2]], folds=3)
+
+    thread = threading.Thread(target=fit, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "lasso_cv did not finish on a grid with a repeated penalty"
+    rep, ref = out["rep"], out["ref"]
+    assert int(rep.result) == RESULTS.successful
+    assert float(rep.stats["lam"]) == float(ref.stats["lam"])
+    np.testing.assert_allclose(np.asarray(rep.value), np.asarray(ref.value), atol=1e-6)

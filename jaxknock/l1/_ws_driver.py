@@ -200,7 +200,11 @@ def path_core(
         # near-threshold noise features is large), with every candidate that the gradients of the
         # last two grid solutions, extrapolated linearly in lambda, put above this penalty (the
         # features that will join, nearly all: each one the KKT check finds later costs a redo)
-        slope = jnp.where(k >= 2, (lam - lam_prev) / jnp.where(k >= 2, lam_prev - lam_prev2, 1), 0)
+        # no slope across a repeated penalty (the grid is non-increasing; with x64 off a float64 grid 1e-9
+        # apart repeats after the cast): x / 0 made the scores NaN, and add_features, which takes a candidate
+        # only at a score >= 1, looped forever (lasso_cv hung)
+        step_prev = lam_prev - lam_prev2
+        slope = jnp.where((k >= 2) & (step_prev != 0), (lam - lam_prev) / jnp.where(step_prev != 0, step_prev, 1), 0)
         ahead = jnp.max(jnp.abs(st.grad + slope * (st.grad - gprev)), axis=0) / lam
         out_ws = jnp.where(st.inws, -1.0, score)
         few = jnp.sum(out_ws >= 1) <= chunk  # then all of them join: no sort needed
