@@ -1068,3 +1068,29 @@ def test_cv_grid_with_a_repeated_penalty_finishes(x64):
     assert int(rep.result) == RESULTS.successful
     assert float(rep.stats["lam"]) == float(ref.stats["lam"])
     np.testing.assert_allclose(np.asarray(rep.value), np.asarray(ref.value), atol=1e-6)
+
+
+def test_add_features_leaves_a_candidate_that_cannot_join():
+    """A candidate joins the working set only with a score >= 1; the chunk loop ran while any candidate was
+    out, so a NaN score (the repeated-penalty slope above) kept it running forever. Such a candidate is
+    now left out and flagged as an overflow, and the others join. (The covariance engine's loop has the
+    same guard; on the old code its lock-step loop hung the test process instead of the thread, so only the
+    naive engine's is run here.)"""
+    from jaxknock.l1 import _ws_naive as mod
+
+    X, y = _data(40, 6)
+    _, rows = fold_rows(2, 40)
+    excl = jnp.asarray([0, 1, -1], jnp.int32)
+    args = (jnp.asarray(X), jnp.asarray(y), jnp.asarray(rows), excl)
+    d = mod.naive_data(*args, loss="squared")
+    score = jnp.asarray([2.0, np.nan, 3.0, 0.5, 2.0, 0.0])
+    cand = jnp.asarray([True, True, True, False, True, False])
+    out = {}
+    st0 = mod.init_state(d, 6)
+    thread = threading.Thread(target=lambda: out.update(st=mod.add_features(d, st0, cand, score, 4, 6)), daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "add_features did not finish with a NaN score"
+    st = out["st"]
+    assert np.asarray(st.inws).tolist() == [True, False, True, False, True, False] and int(st.size) == 3
+    assert bool(st.overflow)

@@ -272,8 +272,10 @@ def add_features(d: CovData, st: CovState, cand, score, chunk: int, W: int) -> C
     """
 
     def cond(ops, s):
-        _, cand, _ = ops
-        return jnp.any(cand & ~s.inws) & (s.size < W)
+        _, cand, score = ops
+        # only a candidate that can join (score >= 1; a NaN score never does) keeps the loop going:
+        # one that cannot is left out and flagged as an overflow below, instead of looping forever
+        return jnp.any(cand & ~s.inws & (score >= 1)) & (s.size < W)
 
     def body(ops, s):
         dd, cand, score = ops

@@ -144,7 +144,9 @@ def add_features(d: NaiveData, st: NaiveState, cand, score, chunk: int, W: int) 
         return cand & ~s.inws
 
     def cond(s):
-        return jnp.any(pending(s)) & (s.size < W)
+        # only a candidate that can join (score >= 1; a NaN score never does) keeps the loop going:
+        # one that cannot is left out and flagged as an overflow below, instead of looping forever
+        return jnp.any(pending(s) & (score >= 1)) & (s.size < W)
 
     def body(s):
         val, new = lax.top_k(jnp.where(pending(s), score, -1.0), chunk)
