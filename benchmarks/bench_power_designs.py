@@ -253,31 +253,32 @@ def main():
         n, p = data[0][0].shape
         truths = [d[2] for d in data]
         jk_masks, jk_times, s_method = run_jaxknock(data, seeds, options)
-        jk = np.array([fdp_power(m, t) for m, t in zip(jk_masks, truths)])
-        kp = None
-        if not args.no_knockpy:
-            out = _anchors.run_anchor(
-                "knockpy",
-                KNOCKPY.replace("np.random.seed(i)", f"np.random.seed({args.first_seed} + i)"),
-                {"X": np.stack([d[0] for d in data]), "Y": np.stack([d[1] for d in data]), "fdr": np.array(FDR)},
-            )
-            if out is not None:
-                kp = np.array([fdp_power(m, t) for m, t in zip(out["masks"], truths)])
-                kp_times = out["times"]
-        pj, fj = mean_se(jk[:, 1]), mean_se(jk[:, 0])
-        line = f"{design:11s} {n:4d} {p:4d} {s_method:>10s} | {pj[0]:8.3f} "
-        if kp is None:
-            line += f"{'n/a':>8s} {'':>14s} | {fj[0]:.3f} +- {fj[1]:.3f} {'n/a':>13s} | "
-            line += f"{np.median(jk_times):7.2f} {'n/a':>7s} {'':>6s}"
-        else:
-            pk, fk, d = mean_se(kp[:, 1]), mean_se(kp[:, 0]), mean_se(jk[:, 1] - kp[:, 1])
-            tj, tk = np.median(jk_times), np.median(kp_times)
-            line += f"{pk[0]:8.3f} {d[0]:+7.3f} +- {d[1]:.3f} | {fj[0]:.3f} +- {fj[1]:.3f} "
-            line += f"{fk[0]:.3f} +- {fk[1]:.3f} | "
-            line += f"{tj:7.2f} {tk:7.2f} {tj / tk:6.2f}"
-        print(line)
+        X, Y = np.stack([d[0] for d in data]), np.stack([d[1] for d in data])
+        row = paired_columns(jk_masks, jk_times, X, Y, truths, args.first_seed, knockpy=not args.no_knockpy)
+        print(f"{design:11s} {n:4d} {p:4d} {s_method:>10s} | {row}")
         sys.stdout.flush()
     return 0
+
+
+def paired_columns(jk_masks, jk_times, X, Y, truths, first_seed, *, knockpy=True, width=7):
+    """One design's power / FDR / time columns: jaxknock's selections ``jk_masks`` and knockpy's default filter
+    on the same data sets ``(X, Y)`` (stacked), seeded ``first_seed + i`` (``knockpy=False``: n/a)."""
+    jk = np.array([fdp_power(m, t) for m, t in zip(jk_masks, truths)])
+    out = None
+    if knockpy:
+        code = KNOCKPY.replace("np.random.seed(i)", f"np.random.seed({first_seed} + i)")
+        out = _anchors.run_anchor("knockpy", code, {"X": X, "Y": Y, "fdr": np.array(FDR)})
+    pj, fj = mean_se(jk[:, 1]), mean_se(jk[:, 0])
+    line = f"{pj[0]:8.3f} "
+    if out is None:
+        line += f"{'n/a':>8s} {'':>14s} | {fj[0]:.3f} +- {fj[1]:.3f} {'n/a':>13s} | "
+        return line + f"{np.median(jk_times):{width}.2f} {'n/a':>{width}s} {'':>6s}"
+    kp = np.array([fdp_power(m, t) for m, t in zip(out["masks"], truths)])
+    pk, fk, d = mean_se(kp[:, 1]), mean_se(kp[:, 0]), mean_se(jk[:, 1] - kp[:, 1])
+    tj, tk = np.median(jk_times), np.median(out["times"])
+    line += f"{pk[0]:8.3f} {d[0]:+7.3f} +- {d[1]:.3f} | {fj[0]:.3f} +- {fj[1]:.3f} "
+    line += f"{fk[0]:.3f} +- {fk[1]:.3f} | "
+    return line + f"{tj:{width}.2f} {tk:{width}.2f} {tj / tk:6.2f}"
 
 
 if __name__ == "__main__":

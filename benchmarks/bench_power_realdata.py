@@ -63,8 +63,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _anchors
-from bench_power_designs import FDR, KNOCKPY, fdp_power, linear, logistic, mean_se, parse_options, run_jaxknock, signs
+from bench_power_designs import FDR, linear, logistic, paired_columns, parse_options, run_jaxknock, signs
 from bench_snb import data_dir, load_movie_reviews, load_sentence_polarity
 
 K = 15  # signals per data set
@@ -197,29 +196,9 @@ def main():
         # warm-up calls included; the Ledoit-Wolf near-duplicate warning is the common one on these data
         n_warn = sum(1 for w in caught if issubclass(w.category, UserWarning))
         same = sum(bool(np.array_equal(a, b)) for a, b in zip(jk_masks, std_masks))
-        jk = np.array([fdp_power(m, t) for m, t in zip(jk_masks, truths)])
-        kp = None
-        if not args.no_knockpy:
-            out = _anchors.run_anchor(
-                "knockpy",
-                KNOCKPY.replace("np.random.seed(i)", f"np.random.seed({keys[0]} + i)"),
-                {"X": np.stack([d[1] for d in data]), "Y": np.stack([d[2] for d in data]), "fdr": np.array(FDR)},
-            )
-            if out is not None:
-                kp = np.array([fdp_power(m, t) for m, t in zip(out["masks"], truths)])
-                kp_times = out["times"]
-        pj, fj = mean_se(jk[:, 1]), mean_se(jk[:, 0])
-        line = f"{design:14s} {n:4d} {p:4d} {dtype:>7s} {s_method:>5s} {same:5d} {n_warn:4d} | {pj[0]:8.3f} "
-        if kp is None:
-            line += f"{'n/a':>8s} {'':>14s} | {fj[0]:.3f} +- {fj[1]:.3f} {'n/a':>13s} | "
-            line += f"{np.median(jk_times):6.2f} {'n/a':>6s} {'':>6s}"
-        else:
-            pk, fk, d = mean_se(kp[:, 1]), mean_se(kp[:, 0]), mean_se(jk[:, 1] - kp[:, 1])
-            tj, tk = np.median(jk_times), np.median(kp_times)
-            line += f"{pk[0]:8.3f} {d[0]:+7.3f} +- {d[1]:.3f} | {fj[0]:.3f} +- {fj[1]:.3f} "
-            line += f"{fk[0]:.3f} +- {fk[1]:.3f} | "
-            line += f"{tj:6.2f} {tk:6.2f} {tj / tk:6.2f}"
-        print(line)
+        X, Y = np.stack([d[1] for d in data]), np.stack([d[2] for d in data])
+        row = paired_columns(jk_masks, jk_times, X, Y, truths, keys[0], knockpy=not args.no_knockpy, width=6)
+        print(f"{design:14s} {n:4d} {p:4d} {dtype:>7s} {s_method:>5s} {same:5d} {n_warn:4d} | {row}")
         sys.stdout.flush()
     return 0
 
