@@ -138,14 +138,23 @@ def as_float_array(x, name: str, *, bools: bool = False):
     return jax.device_put(x) if isinstance(x, np.ndarray) else jnp.asarray(x)
 
 
-def require_x64(x, name: str, why: str):
-    """Raise if ``x`` is not float64 (the algorithm needs double precision)."""
+def require_x64(x, name: str, why: str, given=None):
+    """Raise if ``x`` is not float64 (the algorithm needs double precision).
+
+    ``given``: the dtype the caller passed, before the conversion to a JAX array. A float64 NumPy array is
+    held as float32 while ``jax_enable_x64`` is off; the message then says so instead of blaming the input.
+    """
     if x.dtype != jnp.float64:
         hint = (
             "call jax.config.update('jax_enable_x64', True) before creating arrays"
             if not jax.config.jax_enable_x64
             else f"pass {name} as float64 (e.g. jnp.asarray({name}, jnp.float64))"
         )
+        if given is not None and np.dtype(given) == np.float64:
+            raise TypeError(
+                f"{name} was given as float64, which JAX holds as {x.dtype} while jax_enable_x64 is off; "
+                f"{why} needs float64: {hint}."
+            )
         raise TypeError(f"{name} has dtype {x.dtype}, but {why} needs float64: {hint}.")
 
 

@@ -48,12 +48,13 @@ def validate_sigma(Sigma, *, batch_ok: bool = True, need_x64: bool = True):
     solvers' internal jitted cores do not validate again. Returns ``Sigma`` as
     a floating JAX array.
     """
+    given = getattr(Sigma, "dtype", None)
     Sigma = as_float_array(Sigma, "Sigma")
     check_square(Sigma, batch=batch_ok)
     if Sigma.ndim > 3:
         raise ValueError(f"Sigma must be (p, p) or a batch (B, p, p), got shape {tuple(Sigma.shape)}")
     if need_x64:
-        require_x64(Sigma, "Sigma", SDP_X64_WHY)
+        require_x64(Sigma, "Sigma", SDP_X64_WHY, given)
     if is_concrete(Sigma) and not values_trusted():
         finite, asym, scale, min_diag, chol_ok = (np.asarray(v) for v in host_flags(_sigma_flags, Sigma))
         if not finite:

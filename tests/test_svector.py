@@ -302,6 +302,19 @@ def test_asdp_feasible_and_below_sdp():
     np.testing.assert_allclose(ab.value, np.concatenate([np.asarray(sdp(b).value) for b in blocks]), atol=1e-6)
 
 
+def test_a_float64_host_sigma_with_x64_off_is_refused_for_what_jax_made_of_it():
+    """With ``jax_enable_x64`` off a float64 NumPy ``Sigma`` (or factor model) is held as float32: the refusal
+    says so, where it said "Sigma has dtype float32" about an array the user had passed as float64."""
+    C = ar1(5, 0.5)
+    model = FactorModel(np.full(5, 0.5), np.full((5, 1), 0.3))
+    with jax.enable_x64(False):
+        for solve, arg, name in ((sdp, C, "Sigma"), (mvr, C, "Sigma"), (jaxknock.mvr_factor, model, "model.U")):
+            with pytest.raises(TypeError, match=f"{name} was given as float64, which JAX holds as float32"):
+                solve(arg)
+        with pytest.raises(TypeError, match="Sigma has dtype float32, but"):  # float32 given: as before
+            sdp(C.astype(np.float32))
+
+
 def test_bad_inputs():
     C = ar1(5, 0.5)
     with pytest.raises(ValueError, match="square"):

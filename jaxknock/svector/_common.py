@@ -28,6 +28,7 @@ def validate_model(model) -> FactorModel:
     """Check a :class:`~jaxknock.FactorModel` ``(d, U)`` (or a batch) for the factor-model solvers."""
     if not isinstance(model, FactorModel):
         raise TypeError(f"model must be a jaxknock.FactorModel(d, U), got {type(model).__name__}")
+    given_d, given_U = getattr(model.d, "dtype", None), getattr(model.U, "dtype", None)
     d = _checks.as_float_array(model.d, "model.d")
     U = _checks.as_float_array(model.U, "model.U")
     if U.ndim not in (2, 3) or d.ndim != U.ndim - 1 or d.shape[-1] != U.shape[-2]:
@@ -40,8 +41,8 @@ def validate_model(model) -> FactorModel:
             f"factor rank k = {k} must be smaller than p = {p}; solve the dense problem instead "
             "(sdp / mvr / maxent on model.dense())"
         )
-    _checks.require_x64(U, "model.U", _sigma_checks.SDP_X64_WHY)
-    _checks.require_x64(d, "model.d", _sigma_checks.SDP_X64_WHY)
+    _checks.require_x64(U, "model.U", _sigma_checks.SDP_X64_WHY, given_U)
+    _checks.require_x64(d, "model.d", _sigma_checks.SDP_X64_WHY, given_d)
     if _checks.is_concrete(d) and _checks.is_concrete(U):
         # one device-side reduction, three scalars back (not the model), also inside a caller's trace
         d_finite, U_finite, d_min = _checks.host_flags(_model_flags, d, U)
