@@ -206,9 +206,8 @@ def solve_group_mvr(Sigma, members, c, m, tol, max_steps):
     S_dense = dense(it.state.S)
     err = mrc.inverse_error("mvr", c * Cp, H, m, lambda H: jnp.matmul(S_dense, H, precision=HIGHEST))
     gap = jnp.maximum(it.state.gap, 0.0) + err
-    result = mrc.recertified(it.result, gap, it.state.objective, tol)
-    uncertified = (result == RESULTS.successful) & ~it.state.certified
-    it = it._replace(result=jnp.where(uncertified, RESULTS.stagnated, result).astype(jnp.int32))
+    # (a successful result already has every group certified: terminate requires it)
+    it = it._replace(result=mrc.recertified(it.result, gap, it.state.objective, tol).astype(jnp.int32))
     # back to the covariance scale: S_g <- D_g^{1/2} S_g D_g^{1/2}
     sd = jnp.sqrt(jnp.diagonal(Sigma))
     scale = jnp.where(realb, sd[jnp.where(realb, members, 0)], 1.0)
