@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxknock._checks import HOST_FLOATS
-from jaxknock._host_cast import finite_mean, host_float64
+from jaxknock._host_cast import centre_columns, finite_mean, host_float64
 from jaxknock._solution import Solution
 from jaxknock.covariance import FactorModel
 
@@ -104,11 +104,11 @@ def centre_before_cast(X, mu=None):
     non-finite input (rejected later by the validation) and x64 runs pass
     through untouched.
     """
-    Xh = host_float64(X, (2,))
-    if Xh is None or (mean := finite_mean(Xh, 0)) is None:
-        return X, mu
     if mu is None:
-        return Xh - mean, None
+        return centre_columns(X), None
+    Xh = host_float64(X, (2,))
+    if Xh is None or finite_mean(Xh, 0) is None:
+        return X, mu
     mh = np.asarray(mu, dtype=np.float64) if np.asarray(mu).dtype.kind in "fiu" else None
     if mh is None or mh.shape != (Xh.shape[1],) or not np.isfinite(mh).all():
         return X, mu  # checked (and named) by _filter_inputs.standardise_by_law
