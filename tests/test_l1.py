@@ -370,6 +370,30 @@ def test_default_grid_path_and_cv_do_not_depend_on_the_units_of_y():
                 np.testing.assert_allclose(cv.stats["cv_mean"] / c**2, ref_cv[k].stats["cv_mean"], rtol=1e-5)
 
 
+def test_warm_calls_on_data_of_other_units_compile_nothing():
+    """The answer's scaling back to the caller's units was one program over the arrays whose exponent is not
+    zero, so its signature followed the data: a warm ``lasso_path`` / ``lasso_cv`` on ``y`` rescaled until
+    ``e_y = e_X`` (the coefficients' exponent zero) compiled ``_ldexp_all`` again. (Settings of the test above.)"""
+    from helpers import count_compiles
+
+    X, y = _regression(seed=3, noise=2.0)
+    ex = int(np.frexp(np.max(np.abs(X)))[1])
+    ey = int(np.frexp(np.max(np.abs(y)))[1])
+    runs = [
+        lambda c: L.lasso_path(X, c * y, num_lambdas=15, eps=1e-2).value,
+        lambda c: L.lasso_cv(X, c * y, folds=3, num_lambdas=15).value,
+    ]
+    for run in runs:
+        ref = run(1.0)
+        # y in other units, and in units with e_y = e_X (no coefficient scaling)
+        scales = [3.0, 2.0 ** (ex - ey)]
+        with count_compiles() as compiles:
+            out = [run(c) for c in scales]
+        assert compiles == []
+        for c, v in zip(scales, out):
+            np.testing.assert_allclose(v / c, ref, rtol=1e-10, atol=1e-12)
+
+
 def test_logistic_cv_equals_manual_folds():
     """Fold deviances and refit against scikit-learn fits on each training fold.
 

@@ -107,14 +107,15 @@ def _is_zero(e) -> bool:
 
 
 def _ldexp_many(arrays, exponents):
-    """``[a * 2^e]``, leaving ``a`` as it is where ``e`` is a host zero; one program for the rest."""
-    out = list(arrays)
-    todo = [i for i, e in enumerate(exponents) if not _is_zero(e)]
-    if todo:
-        done = _ldexp_all(tuple(arrays[i] for i in todo), tuple(exponents[i] for i in todo))
-        for i, a in zip(todo, done):
-            out[i] = a
-    return out
+    """``[a * 2^e]``: nothing at all when every ``e`` is a host zero, else one program for all of them.
+
+    The program takes every array, those whose ``e`` is zero too (``a * 2^0`` is ``a`` to the bit): passing
+    only the nonzero ones made the program's signature depend on which exponents of the data were zero, so
+    a warm call on data of other units (``y`` rescaled until ``e_y = e_X``) compiled a new one.
+    """
+    if all(_is_zero(e) for e in exponents):
+        return list(arrays)
+    return list(_ldexp_all(tuple(arrays), tuple(exponents)))
 
 
 def to_unit(a, units: Units | None, kind):
