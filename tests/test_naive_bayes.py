@@ -779,6 +779,25 @@ def test_int64_counts_beyond_int32_without_x64():
         np.testing.assert_array_equal(model.predict(X), model.predict(X.astype(np.float32)))
 
 
+def test_float64_model_scores_after_x64_is_turned_off():
+    """A model fitted with x64 on holds float64 arrays; with x64 turned off afterwards every score
+    (``predict``, ``predict_proba``, ``decision_function``) failed in ``lax.eq`` with "requires arguments to
+    have the same dtypes" and named nothing. It now scores in float32, as a pickled model loads."""
+    rng = np.random.default_rng(3)
+    X, y = rng.poisson(1.0, (80, 12)), np.arange(80) % 2
+    model = sparse_naive_bayes(X, y, 4).value
+    assert model.coef.dtype == np.float64
+    ref_label, ref_proba = model.predict(X), np.asarray(model.predict_proba(X))
+    with jax.enable_x64(False):
+        label, proba = model.predict(X), np.asarray(model.predict_proba(X))
+        margin = np.asarray(model.decision_function(sp.csr_matrix(X)))
+    assert proba.dtype == np.float32 and margin.dtype == np.float32
+    np.testing.assert_allclose(proba, ref_proba, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(margin, np.log(ref_proba[:, 1] / ref_proba[:, 0]), rtol=1e-4, atol=1e-5)
+    sure = np.abs(ref_proba[:, 1] - 0.5) > 1e-4
+    np.testing.assert_array_equal(label[sure], ref_label[sure])
+
+
 def test_traced_classes_are_named():
     """``classes`` traced (passed through jit, or built with jnp inside the jitted function) was JAX's
     TracerArrayConversionError from ``np.asarray``; a concrete JAX array outside jit works."""

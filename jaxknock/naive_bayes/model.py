@@ -49,6 +49,7 @@ def _linear_scores(X, coef, intercept, support):
     (``ValueError`` naming ``X`` and the entries); under ``jit`` a row with a
     NaN, Inf or negative entry gets NaN scores.
     """
+    coef, intercept = _available(coef), _available(intercept)
     dt = np.dtype(X.dtype) if hasattr(X, "dtype") else np.asarray(X).dtype
     if dt.kind not in "biuf":  # complex X lost its imaginary part silently, text failed inside JAX
         raise TypeError(f"X must hold real counts (integer, float or bool), got dtype {dt}")
@@ -64,6 +65,16 @@ def _linear_scores(X, coef, intercept, support):
     if is_sparse(X):
         return _sparse_scores(X, coef, intercept, support)
     return _dense_scores(X, coef, intercept)
+
+
+def _available(a):
+    """``a`` in the dtype JAX computes in now: a float64 model fitted with ``jax_enable_x64`` on, used after it
+    was turned off, is scored in float32 (its parameters held float64 arrays, so every score failed in a
+    ``lax.eq`` dtype error that named nothing). A pickled model is converted so on loading already."""
+    dt = getattr(a, "dtype", None)
+    if dt is not None and jax.dtypes.canonicalize_dtype(dt) != np.dtype(dt):
+        return a.astype(jax.dtypes.canonicalize_dtype(dt))
+    return a
 
 
 def _ruled_out(coef):
