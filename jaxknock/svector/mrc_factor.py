@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxknock import _aot, _checks
@@ -187,7 +188,55 @@ def _solve(kind, model, num_knockoffs, tol, max_steps, method, throw):
         sol = fn(model.d, model.U, tol, max_steps, float(m))
     else:  # a fresh process with the compilation cache on loads the traced program (jaxknock/_aot.py)
         sol = _aot.call(_mrc_factor_jit, model.d, model.U, tol, max_steps, float(m), kind=kind, method=method)
+        sol = dense_rescue(sol, model, kind, m, tol, max_steps)
     return raise_if_failed(_common.gate_traced_tol(sol, tol), throw)
+
+
+# the largest p whose stagnated factor solve is solved again densely (O(p^3) per Newton step: ~0.1 s at 1000)
+DENSE_RESCUE_MAX_P = 1000
+
+
+def dense_rescue(sol: Solution, model: FactorModel, kind: str, m: int, tol, max_steps) -> Solution:
+    """Eagerly, the dense solver's solution of ``D + U U^T`` where the factor solve ended ``stagnated``.
+
+    The Woodbury terms carry ``1 / Dt_j``, ``Dt_j = c d_j - s_j``: a model with near copies (two features
+    with equal loadings and ``d_j`` of 1e-9..1e-10, which a user's known model can have) makes them
+    ill-conditioned, and on 5 of 12 such models (p = 52-190, k = 1-5) the Newton method ended ``stagnated``
+    (gap NaN on four) with ``s`` off the certified dense optimum by 40-100% on some coordinates, the
+    coordinate method ``nonfinite``; the dense MVR (with its own coordinate rescue) certified all 12. So a
+    ``stagnated`` solve of one concrete model with ``p <= DENSE_RESCUE_MAX_P`` (not one that spent the
+    caller's ``max_steps``) is solved again by :func:`jaxknock.mvr` / :func:`jaxknock.maxent` on the dense
+    matrix, kept when it is ``successful`` or has the smaller (or the only finite) certified gap; its
+    stats keep this solver's keys (``num_loop_trips`` adds the dense Newton steps, ``feasible`` from its
+    code) with ``stats["dense_rescue"]`` true, and its ``state`` is the dense solver's. Under ``jit``,
+    for a batch and for larger ``p`` the factor solution is returned as it is.
+    """
+    if model.U.shape[0] > DENSE_RESCUE_MAX_P or not all(_checks.is_concrete(a) for a in (sol.value, sol.result)):
+        return sol
+    if np.ndim(sol.result) != 0 or int(sol.result) != RESULTS.stagnated:
+        return sol
+    Sigma = jnp.diag(model.d) + jnp.matmul(model.U, model.U.T, precision=HIGHEST)
+    Sigma = 0.5 * (Sigma + Sigma.T)
+    alt = mrc._solve(kind, Sigma, m, tol, max_steps, None, "newton", False)
+    alt_code = int(alt.result)
+    gap, alt_gap = float(sol.stats["gap"]), float(alt.stats["gap"])
+    better = alt_code in (RESULTS.stagnated, RESULTS.max_steps_reached) and (
+        alt_gap < gap or (np.isnan(gap) and np.isfinite(alt_gap))
+    )
+    if alt_code != RESULTS.successful and not better:
+        return sol
+    ok = alt_code not in (RESULTS.infeasible, RESULTS.nonfinite)
+    stats = dict(
+        sol.stats,
+        num_steps=alt.stats["num_steps"],
+        num_loop_trips=sol.stats["num_loop_trips"] + jnp.asarray(alt.stats["num_steps"], jnp.int32),
+        objective=alt.stats["objective"],
+        gap=alt.stats["gap"],
+        min_eig=alt.stats["min_eig"],
+        feasible=jnp.asarray(ok),
+        dense_rescue=jnp.asarray(True),
+    )
+    return Solution(alt.value, alt.result, stats, alt.state)
 
 
 _DOC = r"""
@@ -223,8 +272,10 @@ _DOC = r"""
     factor model); ``stats["feasible"]`` is the exact inertia test of
     ``c Sigma - diag(s) > 0``. Caveat (as for :func:`~jaxknock.sdp_factor`):
     a ``Dt_j = c d_j - s_j`` within rounding of 0 makes the Woodbury terms
-    ill-conditioned; such runs end ``nonfinite`` / ``infeasible`` rather than
-    with a silent wrong answer. Under ``jit`` a model the eager checks refuse
+    ill-conditioned; such runs end ``nonfinite`` / ``infeasible`` / ``stagnated``
+    rather than with a silent wrong answer, and an eager ``stagnated`` solve of
+    one model with ``p <= 1000`` is solved again densely (:func:`dense_rescue`:
+    ``stats["dense_rescue"]``). Under ``jit`` a model the eager checks refuse
     (NaN/Inf in ``d`` or ``U``: ``nonfinite``; some ``d_j <= 0``: ``infeasible``)
     gives an all-NaN ``s``.
 
