@@ -1189,3 +1189,32 @@ def test_block_size_and_max_steps_checks_of_the_dense_solvers():
         sdp(C, lam0=np.inf)
     with pytest.raises(TypeError, match="max_steps must be a concrete .* traced"):
         jax.jit(lambda m: sdp(C, max_steps=m))(5)
+
+
+def test_numeric_settings_of_any_scalar_type_share_one_program():
+    """The numeric settings go into the solvers' programs as traced arguments, whose type is part of the
+    program's cache key: ``tol=np.float64(1e-5)`` (a strong float64), ``jnp.float32`` or ``max_steps=
+    np.int64(500)`` against the default Python scalars (weakly typed) compiled the whole solver again (one
+    program per settings' type for ``sdp``, ``asdp`` and ``sdp_factor``). Concrete settings now enter as
+    Python scalars: one program, the same ``s`` to the bit. (Shapes the batching tests above compile.)"""
+    from helpers import count_compiles, random_factor_model
+
+    C = jnp.asarray(ar1_correlation(12, 0.5))
+    model = FactorModel(*(jnp.asarray(a) for a in random_factor_model(1, 12, 2)))
+    runs = {
+        "sdp": lambda t, k, d, l: sdp(C, tol=t, max_steps=k, decay=d, lam0=l).value,
+        "asdp": lambda t, k, d, l: asdp(C, block_size=6, tol=t, max_steps=k).value,
+        "sdp_factor": lambda t, k, d, l: sdp_factor(model, tol=t, max_steps=k, decay=d, lam0=l).value,
+    }
+    typed = [
+        (np.float64(1e-5), np.int64(500), np.float64(0.8), np.float64(1.0)),
+        (jnp.float64(1e-5), jnp.int32(500), jnp.float64(0.8), jnp.float64(1.0)),
+        (1e-5, 500, 0.8, 1),  # lam0 an integer
+    ]
+    for name, run in runs.items():
+        ref = np.asarray(run(1e-5, 500, 0.8, 1.0))
+        with count_compiles() as compiles:
+            out = [np.asarray(run(*settings)) for settings in typed]
+        assert [c.split()[1] for c in compiles] == [], name
+        for o in out:
+            np.testing.assert_array_equal(o, ref)

@@ -339,7 +339,7 @@ def sdp_factor(
     if method not in _FACTOR_METHODS:
         raise ValueError(f"method must be one of {_FACTOR_METHODS}, got {method!r}")
     decay = _DEFAULT_DECAY[method] if decay is None else decay
-    _common.check_settings(tol, max_steps, decay, lam0)
+    tol, max_steps, decay, lam0 = _common.check_settings(tol, max_steps, decay, lam0)
     m = _checks.check_num_knockoffs(num_knockoffs)
     model = _common.validate_model(model)
     # numeric settings are traced (a new tol / lam0 / decay / m does not recompile)
