@@ -328,7 +328,11 @@ def traced_float(x):
 
 
 def check_positive_scalar(x, name: str, *, what: str = "a positive, finite number"):
-    """A real, finite scalar ``> 0``: raises naming ``name`` if concrete; returns the traced flag for :func:`poison`."""
+    """A real, finite scalar ``> 0``: raises naming ``name`` if concrete; returns the traced flag for :func:`poison`.
+
+    A concrete ``x`` that passes gives NumPy's ``True``: the flag computed on the device was a few eager
+    programs per scalar type (``np.float64(2.0)``, ``jnp.float32``, an ``int``) in a warm call.
+    """
     if isinstance(x, (str, bytes, bool, np.bool_)) or (
         hasattr(x, "dtype") and not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer))
     ):
@@ -339,6 +343,7 @@ def check_positive_scalar(x, name: str, *, what: str = "a positive, finite numbe
             raise ValueError(f"{name} must be a scalar, got shape {a.shape}")
         if not (np.isfinite(a) and a > 0):
             raise ValueError(f"{name} must be {what}, got {a.item()!r}")
+        return np.True_
     x = jnp.asarray(x)
     return jnp.isfinite(x) & (x > 0)
 

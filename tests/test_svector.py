@@ -1218,3 +1218,20 @@ def test_numeric_settings_of_any_scalar_type_share_one_program():
         assert [c.split()[1] for c in compiles] == [], name
         for o in out:
             np.testing.assert_array_equal(o, ref)
+
+
+def test_dual_gap_takes_a_barrier_parameter_of_any_scalar_type_without_compiling():
+    """``sdp_dual_gap``'s check of ``lam`` computed its flag on the device as eager programs of the scalar's
+    type: ``lam=np.float64(0.1)``, ``jnp.float32`` or an integer after a Python float compiled one to four
+    programs in a warm call. A concrete ``lam`` is checked on the host and passed as a NumPy scalar now."""
+    from helpers import count_compiles
+
+    C = ar1_correlation(12, 0.5)
+    s = np.full(12, 0.5)
+    ref = np.asarray(sdp_dual_gap(C, s, 1.0))
+    typed = [np.float64(1.0), jnp.float64(1.0), 1, np.float32(1.0), jnp.float32(1.0)]
+    with count_compiles() as compiles:
+        out = [np.asarray(sdp_dual_gap(C, s, lam)) for lam in typed]
+    assert [c.split()[1] for c in compiles] == []
+    for o in out:
+        np.testing.assert_array_equal(o, ref)
