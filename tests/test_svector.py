@@ -1235,3 +1235,29 @@ def test_dual_gap_takes_a_barrier_parameter_of_any_scalar_type_without_compiling
     assert [c.split()[1] for c in compiles] == []
     for o in out:
         np.testing.assert_array_equal(o, ref)
+
+
+def test_step_settings_of_any_scalar_type_share_one_program():
+    """The public steps take ``tol`` / ``decay`` traced, but ``tol=np.float64(1e-5)`` (a strong float64) after
+    the default Python float compiled ``sdp_step`` / ``newton_step`` / ``sdp_factor_step`` again (one program
+    per type). They go in as Python floats now: one program, the same state to the bit."""
+    from helpers import count_compiles, random_factor_model
+
+    C = jnp.asarray(ar1_correlation(12, 0.5))
+    model = FactorModel(*(jnp.asarray(a) for a in random_factor_model(1, 12, 2)))
+    st, b = sdp_init(C)
+    nst, fst = newton_init(C), sdp_factor_init(model)
+    runs = {
+        "sdp_step": lambda t, d: sdp_step(st, C, block_size=b, tol=t, decay=d),
+        "newton_step": lambda t, d: newton_step(nst, C, tol=t),
+        "sdp_factor_step": lambda t, d: sdp_factor_step(fst, model, tol=t, decay=d),
+    }
+    typed = [(np.float64(1e-5), np.float64(0.7)), (jnp.float64(1e-5), jnp.float64(0.7))]
+    for name, run in runs.items():
+        ref = jax.tree.leaves(run(1e-5, 0.7))
+        with count_compiles() as compiles:
+            out = [jax.tree.leaves(run(*settings)) for settings in typed]
+        assert [c.split()[1] for c in compiles] == [], name
+        for o in out:
+            for a, r in zip(o, ref):
+                np.testing.assert_array_equal(a, r)
