@@ -811,3 +811,14 @@ def test_fractional_or_non_int_sizes_are_refused_naming_sizes(sizes):
     with pytest.raises((ValueError, TypeError), match=r"sizes\[1\]"):
         LiftedSpec(sizes)
     assert LiftedSpec((6, 8.0, 2)).sizes == (6, 8, 2)  # whole-number floats are fine
+
+
+def test_train_mlp_takes_a_new_weight_decay_without_compiling(key):
+    """``weight_decay`` was part of the cached epoch program's key (a constant in it): every new value compiled
+    the epoch again. It is a traced argument now; the same optimizer object shares one program (a new
+    ``optax`` object is new code to trace, as it is to ``jax.jit``). (Settings of the tests above.)"""
+    train_mlp(key, X_TR, Y_TR, SIZES, optimizer=ADAM, epochs=1, batch_size=120)
+    with count_compiles() as compiles:
+        sol = train_mlp(key, X_TR, Y_TR, SIZES, optimizer=ADAM, epochs=1, batch_size=120, weight_decay=1e-3)
+    assert [c.split()[1] for c in compiles] == []
+    assert sol.result == RESULTS.successful
