@@ -309,8 +309,30 @@ def real_setting(x):
     return float(x) if np.dtype(x.dtype).kind in "iuf" else x
 
 
+def traced_float(x):
+    """A concrete real scalar setting as a Python ``float`` for a traced argument; anything else unchanged.
+
+    A jitted program's cache key holds each argument's type: ``tol=1e-5`` (a weakly typed Python float),
+    ``np.float64(1e-5)`` (a strong float64), ``jnp.float32(1e-5)`` and ``lam0=1`` (an integer) were four
+    programs for one solver. As a Python ``float`` every concrete value shares the program of the default.
+    Call it after the type checks; tracers, bools, text and arrays come back as they are.
+
+    Example:
+        >>> traced_float(np.float64(0.5)), traced_float(jnp.int32(3)), traced_float(True)
+        (0.5, 3.0, True)
+    """
+    real = isinstance(x, (int, float, np.generic, np.ndarray, jax.Array)) and not isinstance(x, (bool, np.bool_))
+    if not (real and is_concrete(x)) or np.ndim(x) != 0 or np.dtype(getattr(x, "dtype", type(x))).kind not in "iuf":
+        return x
+    return float(x)
+
+
 def check_positive_scalar(x, name: str, *, what: str = "a positive, finite number"):
-    """A real, finite scalar ``> 0``: raises naming ``name`` if concrete; returns the traced flag for :func:`poison`."""
+    """A real, finite scalar ``> 0``: raises naming ``name`` if concrete; returns the traced flag for :func:`poison`.
+
+    A concrete ``x`` that passes gives NumPy's ``True``: the flag computed on the device was a few eager
+    programs per scalar type (``np.float64(2.0)``, ``jnp.float32``, an ``int``) in a warm call.
+    """
     if isinstance(x, (str, bytes, bool, np.bool_)) or (
         hasattr(x, "dtype") and not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer))
     ):
@@ -321,6 +343,7 @@ def check_positive_scalar(x, name: str, *, what: str = "a positive, finite numbe
             raise ValueError(f"{name} must be a scalar, got shape {a.shape}")
         if not (np.isfinite(a) and a > 0):
             raise ValueError(f"{name} must be {what}, got {a.item()!r}")
+        return np.True_
     x = jnp.asarray(x)
     return jnp.isfinite(x) & (x > 0)
 

@@ -406,7 +406,9 @@ def estimate_factor_model(
     if not (_checks.is_int(rank) and 1 <= rank < p):
         raise ValueError(f"rank must be an integer with 1 <= rank < p = {p}, got {rank!r}")
     rank = int(rank)
-    # the settings are traced by the fit (new values never recompile): concrete ones are checked here
+    # the settings are traced by the fit (new values never recompile): concrete ones are checked here and go
+    # in as Python scalars (a NumPy or JAX scalar's type compiled the fit again)
+    max_steps, tol, min_diag = _checks.int_setting(max_steps), _checks.traced_float(tol), _checks.traced_float(min_diag)
     if _checks.is_concrete(max_steps) and not (_checks.is_int(max_steps) and max_steps >= 1):
         raise ValueError(f"max_steps must be an integer >= 1 (alternations), got {max_steps!r}")
     if _checks.is_concrete(tol) and not (np.isfinite(tol) and tol >= 0):
@@ -428,7 +430,8 @@ def estimate_factor_model(
             "with jaxknock.ledoit_wolf(X), or project it onto the positive semidefinite matrices first"
         )
     # a traced setting the eager checks above refuse gives no model (as a traced bad tol of the S solvers)
-    settings_ok = floor_ok & _fit_settings_ok(max_steps, tol)
+    concrete = _checks.is_concrete(max_steps) and _checks.is_concrete(tol)  # then checked above
+    settings_ok = floor_ok if concrete else floor_ok & _fit_settings_ok(max_steps, tol)
     d, U, obj, rel = _checks.poison(settings_ok, d, U, obj, rel)
     result = jnp.where(settings_ok, result, jnp.int32(RESULTS.infeasible))
     sol = Solution(

@@ -243,7 +243,7 @@ def knockoff_evalues(W, fdr, *, plus: bool = True):
     """
     _checks.check_fdr(fdr)
     W = _checks.check_statistics(W)
-    return _evalues(W, jnp.asarray(fdr, W.dtype), plus=_checks.static_flag(plus, "plus"))
+    return _evalues(W, _checks.call_scalar(fdr, W.dtype), plus=_checks.static_flag(plus, "plus"))
 
 
 @functools.partial(jax.jit, static_argnames=("plus",))
@@ -293,7 +293,7 @@ def benjamini_hochberg(pvalues, fdr):
     """
     _checks.check_fdr(fdr)
     pv = _check_pvalues(pvalues)
-    return _step_up(pv, jnp.asarray(fdr, pv.dtype), dependence=False)
+    return _step_up(pv, _checks.call_scalar(fdr, pv.dtype), dependence=False)
 
 
 def benjamini_yekutieli(pvalues, fdr):
@@ -312,7 +312,7 @@ def benjamini_yekutieli(pvalues, fdr):
     """
     _checks.check_fdr(fdr)
     pv = _check_pvalues(pvalues)
-    return _step_up(pv, jnp.asarray(fdr, pv.dtype), dependence=True)
+    return _step_up(pv, _checks.call_scalar(fdr, pv.dtype), dependence=True)
 
 
 @functools.partial(jax.jit, static_argnames=("dependence",))
@@ -364,7 +364,7 @@ def ebh(evalues, fdr):
     e = _checks.check_statistics(evalues, "evalues")
     if _checks.is_concrete(e) and np.any(np.asarray(e) < 0):
         raise ValueError("evalues must be non-negative")
-    return _ebh(e, jnp.asarray(fdr, e.dtype))
+    return _ebh(e, _checks.call_scalar(fdr, e.dtype))
 
 
 @jax.jit
@@ -412,13 +412,13 @@ def aggregate_ebh(W, fdr, *, alpha_kn=None, plus: bool = True):
     """
     _checks.check_fdr(fdr)
     if alpha_kn is None:
-        alpha_kn = fdr / 2 if _checks.is_concrete(fdr) else jnp.asarray(fdr) / 2
+        alpha_kn = _checks.traced_float(fdr) / 2 if _checks.is_concrete(fdr) else jnp.asarray(fdr) / 2
     _checks.check_fdr(alpha_kn, "alpha_kn")
     W = _checks.check_replicates(W)
     # the e-BH level in the e-values' dtype (W's), as ebh() takes it: a float32 level against float64 e-values
     # lost the exact boundary ties (p = 16, 10 at +5 and 6 at -5, fdr = 0.7 selected nothing)
-    level = jnp.asarray(fdr, W.dtype)
-    return _ebh_mask(W, level, jnp.asarray(alpha_kn, W.dtype), _checks.static_flag(plus, "plus"))
+    level = _checks.call_scalar(fdr, W.dtype)
+    return _ebh_mask(W, level, _checks.call_scalar(alpha_kn, W.dtype), _checks.static_flag(plus, "plus"))
 
 
 def aggregate_frequency(W, fdr, *, eta: float = 0.5, plus: bool = True):
@@ -451,7 +451,7 @@ def aggregate_frequency(W, fdr, *, eta: float = 0.5, plus: bool = True):
     _checks.check_fdr(fdr)
     eta = _check_eta(eta)
     W = _checks.check_replicates(W)
-    return _frequency_mask(W, jnp.asarray(fdr, W.dtype), eta, _checks.static_flag(plus, "plus"))
+    return _frequency_mask(W, _checks.call_scalar(fdr, W.dtype), eta, _checks.static_flag(plus, "plus"))
 
 
 def _check_eta(eta):

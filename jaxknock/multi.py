@@ -158,7 +158,8 @@ def multi_knockoff_threshold(kappa, tau, fdr, *, num_knockoffs: int, plus: bool 
             raise ValueError(
                 f"kappa must hold copy indices in 0..{m} (num_knockoffs = {m}), got values in [{lo}, {hi}]"
             )  # traced: a NaN threshold for the row (_mk_threshold)
-    return _mk_threshold(kappa, tau, jnp.asarray(fdr, tau.dtype), m=m, plus=_checks.static_flag(plus, "plus"))[0]
+    level = _checks.call_scalar(fdr, tau.dtype)
+    return _mk_threshold(kappa, tau, level, m=m, plus=_checks.static_flag(plus, "plus"))[0]
 
 
 @functools.partial(jax.jit, static_argnames=("m", "plus"))
@@ -208,7 +209,8 @@ def multi_knockoff_select(Z, fdr, *, plus: bool = True):
     _checks.check_fdr(fdr)
     kappa, tau = _mk_statistics(Z)
     _check_tau(tau)
-    T, found = _mk_threshold(kappa, tau, jnp.asarray(fdr, tau.dtype), m=m, plus=_checks.static_flag(plus, "plus"))
+    level = _checks.call_scalar(fdr, tau.dtype)
+    T, found = _mk_threshold(kappa, tau, level, m=m, plus=_checks.static_flag(plus, "plus"))
     return (kappa == 0) & (tau >= T[..., None]) & found[..., None]
 
 

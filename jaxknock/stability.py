@@ -502,7 +502,7 @@ def stability_selection(
     k, thr = _choose(q_path, p, threshold, expected_false, num_pairs, assumption)
     counts = np.asarray(counts)
     if k == 0:
-        max_prob = jnp.zeros(p, X.dtype)
+        max_prob = jax.device_put(np.zeros(p, X.dtype))  # jnp.zeros: an eager program in a warm call
         selected = np.zeros(p, bool)
         q, bound = 0.0, 0.0
     else:

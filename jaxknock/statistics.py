@@ -404,7 +404,7 @@ def _lcd_fixed_jit(Xk3, y, lams, settings):
     return _over_designs(one, (Xk3, lams), settings.solver)
 
 
-@functools.partial(jax.jit, static_argnames=("K", "num_lambdas", "eps", "patience"))
+@functools.partial(jax.jit, static_argnames=("K", "num_lambdas", "patience"))
 def _lcd_cv_jit(Xk3, y, fold_ids, lambdas, settings, *, K, num_lambdas, eps, patience=None):
     def one(X):
         grid = lambdas
@@ -480,13 +480,13 @@ def lsm(
     Xk3, cols, ties = _aot.call(canonical_columns, Xk3, copies=copies)
     Xk3, y, units = _units.scale_data(Xk3, y, loss)  # one exponent for the batch (jaxknock.l1._units)
     lambdas = _units.to_unit(lambdas, units, "lam")
-    sol = _aot.call(_lsm_jit, Xk3, y, lambdas, settings, num_lambdas=num_lambdas, eps=float(eps))
+    sol = _aot.call(_lsm_jit, Xk3, y, lambdas, settings, float(eps), num_lambdas=num_lambdas)
     sol = _units.restore(_aot.call(_lsm_statistics, sol, cols, ties, copies=copies), units, value_kind="lam")
     return raise_if_failed(_unflatten(sol, batch_shape), throw)
 
 
-@functools.partial(jax.jit, static_argnames=("num_lambdas", "eps"))
-def _lsm_jit(Xk3, y, lambdas, settings, *, num_lambdas, eps):
+@functools.partial(jax.jit, static_argnames="num_lambdas")  # eps traced: a new depth compiles nothing
+def _lsm_jit(Xk3, y, lambdas, settings, eps, *, num_lambdas):
     """Entry penalties ``(R, m)`` of the columns of each design (``value``), worst code along each path."""
 
     def one(X):

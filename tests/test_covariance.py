@@ -209,6 +209,21 @@ def test_estimate_factor_model_compiles_once():
     assert int(a.stats["num_steps"]) <= 5 and int(b.stats["num_steps"]) <= 7
 
 
+def test_estimate_factor_model_settings_of_any_scalar_type_share_one_program():
+    """``tol=np.float64(1e-9)``, ``min_diag=np.float64(1e-5)`` or ``max_steps=np.int64(7)`` (strong types)
+    against Python scalars (weak) compiled the fit again, and the checks of the settings ran as eager device
+    operations on them (two to four programs more per type). Concrete settings enter as Python scalars now."""
+    Sigma = np.corrcoef(factor_data(6, 50, 12, 2).T)
+    ref = estimate_factor_model(Sigma, rank=2, max_steps=7, tol=1e-9, min_diag=1e-5)
+    typed = [(np.int64(7), np.float64(1e-9), np.float64(1e-5)), (jnp.int32(7), jnp.float64(1e-9), jnp.float64(1e-5))]
+    with count_compiles() as compiles:
+        out = [estimate_factor_model(Sigma, rank=2, max_steps=k, tol=t, min_diag=m) for k, t, m in typed]
+    assert [c.split()[1] for c in compiles] == []
+    for o in out:
+        np.testing.assert_array_equal(o.value.U, ref.value.U)
+        np.testing.assert_array_equal(o.value.d, ref.value.d)
+
+
 # ---------------------------------------- issue 19: to_correlation validates variances
 
 

@@ -549,3 +549,31 @@ def test_frequency_eta_is_checked_and_may_be_traced():
             F.aggregate_frequency(W, 0.5, eta=bad)
     with pytest.raises(ValueError, match="aggregate"):
         min_selecting_fdr(W[0], aggregate="bogus")
+
+
+def test_levels_of_any_scalar_type_run_no_eager_conversion():
+    """``jnp.asarray(fdr, W.dtype)`` of a JAX scalar level was an eager conversion (one compiled program per
+    pair of dtypes in a process), and ``aggregate_ebh``'s default ``alpha_kn = fdr / 2`` an eager division:
+    a warm call with ``fdr=jnp.float64(0.3)`` on float32 statistics compiled one or two programs. A concrete
+    level enters as a NumPy scalar of the statistics' dtype now (``call_scalar``), as ``knockoff_select``'s
+    did. A float16 level (a conversion no other test runs) and a float64 one, against float32 ``W``."""
+    from helpers import count_compiles
+
+    W = np.array([[5.0, 4.0, 3.0, 2.0, -1.0, 6.0, 2.5], [6.0, -4.0, 5.0, 4.0, 3.0, 1.0, 2.0]], np.float32)
+    e = np.array([3.0, 0.0, 9.0, 1.5, 0.0, 4.0, 2.0], np.float32)
+    calls = {
+        "knockoff_evalues": lambda q: F.knockoff_evalues(W[0], q),
+        "aggregate_ebh": lambda q: F.aggregate_ebh(W, q),
+        "aggregate_frequency": lambda q: F.aggregate_frequency(W, q),
+        "ebh": lambda q: F.ebh(e, q),
+        "benjamini_hochberg": lambda q: F.benjamini_hochberg(e / 10, q),
+        "multi_knockoff_select": lambda q: multi.multi_knockoff_select(W, q),
+    }
+    levels = [jnp.float16(0.3), jnp.float64(0.3)]
+    for name, call in calls.items():
+        refs = [np.asarray(call(float(q))) for q in levels]
+        with count_compiles() as compiles:
+            out = [np.asarray(call(q)) for q in levels]
+        assert [c.split()[1] for c in compiles] == [], name
+        for o, ref in zip(out, refs):
+            np.testing.assert_array_equal(o, ref)

@@ -508,3 +508,20 @@ def test_randsel_prepares_its_data_in_one_program():
         res = randsel(key, X, y, num_subsamples=3)
     assert len(compiles) <= 10, [c.split()[1] for c in compiles]
     assert sorted(res.ranking.tolist()) == list(range(5)) and res.selected.any()
+
+
+def test_bandwidths_of_any_scalar_type_share_one_program():
+    """The bandwidth's check computed its flag on the device, as eager programs of the scalar's type (and
+    ``jnp.asarray`` of a NumPy scalar was a program more): ``bandwidth=np.float64(2.0)``, ``jnp.float32`` or
+    ``2`` after ``2.0`` compiled two to four programs in a warm call. A concrete bandwidth is checked on the
+    host now; the values are unchanged."""
+    from helpers import count_compiles
+
+    X = np.random.default_rng(0).standard_normal((17, 3))  # a shape no other test compiles for
+    y = X[:, 0] ** 2
+    ref = [float(kernel_target_alignment(X, y, bandwidth=2.0)), float(hsic(X, y, bandwidth=2.0))]
+    typed = [np.float64(2.0), jnp.float64(2.0), 2, np.float32(2.0)]
+    with count_compiles() as compiles:
+        out = [[float(kernel_target_alignment(X, y, bandwidth=b)), float(hsic(X, y, bandwidth=b))] for b in typed]
+    assert [c.split()[1] for c in compiles] == []
+    assert out == [ref] * len(typed)

@@ -394,6 +394,24 @@ def test_warm_calls_on_data_of_other_units_compile_nothing():
             np.testing.assert_allclose(v / c, ref, rtol=1e-10, atol=1e-12)
 
 
+def test_a_new_grid_depth_eps_compiles_nothing():
+    """``eps`` was a static argument of the default grid's program (``lasso_path``, ``lambda_grid``), so every
+    new value (and ``jnp.float32(0.05)``, a different float) compiled the grid again; it is a traced argument
+    now, as in the cross-validation engine: the same grids to the bit. (Settings of the tests above.)"""
+    X, y = _regression(seed=3, noise=2.0)
+    runs = [
+        lambda e: L.lasso_path(X, y, num_lambdas=15, eps=e).stats["lam"],
+        lambda e: L.lambda_grid(X, y, num=15, eps=e),
+    ]
+    for run in runs:
+        run(1e-2)
+        with count_compiles() as compiles:
+            grids = [np.asarray(run(e)) for e in (0.05, 3e-3, np.float64(0.2))]
+        assert compiles == []
+        for e, grid in zip((0.05, 3e-3, 0.2), grids):
+            np.testing.assert_allclose(grid[-1] / grid[0], e, rtol=1e-12)
+
+
 def test_logistic_cv_equals_manual_folds():
     """Fold deviances and refit against scikit-learn fits on each training fold.
 

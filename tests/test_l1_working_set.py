@@ -1094,3 +1094,24 @@ def test_add_features_leaves_a_candidate_that_cannot_join():
     st = out["st"]
     assert np.asarray(st.inws).tolist() == [True, False, True, False, True, False] and int(st.size) == 3
     assert bool(st.overflow)
+
+
+def test_the_engine_does_not_read_back_a_response_its_caller_checked(monkeypatch):
+    """``lasso_path``, ``lasso_cv`` and ``lcd`` check ``y`` and call the engine inside ``trusted_values``, but the
+    engine's ``prepare`` still copied the responses to the host to check them again: the ``(n,)`` response in
+    every warm call, and ``lcd``'s ``(R, n)`` broadcast of one ``y`` over ``R`` replicates (``knockoff_filter``
+    with replicates). It trusts them there now, as it trusts ``X``; a user's call of the engine is checked."""
+    from jaxknock import _checks
+    from jaxknock import statistics as S
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((3, 40, 8))
+    y = X[0, :, 0] + rng.standard_normal(40)
+    seen = []
+    check = _checks.check_model_response
+    monkeypatch.setattr(_checks, "check_model_response", lambda yv, **kw: (seen.append(np.shape(yv)), check(yv, **kw)))
+    S.lcd(X, y, folds=3, num_lambdas=10)
+    jaxknock.lasso_cv(X[0], y, folds=3, num_lambdas=10)
+    assert seen == [(40,), (40,)]  # each front end's own check, once
+    with pytest.raises(ValueError, match="y is constant"):
+        l1_cv(X[0], np.ones(40), folds=3, num_lambdas=10)

@@ -529,6 +529,24 @@ def test_fit_tune_vmap_equals_loop_and_no_retrace(key):
     np.testing.assert_allclose(vm[1]["objective"][1], one[1]["objective"], rtol=1e-10)
 
 
+def test_a_spec_with_other_hyper_parameters_compiles_nothing(key):
+    """The epoch programs were cached by the whole ``spec``, a static argument that holds ``lam``, ``rho`` and
+    ``gamma`` too, although the programs take them traced (``spec.hyper()``): ``fit_lifted`` with
+    ``LiftedSpec(sizes, lam=3.0)`` after ``lam=1.0`` compiled its epoch again (so did ``tune_lifted`` and
+    ``predict_lifted(method="lifted")``). They are keyed by the spec's structure now; the fit is the one
+    with the same values passed as ``hyper``. (Settings of the test above.)"""
+    base, other = _spec(), _spec(lam=3.0, rho=1e-2)
+    fit_lifted(key, X_TR, Y_TR, base, epochs=2)
+    ref = fit_lifted(key, X_TR, Y_TR, base, epochs=2, hyper=other.hyper())
+    predict_lifted(ref.value, X_TR, base, method="lifted", passes=3)
+    with count_compiles() as compiles:
+        sol = fit_lifted(key, X_TR, Y_TR, other, epochs=2)
+        predict_lifted(ref.value, X_TR, other, method="lifted", passes=3)
+    assert [c.split()[1] for c in compiles] == []
+    np.testing.assert_array_equal(sol.value[0]["w"], ref.value[0]["w"])
+    np.testing.assert_array_equal(sol.stats["objective"], ref.stats["objective"])
+
+
 def test_batched_algorithm2_learns_and_uses_kernel_form(key):
     spec = _spec(**BATCHED)
     # batch_size 6 <= p_0 + 1: the first layer's W-step runs in the kernel form.
@@ -793,3 +811,14 @@ def test_fractional_or_non_int_sizes_are_refused_naming_sizes(sizes):
     with pytest.raises((ValueError, TypeError), match=r"sizes\[1\]"):
         LiftedSpec(sizes)
     assert LiftedSpec((6, 8.0, 2)).sizes == (6, 8, 2)  # whole-number floats are fine
+
+
+def test_train_mlp_takes_a_new_weight_decay_without_compiling(key):
+    """``weight_decay`` was part of the cached epoch program's key (a constant in it): every new value compiled
+    the epoch again. It is a traced argument now; the same optimizer object shares one program (a new
+    ``optax`` object is new code to trace, as it is to ``jax.jit``). (Settings of the tests above.)"""
+    train_mlp(key, X_TR, Y_TR, SIZES, optimizer=ADAM, epochs=1, batch_size=120)
+    with count_compiles() as compiles:
+        sol = train_mlp(key, X_TR, Y_TR, SIZES, optimizer=ADAM, epochs=1, batch_size=120, weight_decay=1e-3)
+    assert [c.split()[1] for c in compiles] == []
+    assert sol.result == RESULTS.successful

@@ -505,3 +505,29 @@ def test_mvr_newton_stagnation_on_a_near_copy_is_solved_by_the_coordinate_method
     assert np.min(s[others]) > 0.4 and s[3] < 1e-8 and s[-1] < 1e-8  # the pair's s is bounded by 2 delta
     traced = jax.jit(lambda S: jaxknock.mvr(S))(C)
     assert RESULTS(int(traced.result)) != RESULTS.successful  # the Newton iterate, labelled as such
+
+
+def test_numeric_settings_of_any_scalar_type_share_one_program():
+    """``tol=np.float64(1e-6)`` or ``max_steps=np.int64(2000)`` (strong types) against the default Python
+    scalars (weak) compiled the whole MVR / maximum-entropy program again, dense and factor model alike: the
+    settings' type is part of a traced argument's cache key. Concrete settings now enter as Python scalars:
+    one program, the same ``s`` to the bit."""
+    from helpers import ar1_correlation, count_compiles, random_factor_model
+
+    from jaxknock.covariance import FactorModel
+
+    C = jnp.asarray(ar1_correlation(12, 0.5))
+    model = FactorModel(*(jnp.asarray(a) for a in random_factor_model(1, 12, 2)))
+    runs = {
+        "mvr": lambda t, k: jaxknock.mvr(C, tol=t, max_steps=k).value,
+        "maxent": lambda t, k: jaxknock.maxent(C, tol=t, max_steps=k).value,
+        "mvr_factor": lambda t, k: jaxknock.mvr_factor(model, tol=t, max_steps=k).value,
+    }
+    typed = [(np.float64(1e-6), np.int64(500)), (jnp.float64(1e-6), jnp.int32(500))]
+    for name, run in runs.items():
+        ref = np.asarray(run(1e-6, 500))
+        with count_compiles() as compiles:
+            out = [np.asarray(run(*settings)) for settings in typed]
+        assert [c.split()[1] for c in compiles] == [], name
+        for o in out:
+            np.testing.assert_array_equal(o, ref)

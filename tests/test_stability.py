@@ -551,3 +551,19 @@ def test_subsamples_and_the_default_grid_are_one_program_each():
         grid = jaxknock.lambda_grid(X, y, num=9)
     assert len(compiles) <= 5  # the unit scale (2), lambda_max, the grid, the scale back
     np.testing.assert_allclose(grid[-1] / grid[0], 1e-3, rtol=1e-12)
+
+
+def test_a_warm_call_that_selects_nothing_compiles_nothing():
+    """With no stable feature (``k = 0``) the maximum probabilities were ``jnp.zeros(p, dtype)``, an eager
+    program (two, with the dtype's conversion) compiled in the first such warm call of a process; they are
+    NumPy zeros put on the device now. A shape no other test compiles for."""
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((31, 5))
+    key = jax.random.key(0)
+    kw = dict(num_subsamples=6, num_lambdas=8, threshold=0.9, expected_false=None)
+    first = jaxknock.stability_selection(key, X, X[:, 0] + 0.1 * X[:, 1], **kw)
+    assert first.selected.any()
+    with count_compiles() as compiles:
+        none = jaxknock.stability_selection(key, X, rng.standard_normal(31), **dict(kw, expected_false=1e-3))
+    assert not none.selected.any() and none.max_probability.dtype == X.dtype and none.q == 0.0
+    assert [c.split()[1] for c in compiles] == []

@@ -182,6 +182,25 @@ def test_lcd_cv_takes_any_grid_order_and_refuses_a_non_finite_grid(monkeypatch):
         S.lcd(Xk, y, folds=3, lambdas=np.append(np.inf, grid))
 
 
+def test_lsm_and_classic_lcd_take_a_new_eps_without_compiling():
+    """``eps`` (the depth of the default grid) was a static argument of ``lsm``'s program and of the classic
+    CV engine's: a warm call with another ``eps`` compiled the whole statistic again. (Shapes of the flip-sign
+    tests.)"""
+    from helpers import count_compiles
+
+    Xk, y = _design(seed=4)
+    batch, _ = _swapped_batch(Xk)
+    runs = [
+        lambda e: S.lsm(batch, y, num_lambdas=15, tol=1e-12, eps=e).value,
+        lambda e: S.lcd(batch, y, folds=3, num_lambdas=15, tol=1e-12, eps=e, engine="classic").value,
+    ]
+    for run in runs:
+        run(1e-3)
+        with count_compiles() as compiles:
+            run(1e-2), run(0.05)
+        assert [c.split()[1] for c in compiles] == []
+
+
 def test_lsm_entry_matches_path():
     Xk, y = _design(seed=4)
     batch, _ = _swapped_batch(Xk)

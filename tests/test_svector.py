@@ -1189,3 +1189,75 @@ def test_block_size_and_max_steps_checks_of_the_dense_solvers():
         sdp(C, lam0=np.inf)
     with pytest.raises(TypeError, match="max_steps must be a concrete .* traced"):
         jax.jit(lambda m: sdp(C, max_steps=m))(5)
+
+
+def test_numeric_settings_of_any_scalar_type_share_one_program():
+    """The numeric settings go into the solvers' programs as traced arguments, whose type is part of the
+    program's cache key: ``tol=np.float64(1e-5)`` (a strong float64), ``jnp.float32`` or ``max_steps=
+    np.int64(500)`` against the default Python scalars (weakly typed) compiled the whole solver again (one
+    program per settings' type for ``sdp``, ``asdp`` and ``sdp_factor``). Concrete settings now enter as
+    Python scalars: one program, the same ``s`` to the bit. (Shapes the batching tests above compile.)"""
+    from helpers import count_compiles, random_factor_model
+
+    C = jnp.asarray(ar1_correlation(12, 0.5))
+    model = FactorModel(*(jnp.asarray(a) for a in random_factor_model(1, 12, 2)))
+    runs = {
+        "sdp": lambda t, k, d, l: sdp(C, tol=t, max_steps=k, decay=d, lam0=l).value,
+        "asdp": lambda t, k, d, l: asdp(C, block_size=6, tol=t, max_steps=k).value,
+        "sdp_factor": lambda t, k, d, l: sdp_factor(model, tol=t, max_steps=k, decay=d, lam0=l).value,
+    }
+    typed = [
+        (np.float64(1e-5), np.int64(500), np.float64(0.8), np.float64(1.0)),
+        (jnp.float64(1e-5), jnp.int32(500), jnp.float64(0.8), jnp.float64(1.0)),
+        (1e-5, 500, 0.8, 1),  # lam0 an integer
+    ]
+    for name, run in runs.items():
+        ref = np.asarray(run(1e-5, 500, 0.8, 1.0))
+        with count_compiles() as compiles:
+            out = [np.asarray(run(*settings)) for settings in typed]
+        assert [c.split()[1] for c in compiles] == [], name
+        for o in out:
+            np.testing.assert_array_equal(o, ref)
+
+
+def test_dual_gap_takes_a_barrier_parameter_of_any_scalar_type_without_compiling():
+    """``sdp_dual_gap``'s check of ``lam`` computed its flag on the device as eager programs of the scalar's
+    type: ``lam=np.float64(0.1)``, ``jnp.float32`` or an integer after a Python float compiled one to four
+    programs in a warm call. A concrete ``lam`` is checked on the host and passed as a NumPy scalar now."""
+    from helpers import count_compiles
+
+    C = ar1_correlation(12, 0.5)
+    s = np.full(12, 0.5)
+    ref = np.asarray(sdp_dual_gap(C, s, 1.0))
+    typed = [np.float64(1.0), jnp.float64(1.0), 1, np.float32(1.0), jnp.float32(1.0)]
+    with count_compiles() as compiles:
+        out = [np.asarray(sdp_dual_gap(C, s, lam)) for lam in typed]
+    assert [c.split()[1] for c in compiles] == []
+    for o in out:
+        np.testing.assert_array_equal(o, ref)
+
+
+def test_step_settings_of_any_scalar_type_share_one_program():
+    """The public steps take ``tol`` / ``decay`` traced, but ``tol=np.float64(1e-5)`` (a strong float64) after
+    the default Python float compiled ``sdp_step`` / ``newton_step`` / ``sdp_factor_step`` again (one program
+    per type). They go in as Python floats now: one program, the same state to the bit."""
+    from helpers import count_compiles, random_factor_model
+
+    C = jnp.asarray(ar1_correlation(12, 0.5))
+    model = FactorModel(*(jnp.asarray(a) for a in random_factor_model(1, 12, 2)))
+    st, b = sdp_init(C)
+    nst, fst = newton_init(C), sdp_factor_init(model)
+    runs = {
+        "sdp_step": lambda t, d: sdp_step(st, C, block_size=b, tol=t, decay=d),
+        "newton_step": lambda t, d: newton_step(nst, C, tol=t),
+        "sdp_factor_step": lambda t, d: sdp_factor_step(fst, model, tol=t, decay=d),
+    }
+    typed = [(np.float64(1e-5), np.float64(0.7)), (jnp.float64(1e-5), jnp.float64(0.7))]
+    for name, run in runs.items():
+        ref = jax.tree.leaves(run(1e-5, 0.7))
+        with count_compiles() as compiles:
+            out = [jax.tree.leaves(run(*settings)) for settings in typed]
+        assert [c.split()[1] for c in compiles] == [], name
+        for o in out:
+            for a, r in zip(o, ref):
+                np.testing.assert_array_equal(a, r)

@@ -467,7 +467,9 @@ def prepare(X, y, loss):
     if loss not in ("squared", "logistic"):
         raise ValueError(f"loss must be 'squared' or 'logistic', got {loss!r}")
     _checks.check_finite_on_device(X, "X")
-    if _checks.is_concrete(y):
+    # a front end (lasso_path, lasso_cv, lcd) checked y and trusts it here: reading it back again was the (n,)
+    # response in every warm call, and lcd's (R, n) broadcast of one y over R replicates
+    if _checks.is_concrete(y) and not _checks.values_trusted():
         _checks.check_finite_on_device(y, "y")
         # each distinct response (a batch usually repeats one y): the checks of lasso_cv, with an intercept
         # (by their bytes: np.unique(axis=0) makes an n-field record type, 0.44 s at n = 80 000)

@@ -410,9 +410,10 @@ def _lambda_max_jit(X, y, *, loss, fit_intercept):
 
 
 # :func:`default_grid` as one program (op by op, :func:`geometric_grid` alone was six more in a first call);
-# ``settings``' tol and max_steps are data fields, so one program serves every tolerance
-_default_grid_jit = jax.jit(default_grid, static_argnames=("num", "eps"))
-_geometric_grid_jit = jax.jit(geometric_grid, static_argnames=("num", "eps"))
+# ``settings``' tol and max_steps are data fields and ``eps`` is traced (static, every new depth compiled the
+# grid again), so one program serves every tolerance and depth
+_default_grid_jit = jax.jit(default_grid, static_argnames="num")
+_geometric_grid_jit = jax.jit(geometric_grid, static_argnames="num")
 
 
 def lambda_grid(

@@ -26,7 +26,7 @@ from jaxknock.lifted._common import zero_info
 from jaxknock.lifted._inputs import check_hyper_values, poison_step
 from jaxknock.lifted.blocks import forward_state, w_factor, w_steps, x_steps
 from jaxknock.lifted.objective import objective_terms
-from jaxknock.lifted.spec import LiftedHyper, LiftedSpec, LiftedState, Settings, default_settings
+from jaxknock.lifted.spec import LiftedHyper, LiftedSpec, LiftedState, Settings, default_settings, structure
 
 __all__ = [
     "BETA_START",
@@ -98,7 +98,7 @@ def lifted_bcd_step(
     hyper = spec.hyper(X.dtype) if hyper is None else hyper
     check_hyper_values(hyper, batched=False)
     settings = default_settings(X.dtype, inner_tol=inner_tol, inner_max_steps=inner_max_steps, w_max_steps=w_max_steps)
-    state, info = _bcd_step_jit(state, X, Y, hyper, spec, settings)
+    state, info = _bcd_step_jit(state, X, Y, hyper, structure(spec), settings)
     return poison_step(state, hyper, X, Y, batched=False), info
 
 
@@ -221,7 +221,7 @@ def lifted_batch_step(
         w_max_steps=w_max_steps,
         alternations=alternations,
     )
-    return poison_step(_batch_step_jit(params, X, Y, hyper, spec, settings), hyper, X, Y, batched=True)
+    return poison_step(_batch_step_jit(params, X, Y, hyper, structure(spec), settings), hyper, X, Y, batched=True)
 
 
 @functools.partial(jax.jit, static_argnames=("spec", "settings"))
@@ -252,7 +252,6 @@ def batch_update(params, X, Y, hyper, spec, settings, factor0=None):
 # ----------------------------------------------------------------------------
 
 
-@functools.cache
 def epoch_fn(spec: LiftedSpec, settings: Settings, batch_size, vmapped: bool, fixed: bool = False):
     """Jitted epoch: one Algorithm-1 pass, or one Algorithm-2 sweep over shuffled batches.
 
@@ -260,8 +259,14 @@ def epoch_fn(spec: LiftedSpec, settings: Settings, batch_size, vmapped: bool, fi
     blocks of ``[X, 1]`` (non-batched), ``None`` (batched: ``perm`` shuffles the
     rows) or, with ``fixed`` batches, ``(parts, factors)``: the ``(nb, B)`` row
     indices of the batches and their first-layer factorisations, visited in the
-    order ``perm`` (a permutation of the ``nb`` batches).
+    order ``perm`` (a permutation of the ``nb`` batches). One program for every
+    ``lam`` / ``rho`` / ``gamma`` of ``spec`` (:func:`~jaxknock.lifted.spec.structure`).
     """
+    return _epoch_fn(structure(spec), settings, batch_size, vmapped, fixed)
+
+
+@functools.cache
+def _epoch_fn(spec: LiftedSpec, settings: Settings, batch_size, vmapped: bool, fixed: bool):
 
     if batch_size is None and settings.extrapolation > 0:
 
@@ -310,9 +315,13 @@ def fixed_partition(key, N: int, batch_size: int):
     return jnp.concatenate([perm, perm[: nb * batch_size - N]]).reshape(nb, batch_size)
 
 
-@functools.cache
 def factors_fn(spec: LiftedSpec, vmapped: bool):
-    """Jitted first-layer factorisations of all fixed batches (one model or a stack)."""
+    """Jitted first-layer factorisations of all fixed batches (one model or a stack); one per structure."""
+    return _factors_fn(structure(spec), vmapped)
+
+
+@functools.cache
+def _factors_fn(spec: LiftedSpec, vmapped: bool):
 
     def factors(X, parts, hyper):
         return lax.map(lambda ix: w_factor(X[ix], hyper, spec), parts)

@@ -168,20 +168,21 @@ def lifted_to_mlp(params_or_solution, *, index: int | None = None, dtype=None) -
 
 
 @functools.cache
-def _mlp_epoch_fn(optimizer, loss: str, batch_size: int, weight_decay: float):
-    def objective(params, xb, yb):
+def _mlp_epoch_fn(optimizer, loss: str, batch_size: int):
+    # weight_decay is traced (a constant of the program, every new value compiled the epoch again)
+    def objective(params, xb, yb, weight_decay):
         ridge = sum(jnp.sum(layer["w"] ** 2) for layer in params)
         return loss_sum(yb, mlp_apply(params, xb), loss) / xb.shape[0] + weight_decay * ridge
 
     grad_fn = jax.value_and_grad(objective)
 
-    def epoch(params, opt_state, X, Y, perm):
+    def epoch(params, opt_state, X, Y, perm, weight_decay):
         nb = X.shape[0] // batch_size
         idx = perm[: nb * batch_size].reshape(nb, batch_size)
 
         def body(carry, ix):
             params, opt_state = carry
-            value, g = grad_fn(params, X[ix], Y[ix])
+            value, g = grad_fn(params, X[ix], Y[ix], weight_decay)
             updates, opt_state = optimizer.update(g, opt_state, params)
             params = jax.tree_util.tree_map(lambda p, u: p + u, params, updates)
             return (params, opt_state), value
@@ -264,14 +265,14 @@ def train_mlp(
             raise ValueError("pass both X_test and y_test, or neither")
         test = prepare_xy(X_test, y_test, spec, "X_test", "y_test")
     opt_state = optimizer.init(params)
-    step = _mlp_epoch_fn(optimizer, loss, batch_size, float(weight_decay))
+    step = _mlp_epoch_fn(optimizer, loss, batch_size)
     evaluate = eval_fn(loss, False)
     hist: dict[str, list] = {}
     nonfinite = False
     for epoch in range(int(epochs)):
         perm = jax.random.permutation(jax.random.fold_in(k_perm, epoch), N)
         t0, c0 = time.perf_counter(), time.process_time()
-        params, opt_state, value = step(params, opt_state, X, Y, perm)
+        params, opt_state, value = step(params, opt_state, X, Y, perm, float(weight_decay))
         jax.block_until_ready(params)
         hist.setdefault("epoch_time", []).append(time.perf_counter() - t0)
         hist.setdefault("epoch_cpu_time", []).append(time.process_time() - c0)

@@ -13,7 +13,7 @@ from jaxknock.lifted._inputs import check_hyper_values, check_params
 from jaxknock.lifted.blocks import forward_state, x_steps
 from jaxknock.lifted.mlp import mlp_apply
 from jaxknock.lifted.objective import objective_rows
-from jaxknock.lifted.spec import LiftedHyper, LiftedSpec, default_settings
+from jaxknock.lifted.spec import LiftedHyper, LiftedSpec, default_settings, structure
 
 __all__ = ["predict_lifted"]
 
@@ -78,7 +78,7 @@ def predict_lifted(
         raise ValueError(f"hyper.lam must be a scalar (one model's hyper-parameters), got shape {jnp.shape(hyper.lam)}")
     check_hyper_values(hyper, batched=False)
     settings = default_settings(X.dtype, inner_tol=inner_tol, inner_max_steps=inner_max_steps)
-    return _lifted_scores(params, X, hyper, spec, settings, passes)
+    return _lifted_scores(params, X, hyper, structure(spec), settings, passes)  # hyper explicit: one program
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4, 5))

@@ -28,6 +28,7 @@ __all__ = [
     "LiftedState",
     "Settings",
     "default_settings",
+    "structure",
 ]
 
 LOSSES = ("mse", "cross_entropy")
@@ -124,6 +125,16 @@ class LiftedSpec:
             rho=jnp.asarray(self.rho, dtype),
             gamma=jnp.asarray(self.gamma, dtype),
         )
+
+
+def structure(spec: LiftedSpec) -> LiftedSpec:
+    """``spec`` with the default hyper-parameters: all a compiled program takes from it statically.
+
+    The steps and epochs take ``lam``, ``rho`` and ``gamma`` traced (:meth:`LiftedSpec.hyper`), but a spec is
+    a static argument, hashed with its values: keyed by the whole spec, ``LiftedSpec(sizes, lam=3.0)`` after
+    ``lam=1.0`` compiled every program again. Use it only where the hyper-parameters are passed explicitly.
+    """
+    return dataclasses.replace(spec, lam=1.0, rho=0.0, gamma=1.0)
 
 
 class LiftedHyper(NamedTuple):

@@ -143,8 +143,13 @@ def check_settings(tol, max_steps, decay, lam0):
 
     ``max_steps`` must be a Python integer; ``tol``, ``decay`` and ``lam0`` may
     be Python floats or concrete / traced scalars (the solvers trace them, so a
-    new value never recompiles).
+    new value never recompiles). Returns them for the solvers' programs, concrete
+    ones as Python scalars (:func:`~jaxknock._checks.traced_float`: a NumPy or JAX
+    scalar's type compiled the whole solver again), checked on the host.
     """
+    tol, decay = _checks.traced_float(tol), _checks.traced_float(decay)
+    lam0 = None if lam0 is None else _checks.traced_float(lam0)
+    max_steps = _checks.int_setting(max_steps)
     # finite too: tol = inf "certified" any iterate (sdp, mvr: successful after one step, s ~ 1e-4)
     if _checks.is_concrete(tol) and not (np.isfinite(tol) and tol > 0):
         raise ValueError(f"tol must be positive and finite, got {tol}")
@@ -155,6 +160,7 @@ def check_settings(tol, max_steps, decay, lam0):
         raise ValueError(f"decay must lie in (0, 1), got {decay}")
     if lam0 is not None and _checks.is_concrete(lam0) and not (np.isfinite(lam0) and lam0 > 0):
         raise ValueError(f"lam0 must be positive and finite, got {lam0}")
+    return tol, max_steps, decay, lam0
 
 
 def check_start(lam0, s0, p: int, block_size=None) -> None:

@@ -193,7 +193,7 @@ def asdp(
     p = Sigma.shape[0]
     if not (_checks.is_int(block_size) and 1 <= block_size):  # not a bool: True was taken as 1
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
-    _common.check_settings(tol, max_steps, 0.8, None)
+    tol, max_steps, _, _ = _common.check_settings(tol, max_steps, 0.8, None)
     m = _checks.check_num_knockoffs(num_knockoffs)
     bs = int(min(block_size, p))
     sol = _asdp_jit(Sigma, tol, max_steps, (m + 1.0) / m, bs=bs, min_eig="exact" if exact_min_eig else "bound")

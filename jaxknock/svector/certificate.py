@@ -339,7 +339,7 @@ def sdp_dual_gap(Sigma, s, lam):
     C = to_correlation(Sigma)
     s_corr = s / jnp.diagonal(Sigma)
     cap = jnp.minimum(1.0, 2.0 * jnp.diagonal(C))
-    dual, gap = _certified_gap_dense_jit(C, s_corr, jnp.asarray(lam, C.dtype), cap)
+    dual, gap = _certified_gap_dense_jit(C, s_corr, _checks.call_scalar(lam, C.dtype), cap)
     ok = lam_ok & jnp.all(jnp.isfinite(s)) & (_sigma_checks.traced_sigma_code(Sigma) == 0)
     return _checks.poison(ok, dual, gap)
 

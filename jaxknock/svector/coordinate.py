@@ -356,4 +356,5 @@ def sdp_step(
         ('successful', [0.4, 0.4, 0.4, 0.4, 0.4, 0.4])
     """
     scale = _common.multi_scale(_checks.check_num_knockoffs(num_knockoffs))
+    tol, decay = _checks.traced_float(tol), _checks.traced_float(decay)  # one program whatever their scalar type
     return _sdp_step(state, jnp.asarray(Sigma), int(block_size), tol, decay, scale)

@@ -168,7 +168,7 @@ def sdp(
         >>> bool(jnp.allclose(s, 1.0, atol=1e-4))
         True
     """
-    _common.check_settings(tol, max_steps, decay, lam0)
+    tol, max_steps, decay, lam0 = _common.check_settings(tol, max_steps, decay, lam0)
     m = _checks.check_num_knockoffs(num_knockoffs)
     Sigma = _sigma_checks.validate_sigma(Sigma)
     p = Sigma.shape[-1]

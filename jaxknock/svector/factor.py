@@ -339,7 +339,7 @@ def sdp_factor(
     if method not in _FACTOR_METHODS:
         raise ValueError(f"method must be one of {_FACTOR_METHODS}, got {method!r}")
     decay = _DEFAULT_DECAY[method] if decay is None else decay
-    _common.check_settings(tol, max_steps, decay, lam0)
+    tol, max_steps, decay, lam0 = _common.check_settings(tol, max_steps, decay, lam0)
     m = _checks.check_num_knockoffs(num_knockoffs)
     model = _common.validate_model(model)
     # numeric settings are traced (a new tol / lam0 / decay / m does not recompile)
@@ -491,4 +491,5 @@ def sdp_factor_step(
         ('successful', [0.4, 0.4, 0.4])
     """
     scale = _common.multi_scale(_checks.check_num_knockoffs(num_knockoffs))
+    tol, decay = _checks.traced_float(tol), _checks.traced_float(decay)  # one program whatever their scalar type
     return _sdp_factor_step(state, jnp.asarray(model.d), jnp.asarray(model.U), tol, decay, scale)

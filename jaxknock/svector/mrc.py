@@ -404,7 +404,7 @@ def _mrc_jit(Sigma, tol, max_steps, m, *, kind, b, method):
 
 def _solve(kind, Sigma, num_knockoffs, tol, max_steps, block_size, method, throw):
     _checks.check_choice(method, SOLVER_METHODS, "method")
-    _common.check_settings(tol, max_steps, 0.5, None)
+    tol, max_steps, _, _ = _common.check_settings(tol, max_steps, 0.5, None)
     m = _checks.check_num_knockoffs(num_knockoffs)
     Sigma = _sigma_checks.validate_sigma(Sigma)
     p = Sigma.shape[-1]

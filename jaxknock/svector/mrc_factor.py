@@ -180,7 +180,7 @@ def _mrc_factor_jit(d, U, tol, max_steps, m, *, kind, method):
 
 def _solve(kind, model, num_knockoffs, tol, max_steps, method, throw):
     _checks.check_choice(method, METHODS, "method")
-    _common.check_settings(tol, max_steps, 0.5, None)
+    tol, max_steps, _, _ = _common.check_settings(tol, max_steps, 0.5, None)
     m = _checks.check_num_knockoffs(num_knockoffs)
     model = _common.validate_model(model)
     if model.U.ndim == 3:

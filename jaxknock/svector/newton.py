@@ -467,4 +467,4 @@ def newton_step(state: NewtonState, Sigma, *, tol: float = 1e-5, num_knockoffs: 
         True
     """
     scale = _common.multi_scale(_checks.check_num_knockoffs(num_knockoffs))
-    return _newton_step(state, jnp.asarray(Sigma), tol, scale)
+    return _newton_step(state, jnp.asarray(Sigma), _checks.traced_float(tol), scale)  # one program for any scalar type
