@@ -98,6 +98,14 @@ def start_width(m: int, n: int, *, whole_grid: bool) -> int:
     A larger start costs every kink some speed (n = 1000, m = 1000, 5 signals,
     a working set of 470: 0.21 s warm at ``W = 1000`` against 0.14 s at 512).
 
+    With many more features than rows (the filter at p >= n, m = 2p >= 2n), those
+    paths end beyond 1024 once ``n`` is large: at ``1.35-2.0 n`` with 50 signals and
+    ``0.85 n`` with 5 weak ones (session 57: genotype-like LD blocks and tf-idf columns,
+    n = 1000-2000, m = 4000-20000). Climbing there from 1024 compiled the engine 7 times
+    at n = 2000, m = 20000 (first call 100 s, warm 18 s). Such a path starts at the ladder
+    step (:func:`next_capacity`) that holds ``min(0.3 m, 1.25 n)`` when that exceeds 1024
+    (``0.3 m``: the smallest working set of the designs above): 2 runs, first call 39 s.
+
     A whole grid (``early_stop=False``) starts at 512 and grows two ladder steps
     at once when it overflows early (:func:`grow`'s caller).
 
@@ -108,10 +116,15 @@ def start_width(m: int, n: int, *, whole_grid: bool) -> int:
         (512, 400)
         >>> start_width(2000, 2000, whole_grid=True)
         512
+        >>> start_width(4000, 1000, whole_grid=False), start_width(20000, 2000, whole_grid=False)
+        (1536, 3072)
     """
     if whole_grid or min(0.85 * m, 2.5 * n) <= 512:
         return min(m, 512)
-    return min(m, 1024)
+    W, need = 1024, min(0.3 * m, 1.25 * n)
+    while W < need:
+        W = next_capacity(W)
+    return min(m, W)
 
 
 def slots_for(W: int) -> int:
