@@ -182,6 +182,12 @@ def test_a_whole_grid_starts_with_every_slot_its_active_sets_can_use(monkeypatch
     least 256, and no path starts with more slots than ``n + 1`` (an active set never exceeds the rank of the centred
     rows). The working set of a path that stops early starts at 1024 (at most ``m``) when its shape says 512 would
     most likely overflow (``min(0.85 m, 2.5 n) > 512``: n = 300, m = 1000); a whole grid starts at 512."""
+    assert _first_capacities(monkeypatch, n, m, (False, True)) == [whole, early]
+
+
+def _first_capacities(monkeypatch, n, m, early_stops):
+    """The ``(W, slots)`` of the first engine run of ``l1_cv`` for each ``early_stop`` (n x m, 5 signals; no run
+    remembered for the shape, the run itself stopped before it starts)."""
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, m))
     y = X[:, :5].sum(1) + rng.standard_normal(n)
@@ -196,10 +202,10 @@ def test_a_whole_grid_starts_with_every_slot_its_active_sets_can_use(monkeypatch
 
     monkeypatch.setattr(_aot, "call", record)
     monkeypatch.setattr(_capacity, "STORE", CapacityStore(lambda: None))
-    for early_stop in (False, True):
+    for early_stop in early_stops:
         with pytest.raises(Stop):
             working_set.l1_cv(X, y, early_stop=early_stop)
-    assert seen == [whole, early]
+    return seen
 
 
 def test_a_path_with_many_more_features_than_rows_starts_near_the_working_set_it_will_need(monkeypatch):
@@ -207,23 +213,7 @@ def test_a_path_with_many_more_features_than_rows_starts_near_the_working_set_it
     (0.85 n with 5 weak signals): climbing there from 1024 compiled the engine 7 times at n = 2000, m = 20000
     (first call 100 s against 39 s from 3072, warm 18 s against 15 s). Such a path starts at the ladder step that
     holds ``min(0.3 m, 1.25 n)``: 1536 at n = 1000, m = 4000 (it started at 1024 and climbed to 1536-2048)."""
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((1000, 4000))
-    y = X[:, :5].sum(1) + rng.standard_normal(1000)
-    seen = []
-
-    class Stop(Exception):
-        pass
-
-    def record(f, *a, **k):
-        seen.append((k["W"], k["slots"]))
-        raise Stop
-
-    monkeypatch.setattr(_aot, "call", record)
-    monkeypatch.setattr(_capacity, "STORE", CapacityStore(lambda: None))
-    with pytest.raises(Stop):
-        working_set.l1_cv(X, y, early_stop=True)
-    assert seen == [(1536, _capacity.slots_for(1536))]
+    assert _first_capacities(monkeypatch, 1000, 4000, (True,)) == [(1536, _capacity.slots_for(1536))]
 
 
 @pytest.mark.parametrize(("early_stop", "widths"), [(False, [512, 1536]), (True, [1024, 1536])])
