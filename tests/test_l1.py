@@ -928,6 +928,14 @@ def test_numpy_scalar_settings_and_traced_settings():
     np.testing.assert_array_equal(sol.value, ref.value)
     with pytest.raises(ValueError, match="tol must be a positive number, got True"):
         L.make_settings(jnp.float64, tol=True)
+    # a concrete JAX scalar was refused as "tol must be a positive number, got Array(1.e-04)" (the S solvers
+    # take one); now the answer of the Python float, and the refusals stay
+    jax_tol = L.lasso(X, y, 0.1, tol=jnp.float64(1e-4), max_steps=jnp.int32(300))
+    np.testing.assert_array_equal(jax_tol.value, ref.value)
+    assert L.make_settings(jnp.float32, tol=jnp.float32(1e-4)).tol == float(np.float32(1e-4))
+    for bad in (jnp.float64(-1.0), jnp.asarray([1e-4]), jnp.bool_(True)):
+        with pytest.raises(ValueError, match="tol must be a positive number"):
+            L.make_settings(jnp.float64, tol=bad)
     with pytest.raises(TypeError, match="tol must be a concrete .* traced"):
         jax.jit(lambda t: L.lasso(jnp.asarray(X), jnp.asarray(y), 0.1, tol=t))(1e-4)
     with pytest.raises(TypeError, match="max_steps must be a concrete .* traced"):

@@ -134,6 +134,7 @@ def make_settings(
         "a concrete Python or NumPy number",
         " (the solver still takes it as data: a new value does not recompile)",
     )
+    tol = _checks.traced_float(tol)  # a concrete JAX scalar too (it was refused as "not a positive number")
     if isinstance(tol, (bool, np.bool_)) or not (
         isinstance(tol, (int, float, np.integer, np.floating)) and 0 < tol < np.inf
     ):  # tol=inf certified the zero start: `successful`, every coefficient zero
