@@ -321,10 +321,8 @@ def traced_float(x):
         >>> traced_float(np.float64(0.5)), traced_float(jnp.int32(3)), traced_float(True)
         (0.5, 3.0, True)
     """
-    real = isinstance(x, (int, float, np.generic, np.ndarray, jax.Array)) and not isinstance(x, (bool, np.bool_))
-    if not (real and is_concrete(x)) or np.ndim(x) != 0 or np.dtype(getattr(x, "dtype", type(x))).kind not in "iuf":
-        return x
-    return float(x)
+    x = real_setting(x)  # a concrete real 0-d NumPy / JAX array: a Python float
+    return float(x) if isinstance(x, int) and not isinstance(x, bool) else x
 
 
 def check_positive_scalar(x, name: str, *, what: str = "a positive, finite number"):
