@@ -222,14 +222,20 @@ def run_jaxknock(data, seeds, options):
     return masks, times, sel.settings.get("s_method")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--designs", default=",".join(DESIGNS))
-    ap.add_argument("--datasets", type=int, default=30)
+def common_arguments(description, designs, datasets):
+    """The options every paired power benchmark takes (this one and ``bench_power_realdata.py``)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--designs", default=",".join(designs))
+    ap.add_argument("--datasets", type=int, default=datasets)
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every design's amplitude")
     ap.add_argument("--no-knockpy", action="store_true")
     ap.add_argument("--jk-option", action="append", help="key=value passed to knockoff_filter (repeatable)")
+    return ap
+
+
+def main():
+    ap = common_arguments(__doc__.splitlines()[0], DESIGNS, 30)
     ap.add_argument("--small", action="store_true", help="3 data sets of n2p and logit (a smoke run)")
     args = ap.parse_args()
     if args.small:

@@ -54,7 +54,6 @@ draws new knockoffs (both libraries) on the same data sets to tell such noise fr
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 from pathlib import Path
@@ -63,7 +62,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_power_designs import FDR, linear, logistic, paired_columns, parse_options, run_jaxknock, signs
+from bench_power_designs import (
+    FDR,
+    common_arguments,
+    linear,
+    logistic,
+    paired_columns,
+    parse_options,
+    run_jaxknock,
+    signs,
+)
 from bench_snb import data_dir, load_movie_reviews, load_sentence_polarity
 
 K = 15  # signals per data set
@@ -143,16 +151,10 @@ def make_design(design: str, seed: int, scale: float = 1.0):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--designs", default=",".join(DESIGNS))
-    ap.add_argument("--datasets", type=int, default=15)
-    ap.add_argument("--first-seed", type=int, default=0)
-    ap.add_argument("--scale", type=float, default=1.0, help="multiplies every design's amplitude")
+    ap = common_arguments(__doc__.splitlines()[0], DESIGNS, 15)
     ap.add_argument(
         "--draw-offset", type=int, default=0, help="new knockoff draws on the same data sets: keys / numpy seeds + this"
     )
-    ap.add_argument("--no-knockpy", action="store_true")
-    ap.add_argument("--jk-option", action="append", help="key=value passed to knockoff_filter (repeatable)")
     ap.add_argument("--no-x64", action="store_true", help="jax_enable_x64 off: jaxknock's X becomes float32")
     ap.add_argument("--small", action="store_true", help="3 data sets of mnist and polarity_logit (a smoke run)")
     args = ap.parse_args()
