@@ -130,7 +130,8 @@ def validate_inputs(
     if not binary:  # a y with a large mean (1e8 + e) keeps its deviations through the cast and the lasso
         y_norm = _precision.shift_response_mean(y_norm)
     y = jnp.asarray(y_norm, X.dtype)
-    Xh = np.asarray(X)  # the host checks below read X once (no copy on a CPU device)
+    # the host checks below read X once where that copies nothing; on an accelerator they reduce it there
+    Xh = np.asarray(X) if _checks.reads_without_copy(X) else X
     _checks.check_finite(Xh, "X")
     _checks.check_choice(s_method, S_METHODS, "s_method")
     _checks.check_choice(statistic, STATISTICS, "statistic")

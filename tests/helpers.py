@@ -95,6 +95,68 @@ def count_compiles(name=None):
         logger.removeHandler(handler)
 
 
+@contextlib.contextmanager
+def host_reads(min_size=0):
+    """Record the implicit reads of a concrete ``jax.Array`` (``min_size`` entries or more) back to the host.
+
+    Yields a list that receives the shape of each read. On the CPU,
+    ``jax.transfer_guard_device_to_host("disallow")`` never fires (a CPU array is
+    read in place), so a test that only sets the guard cannot fail there; this
+    records what the guard would refuse on an accelerator: NumPy conversions
+    (``np.asarray``, ``np.array``, ...) and ``jax.Array._value`` (``float``,
+    ``bool``, ``tolist``), but not an explicit ``jax.device_get`` nor a read
+    inside ``jax.transfer_guard("allow")``. NumPy reductions applied directly to
+    a JAX array (``np.sum(x)``) read through the buffer protocol and are not seen.
+    """
+    from jax._src import array as jax_array  # private: the Python hooks every implicit read passes
+    from jax._src import config as jax_config
+
+    reads, explicit = [], [0]
+    names = ("asarray", "array", "asanyarray", "ascontiguousarray", "asfortranarray")
+    originals = {name: getattr(np, name) for name in names}
+    value, device_get = jax_array.ArrayImpl._value, jax.device_get
+
+    def note(a):
+        if (
+            isinstance(a, jax.Array)
+            and not isinstance(a, jax.core.Tracer)
+            and a.size >= min_size
+            and not explicit[0]
+            and jax_config.transfer_guard_device_to_host.value != "allow"
+        ):
+            reads.append(tuple(a.shape))
+
+    def recording(convert):
+        def wrapped(a, *args, **kwargs):
+            note(a)
+            return convert(a, *args, **kwargs)
+
+        return wrapped
+
+    def recorded_value(self):
+        note(self)
+        return value.fget(self)
+
+    def explicit_get(x):
+        explicit[0] += 1
+        try:
+            return device_get(x)
+        finally:
+            explicit[0] -= 1
+
+    for name in names:
+        setattr(np, name, recording(originals[name]))
+    jax_array.ArrayImpl._value = property(recorded_value)
+    jax.device_get = explicit_get
+    try:
+        yield reads
+    finally:
+        for name in names:
+            setattr(np, name, originals[name])
+        jax_array.ArrayImpl._value = value
+        jax.device_get = device_get
+
+
 def run_json_script(code, env, *, timeout=240):
     """Run ``code`` in a fresh interpreter (``env``, in the repository root); it prints one JSON line last.
 

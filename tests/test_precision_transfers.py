@@ -6,16 +6,19 @@
 * Transfers: the samplers, the statistics with a fixed penalty and the
   replicate stage of ``knockoff_filter`` run on device-resident inputs under
   ``jax.transfer_guard_device_to_host("disallow")`` (validation brings back a
-  few flags explicitly; nothing else leaves the device).
+  few flags explicitly; nothing else leaves the device). The guard never fires
+  on the CPU, so the tests also record the reads (``helpers.host_reads``).
 
 Tiny shapes, shared across tests, so the compiled programs are reused.
 """
+
+import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import ar1_correlation, random_factor_model
+from helpers import ar1_correlation, host_reads, random_factor_model
 
 import jaxknock
 from jaxknock import statistics as stats
@@ -131,9 +134,10 @@ def test_samplers_make_no_implicit_device_to_host_transfers(problem):
     ]
     for call in calls:
         call()  # compile outside the guard
-    with jax.transfer_guard_device_to_host("disallow"):
+    with jax.transfer_guard_device_to_host("disallow"), host_reads(min_size=N) as reads:
         for call in calls:
             jax.block_until_ready(call())
+    assert reads == []  # the guard is silent on the CPU: no array of n entries or more came back
 
 
 def test_invalid_input_still_raises_under_the_guard(problem):
@@ -164,9 +168,10 @@ def test_statistics_with_a_fixed_penalty_make_no_implicit_transfers(problem):
     ]
     for call in calls:
         call()
-    with jax.transfer_guard_device_to_host("disallow"):
+    with jax.transfer_guard_device_to_host("disallow"), host_reads(min_size=N) as reads:
         for call in calls:
             jax.block_until_ready(call())
+    assert reads == []  # the guard is silent on the CPU: no array of n entries or more came back
 
 
 @pytest.mark.parametrize("chunk_size", [None, 1], ids=["batched", "fused"])
@@ -181,9 +186,10 @@ def test_replicate_stage_of_the_filter_makes_no_implicit_transfers(problem, chun
         return pipeline.replicate_stage(jax.random.key(5), Xs, y, Sigma, s, 3, chunk_size=chunk_size, **plan_args)
 
     W, _, _ = call()
-    with jax.transfer_guard_device_to_host("disallow"):
+    with jax.transfer_guard_device_to_host("disallow"), host_reads(min_size=N) as reads:
         W2, _, _ = call()
         jax.block_until_ready(W2)
+    assert reads == []
     np.testing.assert_array_equal(np.asarray(W), np.asarray(W2))
 
 
@@ -234,3 +240,71 @@ def test_multi_knockoff_factor_sampler_poisons_infeasible_s_under_jit(value, fea
             assert bool(jnp.all(jnp.isfinite(out)))
         else:
             assert bool(jnp.all(jnp.isnan(out)))
+
+
+# ------------------------------------------- validation of arrays on an accelerator
+
+
+def test_host_reads_records_implicit_reads_only():
+    """The recorder the transfer tests rely on sees what the guard refuses on an accelerator, and only that."""
+    x = jax.device_put(jnp.arange(100.0))
+    with host_reads() as reads:
+        np.asarray(x)
+        float(x[3])
+        jax.device_get(x)  # explicit
+        with jax.transfer_guard("allow"):  # explicitly allowed
+            np.asarray(x + 1)
+    assert reads == [(100,), ()]
+
+
+@pytest.fixture
+def on_an_accelerator(monkeypatch):
+    """JAX arrays read as if they lived on an accelerator (a host read would copy them over the bus)."""
+    from jaxknock import _checks
+
+    monkeypatch.setattr(_checks, "reads_without_copy", lambda x: not isinstance(x, jax.Array))
+
+
+def test_validation_reduces_an_accelerator_design_where_it_is(problem, on_an_accelerator):
+    """The finite / constant-column / symmetry checks read a flag, not the array, from an accelerator.
+
+    They scanned the whole design on the host (``_checks.check_finite``; ``validate_inputs`` read ``X`` with
+    ``np.asarray``): free on the CPU, an ``(n, p)`` copy over the bus per call on a GPU.
+    """
+    from jaxknock import covariance, l1
+
+    X, Sigma, s, _, y = problem
+    Xd, yd, Sigmad = _on_device(X, y, Sigma)
+    calls = [
+        lambda: covariance.ledoit_wolf(Xd),
+        lambda: l1.lasso(Xd, yd, 0.1).value,
+        lambda: sample_knockoffs(jax.random.key(0), Xd, Sigmad, s),
+        lambda: (
+            jaxknock.knockoff_filter(jax.random.key(1), Xd, yd, s_method="equicorrelated", statistic="correlation").W
+        ),
+    ]
+    for call in calls:
+        call()
+    with host_reads(min_size=P * P) as reads:  # X is N x P, Sigma P x P
+        for call in calls:
+            jax.block_until_ready(call())
+    assert reads == []
+
+
+def test_validation_errors_are_the_same_for_an_accelerator_array(problem, on_an_accelerator):
+    """A bad array on an accelerator comes back (explicitly) to word the same error as on the host."""
+    from jaxknock import l1
+
+    X, Sigma, s, _, y = problem
+    bad = X.copy()
+    bad[4, 2] = np.nan
+    with pytest.raises(ValueError, match=r"X contains 1 non-finite value\(s\) \(NaN or Inf\), first at index \(4, 2\)"):
+        l1.lasso(jax.device_put(bad), y, 0.1)
+    const = X.copy()
+    const[:, 5] = 2.0
+    with pytest.raises(ValueError, match=r"X has 1 constant column\(s\) \(first: \[5\]\)"):
+        jaxknock.knockoff_filter(jax.random.key(0), jax.device_put(const), y, statistic="correlation")
+    skew = Sigma.copy()
+    skew[0, 1] += 1e-3
+    with pytest.raises(ValueError, match=re.escape("Sigma must be symmetric: max |Sigma - Sigma^T| = 0.001")):
+        sample_knockoffs(jax.random.key(0), jax.device_put(X), jax.device_put(skew), s)
