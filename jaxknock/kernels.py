@@ -229,6 +229,7 @@ def _prepare(X, y, kernel, target_kernel, name="X"):
     # alignments 17% off, its float32 spacing 1 against a spread of 1.3)
     X = _checks.as_float_array(centre_columns(X), name, bools=True)
     _checks.check_ndim(X, 2, name, "a 2-D array of shape (n_samples, n_features)")
+    y = _checks.host_numeric(y, "y")  # a pandas Float64 y: np.dtype(y.dtype) was a TypeError naming nothing
     if not hasattr(y, "dtype") or np.dtype(y.dtype).kind in "US":
         dt = np.asarray(y).dtype
         if dt.kind in "US":  # was JAX's staging error
