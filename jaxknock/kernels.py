@@ -413,7 +413,7 @@ def greedy_kta_selection(
     X, y = _prepare(X, y, kernel, target_kernel)
     _check_linear_widths(kernel, bandwidth, target_kernel, target_bandwidth)
     bandwidth, target_bandwidth = _as_width(bandwidth, X.dtype), _as_width(target_bandwidth, X.dtype)
-    r = np.asarray(ranking)
+    r = np.asarray(_checks.host_numeric(ranking, "ranking"))  # big-endian: JAX's staging error; masked: refused
     if r.ndim != 1 or r.size == 0 or not np.issubdtype(r.dtype, np.integer):
         raise ValueError(f"ranking must be a non-empty 1-D array of feature indices, got {r!r}")
     if r.min() < 0 or r.max() >= X.shape[1] or np.unique(r).size != r.size:
