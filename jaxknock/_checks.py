@@ -103,6 +103,79 @@ def is_sparse(x) -> bool:
     return hasattr(x, "tocsr") and hasattr(x, "nnz")
 
 
+def _is_pandas(x) -> bool:
+    """A pandas Series or DataFrame (duck-typed by its module; pandas is not imported)."""
+    return type(x).__module__.split(".")[0] == "pandas" and hasattr(x, "to_numpy")
+
+
+def _pandas_nullable_numeric(x) -> bool:
+    """A pandas object with a nullable numeric column (``Int64``, ``Float64``, ``boolean``): NumPy sees object."""
+    dtypes = x.dtypes if hasattr(x, "dtypes") and not hasattr(x, "dtype") else [x.dtype]
+    nullable = [d for d in dtypes if not isinstance(d, np.dtype)]
+    return bool(nullable) and all(getattr(d, "kind", "O") in "iufb" for d in dtypes)
+
+
+def _pandas_nullable_to_numpy(x) -> np.ndarray:
+    """Nullable numeric pandas data as NumPy: its own dtype (``Int64`` -> int64) without ``pd.NA``, else float64
+    with NaN for each ``pd.NA``."""
+    if bool(np.asarray(x.isna()).any()):
+        return x.to_numpy(dtype=np.float64, na_value=np.nan)
+    dtypes = x.dtypes if hasattr(x, "dtypes") and not hasattr(x, "dtype") else [x.dtype]
+    return x.to_numpy(dtype=np.result_type(*(getattr(d, "numpy_dtype", d) for d in dtypes)))
+
+
+def object_numbers_as_float(x):
+    """An object array of real numbers (``df.to_numpy()`` of mixed int / float columns, ``np.array(v, object)``)
+    as float64 (int64 when every entry is an integer that fits, so integer labels stay integers); anything
+    else unchanged (booleans, ``None``, text stay object: the caller names them)."""
+    if not (isinstance(x, np.ndarray) and x.dtype == object and x.size):
+        return x
+    if any(isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) for v in x.flat):
+        return x
+    if all(isinstance(v, (int, np.integer)) for v in x.flat):
+        try:
+            return x.astype(np.int64)
+        except OverflowError:
+            pass
+    return x.astype(np.float64)
+
+
+def unmasked(x, name: str):
+    """The data of a NumPy masked array none of whose entries is masked; ``ValueError`` naming ``name`` if one
+    is (``np.asarray`` and JAX read the value under the mask as if it were data); anything else unchanged."""
+    if not isinstance(x, np.ma.MaskedArray):
+        return x
+    masked = int(np.ma.count_masked(x))
+    if masked:
+        raise ValueError(
+            f"{name} is a masked array with {masked} masked entr{'y' if masked == 1 else 'ies'}; jaxknock does "
+            f"not impute missing values: drop those rows or fill them explicitly ({name}.filled(value))"
+        )
+    return np.ma.getdata(x)
+
+
+def host_numeric(x, name: str):
+    """A host array container as a plain NumPy array JAX can take; anything else (JAX arrays, lists) unchanged.
+
+    * a masked array: its data when no entry is masked; ``ValueError`` naming ``name`` otherwise (a masked
+      entry must not be read as whatever value sits under the mask);
+    * a pandas object with nullable numeric columns (``Int64``, ``Float64``, ``boolean``): their NumPy dtype,
+      or float64 with NaN for each ``pd.NA`` when there is one (the finiteness checks then name it);
+    * a non-native byte order (``'>f8'`` on a little-endian machine) is swapped to native, and a long double
+      (``np.longdouble``) becomes float64: JAX holds neither.
+    """
+    if isinstance(x, np.ma.MaskedArray):
+        x = unmasked(x, name)
+    elif _is_pandas(x) and _pandas_nullable_numeric(x):
+        x = _pandas_nullable_to_numpy(x)
+    if isinstance(x, np.ndarray):
+        if not x.dtype.isnative:
+            x = x.astype(x.dtype.newbyteorder("="))
+        if x.dtype.kind in "fc" and x.dtype.itemsize > (8 if x.dtype.kind == "f" else 16):
+            x = x.astype(np.float64 if x.dtype.kind == "f" else np.complex128)
+    return x
+
+
 def as_float_array(x, name: str, *, bools: bool = False):
     """Convert to a JAX floating array (ints are promoted to the default float, half precision to float32).
 
@@ -118,11 +191,13 @@ def as_float_array(x, name: str, *, bools: bool = False):
             f"{name} is a scipy.sparse {type(x).__name__}, and this function needs a dense array: pass "
             f"{name}.toarray() (the naive Bayes functions and estimators take sparse input as it is)"
         )
+    x = host_numeric(x, name)
     if not hasattr(x, "dtype"):
         try:
             x = np.asarray(x)
         except ValueError as err:  # ragged nested lists
             raise TypeError(f"{name} must be a numeric array: {err}") from None
+    x = object_numbers_as_float(x)
     if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
         raise TypeError(f"{name} must be a numeric array, got a jax.random key: check the order of the arguments")
     if np.dtype(x.dtype).kind in "USOVM":
@@ -586,6 +661,7 @@ def check_fdr(fdr, name: str = "fdr"):
 
 def as_response(y, like_dtype, name: str = "y"):
     """A numeric response as a float array in ``like_dtype`` (booleans become 0/1), ``TypeError`` naming ``y`` else."""
+    y = host_numeric(y, name)
     if hasattr(y, "dtype") and y.dtype == bool:
         y = y.astype(like_dtype)
     elif not hasattr(y, "dtype") and y is not None and not isinstance(y, (str, bytes)):
@@ -619,7 +695,7 @@ def normalise_response(y, name: str = "y"):
     are rejected: the knockoff statistics handle a continuous response or
     two classes. Pass ``y.astype(float)`` to fit integer values as a regression.
     """
-    a = np.asarray(y)
+    a = object_numbers_as_float(np.asarray(y))  # object floats were "40 distinct labels"
     try:
         labels = np.unique(a)
     except TypeError:  # e.g. None among numbers: values that cannot be ordered

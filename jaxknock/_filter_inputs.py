@@ -121,7 +121,7 @@ def validate_inputs(
     n, p = X.shape
     # no upcast: X keeps its dtype end to end; only the S solve runs in float64 (jaxknock/_precision.py)
     _checks.check_fdr(fdr)
-    y_arr = np.asarray(y) if _checks.is_concrete(y) else y
+    y_arr = np.asarray(_checks.host_numeric(y, "y")) if _checks.is_concrete(y) else y  # a mask is not dropped
     if getattr(y_arr, "ndim", None) != 1 or y_arr.shape[0] != n:
         raise _checks.response_shape_error(np.shape(y_arr), n)
     if y_arr.dtype.kind in "iufb":

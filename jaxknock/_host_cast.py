@@ -13,6 +13,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from jaxknock._checks import host_numeric, object_numbers_as_float
+
 __all__ = ["centre_columns", "finite_mean", "host_float64"]
 
 
@@ -26,7 +28,7 @@ def host_float64(a, ndims) -> np.ndarray | None:
     if isinstance(a, (jax.Array, str, bytes)) or a is None or jax.config.jax_enable_x64:
         return None
     try:
-        h = np.asarray(a)
+        h = object_numbers_as_float(np.asarray(host_numeric(a, "input")))  # a masked array's mask is not lost
     except (TypeError, ValueError):
         return None  # the validation names the problem
     wide = h.dtype.kind == "f" and h.dtype.itemsize > 4

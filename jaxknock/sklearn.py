@@ -112,6 +112,17 @@ except ImportError:  # scikit-learn missing (or older than 1.6): minimal stand-i
             return self.fit(X, y, **fit_params).transform(X)
 
 
+def _validate_unmasked(estimator, X, y="no_validation", **kwargs):
+    """scikit-learn's ``validate_data``, after refusing a NumPy masked ``X`` or ``y`` with a masked entry.
+
+    ``check_array`` reads a masked array through ``np.asarray``: the value under each mask was fitted as data.
+    """
+    X = _checks.unmasked(X, "X")
+    if isinstance(y, str) and y == "no_validation":  # scikit-learn's default: validate X alone
+        return validate_data(estimator, X, **kwargs)
+    return validate_data(estimator, X, _checks.unmasked(y, "y"), **kwargs)
+
+
 __all__ = ["KnockoffSelector", "RandSelSelector", "SparseNaiveBayes", "StabilitySelector", "expected_failed_checks"]
 
 _SKLEARN_MISSING = (
@@ -268,7 +279,7 @@ class KnockoffSelector(_RandomisedSelector):
     def fit(self, X, y):
         """Run the knockoff filter on ``(X, y)`` and store the selection."""
         method = self._check_params()
-        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=False, ensure_min_samples=2)
+        X, y = _validate_unmasked(self, X, y, dtype=np.float64, y_numeric=False, ensure_min_samples=2)
         y = np.asarray(y)
         if y.dtype.kind in "iu" and 3 <= np.unique(y).size <= 20:
             warnings.warn(
@@ -396,7 +407,7 @@ class SparseNaiveBayes(ClassifierMixin, SelectorMixin, BaseEstimator):
             )
 
     def _validate_fit(self, X, y):
-        X, y = validate_data(self, X, y, accept_sparse=["csr", "csc"], dtype=np.float64)
+        X, y = _validate_unmasked(self, X, y, accept_sparse=["csr", "csc"], dtype=np.float64)
         check_non_negative(X, "SparseNaiveBayes (input X)")
         check_classification_targets(y)
         if not (_checks.is_int(self.k) and self.k >= 0):
@@ -437,7 +448,7 @@ class SparseNaiveBayes(ClassifierMixin, SelectorMixin, BaseEstimator):
         self._check_fitted()
         if not HAVE_SKLEARN:
             return X
-        return validate_data(self, X, accept_sparse=["csr", "csc"], dtype=np.float64, reset=False)
+        return _validate_unmasked(self, X, accept_sparse=["csr", "csc"], dtype=np.float64, reset=False)
 
     def decision_function(self, X):
         """Log-odds ``score(classes_[1]) - score(classes_[0])`` for two classes, else ``(n, C)`` scores."""
@@ -545,7 +556,7 @@ class StabilitySelector(_RandomisedSelector):
 
         if self.loss not in ("auto", "squared", "logistic"):
             raise ValueError(f"loss must be 'auto', 'squared' or 'logistic', got {self.loss!r}")
-        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=False, ensure_min_samples=4)
+        X, y = _validate_unmasked(self, X, y, dtype=np.float64, y_numeric=False, ensure_min_samples=4)
         y = _encode_target(y)
         loss = self.loss
         if loss == "auto":
@@ -637,7 +648,7 @@ class RandSelSelector(_RandomisedSelector):
         k = self.n_features_to_select
         if k is not None and not (_checks.is_int(k) and k >= 1):
             raise ValueError(f"n_features_to_select must be a positive integer or None, got {k!r}")
-        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=False, ensure_min_samples=4)
+        X, y = _validate_unmasked(self, X, y, dtype=np.float64, y_numeric=False, ensure_min_samples=4)
         y = _encode_target(y)
         if np.all(y == y[0]):  # HSIC with a constant y: NaN contributions, and n_features_to_select took any k
             raise ValueError(

@@ -69,7 +69,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxknock import _checks, _mesh, _stability_engine
-from jaxknock.l1.problem import centre_on_host, check_lambdas, lambda_grid, prepare_data
+from jaxknock.l1.problem import as_lambdas, centre_on_host, lambda_grid, prepare_data
 from jaxknock.l1.settings import make_settings
 
 __all__ = ["StabilityResult", "stability_bound", "stability_selection", "stability_subsamples"]
@@ -460,8 +460,7 @@ def stability_selection(
         raise ValueError(f"fraction * n must give at least 2 rows per subsample, got floor({fraction} * {n}) = {m}")
     if lambdas is None:
         lambdas = lambda_grid(X, y, num=num_lambdas, eps=eps, loss=loss, fit_intercept=fit_intercept)
-    lambdas = jnp.asarray(lambdas, X.dtype)
-    check_lambdas(lambdas)
+    lambdas = as_lambdas(lambdas, X.dtype)
     if lambdas.size > 1 and bool(np.any(np.diff(np.asarray(jax.device_get(lambdas))) > 0)):  # on the host
         raise ValueError("lambdas must be decreasing (the path is warm-started from the largest)")
     sharded = _mesh.wants_sharding(devices, mesh)

@@ -44,7 +44,7 @@ from jaxknock.l1 import working_set as _working_set
 from jaxknock.l1.cv import check_patience, cv_solve
 from jaxknock.l1.folds import check_folds_nonempty, resolve_folds, void_single_class_folds
 from jaxknock.l1.path import path_solve
-from jaxknock.l1.problem import check_grid_settings, check_lambdas, default_grid
+from jaxknock.l1.problem import as_lambdas, check_grid_settings, default_grid
 from jaxknock.l1.settings import check_loss, make_settings
 from jaxknock.l1.solvers import fit
 
@@ -343,8 +343,7 @@ def lcd(
         if lambdas is None:
             num_lambdas = check_grid_settings(num_lambdas, eps)
         else:
-            lambdas = jnp.asarray(lambdas, Xk3.dtype)
-            check_lambdas(lambdas)
+            lambdas = as_lambdas(lambdas, Xk3.dtype)
             lambdas = _units.to_unit(lambdas, units, "lam")
         if _working_set.use_engine(engine, Xk3, fit_intercept, solver=solver, screen=screen):
             order = _working_set.descending_order(lambdas)  # the engine takes it sorted (the choice is order-free)
@@ -469,8 +468,7 @@ def lsm(
         Xk3.dtype, loss=loss, fit_intercept=fit_intercept, solver=solver, screen=screen, tol=tol, max_steps=max_steps
     )
     if lambdas is not None:
-        lambdas = jnp.asarray(lambdas, Xk3.dtype)
-        check_lambdas(lambdas)
+        lambdas = as_lambdas(lambdas, Xk3.dtype)
         if _checks.is_concrete(lambdas) and np.any(np.diff(np.asarray(lambdas)) > 0):
             raise ValueError("lambdas must be in decreasing order for the signed-max statistic")
     else:

@@ -536,3 +536,22 @@ def test_float64_data_far_from_origin_x64_off():
         np.testing.assert_allclose(np.asarray(lw.covariance), sk_cov, atol=1e-5 * np.abs(sk_cov).max())
         np.testing.assert_allclose(float(lw.shrinkage), sk_shrink, rtol=1e-4)
         np.testing.assert_allclose(np.asarray(fit.model.dense()), np.asarray(fit0.model.dense()), atol=1e-5)
+
+
+def test_host_containers_estimate_the_covariance_of_their_plain_copy():
+    # '>f8' / long double X were JAX's "Dtype >f8 is not a valid JAX array type", a pandas Float64 frame
+    # "must be a numeric array, got dtype object" (its pd.NA is now a NaN named as such); with x64 off the
+    # host centring read a masked X through np.asarray, fitting the value under the mask
+    pd = pytest.importorskip("pandas")
+    X = np.random.default_rng(0).standard_normal((15, 3))
+    ref = np.asarray(ledoit_wolf(X).covariance)
+    frame = pd.DataFrame(X, columns=["a", "b", "c"]).astype("Float64")
+    for Xv in (X.astype(">f8"), X.astype(np.longdouble), frame, np.ma.array(X)):
+        np.testing.assert_array_equal(np.asarray(ledoit_wolf(Xv).covariance), ref)
+    frame.iloc[2, 1] = pd.NA
+    with pytest.raises(ValueError, match=r"X contains 1 non-finite value.*\(2, 1\)"):
+        ledoit_wolf(frame)
+    masked = np.ma.array(X, mask=np.arange(X.size).reshape(X.shape) == 4)
+    for x64 in (True, False):
+        with jax.enable_x64(x64), pytest.raises(ValueError, match="X is a masked array with 1 masked entry"):
+            empirical_covariance(masked)

@@ -525,3 +525,29 @@ def test_bandwidths_of_any_scalar_type_share_one_program():
         out = [[float(kernel_target_alignment(X, y, bandwidth=b)), float(hsic(X, y, bandwidth=b))] for b in typed]
     assert [c.split()[1] for c in compiles] == []
     assert out == [ref] * len(typed)
+
+
+def test_pandas_nullable_and_big_endian_inputs_give_the_plain_alignment():
+    # a pandas Float64 y was "Cannot interpret 'Float64Dtype()' as a data type", a big-endian X
+    # "Dtype >f8 is not a valid JAX array type": neither named an argument
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((20, 3))
+    y = X[:, 0] + 0.1 * rng.standard_normal(20)
+    ref = float(hsic(X, y))
+    assert float(hsic(X, pd.Series(y, index=np.arange(20) + 50).astype("Float64"))) == ref
+    assert float(hsic(X.astype(">f8"), y)) == ref
+
+
+def test_a_big_endian_ranking_gives_the_plain_selection_and_a_masked_one_is_refused():
+    # jnp.asarray of a '>i8' ranking was "Error interpreting argument to stage as a JAX value"; the mask of a
+    # masked ranking was dropped, the index under it used
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((20, 4))
+    y = X[:, 0] + X[:, 1]
+    ref = greedy_kta_selection(X, y, np.arange(4))
+    got = greedy_kta_selection(X, y, np.arange(4).astype(">i8"))
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_array_equal(got[1], ref[1])
+    with pytest.raises(ValueError, match="ranking is a masked array with 1 masked entry"):
+        greedy_kta_selection(X, y, np.ma.array(np.arange(4), mask=[0, 0, 1, 0]))

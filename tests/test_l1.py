@@ -694,6 +694,43 @@ def test_a_scipy_sparse_design_is_named_where_a_dense_array_is_needed():
             call()
 
 
+def test_host_array_containers_fit_as_their_plain_float64_copy():
+    # a big-endian ('>f8', as read from a FITS / network-order file) or long double array was JAX's
+    # "Dtype >f8 is not a valid JAX array type", a masked array with nothing masked JAX's "masked arrays are
+    # not supported", a pandas Float64 y "Cannot interpret 'Float64Dtype()' as a data type", an object
+    # array of floats (df.to_numpy() of int and float columns) "got dtype object": none named an argument
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((30, 5))
+    y = X[:, 0] - X[:, 1] + 0.3 * rng.standard_normal(30)
+    ref = np.asarray(L.lasso(X, y, 0.05).value)
+    for Xv in (X.astype(">f8"), X.astype(np.longdouble), np.ma.array(X), X.astype(object)):
+        np.testing.assert_array_equal(L.lasso(Xv, y, 0.05).value, ref)
+    for yv in (y.astype(">f8"), pd.Series(y).astype("Float64"), np.ma.array(y, mask=np.zeros(30, bool))):
+        np.testing.assert_array_equal(L.lasso(X, yv, 0.05).value, ref)
+
+
+def test_a_masked_entry_is_refused_not_fitted_as_its_hidden_value():
+    # np.asarray / jnp.asarray(a, dtype) read the value under the mask as data: lambdas, fold ids (and,
+    # with x64 off, X through the host centring) were fitted silently
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((30, 5))
+    y = X[:, 0] + 0.3 * rng.standard_normal(30)
+    mask = np.zeros(30, bool)
+    mask[3] = True
+    lambdas = np.ma.array([0.5, 0.2, 0.1], mask=[False, True, False])
+    with pytest.raises(ValueError, match="lambdas is a masked array with 1 masked entry"):
+        L.lasso_path(X, y, lambdas)
+    with pytest.raises(ValueError, match="lambdas is a masked array"):
+        S.lcd(np.hstack([X, X[::-1]]), y, lambdas=lambdas, folds=3)
+    with pytest.raises(ValueError, match="folds is a masked array"):
+        L.lasso_cv(X, y, folds=np.ma.array(np.arange(30) % 3, mask=mask), num_lambdas=4)
+    with pytest.raises(ValueError, match="y is a masked array"):
+        L.lasso(X, np.ma.array(y, mask=mask), 0.1)
+    with jax.enable_x64(False), pytest.raises(ValueError, match="X is a masked array"):
+        L.lasso(np.ma.array(X, mask=np.broadcast_to(mask[:, None], X.shape)), y, 0.1)
+
+
 def test_stratified_kfold_ids_equal_scikit_learns_stratified_kfold():
     import warnings
 

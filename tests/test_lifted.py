@@ -822,3 +822,18 @@ def test_train_mlp_takes_a_new_weight_decay_without_compiling(key):
         sol = train_mlp(key, X_TR, Y_TR, SIZES, optimizer=ADAM, epochs=1, batch_size=120, weight_decay=1e-3)
     assert [c.split()[1] for c in compiles] == []
     assert sol.result == RESULTS.successful
+
+
+def test_masked_labels_are_refused_and_nullable_integer_labels_fit(key):
+    # jnp.asarray(y, int32) read a masked label as the value under its mask; a pandas Int64 y was
+    # "Cannot interpret 'Int64Dtype()' as a data type"
+    pd = pytest.importorskip("pandas")
+    X = jax.random.normal(jax.random.key(1), (16, 3))
+    y = np.asarray(X[:, 0] > 0).astype(np.int64)
+    spec = LiftedSpec((3, 4, 2), lam=1.0, rho=1e-3)
+    with pytest.raises(ValueError, match="y is a masked array with 1 masked entry"):
+        fit_lifted(key, X, np.ma.array(y, mask=np.arange(16) == 2), spec, epochs=1)
+    ref = fit_lifted(key, X, y, spec, epochs=1).value
+    got = fit_lifted(key, X, pd.Series(y, dtype="Int64"), spec, epochs=1).value
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(ref)):
+        np.testing.assert_array_equal(a, b)

@@ -376,3 +376,16 @@ def test_threshold_checks_kappa_range():
         T = jax.jit(lambda k: multi.multi_knockoff_threshold(k, tau, 0.2, num_knockoffs=2))(jnp.stack([good, bad]))
         assert float(T[0]) == 2.0 and np.isnan(float(T[1]))
     assert float(multi.multi_knockoff_threshold(good.at[4].set(2), tau[0], 0.2, num_knockoffs=2)) == 2.0  # m: valid
+
+
+def test_masked_group_labels_and_masks_are_refused_by_name():
+    # np.asarray(groups) dropped the mask (the label under it joined a group); a masked group_mask or a
+    # big-endian integer one was JAX's "masked arrays are not supported" / "Error interpreting argument"
+    groups = np.ma.array([0, 0, 1, 1, 2], mask=[False, False, True, False, False])
+    with pytest.raises(ValueError, match="groups is a masked array with 1 masked entry"):
+        multi.group_statistics(np.ones(5), groups)
+    with pytest.raises(ValueError, match="group_mask is a masked array"):
+        multi.expand_groups(np.ma.array([True, False, True], mask=[False, True, False]), [0, 0, 1, 1, 2])
+    np.testing.assert_array_equal(
+        multi.expand_groups(np.array([1, 0, 1], ">i4"), [0, 0, 1, 1, 2]), [True, True, False, False, True]
+    )

@@ -614,6 +614,29 @@ def test_sparse_duplicate_entries_are_checked_as_their_sum():
     np.testing.assert_array_equal(np.asarray(class_sums(Y, [0, 1]).counts), [[1.0, 0.0], [0.0, 1.0]])
 
 
+def test_host_containers_give_the_class_sums_of_their_plain_copy():
+    # a pandas DataFrame was "'DataFrame' object has no attribute 'dtype'", a big-endian or long double array
+    # (dense, or the .data of a scipy.sparse matrix) "not a valid dtype for JAX type promotion", a masked
+    # array JAX's "masked arrays are not supported"; a masked label was read as the label under the mask
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    X = rng.poisson(2.0, size=(12, 4)).astype(float)
+    y = np.repeat([0, 1], 6)
+    ref = np.asarray(class_sums(X, y).counts)
+    big = sp.csr_matrix(X)
+    big.data = big.data.astype(">f8")
+    frame = pd.DataFrame(X, columns=list("abcd")).astype("Int64")
+    for Xv in (frame, X.astype(">f8"), X.astype(">i4"), X.astype(np.longdouble), np.ma.array(X), big):
+        np.testing.assert_array_equal(np.asarray(class_sums(Xv, y).counts), ref)
+    model = sparse_naive_bayes(X, y, 2).value
+    np.testing.assert_array_equal(model.predict(X.astype(">f8")), model.predict(X))
+    labels = np.ma.array(y, mask=np.arange(12) == 5)
+    with pytest.raises(ValueError, match="y is a masked array with 1 masked entry"):
+        class_sums(X, labels)
+    with pytest.raises(ValueError, match="X is a masked array"):
+        sparse_naive_bayes(np.ma.array(X, mask=X > 4), y, 2)
+
+
 def test_corrupt_npz_names_the_file(tmp_path):
     bad = tmp_path / "bad.npz"
     bad.write_bytes(os.urandom(200))

@@ -779,3 +779,18 @@ def test_a_known_factor_law_is_prepared_in_two_programs():
     diag = d + (U**2).sum(1)
     np.testing.assert_allclose(known.dense(), (np.diag(d) + U @ U.T) / np.sqrt(np.outer(diag, diag)), rtol=1e-12)
     np.testing.assert_allclose(Xs, (np.asarray(X) - np.asarray(X).mean(0)) / np.sqrt(diag), rtol=1e-12)
+
+
+def test_a_masked_y_entry_is_refused_and_object_floats_are_a_response(key):
+    # np.asarray(y) dropped the mask: the value under it was fitted as the response; an object array of
+    # floats (df.to_numpy() of mixed columns) was "y has 60 distinct labels ...", a response read as labels
+    from jaxknock._filter_inputs import validate_inputs
+
+    X, y, _ = make_data(n=60, p=8, k=2)
+    masked = np.ma.array(y, mask=np.arange(60) == 7)
+    with pytest.raises(ValueError, match="y is a masked array with 1 masked entry"):
+        knockoff_filter(key, X, masked, statistic="correlation", s_method="equicorrelated")
+    args = (0.2, "equicorrelated", "correlation", "ebh", 1, None)
+    plain = validate_inputs(X, y, *args)
+    for yv in (y.astype(object), np.ma.array(y)):
+        np.testing.assert_array_equal(validate_inputs(X, yv, *args)[1], plain[1])

@@ -191,6 +191,21 @@ def test_sparse_naive_bayes_in_pipeline_and_grid_search():
     assert set(grid.predict(X)) <= {"neg", "pos"}
 
 
+def test_estimators_refuse_a_masked_entry_instead_of_fitting_its_hidden_value():
+    # validate_data reads a masked array through np.asarray: the value under the mask was fitted as data
+    X, y = counts()
+    mask = np.zeros(X.shape, bool)
+    mask[2, 3] = True
+    with pytest.raises(ValueError, match="X is a masked array with 1 masked entry"):
+        SparseNaiveBayes(k=2).fit(np.ma.array(X, mask=mask), y)
+    with pytest.raises(ValueError, match="y is a masked array with 1 masked entry"):
+        KnockoffSelector().fit(X, np.ma.array(1.0 * y, mask=mask[:, 3]))
+    model = SparseNaiveBayes(k=2).fit(np.ma.array(X), y)  # nothing masked: the plain fit
+    np.testing.assert_array_equal(model.coef_, SparseNaiveBayes(k=2).fit(X, y).coef_)
+    with pytest.raises(ValueError, match="X is a masked array"):
+        model.predict(np.ma.array(X, mask=mask))
+
+
 def test_sparse_naive_bayes_errors():
     X, y = counts()
     with pytest.raises(NotFittedError):

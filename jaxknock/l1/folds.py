@@ -135,7 +135,7 @@ def resolve_folds(n, folds, y=None, loss="squared"):
         if _checks.is_concrete(y):
             return stratified_kfold_ids(np.asarray(y), K), K
         return binary_stratified_ids(y, K), K
-    ids = np.asarray(folds)
+    ids = np.asarray(_checks.host_numeric(folds, "folds"))  # a masked fold id is refused, not read
     if ids.shape != (n,) or not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(
             f"folds must be an int or an integer array of shape ({n},), got {ids.dtype} array of shape {ids.shape}"

@@ -284,9 +284,17 @@ def resolve_lambdas(X, y, lambdas, settings: L1Settings, *, num_lambdas, eps, un
     if lambdas is None:
         num_lambdas = check_grid_settings(num_lambdas, eps)
         return _default_grid_jit(X, y, settings, num=num_lambdas, eps=float(eps))
-    lambdas = jnp.asarray(lambdas, X.dtype)
+    return _units.to_unit(as_lambdas(lambdas, X.dtype), units, "lam")
+
+
+def as_lambdas(lambdas, dtype):
+    """The caller's ``lambdas`` as a checked ``(L,)`` array of ``dtype`` (:func:`check_lambdas`).
+
+    ``jnp.asarray(lambdas, dtype)`` of a masked array read each masked penalty as the value under its mask.
+    """
+    lambdas = jnp.asarray(_checks.host_numeric(lambdas, "lambdas"), dtype)
     check_lambdas(lambdas)
-    return _units.to_unit(lambdas, units, "lam")
+    return lambdas
 
 
 def check_lambdas(lambdas):

@@ -131,7 +131,7 @@ def fold_rows(folds, n: int):
         sizes[: n % K] += 1
         ids = np.repeat(np.arange(K), sizes)
     else:
-        ids = np.asarray(folds)
+        ids = np.asarray(_checks.host_numeric(folds, "folds"))  # a masked fold id is refused, not read
         if ids.shape != (n,) or not np.issubdtype(ids.dtype, np.integer):
             raise ValueError(f"folds must be an int or an ({n},) integer array of fold ids, got {ids.shape}")
         K = int(ids.max()) + 1

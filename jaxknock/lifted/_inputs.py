@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock._checks import as_float_array, check_finite, check_ndim, is_concrete, poison
+from jaxknock._checks import as_float_array, check_finite, check_ndim, host_numeric, is_concrete, poison
 from jaxknock.lifted.spec import LiftedHyper, LiftedSpec
 
 __all__ = ["check_hyper_values", "check_params", "poison_step", "prepare_xy"]
@@ -30,6 +30,7 @@ def prepare_xy(X, y, spec: LiftedSpec, xname="X", yname="y"):
         )
     check_finite(X, xname)
     p = spec.sizes[-1]
+    y = host_numeric(y, yname)  # a masked label was read as its fill value; pandas Int64 was a TypeError
     if not hasattr(y, "dtype"):
         y = np.asarray(y)
     if y.ndim == 1:

@@ -11,13 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock._checks import check_class_labels, is_concrete, is_sparse
+from jaxknock._checks import check_class_labels, host_numeric, is_concrete, is_sparse
 
 __all__ = [
     "MODELS",
     "is_sparse",
     "is_dask",
     "float_dtype",
+    "host_data",
     "device_array",
     "label_tuple",
     "encode_labels",
@@ -39,7 +40,9 @@ def float_dtype(dtype):
     objective is a difference of large terms, so the sums are upcast; pass a
     float32 :class:`ClassSums` explicitly to fit in float32.
     """
-    dtype = np.dtype(dtype)
+    dtype = np.dtype(dtype).newbyteorder("=")  # big-endian data (a scipy.sparse '>f8' .data) sums as native
+    if dtype.kind == "f" and dtype.itemsize > 8:  # long double: JAX has no such type; the host sums are float64
+        dtype = np.dtype(np.float64)
     if np.issubdtype(dtype, np.complexfloating):
         raise TypeError(f"X must be real, got dtype {dtype}")
     if np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer) or dtype == np.bool_:
@@ -49,6 +52,15 @@ def float_dtype(dtype):
             else jnp.result_type(float)
         )
     raise TypeError(f"X must hold numbers, got dtype {dtype}")
+
+
+def host_data(X):
+    """A dense host ``X`` (list, masked array, pandas DataFrame, big-endian or long double array) as a NumPy
+    array JAX can take (:func:`~jaxknock._checks.host_numeric`); scipy.sparse, Dask, JAX and traced ``X``
+    pass through. A DataFrame was an ``AttributeError`` (no ``dtype``), a masked array JAX's error."""
+    if is_sparse(X) or is_dask(X) or isinstance(X, jax.Array) or not is_concrete(X):
+        return X
+    return np.asarray(host_numeric(X, "X"))
 
 
 def device_array(X, dtype):
@@ -105,7 +117,7 @@ def encode_labels(y, n, classes):
         codes, known = _lookup(jnp, cls, y)
         # a label outside classes gets the code C (no class): class_sums NaN-poisons the sums
         return jnp.where(known, codes, len(cls)).astype(jnp.int32), label_tuple(cls)
-    y = np.asarray(y)
+    y = np.asarray(host_numeric(y, "y"))  # a masked label is refused, not read as the value under the mask
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.ndim != 1:

@@ -33,7 +33,7 @@ from jax import lax
 from jaxknock import _backend
 from jaxknock._checks import combine_codes, int_setting, is_concrete, is_int, poison
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
-from jaxknock.naive_bayes._inputs import MODELS, check_values, device_array, is_sparse, label_tuple
+from jaxknock.naive_bayes._inputs import MODELS, check_values, device_array, host_data, is_sparse, label_tuple
 from jaxknock.naive_bayes.bernoulli import fit_bernoulli
 from jaxknock.naive_bayes.dual import multinomial_problem, recover, solve_dual, theta_from_mask
 from jaxknock.naive_bayes.sums import ClassSums, class_sums
@@ -50,6 +50,7 @@ def _linear_scores(X, coef, intercept, support):
     NaN, Inf or negative entry gets NaN scores.
     """
     coef, intercept = _available(coef), _available(intercept)
+    X = host_data(X)
     dt = np.dtype(X.dtype) if hasattr(X, "dtype") else np.asarray(X).dtype
     if dt.kind not in "biuf":  # complex X lost its imaginary part silently, text failed inside JAX
         raise TypeError(f"X must hold real counts (integer, float or bool), got dtype {dt}")

@@ -54,6 +54,7 @@ from jaxknock.naive_bayes._inputs import (
     device_array,
     encode_labels,
     float_dtype,
+    host_data,
     is_dask,
     is_sparse,
     label_tuple,
@@ -187,8 +188,7 @@ class _HostSums:
 
     def add(self, X, y) -> None:
         """Add the sums of one block ``(X, y)`` (dense or scipy.sparse)."""
-        if not hasattr(X, "shape"):
-            X = np.asarray(X)
+        X = host_data(X)
         if len(X.shape) != 2:
             raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape {tuple(X.shape)}")
         if self.m is None:
@@ -305,8 +305,7 @@ def class_sums(X, y=None, *, classes=None, model: str | None = None) -> ClassSum
             raise ValueError(f"X must be a 2-D matrix, got shape {X.shape}")
         check_nonempty(X, "X")
         return _accumulate([(X, y)], num_features=X.shape[1], classes=_check_classes(classes), model=model)
-    if not hasattr(X, "shape"):
-        X = np.asarray(X)
+    X = host_data(X)
     if X.ndim != 2:
         raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape {tuple(X.shape)}")
     check_nonempty(X, "X")

@@ -123,7 +123,7 @@ def group_index(groups, p: int | None = None, *, name: str = "groups") -> Groups
         return groups
     if not _checks.is_concrete(groups):
         raise TypeError(f"{name} must be concrete (a numpy/JAX array outside jit): the group sizes fix the shapes")
-    g = _names_as_text(np.asarray(groups), name)
+    g = _names_as_text(np.asarray(_checks.host_numeric(groups, name)), name)  # a masked label is refused
     if g.dtype == bool or g.dtype.kind not in "iufUS":
         raise TypeError(f"{name} must hold integer group ids or group names, one per feature; got dtype {g.dtype}")
     if g.ndim != 1:
