@@ -32,6 +32,22 @@ Designs (``--designs``; ``X`` standardised where the name says ``geno``):
 ``small``      blocks of 10 at 0.5, 300 x 60 (a small study: 20 signals of 60; session 48)
 ``tall``       the same blocks, 3000 x 100 (many rows, few features; session 48)
 
+Session 58 (designs nobody had tried; 500 x 200 unless said):
+
+``onehot``     30 categorical variables (3-6 levels, cut from a latent AR(1) 0.5 Gaussian shared with 65 Gaussian
+               columns) one-hot encoded (135 dummies, each variable's summing to 1: the centred design is exactly
+               rank-deficient) + the 65 Gaussian columns; 10 signals on dummies, 10 on Gaussian columns
+``signflip``   block-equicorrelated 0.7 (blocks of 10); 4 adjacent signals of alternating sign in each of 5 blocks
+               (the signals cancel in the marginal correlations)
+``factor``     one strong common factor (loadings U[0.8, 0.9]) plus independent noise; signals spread
+``hetero``     AR(1) 0.5, heteroscedastic noise (sd proportional to ``|x_1| + 0.5``, mean sd 1); ``x_1`` is one of
+               the 20 signals (y depends on it given the other columns, so it is not null)
+``counts``     negative-binomial-like counts (Poisson with log-mean ``log mu_j + 0.7 z``, ``mu_j = e^U[0, 3]``,
+               ``z`` AR(1) 0.5 latent Gaussian), raw counts given to the filters; y linear in standardised counts
+``nonlinear``  AR(1) 0.5, monotone response ``y = sum_j beta_j tanh(2 x_j) + noise``
+``scales``     AR(1) 0.5 columns multiplied by ``10^U(-4, 4)`` (wildly different units; y linear in the unit-scale
+               columns)
+
 Per design: mean power of each filter, mean FDP +- SE, the paired difference
 of power (jaxknock - knockpy) +- SE over the data sets, and the median warm
 time per call (the first call of each library on a design is a warm-up and is
@@ -112,8 +128,30 @@ SIZES = {
     "ar09": (800, 300, 8.5),
     "small": (300, 60, 4.5),
     "tall": (3000, 100, 4.2),
+    "onehot": (500, 200, 3.6),
+    "signflip": (500, 200, 6.0),
+    "factor": (500, 200, 8.6),
+    "hetero": (500, 200, 4.0),
+    "counts": (500, 200, 3.4),
+    "nonlinear": (500, 200, 5.6),
+    "scales": (500, 200, 4.4),
 }
 DESIGNS = tuple(SIZES)
+
+
+ONEHOT_LEVELS = np.tile([3, 4, 5, 6], 8)[:30]  # 135 dummies; the 65 other columns Gaussian
+
+
+def one_hot(rng, n, p):
+    """``(X, dummy)``: the categorical variables one-hot encoded, then the Gaussian columns (``dummy`` marks
+    the dummies). Each variable is its latent column cut at random quantiles (Dirichlet level frequencies)."""
+    Z = ar1_rows(rng, n, len(ONEHOT_LEVELS) + p - ONEHOT_LEVELS.sum(), 0.5)
+    cols = []
+    for j, m in enumerate(ONEHOT_LEVELS):
+        cut = [NormalDist().inv_cdf(c) for c in np.cumsum(rng.dirichlet(np.full(m, 3.0)))[:-1]]
+        cols.append(np.eye(m)[np.searchsorted(cut, Z[:, j])])
+    X = np.concatenate([*cols, Z[:, len(ONEHOT_LEVELS) :]], axis=1)
+    return X, np.arange(p) < ONEHOT_LEVELS.sum()
 
 
 def make_design(design: str, seed: int, scale: float = 1.0):
@@ -160,6 +198,44 @@ def make_design(design: str, seed: int, scale: float = 1.0):
     elif design in ("small", "tall"):
         B = np.linalg.cholesky(np.full((10, 10), 0.5) + 0.5 * np.eye(10))
         X = (rng.standard_normal((n, p // 10, 10)) @ B.T).reshape(n, p)
+    elif design == "onehot":
+        X, dummy = one_hot(rng, n, p)
+        sd = X.std(0)
+        idx = np.concatenate(
+            [
+                rng.choice(np.flatnonzero(dummy), 10, replace=False),
+                rng.choice(np.flatnonzero(~dummy), 10, replace=False),
+            ]
+        )
+        beta[idx] = signs(rng, K) * amp / np.maximum(sd[idx], 1e-12)  # amp per unit sd of the column
+    elif design == "signflip":
+        B = np.linalg.cholesky(np.full((10, 10), 0.7) + 0.3 * np.eye(10))
+        X = (rng.standard_normal((n, p // 10, 10)) @ B.T).reshape(n, p)
+        blocks = rng.choice(p // 10, 5, replace=False)
+        idx = (10 * blocks + rng.integers(0, 7, 5))[:, None] + np.arange(4)
+        beta[idx.ravel()] = np.tile([1.0, -1.0, 1.0, -1.0], 5) * amp
+    elif design == "factor":
+        load = rng.uniform(0.8, 0.9, p)
+        X = rng.standard_normal((n, 1)) * load + rng.standard_normal((n, p)) * np.sqrt(1 - load**2)
+    elif design in ("hetero", "nonlinear"):
+        X = ar1_rows(rng, n, p, 0.5)
+        # hetero: x_1 sets the noise's spread, so it is not null (y depends on it given the rest): a signal
+        first = [0] if design == "hetero" else []
+        beta[first + list(rng.choice(np.arange(len(first), p), K - len(first), replace=False))] = signs(rng, K) * amp
+        if design == "hetero":
+            sd = np.abs(X[:, 0]) + 0.5
+            return X, X @ beta + sd / sd.mean() * rng.standard_normal(n), beta != 0
+        return X, np.tanh(2 * X) @ beta + rng.standard_normal(n), beta != 0
+    elif design == "counts":
+        mu = np.exp(rng.uniform(0, 3, p))
+        X = rng.poisson(mu * np.exp(0.7 * ar1_rows(rng, n, p, 0.5) - 0.245)).astype(float)
+        beta[rng.choice(p, K, replace=False)] = signs(rng, K) * amp
+        Xs = (X - X.mean(0)) / X.std(0)
+        return X, Xs @ beta + rng.standard_normal(n), beta != 0
+    elif design == "scales":
+        Z = ar1_rows(rng, n, p, 0.5)
+        beta[rng.choice(p, K, replace=False)] = signs(rng, K) * amp
+        return Z * 10.0 ** rng.uniform(-4, 4, p), Z @ beta + rng.standard_normal(n), beta != 0
     else:
         raise ValueError(f"unknown design {design!r}")
     if not beta.any():
