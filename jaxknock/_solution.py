@@ -6,9 +6,11 @@ Every solver returns a :class:`Solution` ``(value, result, stats, state)``:
   lasso, ...);
 * ``result`` - an ``int32`` code from :class:`RESULTS` (an array, so it works
   under ``jax.vmap``: one bad replicate never aborts the others);
-* ``stats``  - a dict of diagnostics, always holding ``num_steps``,
-  ``max_steps`` and the final optimality measure (a duality gap or gradient
-  norm) under a solver-specific key;
+* ``stats``  - a dict of diagnostics, always holding ``num_steps``; a solver's
+  also ``max_steps`` and the final optimality measure (a duality gap or
+  gradient norm) under a solver-specific key (the lasso statistics
+  :func:`~jaxknock.lcd` / :func:`~jaxknock.lsm`, which add up many solves,
+  hold ``num_steps`` and the fields they list);
 * ``state``  - the final solver state (useful for warm starts and debugging).
 
 Non-convergence is never silent: a solver that exhausts ``max_steps`` without
@@ -84,7 +86,8 @@ class Solution(NamedTuple):
         value: the answer (``s`` for the S-vector solvers, coefficients for the
             lasso, a model for the fits, ...).
         result: ``int32`` :class:`RESULTS` code (an array of codes for a batch).
-        stats: dict of diagnostics (always ``num_steps`` and ``max_steps``).
+        stats: dict of diagnostics (always ``num_steps``; ``max_steps`` for every solver,
+        not for the statistics :func:`~jaxknock.lcd` / :func:`~jaxknock.lsm`).
         state: the final solver state, or other solver-specific data.
 
     Example:

@@ -443,7 +443,8 @@ class RandSelResult(NamedTuple):
         fixed: ``(p,)`` bool, features fixed (top ``keep`` fraction ``fix_after`` rounds in a row).
         ranking: ``(p,)`` feature indices, best first (fixed, then survivors by last contribution,
             then the culled ones, latest culled first).
-        selected: ``(p,)`` bool, the features of the best round with positive contribution, and the fixed ones.
+        selected: ``(p,)`` bool, the features of the best round with positive contribution, and the fixed ones;
+            when the best is the final set (``best_round == R``, no contributions estimated), all of its features.
         best_round: index of the round with the largest ``alignment``.
     """
 
@@ -599,7 +600,8 @@ def randsel(
     4.2.4): the round whose features have the largest centred alignment on
     the data (all rows, or ``max_eval_rows`` of them drawn from ``key`` when
     ``n`` is larger) is kept, and its features with a
-    positive contribution (and the fixed ones) are selected.
+    positive contribution (and the fixed ones) are selected; when that is
+    the final set, which has no contribution estimates, all its features.
 
     Defaults follow the thesis' synthetic experiments: 3000 subsamples of
     ``n // 4`` rows, 25% culled per round, no fixing (``keep=0.1`` is ours; the
@@ -722,10 +724,10 @@ def randsel(
     alignment = np.asarray(aligns)
     best = int(np.argmax(alignment))
     in_best = np.asarray(actives[best])
-    c_best = contributions[best] if best < len(contribs) - 1 else last_c
-    selected = (in_best & (np.nan_to_num(c_best, nan=-1.0) > 0)) | fixed
-    if best == len(contribs) - 1:  # the final set: its members are the survivors of the last round
+    if best == len(contribs) - 1:  # the final set has no contributions: its members are the survivors
         selected = in_best.copy()
+    else:
+        selected = (in_best & (np.nan_to_num(contributions[best], nan=-1.0) > 0)) | fixed
     if estimator != "kta":  # the HSIC is quadratic in y; the ranking and the signs above are not
         contributions = np.ldexp(contributions, 2 * int(y_exp))
     return RandSelResult(

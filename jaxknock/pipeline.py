@@ -472,7 +472,7 @@ def knockoff_filter(
             :func:`~jaxknock.sdp_factor` on a rank-``rank`` factor model of the data
             (:func:`~jaxknock.factor_model_from_data`, never ``p x p``).
             ``Selection.settings["s_method"]`` records the method used.
-        rank: factor-model rank for ``"mvr_factor"`` / ``"sdp_factor"`` (default ``min(50, min(n, p) // 4)``).
+        rank: factor-model rank for ``"mvr_factor"`` / ``"sdp_factor"`` (default ``min(50, max(1, min(n, p) // 4))``).
         statistic: ``"lcd"`` (lasso coefficient difference, CV lambda when
             ``lam`` is None), ``"lsm"`` (lasso signed max), ``"correlation"``
             (marginal correlation difference) or ``"centroid"`` (sparse

@@ -238,8 +238,9 @@ def stability_subsamples(key, n: int, num_subsamples: int, *, fraction=0.5, comp
     """Row indices of the subsamples, ``(B, floor(n * fraction))`` int32 (traceable).
 
     Without pairs, subsample ``b`` is the first ``m = floor(n * fraction)``
-    entries of ``jax.random.permutation(keys[b], n)``. With complementary pairs
-    (``B`` even), pair ``i`` uses one permutation of ``keys[i]``: subsample
+    entries of ``jax.random.permutation(keys[b], n)``, ``keys = jax.random.split(key, B)``.
+    With complementary pairs (``B`` even, ``keys = jax.random.split(key, B // 2)``),
+    pair ``i`` uses one permutation of ``keys[i]``: subsample
     ``2 i`` is its first ``m`` entries and ``2 i + 1`` the next ``m`` (disjoint).
 
     Example:

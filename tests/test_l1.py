@@ -346,6 +346,21 @@ def test_cv_default_engine_takes_any_grid_order():
         np.testing.assert_array_equal(sol.value, ref.value)
 
 
+def test_classic_cv_breaks_ties_towards_the_largest_lambda_in_any_grid_order():
+    """lasso_cv picks "the largest lambda among ties"; the classic engine scanned the grid in the given order
+    and kept the first of equal CV errors, so on an increasing grid it chose the smallest of the tied all-zero
+    fits above every fold's lambda_max (2 lambda_max where the working-set engine chose 4 lambda_max)."""
+    rng = np.random.default_rng(5)
+    X, y = rng.normal(size=(40, 5)), rng.normal(size=40)
+    lm = float(L.lambda_max(X, y))
+    grid = lm * np.array([4.0, 2.0, 1.5, 0.5, 0.1])
+    for order in (np.arange(5), np.arange(5)[::-1]):
+        sol = L.lasso_cv(X, y, folds=4, lambdas=grid[order], engine="classic")
+        assert sol.stats["cv_mean"][list(order).index(0)] == sol.stats["cv_mean"][list(order).index(1)]
+        assert float(sol.stats["lam"]) == grid[0], order
+        assert int(order[int(sol.stats["lam_index"])]) == 0
+
+
 def test_default_grid_path_and_cv_do_not_depend_on_the_units_of_y():
     """y in units of 1e-16 (float64) put lambda_max under the grid's absolute floor (1e-15): lasso_path and
     lasso_cv (both engines) returned all-zero coefficients, "successful"; y times 1e160 overflowed. The floor

@@ -832,6 +832,20 @@ def test_traced_classes_are_named():
     assert int(jax.jit(lambda X, y: sparse_naive_bayes(X, y, 1, classes=cls).result)(X, y)) == RESULTS.successful
 
 
+def test_update_keeps_the_given_class_order_and_appends_new_labels():
+    # ClassSums.update documented "new labels are appended", but merge took the sorted union: the order given
+    # to empty(classes=...) was lost on the first chunk (("b", "a") came back as ("a", "b"))
+    X = np.array([[1, 0, 2], [0, 3, 0], [4, 0, 0], [0, 1, 1]])
+    sums = ClassSums.empty(3, classes=("b", "a")).update(X, ["a", "b", "a", "b"])
+    assert sums.classes == ("b", "a")
+    np.testing.assert_array_equal(np.asarray(sums.counts), [[0.0, 4.0, 1.0], [5.0, 0.0, 2.0]])
+    np.testing.assert_array_equal(np.asarray(sums.n_samples), [2.0, 2.0])
+    sums = sums.update(X[:2], ["c", "a"])  # a new label is appended, the known ones keep their rows
+    assert sums.classes == ("b", "a", "c")
+    np.testing.assert_array_equal(np.asarray(sums.counts), [[0.0, 4.0, 1.0], [5.0, 3.0, 2.0], [1.0, 0.0, 2.0]])
+    np.testing.assert_array_equal(np.asarray(sums.n_samples), [2.0, 3.0, 1.0])
+
+
 @pytest.mark.parametrize("model", ["multinomial", "bernoulli"])
 def test_renamed_and_reordered_classes_give_the_same_classifier(model):
     # the labels are names: renaming them (strings), or fixing another class order (classes=, and sums

@@ -87,8 +87,11 @@ def cv_solve(X, y, fold_ids, lambdas, settings: L1Settings, *, K, patience=None)
         errs = jnp.where(stopped, jnp.inf, errs)
         codes = jnp.where(stopped, 0, codes)
         mean = jnp.mean(errs)
-        better = mean < best["err"]
-        stall = jnp.where(better, 0, stall + 1)
+        improved = mean < best["err"]
+        # ties go to the largest lambda, in any grid order: scanning an increasing grid (np.logspace), the first
+        # of the tied all-zero fits above every fold's lambda_max was the smallest of them
+        better = improved | (jnp.isfinite(mean) & (mean == best["err"]) & (lam > lambdas[best["index"]]))
+        stall = jnp.where(improved, 0, stall + 1)
         full = jax.tree_util.tree_map(lambda a: a[K], states)
         full_prob = jax.tree_util.tree_map(lambda a: a[K], probs)
         candidate = {

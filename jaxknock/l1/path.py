@@ -69,7 +69,8 @@ def lasso_path(
 
     Solves :func:`~jaxknock.lasso` at each value of ``lambdas``, each solve
     warm-started from the previous solution. Matches
-    ``sklearn.linear_model.lasso_path`` (least squares) on the same grid.
+    ``sklearn.linear_model.lasso_path`` (least squares) on the same grid, which
+    fits no intercept: with ``fit_intercept=False``, or on centred ``X`` and ``y``.
 
     Args:
         X, y: as in :func:`~jaxknock.lasso`.

@@ -380,9 +380,13 @@ def prepare_data(X, y, *, loss, fit_intercept, name_X="X"):
 def lambda_max(X, y, *, loss: str = "squared", fit_intercept: bool = True) -> jax.Array:
     r"""Smallest ``lam`` for which all coefficients are zero.
 
-    :math:`\lambda_{\max} = \|X_c^\top (y - \bar y)\|_\infty / n` (the gradient
-    of the data fit at the null model). Matches the first value of
-    ``sklearn.linear_model.lasso_path``'s grid.
+    :math:`\lambda_{\max} = \|X_c^\top (y - \bar y)\|_\infty / n` with an
+    intercept (``X_c`` the centred columns), :math:`\|X^\top y\|_\infty / n`
+    without one (least squares) and :math:`\|X^\top (y - \tfrac12)\|_\infty / n`
+    without one (logistic): the gradient of the data fit at the null model.
+    Matches the first value of ``sklearn.linear_model.LassoCV``'s grid with
+    the same ``fit_intercept`` (``sklearn.linear_model.lasso_path`` does not
+    centre: its first value is the ``fit_intercept=False`` one).
 
     Args:
         X: ``(n, m)`` design.
@@ -429,7 +433,8 @@ def lambda_grid(
 ) -> jax.Array:
     """Geometric grid from ``lambda_max`` down to ``eps * lambda_max`` (``num`` values).
 
-    Same grid as scikit-learn's ``LassoCV(n_alphas=num, eps=eps)``, including its floor, which
+    Same grid as scikit-learn's ``LassoCV(alphas=num, eps=eps)`` (``n_alphas=num`` before
+    scikit-learn 1.7), including its floor, which
     for least squares is relative to the units of the data: with ``2^{e_X}`` and ``2^{e_y}`` the powers of two
     that bring ``max |X|`` and ``max |y|`` into ``[0.5, 1)`` (:mod:`jaxknock.l1._units`), when
     ``lambda_max <= 1e-15 * 2^(e_X + e_y)`` (every centred column zero, or constant up to rounding)

@@ -47,8 +47,12 @@ __all__ = [
 def init_lifted_state(params, X, spec: LiftedSpec) -> LiftedState:
     """Initial lifted variables: the feed-forward pass of ``params`` (Algorithm 1, lines 2-3).
 
-    At this point every activation penalty is zero and the Fenchel objective
-    equals the standard training loss.
+    For ``model="fenchel"`` every activation penalty is then zero (``B(relu(U), U) = 0``) and the
+    objective equals the standard training loss (:func:`~jaxknock.lifted.mlp_loss` with the same ``rho``). The lifted
+    penalty ``||X_{l+1} - U_l||^2`` is not: it is ``||relu(-U_l)||^2``, positive wherever a
+    pre-activation is negative. With ``model="lifted"`` and the cross-entropy loss the simplex
+    output is the Euclidean projection of ``U_L``, which can put zero mass on a row's label: the
+    objective is then ``+inf`` until the first pass.
     """
     return forward_state(params, X, spec)
 

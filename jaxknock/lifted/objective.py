@@ -85,7 +85,7 @@ def fenchel_penalty(V, U):
     Defined for ``V >= 0`` (post-activations of a ReLU); ``B >= 0`` with equality iff ``V = relu(U)``.
     It is convex in ``V`` for fixed ``U`` and convex in ``U`` for fixed ``V``. A ``V``
     with a negative (or NaN) entry raises ``ValueError``; under ``jit`` the value is NaN (the formula
-    there is no penalty: ``B(-1, 0) = 1/2`` and ``B(-1, 1) = 2``, while ``B(-1, -1)`` would vanish).
+    there is no penalty: ``B(-1, 0) = 1/2`` and ``B(-1, 1) = 2``, while ``B(-1, -1) = -1/2`` would be negative).
 
     Example:
       >>> u = jnp.array([[-1.0, 2.0]])

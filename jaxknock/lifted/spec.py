@@ -173,7 +173,8 @@ class LiftedState(NamedTuple):
     Block-coordinate descent alternates between the weights ``(W_l, b_l)`` and
     the lifted layer outputs ``X_l >= 0`` that replace ``relu(X_{l-1} W_{l-1} + b_{l-1})``;
     :func:`~jaxknock.lifted.init_lifted_state` starts from the feed-forward
-    pass, where every activation penalty is zero.
+    pass, where every Fenchel penalty is zero (the lifted model's
+    ``||X_{l+1} - U_l||^2`` is not where ``U_l < 0``).
 
     Attributes:
       params: list of ``{"w": (p_l, p_{l+1}), "b": (p_{l+1},)}`` (an MLP pytree).

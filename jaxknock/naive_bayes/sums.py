@@ -127,11 +127,20 @@ class ClassSums:
         return cls(jnp.zeros((C, num_features), dtype), jnp.zeros((C,), dtype), classes)
 
     def update(self, X, y, *, model: str | None = None) -> ClassSums:
-        """Return the sums with one more chunk ``(X, y)`` added (new labels are appended)."""
+        """Return the sums with one more chunk ``(X, y)`` added (see :meth:`merge` for the class order).
+
+        The known classes keep their order (e.g. the ``classes`` given to :meth:`empty`) and labels new
+        to the sums are appended, in sorted order.
+        """
         return self.merge(class_sums(X, y, model=model))
 
     def merge(self, other: ClassSums) -> ClassSums:
-        """Return the sums of the union of the data behind ``self`` and ``other``."""
+        """Return the sums of the union of the data behind ``self`` and ``other``.
+
+        Its classes are those of ``self``, in their order, followed by those of ``other`` that ``self``
+        lacks, in ``other``'s order (the given order of ``classes`` is kept: a sorted union reordered
+        ``empty(m, classes=("b", "a"))`` to ``("a", "b")`` on the first chunk holding both labels).
+        """
         if not isinstance(other, ClassSums):
             raise TypeError(f"can only merge ClassSums, got {type(other).__name__}")
         if self.num_features != other.num_features:
@@ -143,8 +152,7 @@ class ClassSums:
                 self.n_samples.astype(dtype) + other.n_samples.astype(dtype),
                 self.classes,
             )
-        union = np.unique(np.asarray(list(self.classes) + list(other.classes)))
-        classes = label_tuple(union)
+        classes = self.classes + tuple(c for c in other.classes if c not in self.classes)
         index = {c: i for i, c in enumerate(classes)}
         C, m = len(classes), self.num_features
         counts = jnp.zeros((C, m), dtype)

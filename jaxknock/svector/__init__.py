@@ -56,12 +56,14 @@ by :func:`jaxknock._iterate.iterative_solve`, the one place that sets
 ``max_steps_reached`` / ``nonfinite``.
 
 Every solver returns a :class:`~jaxknock.Solution` whose ``value`` is ``s``
-and whose ``stats`` hold ``objective`` (``1^T s`` on the correlation scale),
+and whose ``stats`` hold ``objective`` (``1^T s`` on the correlation scale;
+for :func:`mvr` / :func:`maxent` and their factor versions the criterion
+``f(s)`` they minimise, see :func:`mrc_objective_and_gap`),
 ``min_eig`` (for the dense SDP and ASDP a certified lower bound on
 ``lambda_min(2C - diag s)`` from Cholesky factorisations, within 1% of it once
 inverse iteration has converged, exact with ``exact_min_eig=True``; exact for
-:func:`equicorrelated`; NaN for :func:`sdp_factor`, whose ``stats["feasible"]``
-holds the exact inertia test) and, for
+:func:`equicorrelated`; NaN for :func:`sdp_factor`, :func:`mvr_factor` and
+:func:`maxent_factor`, whose ``stats["feasible"]`` holds the exact inertia test) and, for
 the barrier solvers, a **certified duality gap** ``stats["gap"]``: from the
 barrier iterate ``A = 2 Sigma - diag(s)`` we build the dual-feasible point
 ``Lambda = lam A^{-1}``, ``eta = max(0, 1 - diag(Lambda))`` whose objective

@@ -828,7 +828,10 @@ def group_s_matrix(
         :class:`~jaxknock.Solution` whose ``value`` is a :class:`BlockDiagonal`
         (``value.dense()`` is ``S``), ``result`` a ``RESULTS`` code and
         ``stats`` ``num_steps``, ``max_steps`` and ``gap`` (iterative methods),
-        ``gamma`` (equicorrelated / SDP), ``objective``.
+        ``gamma`` (equicorrelated / SDP), ``objective`` (SDP, maximum entropy, MVR) and, for
+        ``"equicorrelated"``, ``min_eig``: ``lambda_min`` of the block-whitened correlation ``C``
+        (the ``lambda_min`` of ``gamma``'s formula; not a bound on ``lambda_min(c Sigma - S)`` as
+        the ``min_eig`` of :func:`~jaxknock.sdp`).
 
     Example:
         >>> import jax.numpy as jnp
