@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxknock import _backend
 from jaxknock._solution import RESULTS
 
 _TRUSTED = contextvars.ContextVar("jaxknock_trusted_values", default=False)
@@ -448,19 +449,6 @@ def _diagonal(Sigma):
     return jnp.diagonal(Sigma, axis1=-2, axis2=-1)
 
 
-def reads_without_copy(x) -> bool:
-    """True when ``np.asarray(x)`` copies nothing: a host (NumPy) value, or a JAX array held by CPU devices.
-
-    The host checks below (:func:`check_finite`, :func:`check_no_constant_columns`,
-    :func:`check_symmetric`) scan such an ``x`` where it is. An array on an accelerator
-    is reduced there to a flag instead, and comes back whole only to word an error: a
-    ``(20 000, 20 000)`` float32 design on a GPU is 1.6 GB over the bus per check.
-    (On the CPU, JAX's ``transfer_guard_device_to_host`` never fires, so the tests
-    record host reads directly: ``tests/helpers.host_reads``.)
-    """
-    return not isinstance(x, jax.Array) or all(d.platform == "cpu" for d in x.devices())
-
-
 def _host_copy(x):
     """``x`` on the host, explicitly allowed (an error is being worded from it)."""
     with jax.transfer_guard("allow"):
@@ -470,12 +458,12 @@ def _host_copy(x):
 def check_finite(x, name: str):
     """Raise a ``ValueError`` naming ``name`` if a concrete ``x`` holds NaN or Inf (a no-op on tracers).
 
-    Scanned on the host when that copies nothing (:func:`reads_without_copy`), else one
+    Scanned on the host when that copies nothing (:func:`jaxknock._backend.reads_in_place`), else one
     device reduction and a flag.
     """
     if not is_concrete(x):
         return
-    if not reads_without_copy(x):
+    if not _backend.reads_in_place(x):
         if bool(host_flags(_all_finite, x)):
             return
         x = _host_copy(x)
@@ -493,7 +481,7 @@ def check_no_constant_columns(x, name: str = "X"):
     would divide by it.
     """
     if is_concrete(x):
-        if not reads_without_copy(x):
+        if not _backend.reads_in_place(x):
             if not bool(host_flags(_any_constant_column, x)):
                 return
             x = _host_copy(x)
@@ -508,7 +496,7 @@ def check_no_constant_columns(x, name: str = "X"):
 
 def check_symmetric(S, name: str = "Sigma", *, rtol: float = 1e-8):
     if is_concrete(S):
-        if reads_without_copy(S):
+        if _backend.reads_in_place(S):
             a = np.asarray(S)
             asym, scale = np.max(np.abs(a - np.swapaxes(a, -1, -2))), np.max(np.abs(a))
         else:

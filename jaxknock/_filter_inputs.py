@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock import _checks, _precision, _sampling_common, _sigma_checks
+from jaxknock import _backend, _checks, _precision, _sampling_common, _sigma_checks
 from jaxknock._s_methods import FACTOR_SOLVERS, S_METHODS, WIDE_DENSE_SOLVERS
 from jaxknock.covariance import FactorFit, FactorModel, to_correlation
 from jaxknock.l1.folds import cv_folds
@@ -131,7 +131,7 @@ def validate_inputs(
         y_norm = _precision.shift_response_mean(y_norm)
     y = jnp.asarray(y_norm, X.dtype)
     # the host checks below read X once where that copies nothing; on an accelerator they reduce it there
-    Xh = np.asarray(X) if _checks.reads_without_copy(X) else X
+    Xh = np.asarray(X) if _backend.reads_in_place(X) else X
     _checks.check_finite(Xh, "X")
     _checks.check_choice(s_method, S_METHODS, "s_method")
     _checks.check_choice(statistic, STATISTICS, "statistic")

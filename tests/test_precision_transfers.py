@@ -260,9 +260,9 @@ def test_host_reads_records_implicit_reads_only():
 @pytest.fixture
 def on_an_accelerator(monkeypatch):
     """JAX arrays read as if they lived on an accelerator (a host read would copy them over the bus)."""
-    from jaxknock import _checks
+    from jaxknock import _backend
 
-    monkeypatch.setattr(_checks, "reads_without_copy", lambda x: not isinstance(x, jax.Array))
+    monkeypatch.setattr(_backend, "reads_in_place", lambda x: not isinstance(x, jax.Array))
 
 
 def test_validation_reduces_an_accelerator_design_where_it_is(problem, on_an_accelerator):
