@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxknock import _backend
+from jaxknock._containers import host_numeric, object_numbers_as_float
 from jaxknock._solution import RESULTS
 
 _TRUSTED = contextvars.ContextVar("jaxknock_trusted_values", default=False)
@@ -102,79 +103,6 @@ def require_eager(fn: str, why: str, hint: str, **arrays):
 def is_sparse(x) -> bool:
     """A scipy.sparse matrix or array (duck-typed: ``tocsr`` and ``nnz``; scipy is not imported)."""
     return hasattr(x, "tocsr") and hasattr(x, "nnz")
-
-
-def _is_pandas(x) -> bool:
-    """A pandas Series or DataFrame (duck-typed by its module; pandas is not imported)."""
-    return type(x).__module__.split(".")[0] == "pandas" and hasattr(x, "to_numpy")
-
-
-def _pandas_nullable_numeric(x) -> bool:
-    """A pandas object with a nullable numeric column (``Int64``, ``Float64``, ``boolean``): NumPy sees object."""
-    dtypes = x.dtypes if hasattr(x, "dtypes") and not hasattr(x, "dtype") else [x.dtype]
-    nullable = [d for d in dtypes if not isinstance(d, np.dtype)]
-    return bool(nullable) and all(getattr(d, "kind", "O") in "iufb" for d in dtypes)
-
-
-def _pandas_nullable_to_numpy(x) -> np.ndarray:
-    """Nullable numeric pandas data as NumPy: its own dtype (``Int64`` -> int64) without ``pd.NA``, else float64
-    with NaN for each ``pd.NA``."""
-    if bool(np.asarray(x.isna()).any()):
-        return x.to_numpy(dtype=np.float64, na_value=np.nan)
-    dtypes = x.dtypes if hasattr(x, "dtypes") and not hasattr(x, "dtype") else [x.dtype]
-    return x.to_numpy(dtype=np.result_type(*(getattr(d, "numpy_dtype", d) for d in dtypes)))
-
-
-def object_numbers_as_float(x):
-    """An object array of real numbers (``df.to_numpy()`` of mixed int / float columns, ``np.array(v, object)``)
-    as float64 (int64 when every entry is an integer that fits, so integer labels stay integers); anything
-    else unchanged (booleans, ``None``, text stay object: the caller names them)."""
-    if not (isinstance(x, np.ndarray) and x.dtype == object and x.size):
-        return x
-    if any(isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) for v in x.flat):
-        return x
-    if all(isinstance(v, (int, np.integer)) for v in x.flat):
-        try:
-            return x.astype(np.int64)
-        except OverflowError:
-            pass
-    return x.astype(np.float64)
-
-
-def unmasked(x, name: str):
-    """The data of a NumPy masked array none of whose entries is masked; ``ValueError`` naming ``name`` if one
-    is (``np.asarray`` and JAX read the value under the mask as if it were data); anything else unchanged."""
-    if not isinstance(x, np.ma.MaskedArray):
-        return x
-    masked = int(np.ma.count_masked(x))
-    if masked:
-        raise ValueError(
-            f"{name} is a masked array with {masked} masked entr{'y' if masked == 1 else 'ies'}; jaxknock does "
-            f"not impute missing values: drop those rows or fill them explicitly ({name}.filled(value))"
-        )
-    return np.ma.getdata(x)
-
-
-def host_numeric(x, name: str):
-    """A host array container as a plain NumPy array JAX can take; anything else (JAX arrays, lists) unchanged.
-
-    * a masked array: its data when no entry is masked; ``ValueError`` naming ``name`` otherwise (a masked
-      entry must not be read as whatever value sits under the mask);
-    * a pandas object with nullable numeric columns (``Int64``, ``Float64``, ``boolean``): their NumPy dtype,
-      or float64 with NaN for each ``pd.NA`` when there is one (the finiteness checks then name it);
-    * a non-native byte order (``'>f8'`` on a little-endian machine) is swapped to native, and a long double
-      (``np.longdouble``) becomes float64: JAX holds neither.
-    """
-    if isinstance(x, np.ma.MaskedArray):
-        x = unmasked(x, name)
-    elif _is_pandas(x) and _pandas_nullable_numeric(x):
-        x = _pandas_nullable_to_numpy(x)
-    if isinstance(x, np.ndarray):
-        if not x.dtype.isnative:
-            x = x.astype(x.dtype.newbyteorder("="))
-        if x.dtype.kind in "fc" and x.dtype.itemsize > (8 if x.dtype.kind == "f" else 16):
-            x = x.astype(np.float64 if x.dtype.kind == "f" else np.complex128)
-    return x
 
 
 def as_float_array(x, name: str, *, bools: bool = False):

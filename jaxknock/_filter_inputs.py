@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock import _backend, _checks, _precision, _sampling_common, _sigma_checks
+from jaxknock import _checks, _containers, _precision, _sampling_common, _sigma_checks
 from jaxknock._s_methods import FACTOR_SOLVERS, S_METHODS, WIDE_DENSE_SOLVERS
 from jaxknock.covariance import FactorFit, FactorModel, to_correlation
 from jaxknock.l1.folds import cv_folds
@@ -121,7 +121,7 @@ def validate_inputs(
     n, p = X.shape
     # no upcast: X keeps its dtype end to end; only the S solve runs in float64 (jaxknock/_precision.py)
     _checks.check_fdr(fdr)
-    y_arr = np.asarray(_checks.host_numeric(y, "y")) if _checks.is_concrete(y) else y  # a mask is not dropped
+    y_arr = np.asarray(_containers.host_numeric(y, "y")) if _checks.is_concrete(y) else y  # a mask is not dropped
     if getattr(y_arr, "ndim", None) != 1 or y_arr.shape[0] != n:
         raise _checks.response_shape_error(np.shape(y_arr), n)
     if y_arr.dtype.kind in "iufb":
@@ -130,15 +130,13 @@ def validate_inputs(
     if not binary:  # a y with a large mean (1e8 + e) keeps its deviations through the cast and the lasso
         y_norm = _precision.shift_response_mean(y_norm)
     y = jnp.asarray(y_norm, X.dtype)
-    # the host checks below read X once where that copies nothing; on an accelerator they reduce it there
-    Xh = np.asarray(X) if _backend.reads_in_place(X) else X
-    _checks.check_finite(Xh, "X")
+    _checks.check_finite(X, "X")  # scanned where X is (on an accelerator: a device flag, no copy)
     _checks.check_choice(s_method, S_METHODS, "s_method")
     _checks.check_choice(statistic, STATISTICS, "statistic")
     _checks.check_choice(aggregate, AGGREGATES, "aggregate")
     if not (_checks.is_int(num_replicates) and num_replicates >= 1):
         raise ValueError(f"num_replicates must be a positive integer, got {num_replicates!r}")
-    _checks.check_no_constant_columns(Xh, "X")
+    _checks.check_no_constant_columns(X, "X")
     if not isinstance(plus, (bool, np.bool_)):
         raise TypeError(f"plus must be True (knockoff+) or False (knockoff), got {plus!r}")
     if lam is not None and statistic != "lcd":  # the other statistics have no penalty: never ignore it silently

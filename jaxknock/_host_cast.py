@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from jaxknock._checks import host_numeric, object_numbers_as_float
+from jaxknock._containers import host_numeric, object_numbers_as_float
 
 __all__ = ["centre_columns", "finite_mean", "host_float64"]
 

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _checks, _memory
+from jaxknock import _checks, _containers, _memory
 from jaxknock._host_cast import centre_columns
 from jaxknock._scaling import pow2_exponent
 
@@ -229,7 +229,7 @@ def _prepare(X, y, kernel, target_kernel, name="X"):
     # alignments 17% off, its float32 spacing 1 against a spread of 1.3)
     X = _checks.as_float_array(centre_columns(X), name, bools=True)
     _checks.check_ndim(X, 2, name, "a 2-D array of shape (n_samples, n_features)")
-    y = _checks.host_numeric(y, "y")  # a pandas Float64 y: np.dtype(y.dtype) was a TypeError naming nothing
+    y = _containers.host_numeric(y, "y")  # a pandas Float64 y: np.dtype(y.dtype) was a TypeError naming nothing
     if not hasattr(y, "dtype") or np.dtype(y.dtype).kind in "US":
         dt = np.asarray(y).dtype
         if dt.kind in "US":  # was JAX's staging error
@@ -413,7 +413,7 @@ def greedy_kta_selection(
     X, y = _prepare(X, y, kernel, target_kernel)
     _check_linear_widths(kernel, bandwidth, target_kernel, target_bandwidth)
     bandwidth, target_bandwidth = _as_width(bandwidth, X.dtype), _as_width(target_bandwidth, X.dtype)
-    r = np.asarray(_checks.host_numeric(ranking, "ranking"))  # big-endian: JAX's staging error; masked: refused
+    r = np.asarray(_containers.host_numeric(ranking, "ranking"))  # big-endian: JAX's staging error; masked: refused
     if r.ndim != 1 or r.size == 0 or not np.issubdtype(r.dtype, np.integer):
         raise ValueError(f"ranking must be a non-empty 1-D array of feature indices, got {r!r}")
     if r.min() < 0 or r.max() >= X.shape[1] or np.unique(r).size != r.size:

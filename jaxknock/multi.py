@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock import _checks
+from jaxknock import _checks, _containers
 from jaxknock import filter as _filter
 from jaxknock.svector.group import Groups, group_index
 
@@ -285,7 +285,7 @@ def expand_groups(group_mask, groups):
 
 def _as_mask(mask, name: str):
     """A boolean JAX array from a boolean or 0/1 integer ``mask`` (a float, text or other integer raises)."""
-    mask = _checks.host_numeric(mask, name)  # masked arrays, big-endian integers: JAX's errors named nothing
+    mask = _containers.host_numeric(mask, name)  # masked arrays, big-endian integers: JAX's errors named nothing
     dtype = np.dtype(mask.dtype) if hasattr(mask, "dtype") else np.asarray(mask).dtype
     if dtype.kind not in "biu":  # a float mask came back as floats, text failed in JAX's staging naming nothing
         raise TypeError(f"{name} must be a boolean mask (or 0/1 integers), got dtype {dtype}")

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
 
-from jaxknock import _checks
+from jaxknock import _checks, _containers
 from jaxknock.naive_bayes.model import sparse_naive_bayes
 from jaxknock.naive_bayes.sums import ClassSums
 from jaxknock.pipeline import AGGREGATES, S_METHODS, STATISTICS, Selection, knockoff_filter
@@ -119,10 +119,10 @@ def _validate_unmasked(estimator, X, y="no_validation", **kwargs):
 
     ``check_array`` reads a masked array through ``np.asarray``: the value under each mask was fitted as data.
     """
-    X = _checks.unmasked(X, "X")
+    X = _containers.unmasked(X, "X")
     if isinstance(y, str) and y == "no_validation":  # scikit-learn's default: validate X alone
         return validate_data(estimator, X, **kwargs)
-    return validate_data(estimator, X, _checks.unmasked(y, "y"), **kwargs)
+    return validate_data(estimator, X, _containers.unmasked(y, "y"), **kwargs)
 
 
 __all__ = ["KnockoffSelector", "RandSelSelector", "SparseNaiveBayes", "StabilitySelector", "expected_failed_checks"]

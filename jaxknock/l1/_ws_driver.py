@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _aot, _backend, _capacity, _checks, _memory
+from jaxknock import _aot, _backend, _capacity, _checks, _containers, _memory
 from jaxknock._iterate import lockstep_while_loop
 from jaxknock._lapack_threads import with_one_lapack_thread
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
@@ -639,7 +639,7 @@ def validated_grid(X, y, lambdas, num_lambdas, eps):
         raise ValueError("lambdas must be a non-empty 1-D array of positive penalties")
     if _checks.is_concrete(lambdas):
         # on the host: jnp comparisons of a constant are traced under an outer jit (bool() of them failed)
-        values = np.asarray(_checks.host_numeric(lambdas, "lambdas"), np.float64)  # a masked penalty is refused
+        values = np.asarray(_containers.host_numeric(lambdas, "lambdas"), np.float64)  # a masked penalty is refused
         if not np.all((values > 0) & np.isfinite(values)):  # an inf penalty ran, max_steps_reached, lam = inf
             raise ValueError(f"lambdas must be a non-empty 1-D array of positive, finite penalties, got {values}")
         if np.any(np.diff(values) > 0):

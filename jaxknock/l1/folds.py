@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock import _checks
+from jaxknock import _checks, _containers
 from jaxknock._solution import RESULTS
 
 __all__ = [
@@ -135,7 +135,7 @@ def resolve_folds(n, folds, y=None, loss="squared"):
         if _checks.is_concrete(y):
             return stratified_kfold_ids(np.asarray(y), K), K
         return binary_stratified_ids(y, K), K
-    ids = np.asarray(_checks.host_numeric(folds, "folds"))  # a masked fold id is refused, not read
+    ids = np.asarray(_containers.host_numeric(folds, "folds"))  # a masked fold id is refused, not read
     if ids.shape != (n,) or not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(
             f"folds must be an int or an integer array of shape ({n},), got {ids.dtype} array of shape {ids.shape}"

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _checks, _precision
+from jaxknock import _checks, _containers, _precision
 from jaxknock._solution import Solution
 from jaxknock.l1 import _units
 from jaxknock.l1.settings import L1Settings, check_loss, model_settings
@@ -292,7 +292,7 @@ def as_lambdas(lambdas, dtype):
 
     ``jnp.asarray(lambdas, dtype)`` of a masked array read each masked penalty as the value under its mask.
     """
-    lambdas = jnp.asarray(_checks.host_numeric(lambdas, "lambdas"), dtype)
+    lambdas = jnp.asarray(_containers.host_numeric(lambdas, "lambdas"), dtype)
     check_lambdas(lambdas)
     return lambdas
 

@@ -98,7 +98,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock import _checks
+from jaxknock import _checks, _containers
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.l1 import _units
 from jaxknock.l1 import _ws_driver as _driver
@@ -131,7 +131,7 @@ def fold_rows(folds, n: int):
         sizes[: n % K] += 1
         ids = np.repeat(np.arange(K), sizes)
     else:
-        ids = np.asarray(_checks.host_numeric(folds, "folds"))  # a masked fold id is refused, not read
+        ids = np.asarray(_containers.host_numeric(folds, "folds"))  # a masked fold id is refused, not read
         if ids.shape != (n,) or not np.issubdtype(ids.dtype, np.integer):
             raise ValueError(f"folds must be an int or an ({n},) integer array of fold ids, got {ids.shape}")
         K = int(ids.max()) + 1

@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock._checks import as_float_array, check_finite, check_ndim, host_numeric, is_concrete, poison
+from jaxknock._checks import as_float_array, check_finite, check_ndim, is_concrete, poison
+from jaxknock._containers import host_numeric
 from jaxknock.lifted.spec import LiftedHyper, LiftedSpec
 
 __all__ = ["check_hyper_values", "check_params", "poison_step", "prepare_xy"]

@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxknock._checks import check_class_labels, host_numeric, is_concrete, is_sparse
+from jaxknock._checks import check_class_labels, is_concrete, is_sparse
+from jaxknock._containers import host_numeric
 
 __all__ = [
     "MODELS",
@@ -56,7 +57,7 @@ def float_dtype(dtype):
 
 def host_data(X):
     """A dense host ``X`` (list, masked array, pandas DataFrame, big-endian or long double array) as a NumPy
-    array JAX can take (:func:`~jaxknock._checks.host_numeric`); scipy.sparse, Dask, JAX and traced ``X``
+    array JAX can take (:func:`~jaxknock._containers.host_numeric`); scipy.sparse, Dask, JAX and traced ``X``
     pass through. A DataFrame was an ``AttributeError`` (no ``dtype``), a masked array JAX's error."""
     if is_sparse(X) or is_dask(X) or isinstance(X, jax.Array) or not is_concrete(X):
         return X

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxknock import _checks, _sigma_checks
+from jaxknock import _checks, _containers, _sigma_checks
 from jaxknock._iterate import iterative_solve
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 from jaxknock.covariance import to_correlation
@@ -123,7 +123,7 @@ def group_index(groups, p: int | None = None, *, name: str = "groups") -> Groups
         return groups
     if not _checks.is_concrete(groups):
         raise TypeError(f"{name} must be concrete (a numpy/JAX array outside jit): the group sizes fix the shapes")
-    g = _names_as_text(np.asarray(_checks.host_numeric(groups, name)), name)  # a masked label is refused
+    g = _names_as_text(np.asarray(_containers.host_numeric(groups, name)), name)  # a masked label is refused
     if g.dtype == bool or g.dtype.kind not in "iufUS":
         raise TypeError(f"{name} must hold integer group ids or group names, one per feature; got dtype {g.dtype}")
     if g.ndim != 1:
