@@ -993,3 +993,29 @@ def test_npz_duplicate_column_names_are_refused(tmp_path, capsys):
     X = np.random.default_rng(0).standard_normal((12, 4))
     np.savez(tmp_path / "dup.npz", X=X, columns=np.array(["a", "b", "a", "y"]))
     assert_error(["select", str(tmp_path / "dup.npz"), "--target", "y"], capsys, "duplicate column name(s) ['a']")
+
+
+def test_a_closed_stdout_pipe_still_writes_the_report(tmp_path, monkeypatch):
+    """``jaxknock ... --out r.json | head -1``: once ``head`` had exited, the next ``print`` raised
+    ``BrokenPipeError``: "jaxknock: error: [Errno 32] Broken pipe", exit code 2 and no report."""
+    from jaxknock.cli import parser
+    from jaxknock.cli.report import print_table, write_json
+
+    def command(args):  # a subcommand's output (a table), then its report: without the JAX work
+        print("header line")
+        print_table([[f"x{j}", "1.0"] for j in range(2000)], ["feature", "W"])
+        write_json(args.out, {"command": "snb"})
+        return 0
+
+    monkeypatch.setattr(parser, "run_snb", command)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first line
+    stdout = io.TextIOWrapper(os.fdopen(write_end, "wb"))
+    monkeypatch.setattr(sys, "stdout", stdout)
+    try:
+        code = cli.main(["snb", "data.csv", "-k", "2", "--out", str(tmp_path / "r.json")])
+    finally:
+        monkeypatch.setattr(sys, "stdout", sys.__stdout__)
+        stdout.close()  # its descriptor now points at os.devnull: closing flushes nothing into the dead pipe
+    assert code == 0
+    assert json.loads((tmp_path / "r.json").read_text()) == {"command": "snb"}

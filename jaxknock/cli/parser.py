@@ -7,7 +7,7 @@ import sys
 
 from jaxknock._lapack_threads import one_lapack_thread
 from jaxknock.cli.bench import run_bench
-from jaxknock.cli.common import CLIError, enable_compile_cache, seed
+from jaxknock.cli.common import CLIError, enable_compile_cache, pipe_safe_stdout, seed
 from jaxknock.cli.demo import run_demo
 from jaxknock.cli.report import check_writable
 from jaxknock.cli.select import METHODS, run_select
@@ -127,7 +127,9 @@ def main(argv=None) -> int:
         if getattr(args, "out", None):
             check_writable(args.out)  # before the work, not after it (the selection ran, then --out failed)
             _check_not_an_input(args)
-        with one_lapack_thread():  # the CLI's own process: every command's programs (jaxknock/_lapack_threads.py)
+        # the CLI's own process: every command's programs (jaxknock/_lapack_threads.py); a closed stdout
+        # (`| head`) drops the rest of the output instead of ending the run without its --out report
+        with one_lapack_thread(), pipe_safe_stdout():
             return args.func(args)
     except CLIError as err:
         msg = " ".join(str(err).split())
