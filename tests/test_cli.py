@@ -564,6 +564,7 @@ def test_demo_bad_arguments(capsys):
     [
         (["--fdr", "1.5"], "--fdr must lie strictly between 0 and 1"),
         (["--amplitude", "nan"], "--amplitude must be a finite number"),
+        (["--n", "4"], "--n must be at least 10"),
         (["--plot", "no/such/folder/out.png"], "cannot write the plot to no/such/folder/out.png"),
     ],
 )
@@ -625,13 +626,13 @@ def test_demo_progress_is_drawn_where_stderr_is_a_terminal(monkeypatch):
     import jaxknock
 
     p = 4  # numpy stand-ins, no JAX work before the bar: the test is about its stream only
-    data = (np.ones((8, p)), np.ones(8), np.ones(p), np.eye(p))
+    data = (np.ones((10, p)), np.ones(10), np.ones(p), np.eye(p))
     monkeypatch.setattr(demo, "synthetic_factor_data", lambda *a: data)
     fake = (types.SimpleNamespace(dense=lambda: np.eye(p)), 0.0)
     monkeypatch.setattr(demo, "timed", lambda fn, *a: ((np.eye(p), 0.0) if fn.__name__ == "ledoit_wolf" else fake, 0.0))
     monkeypatch.setattr(jaxknock, "to_correlation", lambda S: S)
     monkeypatch.setattr(demo, "Progress", bar)
-    args = build_parser().parse_args(["demo", "--n", "8", "--p", str(p), "--rank", "1", "--signals", "1"])
+    args = build_parser().parse_args(["demo", "--n", "10", "--p", str(p), "--rank", "1", "--signals", "1"])
     for out, err in ((FakeTTY(), io.StringIO()), (io.StringIO(), FakeTTY())):
         monkeypatch.setattr(sys, "stdout", out)
         monkeypatch.setattr(sys, "stderr", err)

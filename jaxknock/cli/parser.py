@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the main job on built-in synthetic data")
-    demo.add_argument("--n", type=int, default=1000, help="samples (default 1000)")
+    demo.add_argument("--n", type=int, default=1000, help="samples, at least 10 (default 1000)")
     demo.add_argument("--p", type=int, default=500, help="features (default 500)")
     demo.add_argument("--rank", type=int, default=50, help="factor-model rank (default 50)")
     demo.add_argument("--signals", type=int, default=50, help="non-zero coefficients (default 50)")
