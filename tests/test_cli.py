@@ -1020,3 +1020,35 @@ def test_a_closed_stdout_pipe_still_writes_the_report(tmp_path, monkeypatch):
         stdout.close()  # its descriptor now points at os.devnull: closing flushes nothing into the dead pipe
     assert code == 0
     assert json.loads((tmp_path / "r.json").read_text()) == {"command": "snb"}
+
+
+def test_a_target_of_several_text_labels_is_named_as_the_target(tmp_path, capsys):
+    """``y`` = ``a`` / ``b`` / ``c`` read "column 'y' is not numeric (row 1 has 'a'); encode it as numbers or
+    drop the column": the target called a column to drop, and 0 / 1 / 2 would be fitted as a measurement."""
+    rng = np.random.default_rng(0)
+    rows = [[*rng.normal(size=3).round(3), "abc"[i % 3]] for i in range(30)]
+    path = write_csv(tmp_path / "three.csv", ["a", "b", "c", "y"], rows)
+    for command in ("select", "stability"):
+        assert_error([command, path, "--target", "y"], capsys, "target column 'y' holds 3 text labels (a, b, c)")
+    for i, r in enumerate(rows):  # a numeric target with a stray word: that row is named, as before
+        r[3] = "oops" if i == 4 else f"{rng.normal():.3f}"
+    path = write_csv(tmp_path / "typo.csv", ["a", "b", "c", "y"], rows)
+    assert_error(["select", path, "--target", "y"], capsys, "column 'y' is not numeric (row 5 has 'oops')")
+
+
+def test_a_target_of_integer_classes_gets_a_note(tmp_path, capsys):
+    """A 0 / 1 / 2 target (class labels) was fitted as a continuous response without a word: the CLI reads every
+    column as float, which knockoff_filter's refusal of integer class labels never sees (KnockoffSelector warns)."""
+    from jaxknock.cli import build_parser
+    from jaxknock.cli import stability as stability_cli
+    from jaxknock.cli.select import _load_design
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 3)).round(3)
+    for target, noted in ((np.arange(30) % 3, True), (rng.normal(size=30).round(3), False), (np.arange(30) % 2, False)):
+        path = write_csv(tmp_path / "t.csv", ["a", "b", "c", "y"], np.column_stack([X, target]).tolist())
+        _load_design(build_parser().parse_args(["select", path, "--target", "y"]), "auto")
+        stability_cli._load(build_parser().parse_args(["stability", path, "--target", "y"]))
+        err = capsys.readouterr().err
+        note = "note: target 'y' holds 3 distinct whole numbers (0, 1, 2), which look like class labels"
+        assert err.count(note) == (2 if noted else 0), err

@@ -9,7 +9,7 @@ from pathlib import Path
 from jaxknock.cli.common import CLIError, enable_x64, seed
 from jaxknock.cli.progress import Progress, Ticker, progress_enabled
 from jaxknock.cli.report import device, print_table, sha256, versions, write_json
-from jaxknock.cli.tables import load_table, preview, resolve_target
+from jaxknock.cli.tables import class_like_note, load_table, preview, resolve_target
 
 __all__ = ["add_parsers", "run_randsel", "run_stability"]
 
@@ -100,6 +100,9 @@ def _load(args):
     const = [names[features[c]] for c in np.flatnonzero(sd == 0)]
     if const:
         raise CLIError(f"constant column(s) {preview(const, 5)} carry no information; drop them and rerun")
+    note = class_like_note(names[j], y)
+    if note:
+        print(note, file=sys.stderr)
     return names[j], [names[c] for c in features], (X - X.mean(0)) / sd, y
 
 

@@ -17,6 +17,7 @@ from jaxknock.cli.common import CLIError
 __all__ = [
     "MISSING",
     "check_file",
+    "class_like_note",
     "default_names",
     "load_table",
     "numeric_column",
@@ -128,6 +129,43 @@ def two_level_column(values):
     return codes, tuple(levels)
 
 
+def _check_text_target(path, name, values):
+    """Refuse a target of text labels other than two, naming the labels (not "drop the column").
+
+    ``y`` = ``a`` / ``b`` / ``c`` read as "column 'y' is not numeric (row 1 has 'a'); encode it as
+    numbers or drop the column": the target was called a column to drop, and numbers 0, 1, 2 would be
+    fitted as a measurement.
+    """
+    present = [v for v in values if v.lower() not in MISSING]
+    if any(_float_or_none(v) is not None for v in present):  # numbers (a stray word: numeric_column names its row)
+        return
+    levels = sorted(set(present))
+    raise CLIError(
+        f"{path}: target column {name!r} holds {len(levels)} text labels ({preview(levels, 5)}); "
+        "the statistics handle a numeric response or two labels (a binary target): "
+        "for several classes, code one class against the rest as a two-label column"
+    )
+
+
+def class_like_note(name, y):
+    """A note when a numeric target holds 3 to 20 distinct whole numbers (class labels ``0, 1, 2``?), else None.
+
+    The CLI reads every column as float, so such a target is fitted as a continuous response, as
+    :class:`jaxknock.sklearn.KnockoffSelector` does with a warning (:func:`~jaxknock.knockoff_filter`
+    refuses integer-typed class labels): the note says so instead of running silently.
+    """
+    import numpy as np
+
+    values = np.unique(y[np.isfinite(y)])
+    if not (3 <= values.size <= 20 and np.all(values == np.round(values))):
+        return None
+    shown = ", ".join(f"{v:g}" for v in values[:5]) + (", ..." if values.size > 5 else "")
+    return (
+        f"note: target {name!r} holds {values.size} distinct whole numbers ({shown}), which look like class "
+        "labels; it is fitted as a continuous response (the statistics handle a continuous response or two classes)"
+    )
+
+
 def load_table(path, target=None):
     """``(names, X, levels)`` with ``X`` a float ``(n, p)`` NumPy array, from CSV / NPZ / NPY.
 
@@ -157,6 +195,8 @@ def load_table(path, target=None):
             if coded is not None:
                 cols = list(cols)
                 cols[names.index(target)], levels = coded
+            else:
+                _check_text_target(path, target, cols[names.index(target)])
         X = np.column_stack(
             [c if isinstance(c, np.ndarray) else numeric_column(path, n, c) for n, c in zip(names, cols)]
         )
