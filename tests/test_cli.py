@@ -1052,3 +1052,23 @@ def test_a_target_of_integer_classes_gets_a_note(tmp_path, capsys):
         err = capsys.readouterr().err
         note = "note: target 'y' holds 3 distinct whole numbers (0, 1, 2), which look like class labels"
         assert err.count(note) == (2 if noted else 0), err
+
+
+def test_space_delimited_tables_and_r_row_names_are_read(tmp_path):
+    """``numpy.savetxt`` / R's ``write.table`` separate columns by spaces: the table was one column named
+    "a b y" ("target column 'y' is not in ..."); R's row names (a header one name short of every row) were
+    "line 2 has 4 fields but the header has 3"."""
+    from jaxknock.cli.tables import load_table
+
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(12, 3))
+    np.savetxt(tmp_path / "savetxt.txt", table, header="a b y")  # "# a b y", then the rows
+    aligned = "".join(" ".join(f"{v:10.4f}" for v in row) + "\n" for row in table)
+    (tmp_path / "aligned.txt").write_text("         a          b          y\n" + aligned)
+    rows = "".join(f'"{i + 1}" ' + " ".join(repr(v) for v in row) + "\n" for i, row in enumerate(table.tolist()))
+    (tmp_path / "write_table.txt").write_text('"a" "b" "y"\n' + rows)
+    (tmp_path / "row_names.csv").write_text("a,b,y\n" + rows.replace(" ", ","))
+    for name, decimals in (("savetxt.txt", 12), ("aligned.txt", 4), ("write_table.txt", 12), ("row_names.csv", 12)):
+        names, X, levels = load_table(tmp_path / name, target="y")
+        assert names == ["a", "b", "y"] and levels is None, (name, names)
+        np.testing.assert_allclose(X, table.round(decimals), atol=10.0**-decimals, err_msg=name)

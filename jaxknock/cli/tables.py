@@ -43,16 +43,33 @@ def _float_or_none(text):
         return None
 
 
+class _WHITESPACE(csv.excel):
+    delimiter = " "
+    skipinitialspace = True
+
+
 def read_csv_table(path):
-    """``(names, columns)`` of a CSV with a header row; ``columns`` are lists of strings."""
+    """``(names, columns)`` of a CSV with a header row; ``columns`` are lists of strings.
+
+    Delimited by ``,``, ``;`` or tab (sniffed), or by runs of spaces when the header line has none of
+    those. A header with one name fewer than every data row has row names in its first column (R's
+    ``write.table``); they are dropped.
+    """
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:
             sample = fh.read(65536)
             fh.seek(0)
-            try:
-                dialect = csv.Sniffer().sniff(sample, delimiters=",;\t")
-            except csv.Error:
-                dialect = csv.excel
+            first = next((line for line in sample.splitlines() if line.strip()), "")
+            if not any(d in first for d in ",;\t") and len(first.split()) > 1:
+                # R's write.table, numpy.savetxt, PLINK: columns separated by spaces, read as one column
+                # named "g0 g1 g2 y" ("target column 'y' is not in ..."); runs of spaces are one separator
+                dialect = _WHITESPACE
+                fh = (line.strip() for line in fh)
+            else:
+                try:
+                    dialect = csv.Sniffer().sniff(sample, delimiters=",;\t")
+                except csv.Error:
+                    dialect = csv.excel
             reader = csv.reader(fh, dialect)
             rows, lines = [], []  # the file's line of each row (blank lines are skipped below)
             for r in reader:
@@ -67,6 +84,8 @@ def read_csv_table(path):
     if not rows:
         raise CLIError(f"{path} is empty; it needs a header row with column names and data rows")
     header = [h.strip() for h in rows[0]]
+    if dialect is _WHITESPACE and header[0] == "#" and len(header) > 1:  # numpy.savetxt(header=...): "# a b y"
+        header = header[1:]
     numeric = [_float_or_none(h) is not None for h in header]
     # "1.5,,3" or "1.5,NA,3": data, no header (",0,1,2", a pandas index column without a name, is a header)
     if header[0] and any(numeric) and all(f or h.lower() in MISSING for f, h in zip(numeric, header)):
@@ -77,6 +96,10 @@ def read_csv_table(path):
     if dup:
         raise CLIError(f"{path}: duplicate column name(s) {dup}; make the header names unique")
     body = rows[1:]
+    if body and all(len(r) == len(header) + 1 for r in body):
+        # a header one name short of every row: the first column holds row names (R's write.table and
+        # read.table's rule), not a feature; this was "line 2 has 8 fields but the header has 7"
+        body = [r[1:] for r in body]
     for i, r in enumerate(body):
         if len(r) != len(header):
             raise CLIError(
@@ -174,7 +197,7 @@ def load_table(path, target=None):
     is coded 0/1 in sorted label order and ``levels`` is the pair of labels;
     otherwise ``None``.
 
-    * CSV: a header row of column names; ``,``, ``;`` or tab delimited.
+    * CSV: a header row of column names; ``,``, ``;``, tab or space delimited (:func:`read_csv_table`).
     * NPY: a 2-D numeric array; columns are named ``x0, x1, ...``.
     * NPZ: either 1-D arrays of equal length (one per column, named by key), or
       one 2-D array (key ``X``, ``data`` or the only 2-D array) with optional
