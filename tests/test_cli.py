@@ -1072,3 +1072,20 @@ def test_space_delimited_tables_and_r_row_names_are_read(tmp_path):
         names, X, levels = load_table(tmp_path / name, target="y")
         assert names == ["a", "b", "y"] and levels is None, (name, names)
         np.testing.assert_allclose(X, table.round(decimals), atol=10.0**-decimals, err_msg=name)
+
+
+def test_labels_and_groups_files_with_a_byte_order_mark(tmp_path):
+    """A ``--labels`` / ``--groups`` file saved by a Windows editor starts with a UTF-8 byte-order mark: the first
+    label was the class ``'\\ufeffneg'`` (three classes for two), the first group id the name ``'\\ufeff0'``
+    (a group of its own: the group-level FDR counted the wrong units)."""
+    from jaxknock.cli.select import _load_groups
+    from jaxknock.cli.snb import load_labels
+
+    labels = tmp_path / "labels.txt"
+    labels.write_text("neg\r\npos\r\nneg\r\n", encoding="utf-8-sig")
+    assert load_labels(labels).tolist() == ["neg", "pos", "neg"]
+    groups = tmp_path / "groups.txt"
+    groups.write_text("0 0 1 1\n", encoding="utf-8-sig")
+    assert _load_groups(groups, 4).tolist() == [0, 0, 1, 1]
+    groups.write_text("BRCA1 BRCA1 TP53 TP53\n", encoding="utf-8-sig")
+    assert _load_groups(groups, 4).tolist() == ["BRCA1", "BRCA1", "TP53", "TP53"]

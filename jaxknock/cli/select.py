@@ -120,10 +120,11 @@ def _read_group_tokens(path):
     is a comment, as for ``loadtxt``)."""
     import numpy as np
 
+    # utf-8-sig: a byte-order mark (Windows editors) made the first id the name '\ufeff0', a group of its own
     try:
-        return np.loadtxt(path, ndmin=1)
+        return np.loadtxt(path, ndmin=1, encoding="utf-8-sig")
     except ValueError:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
         tokens = [t for line in lines for t in line.split("#", 1)[0].split()]
         if not tokens:
             raise

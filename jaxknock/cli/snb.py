@@ -26,7 +26,9 @@ def load_labels(path):
             raise CLIError(f"{path} is not a readable .npy array ({err})") from None
     else:
         try:
-            labels = np.asarray([line.strip() for line in path.read_text().splitlines() if line.strip()])
+            # utf-8-sig: a byte-order mark (Windows editors) made the first label '\ufeffham', a class of its own
+            text = path.read_text(encoding="utf-8-sig")
+            labels = np.asarray([line.strip() for line in text.splitlines() if line.strip()])
             labels = _canonical_numbers(labels) if labels.size else labels  # 1 and 1.0: one class
         except UnicodeDecodeError:
             raise CLIError(f"{path} is not a text file of labels (one per line)") from None
