@@ -1089,3 +1089,11 @@ def test_labels_and_groups_files_with_a_byte_order_mark(tmp_path):
     assert _load_groups(groups, 4).tolist() == [0, 0, 1, 1]
     groups.write_text("BRCA1 BRCA1 TP53 TP53\n", encoding="utf-8-sig")
     assert _load_groups(groups, 4).tolist() == ["BRCA1", "BRCA1", "TP53", "TP53"]
+
+
+def test_npz_with_an_object_array_names_it(tmp_path, capsys):
+    """``numpy.savez(path, X=df.values, columns=df.columns.values)``, pandas' names as an object array, read
+    "is not a readable .npz archive (...); save it with numpy.savez", which is what the user had done."""
+    path = tmp_path / "frame.npz"
+    np.savez(path, X=np.ones((12, 3)), columns=np.array(["a", "b", "y"], dtype=object))
+    assert_error(["select", str(path), "--target", "y"], capsys, "array 'columns' holds Python objects (dtype object)")

@@ -239,7 +239,7 @@ def load_table(path, target=None):
             raise CLIError(str(err)) from None
         try:
             with np.load(path, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
+                arrays = {k: _npz_member(path, z, k) for k in z.files}
         except (ValueError, OSError, EOFError) as err:
             raise CLIError(f"{path} is not a readable .npz archive ({err}); save it with numpy.savez") from None
         if {"indptr", "indices", "data", "shape"} <= set(arrays):
@@ -286,6 +286,22 @@ def load_table(path, target=None):
         names = list(one_d)
         return names, np.column_stack([_as_float(path, one_d[k], k) for k in names]), None
     raise CLIError(f"unsupported file type {suffix or '(none)'!r} for {path}; use .csv, .npz or .npy")
+
+
+def _npz_member(path, archive, key):
+    """``archive[key]``; an object array (pandas' ``df.columns.values``, ``df.values`` of a mixed frame) is
+    refused naming the array and how to store it: it read "is not a readable .npz archive (Object arrays
+    cannot be loaded when allow_pickle=False); save it with numpy.savez", which the user had done."""
+    try:
+        return archive[key]
+    except ValueError as err:
+        if "allow_pickle" not in str(err):
+            raise
+        raise CLIError(
+            f"{path}: array {key!r} holds Python objects (dtype object), which are not read (unpickling runs "
+            "code); save column names as strings (numpy.asarray(names, dtype=str)) and the table as numbers "
+            "(df.to_numpy(dtype=float))"
+        ) from None
 
 
 def _as_float(path, X, name=None):
