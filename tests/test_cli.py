@@ -1097,3 +1097,11 @@ def test_npz_with_an_object_array_names_it(tmp_path, capsys):
     path = tmp_path / "frame.npz"
     np.savez(path, X=np.ones((12, 3)), columns=np.array(["a", "b", "y"], dtype=object))
     assert_error(["select", str(path), "--target", "y"], capsys, "array 'columns' holds Python objects (dtype object)")
+    np.save(tmp_path / "table.npy", np.ones((12, 3), dtype=object), allow_pickle=True)  # and a .npy: "save it
+    assert_error(["select", str(tmp_path / "table.npy"), "--target", "2"], capsys, "holds Python objects")  # with
+    labels = tmp_path / "labels.npy"  # numpy.save", also what the user had done
+    np.save(labels, np.array(["a", "b"] * 6, dtype=object), allow_pickle=True)
+    sp = pytest.importorskip("scipy.sparse")
+    sp.save_npz(tmp_path / "counts.npz", sp.csr_matrix(np.ones((12, 3))))
+    argv = ["snb", str(tmp_path / "counts.npz"), "--labels", str(labels), "-k", "1"]
+    assert_error(argv, capsys, "holds Python objects", "numpy.asarray(labels, dtype=str)")

@@ -8,7 +8,15 @@ from pathlib import Path
 from jaxknock._checks import check_class_labels, check_npz_archive
 from jaxknock.cli.common import CLIError, enable_x64
 from jaxknock.cli.report import device, print_table, sha256, versions, write_json
-from jaxknock.cli.tables import MISSING, check_file, default_names, numeric_column, read_csv_table, resolve_target
+from jaxknock.cli.tables import (
+    MISSING,
+    check_file,
+    default_names,
+    npy_error,
+    numeric_column,
+    read_csv_table,
+    resolve_target,
+)
 
 __all__ = ["load_labels", "load_snb", "run_snb"]
 
@@ -23,7 +31,9 @@ def load_labels(path):
         try:
             labels = np.load(path, allow_pickle=False)
         except (ValueError, OSError) as err:
-            raise CLIError(f"{path} is not a readable .npy array ({err})") from None
+            raise CLIError(
+                npy_error(path, err, "labels as strings or numbers (numpy.asarray(labels, dtype=str))")
+            ) from None
     else:
         try:
             # utf-8-sig: a byte-order mark (Windows editors) made the first label '\ufeffham', a class of its own

@@ -20,6 +20,7 @@ __all__ = [
     "class_like_note",
     "default_names",
     "load_table",
+    "npy_error",
     "numeric_column",
     "preview",
     "read_csv_table",
@@ -228,7 +229,7 @@ def load_table(path, target=None):
         try:
             X = np.load(path, allow_pickle=False)
         except (ValueError, OSError) as err:
-            raise CLIError(f"{path} is not a readable .npy array ({err}); save it with numpy.save") from None
+            raise CLIError(npy_error(path, err, "numbers (numpy.save(path, df.to_numpy(dtype=float)))")) from None
         if X.ndim != 2:
             raise CLIError(f"{path} holds an array of shape {X.shape}; it must be 2-D (rows x columns)")
         return default_names(X.shape[1]), _as_float(path, X), None
@@ -288,6 +289,14 @@ def load_table(path, target=None):
     raise CLIError(f"unsupported file type {suffix or '(none)'!r} for {path}; use .csv, .npz or .npy")
 
 
+def npy_error(path, err, store):
+    """The message for a ``.npy`` that ``numpy.load(allow_pickle=False)`` refused; an object array says how to
+    save it (``store``), not "save it with numpy.save", which the user had done."""
+    if "Object arrays" in str(err):  # not "pickled data": that is a file that is no .npy at all
+        return f"{path} holds Python objects (dtype object), which are not read (unpickling runs code); save {store}"
+    return f"{path} is not a readable .npy array ({err}); save it with numpy.save"
+
+
 def _npz_member(path, archive, key):
     """``archive[key]``; an object array (pandas' ``df.columns.values``, ``df.values`` of a mixed frame) is
     refused naming the array and how to store it: it read "is not a readable .npz archive (Object arrays
@@ -295,7 +304,7 @@ def _npz_member(path, archive, key):
     try:
         return archive[key]
     except ValueError as err:
-        if "allow_pickle" not in str(err):
+        if "Object arrays" not in str(err):
             raise
         raise CLIError(
             f"{path}: array {key!r} holds Python objects (dtype object), which are not read (unpickling runs "
