@@ -1105,3 +1105,11 @@ def test_npz_with_an_object_array_names_it(tmp_path, capsys):
     sp.save_npz(tmp_path / "counts.npz", sp.csr_matrix(np.ones((12, 3))))
     argv = ["snb", str(tmp_path / "counts.npz"), "--labels", str(labels), "-k", "1"]
     assert_error(argv, capsys, "holds Python objects", "numpy.asarray(labels, dtype=str)")
+
+
+def test_version_flag(capsys):
+    """``jaxknock --version`` was "the following arguments are required: command" and exit code 2."""
+    import jaxknock
+
+    code, out, err = run(["--version"], capsys)
+    assert code == 0 and out.strip() == f"jaxknock {jaxknock.__version__}", (out, err)

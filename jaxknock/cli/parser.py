@@ -27,6 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not use JAX's persistent compilation cache (default: on, in $JAXKNOCK_CACHE_DIR "
         "or ~/.cache/jaxknock/jax; also JAXKNOCK_NO_COMPILE_CACHE=1)",
     )
+    from jaxknock import __version__
+
+    # `jaxknock --version` was "the following arguments are required: command" (exit 2)
+    parser.add_argument("--version", action="version", version=f"jaxknock {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the main job on built-in synthetic data")
     demo.add_argument("--n", type=int, default=1000, help="samples, at least 10 (default 1000)")
