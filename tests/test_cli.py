@@ -1113,3 +1113,34 @@ def test_version_flag(capsys):
 
     code, out, err = run(["--version"], capsys)
     assert code == 0 and out.strip() == f"jaxknock {jaxknock.__version__}", (out, err)
+
+
+def test_gzip_compressed_text_tables_are_read(tmp_path, capsys):
+    """``counts.tsv.gz`` / ``data.csv.gz`` (how genomics tables ship) was "unsupported file type '.gz'"."""
+    import gzip
+
+    from jaxknock.cli.snb import load_snb
+    from jaxknock.cli.tables import load_table
+
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(12, 3)).round(6)
+    text = "a\tb\ty\n" + "".join("\t".join(map(repr, row)) + "\n" for row in table.tolist())
+    with gzip.open(tmp_path / "data.tsv.gz", "wt") as fh:
+        fh.write(text)
+    names, X, _ = load_table(tmp_path / "data.tsv.gz", target="y")
+    assert names == ["a", "b", "y"]
+    np.testing.assert_array_equal(X, table)
+    X, y = count_table(n=20, m=3)
+    with gzip.open(tmp_path / "counts.CSV.GZ", "wt") as fh:
+        fh.write("a,b,c,label\n" + "".join(",".join(map(str, [*r, c])) + "\n" for r, c in zip(X.tolist(), y)))
+    args = build_parser_args(["snb", str(tmp_path / "counts.CSV.GZ"), "--target", "label", "-k", "1"])
+    names, X_read, y_read = load_snb(args)
+    assert names == ["a", "b", "c"] and X_read.shape == (20, 3) and sorted(set(y_read.tolist())) == ["0", "1"]
+    (tmp_path / "bad.csv.gz").write_bytes(b"not gzip at all")
+    assert_error(["select", str(tmp_path / "bad.csv.gz"), "--target", "y"], capsys, "is not a readable gzip file")
+    (tmp_path / "x.npy.gz").write_bytes(b"")
+    assert_error(["select", str(tmp_path / "x.npy.gz"), "--target", "y"], capsys, "unsupported file type '.gz'")
+
+
+def build_parser_args(argv):
+    return cli.build_parser().parse_args(argv)

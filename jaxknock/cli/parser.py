@@ -60,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
         "solve for s, sample knockoffs, compute W, select.",
     )
     sel.add_argument(
-        "data", help="CSV / TSV / space-separated .txt with a header row, .npz (named columns or one 2-D array) or .npy"
+        "data",
+        help="CSV / TSV / space-separated .txt (or .gz of one) with a header row, "
+        ".npz (named columns or one 2-D array) or .npy",
     )
     sel.add_argument("--target", required=True, help="response column (name; index for unnamed arrays)")
     sel.add_argument("--fdr", type=float, default=0.1, help="target false discovery rate (default 0.1)")
@@ -92,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     snb = sub.add_parser("snb", help="sparse naive Bayes on a CSV or scipy.sparse .npz")
     snb.add_argument(
         "data",
-        help="CSV / TSV / space-separated .txt with a header row, or a scipy.sparse .npz (scipy.sparse.save_npz)",
+        help="CSV / TSV / space-separated .txt (or .gz of one) with a header row, "
+        "or a scipy.sparse .npz (scipy.sparse.save_npz)",
     )
     snb.add_argument("--target", default=None, help="label column (CSV name; column index for a sparse .npz)")
     snb.add_argument("--labels", default=None, help="labels file for a sparse .npz (.npy or one per line)")

@@ -37,7 +37,7 @@ def add_parsers(sub) -> None:
         description="Stability selection with complementary pairs: lasso paths on half-samples, "
         "selection probabilities, the stable set and its bound on E[false selections].",
     )
-    st.add_argument("data", help="CSV / TSV / space-separated .txt with a header row, .npz or .npy")
+    st.add_argument("data", help="CSV / TSV / space-separated .txt (or .gz of one) with a header row, .npz or .npy")
     st.add_argument("--target", required=True, help="response column (name; index for unnamed arrays)")
     st.add_argument(
         "--threshold",
@@ -66,7 +66,7 @@ def add_parsers(sub) -> None:
         description="randSel: contributions of the features from random halves on row subsamples, "
         "culling the least contributing features round by round.",
     )
-    rs.add_argument("data", help="CSV / TSV / space-separated .txt with a header row, .npz or .npy")
+    rs.add_argument("data", help="CSV / TSV / space-separated .txt (or .gz of one) with a header row, .npz or .npy")
     rs.add_argument("--target", required=True, help="response column (name; index for unnamed arrays)")
     rs.add_argument("--subsamples", type=int, default=3000, help="draws per round (default 3000)")
     rs.add_argument("--subsample-size", type=int, default=None, help="rows per draw (default rows // 4)")

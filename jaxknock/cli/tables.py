@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import csv
 import difflib
+import gzip
+import zlib
 from pathlib import Path
 
 from jaxknock._checks import check_npz_archive
@@ -16,6 +18,7 @@ from jaxknock.cli.common import CLIError
 
 __all__ = [
     "MISSING",
+    "TEXT_SUFFIXES",
     "check_file",
     "class_like_note",
     "default_names",
@@ -25,6 +28,7 @@ __all__ = [
     "preview",
     "read_csv_table",
     "resolve_target",
+    "table_suffix",
 ]
 
 
@@ -49,6 +53,25 @@ class _WHITESPACE(csv.excel):
     skipinitialspace = True
 
 
+TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".csv.gz", ".tsv.gz", ".txt.gz")
+
+
+def table_suffix(path) -> str:
+    """The file type of ``path``: its suffix, lower case, with ``.gz`` kept on a text table (``.csv.gz``)."""
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    if suffixes[-1:] == [".gz"] and len(suffixes) > 1 and f"{suffixes[-2]}.gz" in TEXT_SUFFIXES:
+        return f"{suffixes[-2]}.gz"
+    return Path(path).suffix.lower()
+
+
+def _open_text(path):
+    """A text table for reading: gzip-compressed when its name ends in ``.gz`` (``counts.tsv.gz``, as genomics
+    tables ship; it was "unsupported file type '.gz'"), UTF-8 with an optional byte-order mark."""
+    if str(path).lower().endswith(".gz"):
+        return gzip.open(path, "rt", newline="", encoding="utf-8-sig")
+    return open(path, newline="", encoding="utf-8-sig")
+
+
 def read_csv_table(path):
     """``(names, columns)`` of a CSV with a header row; ``columns`` are lists of strings.
 
@@ -57,7 +80,7 @@ def read_csv_table(path):
     ``write.table``); they are dropped.
     """
     try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
+        with _open_text(path) as fh:
             sample = fh.read(65536)
             fh.seek(0)
             first = next((line for line in sample.splitlines() if line.strip()), "")
@@ -78,6 +101,8 @@ def read_csv_table(path):
                 lines.append(reader.line_num)
     except UnicodeDecodeError:
         raise CLIError(f"{path} is not a text CSV file (cannot decode it as UTF-8)") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise CLIError(f"{path} is not a readable gzip file ({err or type(err).__name__})") from None
     except csv.Error as err:
         raise CLIError(f"{path} is not a valid CSV file: {err}") from None
     kept = [i for i, r in enumerate(rows) if any(c.strip() for c in r)]
@@ -208,8 +233,8 @@ def load_table(path, target=None):
     import numpy as np
 
     path = check_file(path)
-    suffix = path.suffix.lower()
-    if suffix in (".csv", ".tsv", ".txt"):
+    suffix = table_suffix(path)
+    if suffix in TEXT_SUFFIXES:
         names, cols = read_csv_table(path)
         if not cols[0]:
             raise CLIError(f"{path} has a header but no data rows")
@@ -286,7 +311,10 @@ def load_table(path, target=None):
             raise CLIError(f"{path}: the 1-D arrays have different lengths {lengths}; every column needs one per row")
         names = list(one_d)
         return names, np.column_stack([_as_float(path, one_d[k], k) for k in names]), None
-    raise CLIError(f"unsupported file type {suffix or '(none)'!r} for {path}; use .csv, .npz or .npy")
+    raise CLIError(
+        f"unsupported file type {suffix or '(none)'!r} for {path}; "
+        "use .csv, .npz or .npy (also .tsv, .txt, and a text table .gz)"
+    )
 
 
 def npy_error(path, err, store):
