@@ -134,7 +134,7 @@ def test_select_two_label_text_target_is_coded_and_reported(tmp_path, capsys):
     assert report["settings"]["loss"] == "logistic"
     three = np.array(["a", "b", "c"])[np.arange(len(y)) % 3]
     path3 = write_csv(tmp_path / "c3.csv", header, [[*map(str, row), lab] for row, lab in zip(X.tolist(), three)])
-    assert_error(["select", path3, "--target", "status"], capsys, "column 'status' is not numeric")
+    assert_error(["select", path3, "--target", "status"], capsys, "target column 'status' holds 3 text labels")
     feature_text = write_csv(tmp_path / "ft.csv", ["g0", "g1", "y"], [["a", "1", "2"], ["b", "3", "4"]] * 10)
     assert_error(["select", feature_text, "--target", "y"], capsys, "column 'g0' is not numeric")
 
@@ -942,7 +942,24 @@ def test_a_headerless_csv_with_a_missing_value_in_its_first_row(tmp_path, capsys
     path.write_text(first + "\n4,5,6\n7,8,9\n")
     assert_error(["select", str(path), "--target", "y"], capsys, "has no header row")
     path.write_text(",0,1\n0,5,6\n1,8,9\n")  # pandas' to_csv of unnamed columns: its index column has no name
-    assert_error(["select", str(path), "--target", "y"], capsys, "column 1 of the header has no name")
+    assert_error(["select", str(path), "--target", "y"], capsys, "target column 'y' is not in", "available: 0, 1")
+
+
+def test_an_unnamed_first_column_holds_row_labels(tmp_path, capsys):
+    """pandas' ``df.to_csv(path)`` (index on, the default) and R's ``write.csv`` start the header with an empty
+    name: it was "column 1 of the header has no name; name every column", and naming it, as told, made the row
+    numbers (or sample ids) a feature column."""
+    from jaxknock.cli.tables import load_table
+
+    path = tmp_path / "frame.csv"
+    path.write_text('"","a","y"\n"s1",1.5,2\n"s2",2.5,3\n"s3",0.5,1\n')
+    names, X, _ = load_table(path, target="y")
+    assert names == ["a", "y"]
+    np.testing.assert_array_equal(X, [[1.5, 2], [2.5, 3], [0.5, 1]])
+    path.write_text("a,,y\n0,1,2\n")  # any other unnamed column is still refused
+    assert_error(["select", str(path), "--target", "y"], capsys, "column 2 of the header has no name")
+    path.write_text(",a,y\n0,1,2\n1,3\n")  # and a short row counts the fields of the file
+    assert_error(["select", str(path), "--target", "y"], capsys, "line 3 has 2 fields but the header has 3")
 
 
 def test_a_missing_labels_file_is_named(tmp_path):

@@ -76,8 +76,8 @@ def read_csv_table(path):
     """``(names, columns)`` of a CSV with a header row; ``columns`` are lists of strings.
 
     Delimited by ``,``, ``;`` or tab (sniffed), or by runs of spaces when the header line has none of
-    those. A header with one name fewer than every data row has row names in its first column (R's
-    ``write.table``); they are dropped.
+    those. Row labels are dropped: a first column without a name (pandas' ``to_csv`` index, R's
+    ``write.csv``), or a header with one name fewer than every data row (R's ``write.table``).
     """
     try:
         with _open_text(path) as fh:
@@ -116,23 +116,28 @@ def read_csv_table(path):
     # "1.5,,3" or "1.5,NA,3": data, no header (",0,1,2", a pandas index column without a name, is a header)
     if header[0] and any(numeric) and all(f or h.lower() in MISSING for f, h in zip(numeric, header)):
         raise CLIError(f"{path} has no header row (the first row is numeric); add a row of column names")
+    labels = 0  # leading fields of each row that hold row labels, not data
+    if len(header) > 1 and not header[0] and all(header[1:]):
+        # an unnamed first column holds row labels (pandas' to_csv index, R's write.csv row names): it was
+        # "column 1 of the header has no name; name every column", and naming it made the row numbers a feature
+        header, labels = header[1:], 1
     if any(not h for h in header):
         raise CLIError(f"{path}: column {header.index('') + 1} of the header has no name; name every column")
     dup = sorted({h for h in header if header.count(h) > 1})
     if dup:
         raise CLIError(f"{path}: duplicate column name(s) {dup}; make the header names unique")
     body = rows[1:]
-    if body and all(len(r) == len(header) + 1 for r in body):
+    if not labels and body and all(len(r) == len(header) + 1 for r in body):
         # a header one name short of every row: the first column holds row names (R's write.table and
         # read.table's rule), not a feature; this was "line 2 has 8 fields but the header has 7"
-        body = [r[1:] for r in body]
+        labels = 1
     for i, r in enumerate(body):
-        if len(r) != len(header):
+        if len(r) != len(header) + labels:
             raise CLIError(
-                f"{path}: line {lines[i + 1]} has {len(r)} fields but the header has {len(header)}; "
+                f"{path}: line {lines[i + 1]} has {len(r)} fields but the header has {len(header) + labels}; "
                 "fix the row or the delimiter"
             )
-    columns = [[r[j].strip() for r in body] for j in range(len(header))]
+    columns = [[r[j].strip() for r in body] for j in range(labels, len(header) + labels)]
     return header, columns
 
 
