@@ -948,7 +948,7 @@ def test_a_headerless_csv_with_a_missing_value_in_its_first_row(tmp_path, capsys
 def test_an_unnamed_first_column_holds_row_labels(tmp_path, capsys):
     """pandas' ``df.to_csv(path)`` (index on, the default) and R's ``write.csv`` start the header with an empty
     name: it was "column 1 of the header has no name; name every column", and naming it, as told, made the row
-    numbers (or sample ids) a feature column."""
+    numbers (or sample ids) a feature column. Excel's trailing empty columns were refused the same way."""
     from jaxknock.cli.tables import load_table
 
     path = tmp_path / "frame.csv"
@@ -956,6 +956,12 @@ def test_an_unnamed_first_column_holds_row_labels(tmp_path, capsys):
     names, X, _ = load_table(path, target="y")
     assert names == ["a", "y"]
     np.testing.assert_array_equal(X, [[1.5, 2], [2.5, 3], [0.5, 1]])
+    path.write_text("a,y,,\n1.5,2,,\n2.5,3,\n0.5,1,,\n")  # Excel's trailing empty columns: no name, no data
+    names, X, _ = load_table(path, target="y")
+    assert names == ["a", "y"]
+    np.testing.assert_array_equal(X, [[1.5, 2], [2.5, 3], [0.5, 1]])
+    path.write_text("a,y,\n1.5,2,\n2.5,3,7\n")  # data under no name: still refused
+    assert_error(["select", str(path), "--target", "y"], capsys, "column 3 of the header has no name")
     path.write_text("a,,y\n0,1,2\n")  # any other unnamed column is still refused
     assert_error(["select", str(path), "--target", "y"], capsys, "column 2 of the header has no name")
     path.write_text(",a,y\n0,1,2\n1,3\n")  # and a short row counts the fields of the file

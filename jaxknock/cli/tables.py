@@ -77,7 +77,8 @@ def read_csv_table(path):
 
     Delimited by ``,``, ``;`` or tab (sniffed), or by runs of spaces when the header line has none of
     those. Row labels are dropped: a first column without a name (pandas' ``to_csv`` index, R's
-    ``write.csv``), or a header with one name fewer than every data row (R's ``write.table``).
+    ``write.csv``), or a header with one name fewer than every data row (R's ``write.table``); trailing
+    columns with neither a name nor data (Excel's ``a,b,y,``) too.
     """
     try:
         with _open_text(path) as fh:
@@ -116,6 +117,12 @@ def read_csv_table(path):
     # "1.5,,3" or "1.5,NA,3": data, no header (",0,1,2", a pandas index column without a name, is a header)
     if header[0] and any(numeric) and all(f or h.lower() in MISSING for f, h in zip(numeric, header)):
         raise CLIError(f"{path} has no header row (the first row is numeric); add a row of column names")
+    body = rows[1:]
+    while len(header) > 1 and not header[-1] and all(not "".join(r[len(header) - 1 :]).strip() for r in body):
+        # a trailing column without a name or data (Excel's "a,b,y," from formatted empty cells): it was
+        # "column 4 of the header has no name; name every column"
+        header = header[:-1]
+        body = [r[: len(header)] if len(r) > len(header) else r for r in body]
     labels = 0  # leading fields of each row that hold row labels, not data
     if len(header) > 1 and not header[0] and all(header[1:]):
         # an unnamed first column holds row labels (pandas' to_csv index, R's write.csv row names): it was
@@ -126,7 +133,6 @@ def read_csv_table(path):
     dup = sorted({h for h in header if header.count(h) > 1})
     if dup:
         raise CLIError(f"{path}: duplicate column name(s) {dup}; make the header names unique")
-    body = rows[1:]
     if not labels and body and all(len(r) == len(header) + 1 for r in body):
         # a header one name short of every row: the first column holds row names (R's write.table and
         # read.table's rule), not a feature; this was "line 2 has 8 fields but the header has 7"
