@@ -134,7 +134,7 @@ def test_select_two_label_text_target_is_coded_and_reported(tmp_path, capsys):
     assert report["settings"]["loss"] == "logistic"
     three = np.array(["a", "b", "c"])[np.arange(len(y)) % 3]
     path3 = write_csv(tmp_path / "c3.csv", header, [[*map(str, row), lab] for row, lab in zip(X.tolist(), three)])
-    assert_error(["select", path3, "--target", "status"], capsys, "column 'status' is not numeric")
+    assert_error(["select", path3, "--target", "status"], capsys, "target column 'status' holds 3 text labels")
     feature_text = write_csv(tmp_path / "ft.csv", ["g0", "g1", "y"], [["a", "1", "2"], ["b", "3", "4"]] * 10)
     assert_error(["select", feature_text, "--target", "y"], capsys, "column 'g0' is not numeric")
 
@@ -564,6 +564,7 @@ def test_demo_bad_arguments(capsys):
     [
         (["--fdr", "1.5"], "--fdr must lie strictly between 0 and 1"),
         (["--amplitude", "nan"], "--amplitude must be a finite number"),
+        (["--n", "4"], "--n must be at least 10"),
         (["--plot", "no/such/folder/out.png"], "cannot write the plot to no/such/folder/out.png"),
     ],
 )
@@ -625,13 +626,13 @@ def test_demo_progress_is_drawn_where_stderr_is_a_terminal(monkeypatch):
     import jaxknock
 
     p = 4  # numpy stand-ins, no JAX work before the bar: the test is about its stream only
-    data = (np.ones((8, p)), np.ones(8), np.ones(p), np.eye(p))
+    data = (np.ones((10, p)), np.ones(10), np.ones(p), np.eye(p))
     monkeypatch.setattr(demo, "synthetic_factor_data", lambda *a: data)
     fake = (types.SimpleNamespace(dense=lambda: np.eye(p)), 0.0)
     monkeypatch.setattr(demo, "timed", lambda fn, *a: ((np.eye(p), 0.0) if fn.__name__ == "ledoit_wolf" else fake, 0.0))
     monkeypatch.setattr(jaxknock, "to_correlation", lambda S: S)
     monkeypatch.setattr(demo, "Progress", bar)
-    args = build_parser().parse_args(["demo", "--n", "8", "--p", str(p), "--rank", "1", "--signals", "1"])
+    args = build_parser().parse_args(["demo", "--n", "10", "--p", str(p), "--rank", "1", "--signals", "1"])
     for out, err in ((FakeTTY(), io.StringIO()), (io.StringIO(), FakeTTY())):
         monkeypatch.setattr(sys, "stdout", out)
         monkeypatch.setattr(sys, "stderr", err)
@@ -941,7 +942,30 @@ def test_a_headerless_csv_with_a_missing_value_in_its_first_row(tmp_path, capsys
     path.write_text(first + "\n4,5,6\n7,8,9\n")
     assert_error(["select", str(path), "--target", "y"], capsys, "has no header row")
     path.write_text(",0,1\n0,5,6\n1,8,9\n")  # pandas' to_csv of unnamed columns: its index column has no name
-    assert_error(["select", str(path), "--target", "y"], capsys, "column 1 of the header has no name")
+    assert_error(["select", str(path), "--target", "y"], capsys, "target column 'y' is not in", "available: 0, 1")
+
+
+def test_an_unnamed_first_column_holds_row_labels(tmp_path, capsys):
+    """pandas' ``df.to_csv(path)`` (index on, the default) and R's ``write.csv`` start the header with an empty
+    name: it was "column 1 of the header has no name; name every column", and naming it, as told, made the row
+    numbers (or sample ids) a feature column. Excel's trailing empty columns were refused the same way."""
+    from jaxknock.cli.tables import load_table
+
+    path = tmp_path / "frame.csv"
+    path.write_text('"","a","y"\n"s1",1.5,2\n"s2",2.5,3\n"s3",0.5,1\n')
+    names, X, _ = load_table(path, target="y")
+    assert names == ["a", "y"]
+    np.testing.assert_array_equal(X, [[1.5, 2], [2.5, 3], [0.5, 1]])
+    path.write_text("a,y,,\n1.5,2,,\n2.5,3,\n0.5,1,,\n")  # Excel's trailing empty columns: no name, no data
+    names, X, _ = load_table(path, target="y")
+    assert names == ["a", "y"]
+    np.testing.assert_array_equal(X, [[1.5, 2], [2.5, 3], [0.5, 1]])
+    path.write_text("a,y,\n1.5,2,\n2.5,3,7\n")  # data under no name: still refused
+    assert_error(["select", str(path), "--target", "y"], capsys, "column 3 of the header has no name")
+    path.write_text("a,,y\n0,1,2\n")  # any other unnamed column is still refused
+    assert_error(["select", str(path), "--target", "y"], capsys, "column 2 of the header has no name")
+    path.write_text(",a,y\n0,1,2\n1,3\n")  # and a short row counts the fields of the file
+    assert_error(["select", str(path), "--target", "y"], capsys, "line 3 has 2 fields but the header has 3")
 
 
 def test_a_missing_labels_file_is_named(tmp_path):
@@ -993,3 +1017,153 @@ def test_npz_duplicate_column_names_are_refused(tmp_path, capsys):
     X = np.random.default_rng(0).standard_normal((12, 4))
     np.savez(tmp_path / "dup.npz", X=X, columns=np.array(["a", "b", "a", "y"]))
     assert_error(["select", str(tmp_path / "dup.npz"), "--target", "y"], capsys, "duplicate column name(s) ['a']")
+
+
+def test_a_closed_stdout_pipe_still_writes_the_report(tmp_path, monkeypatch):
+    """``jaxknock ... --out r.json | head -1``: once ``head`` had exited, the next ``print`` raised
+    ``BrokenPipeError``: "jaxknock: error: [Errno 32] Broken pipe", exit code 2 and no report."""
+    from jaxknock.cli import parser
+    from jaxknock.cli.report import print_table, write_json
+
+    def command(args):  # a subcommand's output (a table), then its report: without the JAX work
+        print("header line")
+        print_table([[f"x{j}", "1.0"] for j in range(2000)], ["feature", "W"])
+        write_json(args.out, {"command": "snb"})
+        return 0
+
+    monkeypatch.setattr(parser, "run_snb", command)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first line
+    stdout = io.TextIOWrapper(os.fdopen(write_end, "wb"))
+    monkeypatch.setattr(sys, "stdout", stdout)
+    try:
+        code = cli.main(["snb", "data.csv", "-k", "2", "--out", str(tmp_path / "r.json")])
+    finally:
+        monkeypatch.setattr(sys, "stdout", sys.__stdout__)
+        stdout.close()  # its descriptor now points at os.devnull: closing flushes nothing into the dead pipe
+    assert code == 0
+    assert json.loads((tmp_path / "r.json").read_text()) == {"command": "snb"}
+
+
+def test_a_target_of_several_text_labels_is_named_as_the_target(tmp_path, capsys):
+    """``y`` = ``a`` / ``b`` / ``c`` read "column 'y' is not numeric (row 1 has 'a'); encode it as numbers or
+    drop the column": the target called a column to drop, and 0 / 1 / 2 would be fitted as a measurement."""
+    rng = np.random.default_rng(0)
+    rows = [[*rng.normal(size=3).round(3), "abc"[i % 3]] for i in range(30)]
+    path = write_csv(tmp_path / "three.csv", ["a", "b", "c", "y"], rows)
+    for command in ("select", "stability"):
+        assert_error([command, path, "--target", "y"], capsys, "target column 'y' holds 3 text labels (a, b, c)")
+    for i, r in enumerate(rows):  # a numeric target with a stray word: that row is named, as before
+        r[3] = "oops" if i == 4 else f"{rng.normal():.3f}"
+    path = write_csv(tmp_path / "typo.csv", ["a", "b", "c", "y"], rows)
+    assert_error(["select", path, "--target", "y"], capsys, "column 'y' is not numeric (row 5 has 'oops')")
+
+
+def test_a_target_of_integer_classes_gets_a_note(tmp_path, capsys):
+    """A 0 / 1 / 2 target (class labels) was fitted as a continuous response without a word: the CLI reads every
+    column as float, which knockoff_filter's refusal of integer class labels never sees (KnockoffSelector warns)."""
+    from jaxknock.cli import build_parser
+    from jaxknock.cli import stability as stability_cli
+    from jaxknock.cli.select import _load_design
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 3)).round(3)
+    for target, noted in ((np.arange(30) % 3, True), (rng.normal(size=30).round(3), False), (np.arange(30) % 2, False)):
+        path = write_csv(tmp_path / "t.csv", ["a", "b", "c", "y"], np.column_stack([X, target]).tolist())
+        _load_design(build_parser().parse_args(["select", path, "--target", "y"]), "auto")
+        stability_cli._load(build_parser().parse_args(["stability", path, "--target", "y"]))
+        err = capsys.readouterr().err
+        note = "note: target 'y' holds 3 distinct whole numbers (0, 1, 2), which look like class labels"
+        assert err.count(note) == (2 if noted else 0), err
+
+
+def test_space_delimited_tables_and_r_row_names_are_read(tmp_path):
+    """``numpy.savetxt`` / R's ``write.table`` separate columns by spaces: the table was one column named
+    "a b y" ("target column 'y' is not in ..."); R's row names (a header one name short of every row) were
+    "line 2 has 4 fields but the header has 3"."""
+    from jaxknock.cli.tables import load_table
+
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(12, 3))
+    np.savetxt(tmp_path / "savetxt.txt", table, header="a b y")  # "# a b y", then the rows
+    aligned = "".join(" ".join(f"{v:10.4f}" for v in row) + "\n" for row in table)
+    (tmp_path / "aligned.txt").write_text("         a          b          y\n" + aligned)
+    rows = "".join(f'"{i + 1}" ' + " ".join(repr(v) for v in row) + "\n" for i, row in enumerate(table.tolist()))
+    (tmp_path / "write_table.txt").write_text('"a" "b" "y"\n' + rows)
+    (tmp_path / "row_names.csv").write_text("a,b,y\n" + rows.replace(" ", ","))
+    for name, decimals in (("savetxt.txt", 12), ("aligned.txt", 4), ("write_table.txt", 12), ("row_names.csv", 12)):
+        names, X, levels = load_table(tmp_path / name, target="y")
+        assert names == ["a", "b", "y"] and levels is None, (name, names)
+        np.testing.assert_allclose(X, table.round(decimals), atol=10.0**-decimals, err_msg=name)
+
+
+def test_labels_and_groups_files_with_a_byte_order_mark(tmp_path):
+    """A ``--labels`` / ``--groups`` file saved by a Windows editor starts with a UTF-8 byte-order mark: the first
+    label was the class ``'\\ufeffneg'`` (three classes for two), the first group id the name ``'\\ufeff0'``
+    (a group of its own: the group-level FDR counted the wrong units)."""
+    from jaxknock.cli.select import _load_groups
+    from jaxknock.cli.snb import load_labels
+
+    labels = tmp_path / "labels.txt"
+    labels.write_text("neg\r\npos\r\nneg\r\n", encoding="utf-8-sig")
+    assert load_labels(labels).tolist() == ["neg", "pos", "neg"]
+    groups = tmp_path / "groups.txt"
+    groups.write_text("0 0 1 1\n", encoding="utf-8-sig")
+    assert _load_groups(groups, 4).tolist() == [0, 0, 1, 1]
+    groups.write_text("BRCA1 BRCA1 TP53 TP53\n", encoding="utf-8-sig")
+    assert _load_groups(groups, 4).tolist() == ["BRCA1", "BRCA1", "TP53", "TP53"]
+
+
+def test_npz_with_an_object_array_names_it(tmp_path, capsys):
+    """``numpy.savez(path, X=df.values, columns=df.columns.values)``, pandas' names as an object array, read
+    "is not a readable .npz archive (...); save it with numpy.savez", which is what the user had done."""
+    path = tmp_path / "frame.npz"
+    np.savez(path, X=np.ones((12, 3)), columns=np.array(["a", "b", "y"], dtype=object))
+    assert_error(["select", str(path), "--target", "y"], capsys, "array 'columns' holds Python objects (dtype object)")
+    np.save(tmp_path / "table.npy", np.ones((12, 3), dtype=object), allow_pickle=True)  # and a .npy: "save it
+    assert_error(["select", str(tmp_path / "table.npy"), "--target", "2"], capsys, "holds Python objects")  # with
+    labels = tmp_path / "labels.npy"  # numpy.save", also what the user had done
+    np.save(labels, np.array(["a", "b"] * 6, dtype=object), allow_pickle=True)
+    sp = pytest.importorskip("scipy.sparse")
+    sp.save_npz(tmp_path / "counts.npz", sp.csr_matrix(np.ones((12, 3))))
+    argv = ["snb", str(tmp_path / "counts.npz"), "--labels", str(labels), "-k", "1"]
+    assert_error(argv, capsys, "holds Python objects", "numpy.asarray(labels, dtype=str)")
+
+
+def test_version_flag(capsys):
+    """``jaxknock --version`` was "the following arguments are required: command" and exit code 2."""
+    import jaxknock
+
+    code, out, err = run(["--version"], capsys)
+    assert code == 0 and out.strip() == f"jaxknock {jaxknock.__version__}", (out, err)
+
+
+def test_gzip_compressed_text_tables_are_read(tmp_path, capsys):
+    """``counts.tsv.gz`` / ``data.csv.gz`` (how genomics tables ship) was "unsupported file type '.gz'"."""
+    import gzip
+
+    from jaxknock.cli.snb import load_snb
+    from jaxknock.cli.tables import load_table
+
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(12, 3)).round(6)
+    text = "a\tb\ty\n" + "".join("\t".join(map(repr, row)) + "\n" for row in table.tolist())
+    with gzip.open(tmp_path / "data.tsv.gz", "wt") as fh:
+        fh.write(text)
+    names, X, _ = load_table(tmp_path / "data.tsv.gz", target="y")
+    assert names == ["a", "b", "y"]
+    np.testing.assert_array_equal(X, table)
+    X, y = count_table(n=20, m=3)
+    with gzip.open(tmp_path / "counts.CSV.GZ", "wt") as fh:
+        fh.write("a,b,c,label\n" + "".join(",".join(map(str, [*r, c])) + "\n" for r, c in zip(X.tolist(), y)))
+    args = build_parser_args(["snb", str(tmp_path / "counts.CSV.GZ"), "--target", "label", "-k", "1"])
+    names, X_read, y_read = load_snb(args)
+    assert names == ["a", "b", "c"] and X_read.shape == (20, 3) and sorted(set(y_read.tolist())) == ["0", "1"]
+    (tmp_path / "bad.csv.gz").write_bytes(b"not gzip at all")
+    assert_error(["select", str(tmp_path / "bad.csv.gz"), "--target", "y"], capsys, "is not a readable gzip file")
+    (tmp_path / "x.npy.gz").write_bytes(b"")
+    assert_error(["select", str(tmp_path / "x.npy.gz"), "--target", "y"], capsys, "unsupported file type '.gz'")
+
+
+def build_parser_args(argv):
+    return cli.build_parser().parse_args(argv)

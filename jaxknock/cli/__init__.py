@@ -23,7 +23,9 @@ Subcommands:
 
 Bad input (missing file, missing column, text in a numeric column, NaN,
 constant columns, too few rows) ends with a one-line ``jaxknock: error: ...``
-saying what to fix and exit code 2; no traceback.
+saying what to fix and exit code 2; no traceback. Output piped into a reader that
+stops early (``jaxknock select ... | head -3``) is dropped from there on; the
+command still finishes and writes its ``--out`` report.
 """
 
 from jaxknock.cli.demo import synthetic_factor_data

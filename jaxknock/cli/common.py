@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
 
-__all__ = ["CLIError", "enable_x64", "seed", "timed"]
+__all__ = ["CLIError", "enable_x64", "pipe_safe_stdout", "seed", "timed"]
 
 
 class CLIError(Exception):
@@ -52,3 +55,62 @@ def enable_compile_cache(enabled: bool = True) -> str | None:
     from jaxknock.cache import enable_compilation_cache
 
     return enable_compilation_cache() if enabled else None
+
+
+class _DiscardAfterBrokenPipe:
+    """``sys.stdout`` that, once its reader has gone (``BrokenPipeError``), drops the rest of the output.
+
+    The stream's file descriptor is pointed at ``os.devnull`` too, so what is still buffered does not
+    fail again when the interpreter flushes it at exit (Python's documented recipe for SIGPIPE).
+    """
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.broken = False
+
+    def write(self, text):
+        if not self.broken:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._discard()
+        return len(text)
+
+    def flush(self):
+        if not self.broken:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._discard()
+
+    def _discard(self):
+        self.broken = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self._stream.fileno())
+            finally:
+                os.close(devnull)
+        except (AttributeError, OSError, ValueError):  # no file descriptor (a StringIO): nothing to redirect
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def pipe_safe_stdout():
+    """Run a command with a ``stdout`` whose closed reader does not stop the work.
+
+    ``jaxknock select data.csv --target y --out r.json | head -3``: when ``head`` exited, the next
+    ``print`` raised ``BrokenPipeError`` (an ``OSError``), so the run ended with "jaxknock: error:
+    [Errno 32] Broken pipe", exit code 2, and no report. Now the rest of the output is dropped
+    and the command finishes (``--out`` is written, the exit code is the command's).
+    """
+    original = sys.stdout
+    sys.stdout = guard = _DiscardAfterBrokenPipe(original)
+    try:
+        yield guard
+    finally:
+        guard.flush()  # what is still buffered, here rather than in the interpreter's exit (which printed
+        sys.stdout = original  # "Exception ignored ... BrokenPipeError" and exited 120)

@@ -56,6 +56,9 @@ def run_demo(args) -> int:
     for name in ("n", "p", "rank", "signals", "replicates"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be a positive integer, got {getattr(args, name)}")
+    if args.n < 10:  # as `select`: --n 4 ran the covariance and solver tables (a minute), then failed in the
+        # filter's cross-validated lasso with "pass a fixed lam= or statistic='correlation'", options demo lacks
+        raise CLIError(f"--n must be at least 10 (the knockoff filter's cross-validated lasso), got {args.n}")
     if args.rank >= min(args.n, args.p) or args.signals > args.p:
         raise ValueError("need --rank < min(--n, --p) and --signals <= --p")
     # before the work: --fdr 1.5 failed after the solvers' table (as knockoff_filter's fdr=), a NaN

@@ -7,7 +7,7 @@ import sys
 
 from jaxknock._lapack_threads import one_lapack_thread
 from jaxknock.cli.bench import run_bench
-from jaxknock.cli.common import CLIError, enable_compile_cache, seed
+from jaxknock.cli.common import CLIError, enable_compile_cache, pipe_safe_stdout, seed
 from jaxknock.cli.demo import run_demo
 from jaxknock.cli.report import check_writable
 from jaxknock.cli.select import METHODS, run_select
@@ -27,9 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not use JAX's persistent compilation cache (default: on, in $JAXKNOCK_CACHE_DIR "
         "or ~/.cache/jaxknock/jax; also JAXKNOCK_NO_COMPILE_CACHE=1)",
     )
+    from jaxknock import __version__
+
+    # `jaxknock --version` was "the following arguments are required: command" (exit 2)
+    parser.add_argument("--version", action="version", version=f"jaxknock {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the main job on built-in synthetic data")
-    demo.add_argument("--n", type=int, default=1000, help="samples (default 1000)")
+    demo.add_argument("--n", type=int, default=1000, help="samples, at least 10 (default 1000)")
     demo.add_argument("--p", type=int, default=500, help="features (default 500)")
     demo.add_argument("--rank", type=int, default=50, help="factor-model rank (default 50)")
     demo.add_argument("--signals", type=int, default=50, help="non-zero coefficients (default 50)")
@@ -55,7 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
         "estimate the correlation (Ledoit-Wolf, or a factor model for mvr-factor / sdp-factor), "
         "solve for s, sample knockoffs, compute W, select.",
     )
-    sel.add_argument("data", help="CSV with a header row, .npz (named columns or one 2-D array) or .npy")
+    sel.add_argument(
+        "data",
+        help="CSV / TSV / space-separated .txt (or .gz of one) with a header row, "
+        ".npz (named columns or one 2-D array) or .npy",
+    )
     sel.add_argument("--target", required=True, help="response column (name; index for unnamed arrays)")
     sel.add_argument("--fdr", type=float, default=0.1, help="target false discovery rate (default 0.1)")
     sel.add_argument(
@@ -84,7 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     sel.set_defaults(func=run_select)
 
     snb = sub.add_parser("snb", help="sparse naive Bayes on a CSV or scipy.sparse .npz")
-    snb.add_argument("data", help="CSV with a header row, or a scipy.sparse .npz (scipy.sparse.save_npz)")
+    snb.add_argument(
+        "data",
+        help="CSV / TSV / space-separated .txt (or .gz of one) with a header row, "
+        "or a scipy.sparse .npz (scipy.sparse.save_npz)",
+    )
     snb.add_argument("--target", default=None, help="label column (CSV name; column index for a sparse .npz)")
     snb.add_argument("--labels", default=None, help="labels file for a sparse .npz (.npy or one per line)")
     snb.add_argument("-k", type=int, required=True, help="number of features the classifier may use")
@@ -127,7 +139,9 @@ def main(argv=None) -> int:
         if getattr(args, "out", None):
             check_writable(args.out)  # before the work, not after it (the selection ran, then --out failed)
             _check_not_an_input(args)
-        with one_lapack_thread():  # the CLI's own process: every command's programs (jaxknock/_lapack_threads.py)
+        # the CLI's own process: every command's programs (jaxknock/_lapack_threads.py); a closed stdout
+        # (`| head`) drops the rest of the output instead of ending the run without its --out report
+        with one_lapack_thread(), pipe_safe_stdout():
             return args.func(args)
     except CLIError as err:
         msg = " ".join(str(err).split())

@@ -10,7 +10,7 @@ from jaxknock._s_methods import FACTOR_SOLVERS, WIDE_DENSE_SOLVERS
 from jaxknock.cli.common import CLIError, enable_x64
 from jaxknock.cli.progress import Progress, Ticker, progress_enabled
 from jaxknock.cli.report import device, print_table, sha256, versions, write_json
-from jaxknock.cli.tables import load_table, preview, resolve_target
+from jaxknock.cli.tables import class_like_note, load_table, preview, resolve_target
 
 __all__ = ["METHODS", "run_select", "summarise_selection"]
 
@@ -120,10 +120,11 @@ def _read_group_tokens(path):
     is a comment, as for ``loadtxt``)."""
     import numpy as np
 
+    # utf-8-sig: a byte-order mark (Windows editors) made the first id the name '\ufeff0', a group of its own
     try:
-        return np.loadtxt(path, ndmin=1)
+        return np.loadtxt(path, ndmin=1, encoding="utf-8-sig")
     except ValueError:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
         tokens = [t for line in lines for t in line.split("#", 1)[0].split()]
         if not tokens:
             raise
@@ -162,6 +163,9 @@ def _load_design(args, method):
     method = _resolve_method(args, method, (table.shape[0], table.shape[1] - 1))
     _check_select_args(args, method)  # --knockoffs > 1 where auto chose mvr-factor
     X, y, features = _check_design(args.data, names, table, j, method=method)
+    note = class_like_note(names[j], y) if levels is None else None
+    if note:
+        print(note, file=sys.stderr)
     n, p = X.shape
     if args.rank is not None and args.rank >= min(n, p):
         raise CLIError(f"--rank must be smaller than min(rows, features) = {min(n, p)}, got {args.rank}")

@@ -8,7 +8,17 @@ from pathlib import Path
 from jaxknock._checks import check_class_labels, check_npz_archive
 from jaxknock.cli.common import CLIError, enable_x64
 from jaxknock.cli.report import device, print_table, sha256, versions, write_json
-from jaxknock.cli.tables import MISSING, check_file, default_names, numeric_column, read_csv_table, resolve_target
+from jaxknock.cli.tables import (
+    MISSING,
+    TEXT_SUFFIXES,
+    check_file,
+    default_names,
+    npy_error,
+    numeric_column,
+    read_csv_table,
+    resolve_target,
+    table_suffix,
+)
 
 __all__ = ["load_labels", "load_snb", "run_snb"]
 
@@ -23,10 +33,14 @@ def load_labels(path):
         try:
             labels = np.load(path, allow_pickle=False)
         except (ValueError, OSError) as err:
-            raise CLIError(f"{path} is not a readable .npy array ({err})") from None
+            raise CLIError(
+                npy_error(path, err, "labels as strings or numbers (numpy.asarray(labels, dtype=str))")
+            ) from None
     else:
         try:
-            labels = np.asarray([line.strip() for line in path.read_text().splitlines() if line.strip()])
+            # utf-8-sig: a byte-order mark (Windows editors) made the first label '\ufeffham', a class of its own
+            text = path.read_text(encoding="utf-8-sig")
+            labels = np.asarray([line.strip() for line in text.splitlines() if line.strip()])
             labels = _canonical_numbers(labels) if labels.size else labels  # 1 and 1.0: one class
         except UnicodeDecodeError:
             raise CLIError(f"{path} is not a text file of labels (one per line)") from None
@@ -57,7 +71,7 @@ def load_snb(args):
     import numpy as np
 
     path = check_file(args.data)
-    suffix = path.suffix.lower()
+    suffix = table_suffix(path)
     if suffix == ".npz":
         try:
             import scipy.sparse as sp
@@ -98,7 +112,7 @@ def load_snb(args):
         if y.shape[0] != X.shape[0]:
             raise CLIError(f"{len(y)} labels for {X.shape[0]} rows; give one label per row")
         vals = X.data
-    elif suffix in (".csv", ".tsv", ".txt"):
+    elif suffix in TEXT_SUFFIXES:
         if args.labels:
             raise CLIError("--labels is only for a sparse .npz; in a CSV give the label column with --target")
         if args.target is None:
@@ -120,7 +134,10 @@ def load_snb(args):
         )
         vals = X
     else:
-        raise CLIError(f"unsupported file type {suffix or '(none)'!r} for {path}; use .csv or a scipy.sparse .npz")
+        raise CLIError(
+            f"unsupported file type {suffix or '(none)'!r} for {path}; use .csv / .tsv / .txt (or .gz of one) "
+            "or a scipy.sparse .npz"
+        )
     if X.shape[1] == 0:
         raise CLIError(f"{path} has no feature columns besides the target")
     if not np.all(np.isfinite(vals)):

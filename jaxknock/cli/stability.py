@@ -9,7 +9,7 @@ from pathlib import Path
 from jaxknock.cli.common import CLIError, enable_x64, seed
 from jaxknock.cli.progress import Progress, Ticker, progress_enabled
 from jaxknock.cli.report import device, print_table, sha256, versions, write_json
-from jaxknock.cli.tables import load_table, preview, resolve_target
+from jaxknock.cli.tables import class_like_note, load_table, preview, resolve_target
 
 __all__ = ["add_parsers", "run_randsel", "run_stability"]
 
@@ -37,7 +37,7 @@ def add_parsers(sub) -> None:
         description="Stability selection with complementary pairs: lasso paths on half-samples, "
         "selection probabilities, the stable set and its bound on E[false selections].",
     )
-    st.add_argument("data", help="CSV with a header row, .npz or .npy")
+    st.add_argument("data", help="CSV / TSV / space-separated .txt (or .gz of one) with a header row, .npz or .npy")
     st.add_argument("--target", required=True, help="response column (name; index for unnamed arrays)")
     st.add_argument(
         "--threshold",
@@ -66,7 +66,7 @@ def add_parsers(sub) -> None:
         description="randSel: contributions of the features from random halves on row subsamples, "
         "culling the least contributing features round by round.",
     )
-    rs.add_argument("data", help="CSV with a header row, .npz or .npy")
+    rs.add_argument("data", help="CSV / TSV / space-separated .txt (or .gz of one) with a header row, .npz or .npy")
     rs.add_argument("--target", required=True, help="response column (name; index for unnamed arrays)")
     rs.add_argument("--subsamples", type=int, default=3000, help="draws per round (default 3000)")
     rs.add_argument("--subsample-size", type=int, default=None, help="rows per draw (default rows // 4)")
@@ -100,6 +100,9 @@ def _load(args):
     const = [names[features[c]] for c in np.flatnonzero(sd == 0)]
     if const:
         raise CLIError(f"constant column(s) {preview(const, 5)} carry no information; drop them and rerun")
+    note = class_like_note(names[j], y)
+    if note:
+        print(note, file=sys.stderr)
     return names[j], [names[c] for c in features], (X - X.mean(0)) / sd, y
 
 

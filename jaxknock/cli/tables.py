@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import csv
 import difflib
+import gzip
+import zlib
 from pathlib import Path
 
 from jaxknock._checks import check_npz_archive
@@ -16,13 +18,17 @@ from jaxknock.cli.common import CLIError
 
 __all__ = [
     "MISSING",
+    "TEXT_SUFFIXES",
     "check_file",
+    "class_like_note",
     "default_names",
     "load_table",
+    "npy_error",
     "numeric_column",
     "preview",
     "read_csv_table",
     "resolve_target",
+    "table_suffix",
 ]
 
 
@@ -42,16 +48,53 @@ def _float_or_none(text):
         return None
 
 
+class _WHITESPACE(csv.excel):
+    delimiter = " "
+    skipinitialspace = True
+
+
+TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".csv.gz", ".tsv.gz", ".txt.gz")
+
+
+def table_suffix(path) -> str:
+    """The file type of ``path``: its suffix, lower case, with ``.gz`` kept on a text table (``.csv.gz``)."""
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    if suffixes[-1:] == [".gz"] and len(suffixes) > 1 and f"{suffixes[-2]}.gz" in TEXT_SUFFIXES:
+        return f"{suffixes[-2]}.gz"
+    return Path(path).suffix.lower()
+
+
+def _open_text(path):
+    """A text table for reading: gzip-compressed when its name ends in ``.gz`` (``counts.tsv.gz``, as genomics
+    tables ship; it was "unsupported file type '.gz'"), UTF-8 with an optional byte-order mark."""
+    if str(path).lower().endswith(".gz"):
+        return gzip.open(path, "rt", newline="", encoding="utf-8-sig")
+    return open(path, newline="", encoding="utf-8-sig")
+
+
 def read_csv_table(path):
-    """``(names, columns)`` of a CSV with a header row; ``columns`` are lists of strings."""
+    """``(names, columns)`` of a CSV with a header row; ``columns`` are lists of strings.
+
+    Delimited by ``,``, ``;`` or tab (sniffed), or by runs of spaces when the header line has none of
+    those. Row labels are dropped: a first column without a name (pandas' ``to_csv`` index, R's
+    ``write.csv``), or a header with one name fewer than every data row (R's ``write.table``); trailing
+    columns with neither a name nor data (Excel's ``a,b,y,``) too.
+    """
     try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
+        with _open_text(path) as fh:
             sample = fh.read(65536)
             fh.seek(0)
-            try:
-                dialect = csv.Sniffer().sniff(sample, delimiters=",;\t")
-            except csv.Error:
-                dialect = csv.excel
+            first = next((line for line in sample.splitlines() if line.strip()), "")
+            if not any(d in first for d in ",;\t") and len(first.split()) > 1:
+                # R's write.table, numpy.savetxt, PLINK: columns separated by spaces, read as one column
+                # named "g0 g1 g2 y" ("target column 'y' is not in ..."); runs of spaces are one separator
+                dialect = _WHITESPACE
+                fh = (line.strip() for line in fh)
+            else:
+                try:
+                    dialect = csv.Sniffer().sniff(sample, delimiters=",;\t")
+                except csv.Error:
+                    dialect = csv.excel
             reader = csv.reader(fh, dialect)
             rows, lines = [], []  # the file's line of each row (blank lines are skipped below)
             for r in reader:
@@ -59,6 +102,8 @@ def read_csv_table(path):
                 lines.append(reader.line_num)
     except UnicodeDecodeError:
         raise CLIError(f"{path} is not a text CSV file (cannot decode it as UTF-8)") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise CLIError(f"{path} is not a readable gzip file ({err or type(err).__name__})") from None
     except csv.Error as err:
         raise CLIError(f"{path} is not a valid CSV file: {err}") from None
     kept = [i for i, r in enumerate(rows) if any(c.strip() for c in r)]
@@ -66,23 +111,39 @@ def read_csv_table(path):
     if not rows:
         raise CLIError(f"{path} is empty; it needs a header row with column names and data rows")
     header = [h.strip() for h in rows[0]]
+    if dialect is _WHITESPACE and header[0] == "#" and len(header) > 1:  # numpy.savetxt(header=...): "# a b y"
+        header = header[1:]
     numeric = [_float_or_none(h) is not None for h in header]
     # "1.5,,3" or "1.5,NA,3": data, no header (",0,1,2", a pandas index column without a name, is a header)
     if header[0] and any(numeric) and all(f or h.lower() in MISSING for f, h in zip(numeric, header)):
         raise CLIError(f"{path} has no header row (the first row is numeric); add a row of column names")
+    body = rows[1:]
+    while len(header) > 1 and not header[-1] and all(not "".join(r[len(header) - 1 :]).strip() for r in body):
+        # a trailing column without a name or data (Excel's "a,b,y," from formatted empty cells): it was
+        # "column 4 of the header has no name; name every column"
+        header = header[:-1]
+        body = [r[: len(header)] if len(r) > len(header) else r for r in body]
+    labels = 0  # leading fields of each row that hold row labels, not data
+    if len(header) > 1 and not header[0] and all(header[1:]):
+        # an unnamed first column holds row labels (pandas' to_csv index, R's write.csv row names): it was
+        # "column 1 of the header has no name; name every column", and naming it made the row numbers a feature
+        header, labels = header[1:], 1
     if any(not h for h in header):
         raise CLIError(f"{path}: column {header.index('') + 1} of the header has no name; name every column")
     dup = sorted({h for h in header if header.count(h) > 1})
     if dup:
         raise CLIError(f"{path}: duplicate column name(s) {dup}; make the header names unique")
-    body = rows[1:]
+    if not labels and body and all(len(r) == len(header) + 1 for r in body):
+        # a header one name short of every row: the first column holds row names (R's write.table and
+        # read.table's rule), not a feature; this was "line 2 has 8 fields but the header has 7"
+        labels = 1
     for i, r in enumerate(body):
-        if len(r) != len(header):
+        if len(r) != len(header) + labels:
             raise CLIError(
-                f"{path}: line {lines[i + 1]} has {len(r)} fields but the header has {len(header)}; "
+                f"{path}: line {lines[i + 1]} has {len(r)} fields but the header has {len(header) + labels}; "
                 "fix the row or the delimiter"
             )
-    columns = [[r[j].strip() for r in body] for j in range(len(header))]
+    columns = [[r[j].strip() for r in body] for j in range(labels, len(header) + labels)]
     return header, columns
 
 
@@ -128,6 +189,43 @@ def two_level_column(values):
     return codes, tuple(levels)
 
 
+def _check_text_target(path, name, values):
+    """Refuse a target of text labels other than two, naming the labels (not "drop the column").
+
+    ``y`` = ``a`` / ``b`` / ``c`` read as "column 'y' is not numeric (row 1 has 'a'); encode it as
+    numbers or drop the column": the target was called a column to drop, and numbers 0, 1, 2 would be
+    fitted as a measurement.
+    """
+    present = [v for v in values if v.lower() not in MISSING]
+    if any(_float_or_none(v) is not None for v in present):  # numbers (a stray word: numeric_column names its row)
+        return
+    levels = sorted(set(present))
+    raise CLIError(
+        f"{path}: target column {name!r} holds {len(levels)} text labels ({preview(levels, 5)}); "
+        "the statistics handle a numeric response or two labels (a binary target): "
+        "for several classes, code one class against the rest as a two-label column"
+    )
+
+
+def class_like_note(name, y):
+    """A note when a numeric target holds 3 to 20 distinct whole numbers (class labels ``0, 1, 2``?), else None.
+
+    The CLI reads every column as float, so such a target is fitted as a continuous response, as
+    :class:`jaxknock.sklearn.KnockoffSelector` does with a warning (:func:`~jaxknock.knockoff_filter`
+    refuses integer-typed class labels): the note says so instead of running silently.
+    """
+    import numpy as np
+
+    values = np.unique(y[np.isfinite(y)])
+    if not (3 <= values.size <= 20 and np.all(values == np.round(values))):
+        return None
+    shown = ", ".join(f"{v:g}" for v in values[:5]) + (", ..." if values.size > 5 else "")
+    return (
+        f"note: target {name!r} holds {values.size} distinct whole numbers ({shown}), which look like class "
+        "labels; it is fitted as a continuous response (the statistics handle a continuous response or two classes)"
+    )
+
+
 def load_table(path, target=None):
     """``(names, X, levels)`` with ``X`` a float ``(n, p)`` NumPy array, from CSV / NPZ / NPY.
 
@@ -136,7 +234,7 @@ def load_table(path, target=None):
     is coded 0/1 in sorted label order and ``levels`` is the pair of labels;
     otherwise ``None``.
 
-    * CSV: a header row of column names; ``,``, ``;`` or tab delimited.
+    * CSV: a header row of column names; ``,``, ``;``, tab or space delimited (:func:`read_csv_table`).
     * NPY: a 2-D numeric array; columns are named ``x0, x1, ...``.
     * NPZ: either 1-D arrays of equal length (one per column, named by key), or
       one 2-D array (key ``X``, ``data`` or the only 2-D array) with optional
@@ -146,8 +244,8 @@ def load_table(path, target=None):
     import numpy as np
 
     path = check_file(path)
-    suffix = path.suffix.lower()
-    if suffix in (".csv", ".tsv", ".txt"):
+    suffix = table_suffix(path)
+    if suffix in TEXT_SUFFIXES:
         names, cols = read_csv_table(path)
         if not cols[0]:
             raise CLIError(f"{path} has a header but no data rows")
@@ -157,6 +255,8 @@ def load_table(path, target=None):
             if coded is not None:
                 cols = list(cols)
                 cols[names.index(target)], levels = coded
+            else:
+                _check_text_target(path, target, cols[names.index(target)])
         X = np.column_stack(
             [c if isinstance(c, np.ndarray) else numeric_column(path, n, c) for n, c in zip(names, cols)]
         )
@@ -165,7 +265,7 @@ def load_table(path, target=None):
         try:
             X = np.load(path, allow_pickle=False)
         except (ValueError, OSError) as err:
-            raise CLIError(f"{path} is not a readable .npy array ({err}); save it with numpy.save") from None
+            raise CLIError(npy_error(path, err, "numbers (numpy.save(path, df.to_numpy(dtype=float)))")) from None
         if X.ndim != 2:
             raise CLIError(f"{path} holds an array of shape {X.shape}; it must be 2-D (rows x columns)")
         return default_names(X.shape[1]), _as_float(path, X), None
@@ -176,7 +276,7 @@ def load_table(path, target=None):
             raise CLIError(str(err)) from None
         try:
             with np.load(path, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
+                arrays = {k: _npz_member(path, z, k) for k in z.files}
         except (ValueError, OSError, EOFError) as err:
             raise CLIError(f"{path} is not a readable .npz archive ({err}); save it with numpy.savez") from None
         if {"indptr", "indices", "data", "shape"} <= set(arrays):
@@ -222,7 +322,34 @@ def load_table(path, target=None):
             raise CLIError(f"{path}: the 1-D arrays have different lengths {lengths}; every column needs one per row")
         names = list(one_d)
         return names, np.column_stack([_as_float(path, one_d[k], k) for k in names]), None
-    raise CLIError(f"unsupported file type {suffix or '(none)'!r} for {path}; use .csv, .npz or .npy")
+    raise CLIError(
+        f"unsupported file type {suffix or '(none)'!r} for {path}; "
+        "use .csv, .npz or .npy (also .tsv, .txt, and a text table .gz)"
+    )
+
+
+def npy_error(path, err, store):
+    """The message for a ``.npy`` that ``numpy.load(allow_pickle=False)`` refused; an object array says how to
+    save it (``store``), not "save it with numpy.save", which the user had done."""
+    if "Object arrays" in str(err):  # not "pickled data": that is a file that is no .npy at all
+        return f"{path} holds Python objects (dtype object), which are not read (unpickling runs code); save {store}"
+    return f"{path} is not a readable .npy array ({err}); save it with numpy.save"
+
+
+def _npz_member(path, archive, key):
+    """``archive[key]``; an object array (pandas' ``df.columns.values``, ``df.values`` of a mixed frame) is
+    refused naming the array and how to store it: it read "is not a readable .npz archive (Object arrays
+    cannot be loaded when allow_pickle=False); save it with numpy.savez", which the user had done."""
+    try:
+        return archive[key]
+    except ValueError as err:
+        if "Object arrays" not in str(err):
+            raise
+        raise CLIError(
+            f"{path}: array {key!r} holds Python objects (dtype object), which are not read (unpickling runs "
+            "code); save column names as strings (numpy.asarray(names, dtype=str)) and the table as numbers "
+            "(df.to_numpy(dtype=float))"
+        ) from None
 
 
 def _as_float(path, X, name=None):
