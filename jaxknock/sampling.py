@@ -743,8 +743,15 @@ def _fixed_x(Xn, s, check_rank=False):
     C = jnp.sqrt(jnp.clip(lam, 0.0))[:, None] * Q.T  # C^T C = Omega (clipped)
     # Orthonormal U~ with U~^T X = 0: Householder QR of [X, 0]; the zero columns get
     # identity reflectors, so Q[:, p:2p] = H_1...H_p e_{p+j} spans part of col(X)^perp.
-    Qx, _ = jnp.linalg.qr(jnp.concatenate([Xn, jnp.zeros_like(Xn)], axis=1))
-    Ut = Qx[:, p:]
+    # With n >= 2p + 1 the all-ones vector goes in after X, so U~ is orthogonal to it too: the
+    # knockoffs of a centred X are centred (X~^T 1 = (I - S G^-1) X^T 1 = 0), and a statistic with an
+    # intercept (which centres [X, X~]) sees the fixed-X Gram exactly. U~ from [X, 0] alone had
+    # X~^T 1 != 0: the centred knockoffs were shorter than their originals (squared norms 0.985-0.999
+    # at n = 60, p = 20), breaking the swap symmetry of the centred Gram, and an intercept left in y
+    # reached X~^T y but not X^T y
+    ones = jnp.full((n, 1 if n > 2 * p else 0), 1.0, Xn.dtype)
+    Qx, _ = jnp.linalg.qr(jnp.concatenate([Xn, ones, jnp.zeros_like(Xn)], axis=1))
+    Ut = Qx[:, p + ones.shape[1] : 2 * p + ones.shape[1]]
     Xk = A + _sampling_common.mm(Ut, C)
     # the clipping above is right only for rounding: an infeasible or negative s
     # (traced, so not seen by the eager check) poisons the knockoffs with NaN
@@ -769,10 +776,16 @@ def fixed_x_knockoffs(X, s):
     ``C`` comes from the eigendecomposition of ``X^T X - A^T A``, ``A = X(I - Sigma^{-1}S)``
     as computed (``= 2S - S Sigma^{-1} S``), with rounding-level negative
     eigenvalues clipped, so ``X~^T X~ = X^T X`` to rounding however ill-conditioned
-    ``X`` is; ``U~`` from a Householder QR of ``[X, 0]``. Under ``jit`` an infeasible
-    ``s`` or (nearly) linearly dependent columns of a traced ``X``, which raise eagerly,
-    give ``X~`` all NaN. ``X`` is not
-    centred (centre it first if the model has an intercept). Each column is first
+    ``X`` is; ``U~`` from a Householder QR of ``[X, 1, 0]`` (``[X, 0]`` when ``n = 2p``),
+    so with ``n >= 2p + 1`` it is orthogonal to the all-ones vector as well. Under ``jit``
+    an infeasible ``s`` or (nearly) linearly dependent columns of a traced ``X``, which
+    raise eagerly, give ``X~`` all NaN. ``X`` is not centred: if the model has an
+    intercept, centre ``X`` first and take ``n >= 2p + 1``; then ``X~`` is centred too
+    (``X~^T 1 = 0``) and a statistic with an intercept (``fit_intercept=True``) sees the
+    fixed-X Gram exactly (at ``n = 2p`` the knockoffs keep a mean). The statistic must
+    depend on the data only through ``[X, X~]^T [X, X~]`` and ``[X, X~]^T y`` (e.g. the
+    lasso at a fixed ``lam``, a fraction of :func:`~jaxknock.lambda_max`): one fitted on
+    subsets of the rows (the cross-validated lasso) has no fixed-X guarantee. Each column is first
     scaled by a power of two (exact), so the normalisation neither overflows nor
     flushes to zero whatever its units. Matches fanok's
     ``fixed_knockoffs`` / knockpy's fixed-X construction up to the choice of ``U~``.

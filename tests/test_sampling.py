@@ -411,6 +411,28 @@ def test_fixed_x_identities():
         fixed_x_knockoffs(rng.normal(size=(60, 31)), np.ones(31))
 
 
+@pytest.mark.parametrize("n", [41, 60])
+def test_fixed_x_knockoffs_of_a_centred_design_are_centred(n):
+    # U~ came from the QR of [X, 0] and was not orthogonal to the all-ones vector: the knockoffs of a centred X
+    # had column means up to 0.1 / sqrt(n), so a statistic with an intercept (which centres [X, X~]) saw centred
+    # knockoffs shorter than their originals (squared norms 0.985-0.999), not the fixed-X Gram. With n >= 2p + 1
+    # U~ is orthogonal to 1 as well, and the centred Gram of [X, X~] is the fixed-X one
+    rng = np.random.default_rng(3)
+    p = 20
+    X = rng.normal(size=(n, p)) @ np.linalg.cholesky(ar1_correlation(p, 0.5)).T + 5.0
+    X -= X.mean(0)
+    Xn_ref = X / np.linalg.norm(X, axis=0)
+    G = Xn_ref.T @ Xn_ref
+    s = equicorrelated_s(G)
+    Xn, Xk = (np.asarray(a) for a in fixed_x_knockoffs(X, s))
+    assert np.max(np.abs(Xk.mean(0))) < 1e-14
+    Z = np.concatenate([Xn, Xk], axis=1)
+    Zc = Z - Z.mean(0)
+    np.testing.assert_allclose(Zc.T @ Zc, Z.T @ Z, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(Xk.T @ Xk, G, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(Xn.T @ Xk, G - np.diag(s), rtol=0, atol=1e-12)
+
+
 def _nearly_collinear_design(noise, dtype=np.float64, n=40, p=8):
     """A design whose last column is the first plus ``noise`` (``lambda_min`` of the Gram ~ ``noise^2``)."""
     rng = np.random.default_rng(6)
