@@ -28,9 +28,10 @@ scored at group level (a group is null when it holds no signal). A cell is
 flagged ``VIOLATION`` when its FDR exceeds ``q + 2 SE``.
 
 Cost (session 59, 2 shared cores): most cells 0.1-1 s per data set once compiled (20-40 s of
-compilation per cell); ``lsm_ar09`` about 15 s per data set (the 200-penalty path on AR(1) 0.9)
-and the group cells on ``ar09`` with ``mixed`` groups about 5 s (the group MVR solve), so run
-those with fewer data sets. Raw output: ``measured/bench_fdr_paths_s59.txt``.
+compilation per cell); ``lsm_ar09`` took about 15 s per data set on the classic grid solver and
+0.3 s since ``lsm`` runs the working-set engine (ec77728: 100 data sets in 32 s, idle); the group
+cells on ``ar09`` with ``mixed`` groups about 5 s (the group MVR solve), so run those with fewer
+data sets. Raw output: ``measured/bench_fdr_paths_s59.txt``.
 
     python -u benchmarks/bench_fdr_paths.py --datasets 100
     python -u benchmarks/bench_fdr_paths.py --cells multi2_ar09,broken_law --datasets 60
