@@ -9,7 +9,8 @@ replicates (e-BH, frequency), the non-default statistics (``lsm``,
 and fixed-X knockoffs (:func:`jaxknock.fixed_x_knockoffs`, a hand-built
 pipeline: the filter has no fixed-X path). Two broken variants show that the
 simulation can fail: knockoffs from the wrong law (``Sigma = I`` on AR(1) 0.9
-rows) and ``W`` made positive at the nulls.
+rows) and ``W`` made positive at the nulls. ``--small`` runs one cell and
+one broken variant on 4 data sets each (a smoke run, about a minute).
 
 Designs (``n = 400, p = 100`` unless noted; signals drawn per data set):
 
@@ -322,7 +323,10 @@ def main():
     ap.add_argument("--datasets", type=int, default=100)
     ap.add_argument("--first", type=int, default=0, help="first data-set seed")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--small", action="store_true", help="smoke run: two cells (one broken), 4 data sets each")
     args = ap.parse_args()
+    if args.small:
+        args.cells, args.datasets = "multi2_blocks,broken_sign", 4
     if args.list:
         print("\n".join(CELLS))
         return 0
