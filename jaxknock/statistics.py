@@ -496,10 +496,9 @@ def lsm(
     Xk3, cols, ties = _aot.call(canonical_columns, Xk3, copies=copies)
     Xk3, y, units = _units.scale_data(Xk3, y, loss)  # one exponent for the batch (jaxknock.l1._units)
     lambdas = _units.to_unit(lambdas, units, "lam")
-    use = _working_set.use_engine(engine, Xk3, fit_intercept, solver=solver, screen=screen)
-    if engine == "auto":  # as lasso_path: the engine sorts and checks a concrete grid on the host
-        use = use and all(_checks.is_concrete(a) for a in (y, lambdas)) and max_steps != 0
-    if use:
+    if _working_set.use_path_engine(
+        engine, Xk3, y, lambdas, fit_intercept, solver=solver, screen=screen, max_steps=max_steps
+    ):
         sol = _lsm_working_set(Xk3, y, lambdas, num_lambdas, eps, loss=loss, tol=tol, max_steps=max_steps)
     else:
         sol = _aot.call(_lsm_jit, Xk3, y, lambdas, settings, float(eps), num_lambdas=num_lambdas)

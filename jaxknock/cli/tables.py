@@ -328,10 +328,16 @@ def load_table(path, target=None):
     )
 
 
+def _is_object_array_error(err) -> bool:
+    """Whether ``numpy.load(allow_pickle=False)`` refused an object array (not "pickled data": that is a file
+    that is no .npy at all)."""
+    return "Object arrays" in str(err)
+
+
 def npy_error(path, err, store):
     """The message for a ``.npy`` that ``numpy.load(allow_pickle=False)`` refused; an object array says how to
     save it (``store``), not "save it with numpy.save", which the user had done."""
-    if "Object arrays" in str(err):  # not "pickled data": that is a file that is no .npy at all
+    if _is_object_array_error(err):
         return f"{path} holds Python objects (dtype object), which are not read (unpickling runs code); save {store}"
     return f"{path} is not a readable .npy array ({err}); save it with numpy.save"
 
@@ -343,7 +349,7 @@ def _npz_member(path, archive, key):
     try:
         return archive[key]
     except ValueError as err:
-        if "Object arrays" not in str(err):
+        if not _is_object_array_error(err):
             raise
         raise CLIError(
             f"{path}: array {key!r} holds Python objects (dtype object), which are not read (unpickling runs "

@@ -127,10 +127,9 @@ def lasso_path(
     )
     X, y, units = _units.scale_data(X, y, loss)  # solved on the unit scale (jaxknock.l1._units)
     lambdas = resolve_lambdas(X, y, lambdas, settings, num_lambdas=num_lambdas, eps=eps, units=units)
-    use = working_set.use_engine(engine, X, fit_intercept, solver=solver, screen=screen)
-    if engine == "auto":  # the engine's grid is sorted on the host; max_steps=0 certifies the start (classic)
-        use = use and all(_checks.is_concrete(a) for a in (y, lambdas)) and max_steps != 0
-    if use:
+    if working_set.use_path_engine(
+        engine, X, y, lambdas, fit_intercept, solver=solver, screen=screen, max_steps=max_steps
+    ):
         sol = _working_set_path(X, y, lambdas, loss=loss, tol=tol, max_steps=max_steps)
     else:
         sol = _path_jit(X, y, lambdas, settings)

@@ -111,7 +111,16 @@ from jaxknock.l1.folds import (
 )
 from jaxknock.l1.problem import centre_on_host, check_grid_settings, restore_intercept
 
-__all__ = ["cache_chunk", "descending_order", "l1_cv", "l1_path", "fold_rows", "member_paths", "use_engine"]
+__all__ = [
+    "cache_chunk",
+    "descending_order",
+    "l1_cv",
+    "l1_path",
+    "fold_rows",
+    "member_paths",
+    "use_engine",
+    "use_path_engine",
+]
 
 
 def fold_rows(folds, n: int):
@@ -220,6 +229,24 @@ def use_engine(engine, X, fit_intercept, *, solver="auto", screen=True) -> bool:
     if engine == "auto":
         return fit_intercept and solver == "auto" and screen and not isinstance(X, jax.core.Tracer)
     return engine == "working_set"
+
+
+def use_path_engine(engine, X, y, lambdas, fit_intercept, *, solver="auto", screen=True, max_steps=1) -> bool:
+    """:func:`use_engine` for a path on a caller's grid (:func:`jaxknock.lasso_path`, :func:`jaxknock.lsm`).
+
+    ``"auto"`` also needs ``y`` and ``lambdas`` concrete (the engine sorts and checks
+    the grid on the host) and ``max_steps != 0`` (``max_steps=0`` certifies the
+    start, which only the classic engine reports).
+
+    Example:
+        >>> X, y = jnp.ones((10, 3)), jnp.ones(10)
+        >>> use_path_engine("auto", X, y, None, True), use_path_engine("auto", X, y, None, True, max_steps=0)
+        (True, False)
+    """
+    use = use_engine(engine, X, fit_intercept, solver=solver, screen=screen)
+    if engine == "auto":
+        use = use and all(_checks.is_concrete(a) for a in (y, lambdas)) and max_steps != 0
+    return use
 
 
 def l1_cv(
