@@ -310,12 +310,12 @@ def _lcd_cv(Xk, y):
 
 @pytest.mark.slow
 def test_fdr_control_lcd(key):
-    """200 data sets, p = 100: LCD at a fixed fraction of lambda_max (knockoff+ and
+    """p = 100: 200 data sets for LCD at a fixed fraction of lambda_max (knockoff+ and
     e-values over 5 replicates; traced, so the classic path solver) and cross-validated
-    LCD (knockoff+; eager, so the default working-set engine a user gets) control the
+    LCD (100 data sets, knockoff+; eager, so the default working-set engine a user gets) control the
     FDR; shifting LCD towards the originals breaks it."""
     (W,), signals = _simulate(key, [_lcd_fixed_fraction], reps=200)
-    (W_cv,), _ = _simulate(jax.random.fold_in(key, 1), [_lcd_cv], reps=200, R=1, traced=False)
+    (W_cv,), _ = _simulate(jax.random.fold_in(key, 1), [_lcd_cv], reps=100, R=1, traced=False)
     W, W_cv = np.asarray(W), np.asarray(W_cv)
     _check_fdr(W, signals, valid=True)
     _check_fdr(W + 0.5 * np.abs(W).mean(), signals, valid=False)
