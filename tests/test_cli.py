@@ -1167,3 +1167,16 @@ def test_gzip_compressed_text_tables_are_read(tmp_path, capsys):
 
 def build_parser_args(argv):
     return cli.build_parser().parse_args(argv)
+
+
+@pytest.mark.parametrize("command", ["select", "stability"])
+def test_out_dash_writes_the_report_to_stdout_and_nothing_else(command, reg_csv, tmp_path, capsys, monkeypatch):
+    """``--out -`` wrote a file named ``-`` in the working folder; now stdout is the JSON report alone."""
+    monkeypatch.chdir(tmp_path)
+    extra = ["--method", "equi", "--statistic", "correlation"] if command == "select" else ["--subsamples", "10"]
+    code, out, err = run([command, reg_csv, "--target", "y", "--out", "-", *extra], capsys)
+    assert code == 0, err
+    report = json.loads(out)  # the whole of stdout parses: the tables went to stderr
+    assert report["command"] == command
+    assert "report written to standard output" in err
+    assert not (tmp_path / "-").exists()

@@ -16,7 +16,8 @@ Subcommands:
 * ``jaxknock select DATA --target COL`` runs the model-X knockoff filter
   (:func:`jaxknock.pipeline.knockoff_filter`) on a CSV / NPZ / NPY table and
   prints the selected columns with their statistics (``--out`` writes a JSON
-  report with inputs, settings, versions, device, timings and selections).
+  report with inputs, settings, versions, device, timings and selections;
+  ``--out -`` writes it to standard output, and the other lines to standard error).
 * ``jaxknock snb DATA --target COL -k K`` fits sparse naive Bayes
   (:func:`jaxknock.sparse_naive_bayes`) on a CSV or a ``scipy.sparse`` ``.npz``.
 * ``jaxknock bench`` runs the scripts in ``benchmarks/`` at their small sizes.

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from jaxknock._lapack_threads import one_lapack_thread
 from jaxknock.cli.bench import run_bench
 from jaxknock.cli.common import CLIError, enable_compile_cache, pipe_safe_stdout, seed
 from jaxknock.cli.demo import run_demo
-from jaxknock.cli.report import check_writable
+from jaxknock.cli.report import OUT_HELP, StdoutReport, check_writable
 from jaxknock.cli.select import METHODS, run_select
 from jaxknock.cli.snb import run_snb
 from jaxknock.cli.stability import add_parsers as add_stability_parsers
@@ -87,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         "selects groups at group-level FDR",
     )
     sel.add_argument("--knockoffs", type=int, default=1, metavar="M", help="simultaneous knockoff copies m (default 1)")
-    sel.add_argument("--out", default=None, metavar="RESULT.json", help="write a JSON report")
+    sel.add_argument("--out", default=None, metavar="RESULT.json", help=OUT_HELP)
     sel.add_argument("--quiet", action="store_true", help="only the selection, no progress bar")
     sel.set_defaults(func=run_select)
 
@@ -102,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     snb.add_argument("-k", type=int, required=True, help="number of features the classifier may use")
     snb.add_argument("--model", choices=("multinomial", "bernoulli"), default="multinomial")
     snb.add_argument("--alpha", type=float, default=1.0, help="Laplace smoothing (default 1)")
-    snb.add_argument("--out", default=None, metavar="RESULT.json", help="write a JSON report")
+    snb.add_argument("--out", default=None, metavar="RESULT.json", help=OUT_HELP)
     snb.add_argument("--quiet", action="store_true")
     snb.set_defaults(func=run_snb)
 
@@ -136,13 +137,19 @@ def main(argv=None) -> int:
         return int(exc.code or 0)
     enable_compile_cache(not args.no_compile_cache)
     try:
-        if getattr(args, "out", None):
+        report_to_stdout = getattr(args, "out", None) == "-"
+        if getattr(args, "out", None) and not report_to_stdout:
             check_writable(args.out)  # before the work, not after it (the selection ran, then --out failed)
             _check_not_an_input(args)
         # the CLI's own process: every command's programs (jaxknock/_lapack_threads.py); a closed stdout
         # (`| head`) drops the rest of the output instead of ending the run without its --out report
-        with one_lapack_thread(), pipe_safe_stdout():
-            return args.func(args)
+        with one_lapack_thread(), pipe_safe_stdout() as stdout:
+            if not report_to_stdout:
+                return args.func(args)
+            # `--out -` was a file named "-"; now the report is standard output's only content
+            args.out = StdoutReport(stdout)
+            with contextlib.redirect_stdout(sys.stderr):
+                return args.func(args)
     except CLIError as err:
         msg = " ".join(str(err).split())
     except (ValueError, TypeError, FileNotFoundError, OSError) as err:

@@ -11,7 +11,24 @@ from pathlib import Path
 
 from jaxknock.cli.common import CLIError
 
-__all__ = ["device", "print_table", "sha256", "versions", "write_json"]
+__all__ = ["OUT_HELP", "StdoutReport", "device", "print_table", "sha256", "versions", "write_json"]
+
+
+OUT_HELP = "write a JSON report ('-': to standard output; the other lines then go to standard error)"
+
+
+class StdoutReport:
+    """``--out -``: the JSON report goes to standard output (``jaxknock select d.csv --target y --out - | jq``).
+
+    The command's own lines (tables, progress, "report written to ...") then go to standard error, so
+    that standard output holds the JSON document and nothing else.
+    """
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __str__(self):
+        return "standard output"
 
 
 def print_table(rows, headers, file=None):
@@ -80,10 +97,17 @@ def check_writable(path, what="the report") -> None:
 
 
 def write_json(path, report):
-    """Write ``report`` as standard JSON: a non-finite number is written as the string ``"inf"``,
-    ``"-inf"`` or ``"nan"`` (``float()`` reads them back). Python's bare ``Infinity`` / ``NaN``
+    """Write ``report`` as standard JSON to the file ``path`` (or a :class:`StdoutReport`).
+
+    A non-finite number is written as the string ``"inf"``, ``"-inf"`` or ``"nan"`` (``float()`` reads them
+    back). Python's bare ``Infinity`` / ``NaN``
     (the thresholds of a selection that selects nothing, an ``alpha=0`` log-odds) are not JSON:
     ``jq``, ``JSON.parse`` and strict parsers refused the whole report."""
+    if isinstance(path, StdoutReport):
+        json.dump(_finite(report), path.stream, indent=2, allow_nan=False)
+        path.stream.write("\n")
+        path.stream.flush()
+        return
     try:
         with open(path, "w") as fh:
             json.dump(_finite(report), fh, indent=2, allow_nan=False)

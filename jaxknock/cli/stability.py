@@ -8,7 +8,7 @@ from pathlib import Path
 
 from jaxknock.cli.common import CLIError, enable_x64, seed
 from jaxknock.cli.progress import Progress, Ticker, progress_enabled
-from jaxknock.cli.report import device, print_table, sha256, versions, write_json
+from jaxknock.cli.report import OUT_HELP, device, print_table, sha256, versions, write_json
 from jaxknock.cli.tables import class_like_note, load_table, preview, resolve_target
 
 __all__ = ["add_parsers", "run_randsel", "run_stability"]
@@ -56,7 +56,7 @@ def add_parsers(sub) -> None:
     st.add_argument("--lambdas", type=int, default=50, help="grid size (default 50)")
     st.add_argument("--loss", choices=("auto", "squared", "logistic"), default="auto")
     st.add_argument("--seed", type=seed, default=0)
-    st.add_argument("--out", default=None, metavar="RESULT.json", help="write a JSON report")
+    st.add_argument("--out", default=None, metavar="RESULT.json", help=OUT_HELP)
     st.add_argument("--quiet", action="store_true", help="only the selection, no progress bar")
     st.set_defaults(func=run_stability)
 
@@ -73,7 +73,7 @@ def add_parsers(sub) -> None:
     rs.add_argument("--drop", type=float, default=0.25, help="fraction culled per round (default 0.25)")
     rs.add_argument("--top", type=int, default=None, help="also report the top K of the ranking")
     rs.add_argument("--seed", type=seed, default=0)
-    rs.add_argument("--out", default=None, metavar="RESULT.json", help="write a JSON report")
+    rs.add_argument("--out", default=None, metavar="RESULT.json", help=OUT_HELP)
     rs.add_argument("--quiet", action="store_true", help="only the selection, no progress bar")
     rs.set_defaults(func=run_randsel)
 
