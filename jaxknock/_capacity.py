@@ -106,25 +106,40 @@ def start_width(m: int, n: int, *, whole_grid: bool) -> int:
     step (:func:`next_capacity`) that holds ``min(0.3 m, 1.25 n)`` when that exceeds 1024
     (``0.3 m``: the smallest working set of the designs above): 2 runs, first call 39 s.
 
+    A start within a quarter of ``m`` (``1.25 W >= m``) is ``m`` itself: every kink pays at most
+    a quarter more, and the working set can no longer overflow. The AR(1) 0.9 design at
+    n = 800, p = 300 (m = 600) used 448-527 features over eight knockoff draws (0.75-0.88 m): from
+    512, two draws in eight compiled the engine a second time (7 s warm instead of 0.5 s; session 62).
+
     A whole grid (``early_stop=False``) starts at 512 and grows two ladder steps
-    at once when it overflows early (:func:`grow`'s caller).
+    at once when it overflows early (:func:`grow`'s caller), except on a tall design
+    (``n >= m``) of at most 1024 features: its last penalties (``eps = 1e-3``) hold
+    nearly all ``m`` features (956 of 1000 at n = 3000), so from 512 every first call ran
+    the path twice and compiled the engine twice (n = 2000, m = 600: 27 s; session 62).
+    It starts at ``m`` there, where those calls ended anyway.
 
     Example:
         >>> start_width(1000, 1000, whole_grid=False), start_width(2000, 2000, whole_grid=False)
         (1000, 1024)
         >>> start_width(800, 200, whole_grid=False), start_width(400, 600, whole_grid=False)
         (512, 400)
-        >>> start_width(2000, 2000, whole_grid=True)
-        512
+        >>> start_width(600, 800, whole_grid=False), start_width(1200, 3000, whole_grid=False)
+        (600, 1200)
+        >>> start_width(2000, 2000, whole_grid=True), start_width(600, 2000, whole_grid=True)
+        (512, 600)
+        >>> start_width(1000, 300, whole_grid=True), start_width(1500, 5000, whole_grid=True)
+        (512, 512)
         >>> start_width(4000, 1000, whole_grid=False), start_width(20000, 2000, whole_grid=False)
         (1536, 3072)
     """
-    if whole_grid or min(0.85 * m, 2.5 * n) <= 512:
-        return min(m, 512)
-    W, need = 1024, min(0.3 * m, 1.25 * n)
-    while W < need:
-        W = next_capacity(W)
-    return min(m, W)
+    if whole_grid:
+        return m if n >= m and m <= 1024 else min(m, 512)
+    W = 512
+    if min(0.85 * m, 2.5 * n) > 512:
+        W, need = 1024, min(0.3 * m, 1.25 * n)
+        while W < need:
+            W = next_capacity(W)
+    return m if 1.25 * W >= m else W
 
 
 def slots_for(W: int) -> int:

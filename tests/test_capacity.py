@@ -258,7 +258,7 @@ def test_a_remembered_entry_equal_to_the_default_still_counts_as_remembered(monk
     (``lookup``), not whether its start differs from the default. Here the first engine call is made to
     report an overflow, so the call grows once; an unknown key does not count as varying."""
     rng = np.random.default_rng(2)
-    X = rng.standard_normal((40, 600))
+    X = rng.standard_normal((40, 700))  # m > 1.25 * 512: an unknown key starts at 512 (_capacity.start_width)
     y = X[:, :3].sum(1) + rng.standard_normal(40)
     call, seen = _aot.call, []
 
@@ -280,7 +280,7 @@ def test_a_remembered_entry_equal_to_the_default_still_counts_as_remembered(monk
         monkeypatch.setattr(_capacity, "STORE", store)
         seen.clear()
         working_set.l1_cv(X, y, folds=3, num_lambdas=10)
-        assert seen == [512, 600]  # grew once, to every feature
+        assert seen == [512, 700]  # grew once, to every feature
     assert varies == [True, False]
 
 
@@ -341,3 +341,20 @@ def test_peak_active_is_the_largest_active_set_of_any_fold_or_the_full_fit():
     assert max(sizes[:K]) > sizes[K]  # a fold, not the full fit, holds the largest active set
     assert int(sol.stats["peak_active"]) == max(sizes)
     assert int(sol.stats["peak_active"]) <= int(sol.stats["working_set_size"])
+
+
+def test_a_whole_grid_of_a_tall_design_starts_with_every_feature_cached(monkeypatch):
+    """``lasso_cv`` at n = 2000, m = 600 started at 512 features, overflowed at the 61st of 100 penalties
+    and ran (and compiled) again at 600: every first call of such a shape paid twice (27 s, session 62).
+    A tall design of at most 1024 features now starts at ``m``; ``p > n`` keeps the ladder from 512."""
+    for n, m in ((700, 560), (1100, 1000)):
+        ((W, A),) = _first_capacities(monkeypatch, n, m, (False,))
+        assert W == m and A > m  # every feature, and slots for all of them (the active sets' bound)
+    assert _first_capacities(monkeypatch, 300, 600, (False,))[0][0] == 512
+
+
+@pytest.mark.parametrize(("n", "m", "W"), [(800, 600, 600), (400, 640, 640), (200, 800, 512), (3000, 1200, 1200)])
+def test_an_early_stopped_path_starts_at_m_when_that_is_at_most_a_quarter_above_its_default(monkeypatch, n, m, W):
+    """The knockoff statistic at n = 800, p = 300 (AR(1) 0.9, m = 600) started at 512 features; two knockoff
+    draws in eight used 512-527 of them and compiled the engine a second time (session 62)."""
+    assert _first_capacities(monkeypatch, n, m, (True,))[0][0] == W
