@@ -111,12 +111,15 @@ def start_width(m: int, n: int, *, whole_grid: bool) -> int:
     n = 800, p = 300 (m = 600) used 448-527 features over eight knockoff draws (0.75-0.88 m): from
     512, two draws in eight compiled the engine a second time (7 s warm instead of 0.5 s; session 62).
 
-    A whole grid (``early_stop=False``) starts at 512 and grows two ladder steps
-    at once when it overflows early (:func:`grow`'s caller), except on a tall design
-    (``n >= m``) of at most 1024 features: its last penalties (``eps = 1e-3``) hold
-    nearly all ``m`` features (956 of 1000 at n = 3000), so from 512 every first call ran
-    the path twice and compiled the engine twice (n = 2000, m = 600: 27 s; session 62).
-    It starts at ``m`` there, where those calls ended anyway.
+    A whole grid (``early_stop=False``, :func:`jaxknock.lasso_cv`'s default) ends with a working
+    set near ``min(m, 3 n)`` at ``eps = 1e-3`` (iid designs, 20 signals, session 62: 1418 of
+    m = 1500 at n = 3000, 993 of 1000 at n = 600, 754 of 1500 at n = 200; 1426 of 2000 at
+    n = 500 in session 57), so it starts at the ladder step that holds that. From 512 (up to
+    session 61) every first call on such shapes ran the path two or three times and compiled
+    the engine as often: n = 3000, m = 1500: 512, 1024, 1500, 61 s against 39 s from 1500;
+    n = 2000, m = 600: 27 s against 14 s from 600. A grid that ends sooner (a larger ``eps``,
+    a short grid of the caller's) pays for the capacity on every kink; the engine remembers
+    what a call used only when it overflowed.
 
     Example:
         >>> start_width(1000, 1000, whole_grid=False), start_width(2000, 2000, whole_grid=False)
@@ -126,19 +129,19 @@ def start_width(m: int, n: int, *, whole_grid: bool) -> int:
         >>> start_width(600, 800, whole_grid=False), start_width(1200, 3000, whole_grid=False)
         (600, 1200)
         >>> start_width(2000, 2000, whole_grid=True), start_width(600, 2000, whole_grid=True)
-        (512, 600)
-        >>> start_width(1000, 300, whole_grid=True), start_width(1500, 5000, whole_grid=True)
-        (512, 512)
+        (2000, 600)
+        >>> start_width(1000, 300, whole_grid=True), start_width(1500, 200, whole_grid=True)
+        (1000, 1024)
+        >>> start_width(1000, 100, whole_grid=True), start_width(2000, 500, whole_grid=True)
+        (512, 1536)
         >>> start_width(4000, 1000, whole_grid=False), start_width(20000, 2000, whole_grid=False)
         (1536, 3072)
     """
-    if whole_grid:
-        return m if n >= m and m <= 1024 else min(m, 512)
-    W = 512
-    if min(0.85 * m, 2.5 * n) > 512:
-        W, need = 1024, min(0.3 * m, 1.25 * n)
-        while W < need:
-            W = next_capacity(W)
+    W, need = 512, min(m, 3 * n)
+    if not whole_grid:
+        need = 0 if min(0.85 * m, 2.5 * n) <= 512 else max(1024, min(0.3 * m, 1.25 * n))
+    while W < need:
+        W = next_capacity(W)
     return m if 1.25 * W >= m else W
 
 

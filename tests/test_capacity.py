@@ -173,7 +173,7 @@ def test_a_working_set_overflow_grows_the_slots_with_it(monkeypatch):
 
 @pytest.mark.parametrize(
     ("n", "m", "whole", "early"),
-    [(2000, 500, (500, 532), (500, 256)), (300, 1000, (512, 301), (1000, 301)), (100, 1000, (512, 101), (512, 101))],
+    [(2000, 500, (500, 532), (500, 256)), (300, 1000, (1000, 301), (1000, 301)), (100, 1000, (512, 101), (512, 101))],
 )
 def test_a_whole_grid_starts_with_every_slot_its_active_sets_can_use(monkeypatch, n, m, whole, early):
     """A path to the end of its grid (``early_stop=False``, ``lasso_cv``'s default) ends near ``min(n, m)`` active
@@ -181,7 +181,8 @@ def test_a_whole_grid_starts_with_every_slot_its_active_sets_can_use(monkeypatch
     compilation each: n = 2000, m = 500 compiled 4 times). A path that stops early starts at ``0.45 W`` slots, at
     least 256, and no path starts with more slots than ``n + 1`` (an active set never exceeds the rank of the centred
     rows). The working set of a path that stops early starts at 1024 (at most ``m``) when its shape says 512 would
-    most likely overflow (``min(0.85 m, 2.5 n) > 512``: n = 300, m = 1000); a whole grid starts at 512."""
+    most likely overflow (``min(0.85 m, 2.5 n) > 512``: n = 300, m = 1000); a whole grid at the step that holds
+    ``min(m, 3 n)`` (``m`` itself within a quarter of it: n = 300, m = 1000)."""
     assert _first_capacities(monkeypatch, n, m, (False, True)) == [whole, early]
 
 
@@ -216,14 +217,14 @@ def test_a_path_with_many_more_features_than_rows_starts_near_the_working_set_it
     assert _first_capacities(monkeypatch, 1000, 4000, (True,)) == [(1536, _capacity.slots_for(1536))]
 
 
-@pytest.mark.parametrize(("early_stop", "widths"), [(False, [512, 1536]), (True, [1024, 1536])])
+@pytest.mark.parametrize(("early_stop", "widths"), [(False, [512, 1536]), (True, [512, 1024])])
 def test_a_whole_grid_that_outgrows_its_working_set_early_grows_it_one_step_more(monkeypatch, early_stop, widths):
     """A whole grid at p > n needs a working set that keeps growing to the end of the path (n = 500, m = 2000:
     512 full at 25% of the grid, 1426 at its end): an overflow before half the grid grows ``W`` two ladder
-    steps (512 -> 1536, two compilations where there were three); a path that stops early (it starts at 1024
-    on this shape) grows one. (The engine runs are stand-ins reporting an overflow at 20 of 100 penalties,
-    then success.)"""
-    n, m = 500, 2000
+    steps (512 -> 1536, two compilations where there were three); a path that stops early grows one. Both
+    start at 512 at n = 150, m = 2000 (``_capacity.start_width``). (The engine runs are stand-ins reporting an
+    overflow at 20 of 100 penalties, then success.)"""
+    n, m = 150, 2000
     X = np.zeros((n, m))
     y = np.zeros(n)
     seen = []
@@ -343,14 +344,14 @@ def test_peak_active_is_the_largest_active_set_of_any_fold_or_the_full_fit():
     assert int(sol.stats["peak_active"]) <= int(sol.stats["working_set_size"])
 
 
-def test_a_whole_grid_of_a_tall_design_starts_with_every_feature_cached(monkeypatch):
+def test_a_whole_grid_starts_at_the_working_set_its_last_penalties_need(monkeypatch):
     """``lasso_cv`` at n = 2000, m = 600 started at 512 features, overflowed at the 61st of 100 penalties
-    and ran (and compiled) again at 600: every first call of such a shape paid twice (27 s, session 62).
-    A tall design of at most 1024 features now starts at ``m``; ``p > n`` keeps the ladder from 512."""
-    for n, m in ((700, 560), (1100, 1000)):
-        ((W, A),) = _first_capacities(monkeypatch, n, m, (False,))
-        assert W == m and A > m  # every feature, and slots for all of them (the active sets' bound)
-    assert _first_capacities(monkeypatch, 300, 600, (False,))[0][0] == 512
+    and ran (and compiled) again at 600; at n = 3000, m = 1500 it ran three times (512, 1024, 1500: 61 s
+    against a warm 24.5 s; session 62). A whole grid ends near ``min(m, 3 n)`` cached features and now
+    starts at the ladder step that holds them."""
+    for n, m, W in ((700, 560, 560), (1100, 1000, 1000), (3000, 1500, 1500), (200, 1500, 1024), (100, 1000, 512)):
+        ((W0, A0),) = _first_capacities(monkeypatch, n, m, (False,))
+        assert W0 == W and A0 == min(W + _ws_driver.cache_chunk(m), n + 1), (n, m, W0, A0)
 
 
 @pytest.mark.parametrize(("n", "m", "W"), [(800, 600, 600), (400, 640, 640), (200, 800, 512), (3000, 1200, 1200)])

@@ -309,8 +309,8 @@ def l1_cv(
             ``"naive"`` (residual updates; the logistic loss always).
         max_features: working-set capacity ``W``; ``None`` starts at 512, or at
             1024 for a path that stops early on a shape whose working set most likely
-            outgrows 512, or at ``m`` when that is at most a quarter more, or for a whole
-            grid of a tall design (``n >= m``) of at most 1024 features
+            outgrows 512, or for a whole grid at the capacity that holds ``min(m, 3 n)``,
+            or at ``m`` when that is at most a quarter more
             (:func:`jaxknock._capacity.start_width`), or where
             the last call of this shape ended (one step more where it filled over
             85% after outgrowing an earlier call's capacities,
