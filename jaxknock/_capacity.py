@@ -122,20 +122,12 @@ def start_width(m: int, n: int, *, whole_grid: bool) -> int:
     what a call used only when it overflowed.
 
     Example:
-        >>> start_width(1000, 1000, whole_grid=False), start_width(2000, 2000, whole_grid=False)
-        (1000, 1024)
-        >>> start_width(800, 200, whole_grid=False), start_width(400, 600, whole_grid=False)
-        (512, 400)
-        >>> start_width(600, 800, whole_grid=False), start_width(1200, 3000, whole_grid=False)
-        (600, 1200)
-        >>> start_width(2000, 2000, whole_grid=True), start_width(600, 2000, whole_grid=True)
-        (2000, 600)
-        >>> start_width(1000, 300, whole_grid=True), start_width(1500, 200, whole_grid=True)
-        (1000, 1024)
-        >>> start_width(1000, 100, whole_grid=True), start_width(2000, 500, whole_grid=True)
-        (512, 1536)
-        >>> start_width(4000, 1000, whole_grid=False), start_width(20000, 2000, whole_grid=False)
-        (1536, 3072)
+        >>> early = ((1000, 1000), (2000, 2000), (800, 200), (400, 600), (600, 800), (1200, 3000), (4000, 1000))
+        >>> [start_width(m, n, whole_grid=False) for m, n in early + ((20000, 2000),)]
+        [1000, 1024, 512, 400, 600, 1200, 1536, 3072]
+        >>> whole = ((2000, 2000), (600, 2000), (1000, 300), (1500, 200), (1000, 100), (2000, 500))
+        >>> [start_width(m, n, whole_grid=True) for m, n in whole]
+        [2000, 600, 1000, 1024, 512, 1536]
     """
     W, need = 512, min(m, 3 * n)
     if not whole_grid:
