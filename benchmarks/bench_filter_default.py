@@ -27,7 +27,8 @@ the issue's "R = 10 costs at most 4x one replicate".
     python benchmarks/bench_filter_default.py --sweep            # session 45: shapes and designs (warm, interleaved)
     python benchmarks/bench_filter_default.py --sweep --small    # its first two cases
 
-``--sweep`` (session 45) times warm calls on other shapes and designs (``SWEEP``:
+``--sweep`` (session 45; re-run in session 62, ``measured/speed_sweep_s62.txt``) times warm calls
+on other shapes and designs (``SWEEP``:
 small, tall, ``p ~ n``, ``p > n``, binary ``y``, AR(1) 0.9, exact duplicate
 columns). Each library runs in one long-lived process fed the cases one after
 another; per case jaxknock makes a compiling call first (reported as
