@@ -137,8 +137,9 @@ def main(argv=None) -> int:
         return int(exc.code or 0)
     enable_compile_cache(not args.no_compile_cache)
     try:
-        report_to_stdout = getattr(args, "out", None) == "-"
-        if getattr(args, "out", None) and not report_to_stdout:
+        out = getattr(args, "out", None)
+        report_to_stdout = out == "-"
+        if out and not report_to_stdout:
             check_writable(args.out)  # before the work, not after it (the selection ran, then --out failed)
             _check_not_an_input(args)
         # the CLI's own process: every command's programs (jaxknock/_lapack_threads.py); a closed stdout

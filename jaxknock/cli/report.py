@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -100,16 +101,11 @@ def write_json(path, report):
     """Write ``report`` as standard JSON to the file ``path`` (or a :class:`StdoutReport`).
 
     A non-finite number is written as the string ``"inf"``, ``"-inf"`` or ``"nan"`` (``float()`` reads them
-    back). Python's bare ``Infinity`` / ``NaN``
-    (the thresholds of a selection that selects nothing, an ``alpha=0`` log-odds) are not JSON:
-    ``jq``, ``JSON.parse`` and strict parsers refused the whole report."""
-    if isinstance(path, StdoutReport):
-        json.dump(_finite(report), path.stream, indent=2, allow_nan=False)
-        path.stream.write("\n")
-        path.stream.flush()
-        return
+    back). Python's bare ``Infinity`` / ``NaN`` (the thresholds of a selection that selects nothing, an
+    ``alpha=0`` log-odds) are not JSON: ``jq``, ``JSON.parse`` and strict parsers refused the whole report."""
+    to_stdout = isinstance(path, StdoutReport)
     try:
-        with open(path, "w") as fh:
+        with contextlib.nullcontext(path.stream) if to_stdout else open(path, "w") as fh:
             json.dump(_finite(report), fh, indent=2, allow_nan=False)
             fh.write("\n")
     except OSError as err:
