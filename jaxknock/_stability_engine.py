@@ -27,6 +27,7 @@ import numpy as np
 from jax import lax
 
 from jaxknock import _backend, _capacity, _memory, _stability_path
+from jaxknock._scaling import scale_pow2
 from jaxknock.l1 import working_set
 from jaxknock.l1.path import path_solve
 from jaxknock.l1.settings import L1Settings
@@ -92,7 +93,7 @@ def _column_max(X):
 
 @jax.jit
 def _ldexp_pair(X, lambdas, e):
-    return jnp.ldexp(X, e), jnp.ldexp(lambdas, e)
+    return scale_pow2(X, e), scale_pow2(lambdas, e)
 
 
 def path_coefs(Xs, ys, lambdas, settings: L1Settings):

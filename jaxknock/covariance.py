@@ -20,7 +20,7 @@ from jaxknock import _checks, _sigma_checks
 from jaxknock._deprecation import renamed_kwargs
 from jaxknock._host_cast import centre_columns
 from jaxknock._iterate import iterative_solve
-from jaxknock._scaling import correlation_of, pow2_exponent, standardise_columns
+from jaxknock._scaling import correlation_of, pow2_exponent, scale_pow2, standardise_columns
 from jaxknock._solution import RESULTS, Solution, raise_if_failed
 
 __all__ = [
@@ -227,10 +227,10 @@ def _empirical_covariance(X, assume_centered):
     # on X / 2^e (max |X / 2^e| < 1): the column sums and X^T X cannot overflow (|X| ~ 1e154 overflowed
     # X^T X although the covariance was representable); bit for bit the plain result where that was in range
     e = pow2_exponent(jnp.max(jnp.abs(X)))
-    X = jnp.ldexp(X, -e)
+    X = scale_pow2(X, -e)
     if not assume_centered:
         X = X - jnp.mean(X, axis=0)
-    return jnp.ldexp(jnp.matmul(X.T, X, precision=HIGHEST) / X.shape[0], 2 * e)
+    return scale_pow2(jnp.matmul(X.T, X, precision=HIGHEST) / X.shape[0], 2 * e)
 
 
 def ledoit_wolf(X, *, assume_centered: bool = False):
@@ -297,12 +297,12 @@ def _ledoit_wolf(X, assume_centered):
     # left the floating range from |X| ~ 1e77 (NaN shrinkage) or ~ 1e-77 (shrinkage 0); the estimator is
     # equivariant to a global scale, and scaling by a power of two changes no bit where all was in range
     e = pow2_exponent(jnp.max(jnp.abs(X)))
-    X = jnp.ldexp(X, -e)
+    X = scale_pow2(X, -e)
     if not assume_centered:
         X = X - jnp.mean(X, axis=0)
     S, mu, shrink = _lw_shrinkage(X)
     p = X.shape[1]
-    return LedoitWolf(jnp.ldexp((1.0 - shrink) * S + shrink * mu * jnp.eye(p, dtype=S.dtype), 2 * e), shrink)
+    return LedoitWolf(scale_pow2((1.0 - shrink) * S + shrink * mu * jnp.eye(p, dtype=S.dtype), 2 * e), shrink)
 
 
 def to_correlation(Sigma) -> jax.Array:
@@ -477,21 +477,21 @@ def _fit_factor_model(Sigma, rank, max_steps, tol, min_diag):
     (``infeasible``) takes no alternation, and its ``d``, ``U`` and statistics are NaN.
     """
     e = 2 * (pow2_exponent(jnp.max(jnp.abs(Sigma))) // 2)
-    S = jnp.ldexp(Sigma, -e)
+    S = scale_pow2(Sigma, -e)
     finite = jnp.all(jnp.isfinite(S))
     # check_symmetric's test (on Sigma / 4^e, exact): eigh would silently use one triangle of an asymmetric one
     symmetric = _sigma_checks.symmetric_flag(S)
     # the floor is relative to the scale of Sigma, max_i Sigma_ii (exactly 1 for a correlation matrix): an
     # absolute 1e-6 clamped every d of a covariance in units of 1e-10. A zero diagonal keeps the floor itself
     top = jnp.max(jnp.diagonal(S))
-    floor = jnp.asarray(min_diag, Sigma.dtype) * jnp.where(top > 0, top, jnp.ldexp(jnp.ones((), Sigma.dtype), -e))
+    floor = jnp.asarray(min_diag, Sigma.dtype) * jnp.where(top > 0, top, scale_pow2(jnp.ones((), Sigma.dtype), -e))
     d, U, obj, rel, result, steps, psd, eig_min, eig_rel = _fit_factor_model_unit(
         S, rank, max_steps, tol, floor, symmetric
     )
     valid = finite & symmetric & psd
     result = jnp.where(finite, jnp.where(valid, result, jnp.int32(RESULTS.infeasible)), jnp.int32(RESULTS.nonfinite))
-    d, U, obj, rel = _checks.poison(valid, jnp.ldexp(d, e), jnp.ldexp(U, e // 2), jnp.ldexp(obj, e), rel)
-    return d, U, obj, rel, result, steps, psd, jnp.ldexp(eig_min, e), eig_rel
+    d, U, obj, rel = _checks.poison(valid, scale_pow2(d, e), scale_pow2(U, e // 2), scale_pow2(obj, e), rel)
+    return d, U, obj, rel, result, steps, psd, scale_pow2(eig_min, e), eig_rel
 
 
 # Positive semidefiniteness to rounding: lambda_min(Sigma) >= -_PSD_RTOL * p * eps * max |lambda(Sigma)|.

@@ -41,7 +41,7 @@ from jax import lax
 
 from jaxknock import _checks, _containers, _memory
 from jaxknock._host_cast import centre_columns
-from jaxknock._scaling import pow2_exponent
+from jaxknock._scaling import pow2_exponent, scale_pow2
 
 __all__ = [
     "RandSelResult",
@@ -132,7 +132,7 @@ def _pow2_unit(X):
     """``(2^-e X, e)`` with ``2^-e max |X|`` in ``[1/2, 1)``: exact, so the squares of data in units of
     ``1e200`` or ``1e-200`` neither overflow nor underflow; a zero ``X`` stays as it is (``e = 0``)."""
     e = pow2_exponent(jnp.max(jnp.abs(X)))
-    return jnp.ldexp(X, -e), e
+    return scale_pow2(X, -e), e
 
 
 def _gaussian(D, s):
@@ -172,8 +172,8 @@ def _width(D, bandwidth, e):
     if bandwidth is None:
         n = D.shape[0]
         med = jnp.median(jnp.sqrt(D[np.triu_indices(n, 1)])) if n > 1 else jnp.zeros((), D.dtype)
-        return jnp.where(med > 0, med, jnp.ldexp(jnp.ones((), D.dtype), -e))
-    return jnp.ldexp(jnp.asarray(bandwidth, D.dtype), -e)
+        return jnp.where(med > 0, med, scale_pow2(jnp.ones((), D.dtype), -e))
+    return scale_pow2(jnp.asarray(bandwidth, D.dtype), -e)
 
 
 def _center(K):
@@ -199,7 +199,7 @@ def _unit_scale(A):
     squares of a tiny or huge kernel (linear kernel of data of scale 1e-6 in float32) neither underflow
     nor overflow; a zero ``A`` stays zero."""
     _, e = jnp.frexp(jnp.max(jnp.abs(A)))
-    return jnp.ldexp(A, -e)
+    return scale_pow2(A, -e)
 
 
 def _cosine(Kc, Lc):
@@ -514,7 +514,7 @@ def _randsel_units(X, y):
     of 1e-200 zero; the HSIC contributions are reported in ``y``'s units (times ``4^e``, exact).
     """
     X = _centre(X)
-    X = jnp.ldexp(X, -pow2_exponent(jnp.max(jnp.abs(X), axis=0)))
+    X = scale_pow2(X, -pow2_exponent(jnp.max(jnp.abs(X), axis=0)))
     sd = jnp.std(X, axis=0)
     X = X / jnp.where(sd > 0, sd, 1.0)
     y, y_exp = _pow2_unit(_centre(y))

@@ -80,7 +80,7 @@ from jaxknock._checks import (
     is_concrete,
     static_flag,
 )
-from jaxknock._scaling import pow2_exponent
+from jaxknock._scaling import pow2_exponent, scale_pow2
 from jaxknock._sigma_checks import traced_sigma_code
 from jaxknock._solution import RESULTS, Solution
 from jaxknock.covariance import FactorFit, FactorModel
@@ -835,4 +835,4 @@ def _pow2_columns(X):
     ``1e160`` or ``1e-170`` in float64, ``1e25`` / ``1e-25`` in float32, were refused as linearly
     dependent or all-zero).
     """
-    return jnp.ldexp(X, -pow2_exponent(jnp.max(jnp.abs(X), axis=0)))
+    return scale_pow2(X, -pow2_exponent(jnp.max(jnp.abs(X), axis=0)))

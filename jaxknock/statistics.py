@@ -37,7 +37,7 @@ import numpy as np
 from jax import lax
 
 from jaxknock import _aot, _checks, _precision
-from jaxknock._scaling import pow2_exponent
+from jaxknock._scaling import pow2_exponent, scale_pow2
 from jaxknock._solution import Solution, raise_if_failed
 from jaxknock.l1 import _units
 from jaxknock.l1 import working_set as _working_set
@@ -595,8 +595,8 @@ def _marginal_jit(Xk3, y, *, method, copies=2):
     # the correlation does not depend on the units of a column or of y, but its sums of squares do: a column
     # (or y) in units of 1e20 or 1e-20 overflowed or flushed to zero in float32 (1e160 in float64) and scored 0;
     # each is first scaled by an exact power of two to a maximum magnitude in [0.5, 1)
-    Xk3 = jnp.ldexp(Xk3, -pow2_exponent(jnp.max(jnp.abs(Xk3), axis=-2, keepdims=True)))
-    y = jnp.ldexp(y, -pow2_exponent(jnp.max(jnp.abs(y))))
+    Xk3 = scale_pow2(Xk3, -pow2_exponent(jnp.max(jnp.abs(Xk3), axis=-2, keepdims=True)))
+    y = scale_pow2(y, -pow2_exponent(jnp.max(jnp.abs(y))))
     Xc = Xk3 - jnp.mean(Xk3, axis=-2, keepdims=True)
     yc = y - jnp.mean(y)
     cov = jnp.einsum("rnm,n->rm", Xc, yc, precision=_HI)
@@ -654,9 +654,9 @@ def _centroid_jit(Xk3, y):
     p = Xk3.shape[-1] // 2
     top = jnp.max(jnp.abs(Xk3), axis=-2)
     e = pow2_exponent(jnp.maximum(top[:, :p], top[:, p:]))
-    Xk3 = jnp.ldexp(Xk3, -jnp.concatenate([e, e], axis=-1)[:, None, :])
+    Xk3 = scale_pow2(Xk3, -jnp.concatenate([e, e], axis=-1)[:, None, :])
     pos = y / jnp.sum(y)
     neg = (1.0 - y) / jnp.sum(1.0 - y)
     diff = jnp.einsum("rnm,n->rm", Xk3, pos - neg, precision=_HI)
     Z = 0.5 * diff**2
-    return jnp.ldexp(antisymmetric_combine(jnp.abs(Z), method="difference"), 2 * e)
+    return scale_pow2(antisymmetric_combine(jnp.abs(Z), method="difference"), 2 * e)

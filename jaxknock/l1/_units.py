@@ -12,7 +12,8 @@ float64 and ``1e19`` in float32, and flush to zero below the reciprocals). ``y``
 by ``2^{e_X + e_y}``, solves, and multiplies every returned quantity back by its power (:data:`KINDS`).
 Scaling by a power of two is exact away from the subnormal range, so on data the solvers handled
 before the answer is the same to the bit; the floors now read relative to the data's magnitude.
-Traceable: the exponents are traced integers (``jnp.frexp`` / ``jnp.ldexp``), so ``jit`` and ``vmap`` work.
+Traceable: the exponents are traced integers (``jnp.frexp`` / :func:`jaxknock._scaling.scale_pow2`), so ``jit``
+and ``vmap`` work.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxknock import _checks
-from jaxknock._scaling import pow2_exponent
+from jaxknock._scaling import pow2_exponent, scale_pow2
 from jaxknock._solution import Solution
 
 # The power of 2 each returned quantity carries: "coef" 2^(e_y - e_X), "y" 2^e_y, "lam" 2^(e_X + e_y),
@@ -86,13 +87,13 @@ def _exponents(X, y):
 
 @jax.jit
 def _scale(X, y, ex, ey):
-    return jnp.ldexp(X, ex), jnp.ldexp(y, ey)
+    return scale_pow2(X, ex), scale_pow2(y, ey)
 
 
 @jax.jit
 def _ldexp_all(arrays, exponents):
     """``a * 2^e`` for each pair (exact): the scalings of one call in one program."""
-    return tuple(jnp.ldexp(a, e) for a, e in zip(arrays, exponents))
+    return tuple(scale_pow2(a, e) for a, e in zip(arrays, exponents))
 
 
 def _on_host_if_concrete(exponents):
@@ -151,7 +152,7 @@ def _scale_state(state, units: Units, sign):
     """A ``LassoState`` (with its FISTA momentum / CD history) scaled by ``2^(sign * power)`` (one program)."""
 
     def s(a, kind):
-        return jnp.ldexp(a, sign * units.power(kind))
+        return scale_pow2(a, sign * units.power(kind))
 
     momentum, history = state.momentum, state.history
     if momentum is not None:
