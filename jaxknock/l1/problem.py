@@ -130,7 +130,9 @@ def make_problem(XT, y, w, settings: L1Settings) -> Problem:
     else:
         mu = jnp.zeros(XT.shape[0], dtype)
         y_center = jnp.zeros((), dtype)
-    col_sq = jnp.matmul((XT - mu[:, None]) ** 2, w, precision=HI)
+    # a fused reduction over the rows: as a product with w, XLA:CPU formed the (m, n) squares first (and
+    # (folds, m, n) of them under vmap over w): 22 ms of a 4000 x 500 fit, against 2 ms here (session 63)
+    col_sq = jnp.sum(w * (XT - mu[:, None]) ** 2, axis=1)
     lipschitz = LOSS_CURVATURE[loss] * col_sq / n_w
     if loss == "squared":
         offset0 = y_center
