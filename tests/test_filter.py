@@ -577,3 +577,21 @@ def test_levels_of_any_scalar_type_run_no_eager_conversion():
         assert [c.split()[1] for c in compiles] == [], name
         for o, ref in zip(out, refs):
             np.testing.assert_array_equal(o, ref)
+
+
+def test_aggregates_ignore_the_order_and_a_repetition_of_the_replicates_and_permute_with_the_features():
+    """Metamorphic: e-BH averages the replicates' e-values and the frequency counts votes, so both are invariant
+    to the order of the replicates and to repeating every replicate (``[W; W]``: the same mean, the same
+    frequency), and permuting the features of every replicate alike permutes the selection; on
+    half-integer statistics with ties and zeros (``_random_w``)."""
+    rng = np.random.default_rng(7)
+    R, p = 3, 12
+    for _ in range(40):
+        W = _random_w(rng, R, p)
+        order, perm = rng.permutation(R), rng.permutation(p)
+        q = float(rng.choice([0.1, 0.2, 0.5]))
+        for aggregate in (F.aggregate_ebh, F.aggregate_frequency):
+            sel = np.asarray(aggregate(W, q))
+            np.testing.assert_array_equal(aggregate(W[order], q), sel)
+            np.testing.assert_array_equal(aggregate(W[:, perm], q), sel[perm])
+            np.testing.assert_array_equal(aggregate(np.concatenate([W, W]), q), sel)

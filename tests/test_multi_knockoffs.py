@@ -389,3 +389,25 @@ def test_masked_group_labels_and_masks_are_refused_by_name():
     np.testing.assert_array_equal(
         multi.expand_groups(np.array([1, 0, 1], ">i4"), [0, 0, 1, 1, 2]), [True, True, False, False, True]
     )
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_selection_ignores_the_order_of_the_copies_and_permutes_with_the_features(m):
+    """Metamorphic: the ``m`` knockoff copies are exchangeable, so permuting the rows ``1..m`` of ``Z`` leaves
+    ``kappa_j = 0``, ``tau`` and the selection unchanged, and permuting the features (columns of every row
+    alike) permutes them; on small integer scores with ties at the top, at zero and at the threshold (one
+    batched call per relation)."""
+    rng = np.random.default_rng(m)
+    B, p = 300, 10
+    Z = rng.choice([0.0, 0.0, 1.0, 2.0, 3.0, 4.0], size=(B, m + 1, p))
+    copies = np.concatenate([[0], 1 + rng.permutation(m)])
+    perm = rng.permutation(p)
+    for q in (0.2, 0.5):
+        sel = np.asarray(multi.multi_knockoff_select(Z, q))
+        assert 0 < sel.sum() < sel.size  # the relations are not checked on empty selections only
+        np.testing.assert_array_equal(multi.multi_knockoff_select(Z[:, copies], q), sel)
+        np.testing.assert_array_equal(multi.multi_knockoff_select(Z[..., perm], q), sel[:, perm])
+    kappa, tau = multi.multi_knockoff_statistics(Z)
+    kappa2, tau2 = multi.multi_knockoff_statistics(Z[:, copies])
+    np.testing.assert_array_equal(tau2, tau)
+    np.testing.assert_array_equal(np.asarray(kappa2) == 0, np.asarray(kappa) == 0)
