@@ -295,7 +295,7 @@ def _lw_correlation(Xs):
     n, p = Xs.shape
     # at p >= n the sample covariance is singular (every conditional variance 0 to it): the shrinkage is what
     # makes a law at all, and there is nothing to compare it with
-    return to_correlation(Sigma), inflation_bound(Sigma, delta if n > p else jnp.zeros_like(delta))
+    return to_correlation(Sigma), inflation_bound(Sigma, delta if n > p else jnp.zeros_like(delta), Xs)
 
 
 def has_low_rank(model: FactorModel) -> bool:

@@ -84,3 +84,36 @@ def test_knockoff_filter_warns_on_near_duplicates_only():
         with warnings.catch_warnings():
             warnings.simplefilter("error", UserWarning)
             jaxknock.knockoff_filter(jax.random.key(0), Xq, y, statistic="correlation", **kw)
+
+
+def spiky_with_twins(seed=0):
+    """(300, 20): 8 columns with a single non-zero (their fourth moments drive the Ledoit-Wolf shrinkage to
+    exactly 1), 10 independent ones and a pair correlated ~0.95 (features 18, 19)."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((300, 20))
+    X[:, :8] = 0.0
+    X[rng.integers(300, size=8), np.arange(8)] = 1.0
+    X[:, 19] = 0.95 * X[:, 18] + np.sqrt(1 - 0.95**2) * X[:, 19]
+    return X
+
+
+def test_full_shrinkage_is_bounded_from_the_data():
+    """delta = 1 leaves no correlation in the estimate (it is mu I): the bound comes from the data's own
+    correlation, 1 / (1 - r^2) for the twins (it was 0 at delta = 1, so the filter never warned there)."""
+    X = spiky_with_twins()
+    Xs = standardise_columns(jax.numpy.asarray(X))
+    Sigma, delta = jaxknock.ledoit_wolf(Xs)
+    assert float(delta) == 1.0
+    r = np.corrcoef(X[:, 18], X[:, 19])[0, 1]
+    info = jax.jit(inflation_bound)(Sigma, delta, Xs)
+    assert {int(info.feature), int(info.partner)} == {18, 19}
+    assert float(info.correlation) == pytest.approx(r, abs=1e-12)
+    assert float(info.bound) == pytest.approx(1 / (1 - r**2), rel=1e-10) and int(info.count) == 2
+    assert float(inflation_bound(Sigma, delta).bound) == 0.0  # without the data: nothing to compare
+
+
+def test_knockoff_filter_warns_at_full_shrinkage():
+    X = spiky_with_twins()
+    y = X[:, 8:11].sum(axis=1) + np.random.default_rng(1).standard_normal(300)
+    with pytest.warns(UserWarning, match=r"shrinks every correlation by 100%.*feature 1[89], correlated \+0\.9"):
+        jaxknock.knockoff_filter(jax.random.key(0), X, y, statistic="correlation")
