@@ -126,7 +126,7 @@ def as_float_array(x, name: str, *, bools: bool = False):
             x = np.asarray(x)
         except ValueError as err:  # ragged nested lists
             raise TypeError(f"{name} must be a numeric array: {err}") from None
-    x = object_numbers_as_float(x)
+    x = object_numbers_as_float(x, bools=bools)
     if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
         raise TypeError(f"{name} must be a numeric array, got a jax.random key: check the order of the arguments")
     if np.dtype(x.dtype).kind in "USOVM":

@@ -40,13 +40,20 @@ def _pandas_nullable_to_numpy(x) -> np.ndarray:
     return x.to_numpy(dtype=np.result_type(*(getattr(d, "numpy_dtype", d) for d in _pandas_dtypes(x))))
 
 
-def object_numbers_as_float(x):
+def object_numbers_as_float(x, *, bools: bool = False):
     """An object array of real numbers (``df.to_numpy()`` of mixed int / float columns, ``np.array(v, object)``)
     as float64 (int64 when every entry is an integer that fits, so integer labels stay integers); anything
-    else unchanged (booleans, ``None``, text stay object: the caller names them)."""
+    else unchanged (booleans, ``None``, text stay object: the caller names them). ``bools=True`` (a data
+    array, whose bools are 0/1): booleans count as the integers 0 / 1, so a DataFrame of genotype and
+    bool indicator columns (an object array of ``np.bool_`` / ``np.int8`` / floats) is its numbers."""
     if not (isinstance(x, np.ndarray) and x.dtype == object and x.size):
         return x
-    if any(isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) for v in x.flat):
+    flags = (bool, np.bool_)
+    if any(
+        (isinstance(v, flags) and not bools)
+        or not isinstance(v, (int, float, np.integer, np.floating, *(flags if bools else ())))
+        for v in x.flat
+    ):
         return x
     if all(isinstance(v, (int, np.integer)) for v in x.flat):
         try:

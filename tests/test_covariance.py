@@ -584,3 +584,18 @@ def test_host_containers_estimate_the_covariance_of_their_plain_copy():
     for x64 in (True, False):
         with jax.enable_x64(x64), pytest.raises(ValueError, match="X is a masked array with 1 masked entry"):
             empirical_covariance(masked)
+
+
+def test_frame_with_a_bool_column_is_its_numbers():
+    # a genotype table with a bool covariate (sex): np.asarray of the frame is an object array of np.bool_ /
+    # np.int8 / floats, refused as "X must be a numeric array, got dtype object" although a bool X is its 0/1
+    # (scikit-learn's check_array takes the frame); a bool in an object array that is not data stays refused
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"g": rng.integers(0, 3, 15).astype(np.int8), "sex": rng.integers(0, 2, 15) == 1})
+    frame["age"] = rng.uniform(20, 80, 15)
+    ref = np.asarray(ledoit_wolf(frame.to_numpy(dtype=float)).covariance)
+    for Xv in (frame, frame.to_numpy()):
+        np.testing.assert_array_equal(np.asarray(ledoit_wolf(Xv).covariance), ref)
+    with pytest.raises(TypeError, match="Sigma must be a numeric array, got dtype object"):
+        to_correlation(np.array([[True, 0.5], [0.5, 1.0]], dtype=object))
