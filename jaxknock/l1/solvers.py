@@ -289,10 +289,10 @@ def lasso(
     ``beta_j <- S_{lam / L_j}(beta_j - g_j / L_j)`` in blocks of 16 coordinates (one ``X_B^T r`` and, where
     the block moved, one ``X_B d`` per block, through the block's ``16 x 16`` Gram matrix: ``16 n m`` flops of
     setup, never the whole ``X^T X``), each epoch followed by the duality gap and GAP safe screening; it stops
-    at ``gap <= tol * D0``. Warm on XLA:CPU this took 2-10x the time of scikit-learn's ``Lasso(alpha=lam)``,
-    most on wide designs, where the epochs' many small operations dominate (``benchmarks/bench_lasso_defaults.py
-    --single``; ``benchmarks/measured/NOTES.md``, session 47), at a duality gap ``tol * D0`` that is
-    100x tighter than scikit-learn's default ``1e-4 * D0``.
+    at ``gap <= tol * D0``. Warm on XLA:CPU this took 1.5-5.4x the time of scikit-learn's ``Lasso(alpha=lam)``
+    (1.5x on tall iid designs, most on wide ones, where the epochs' many small operations dominate;
+    ``benchmarks/bench_lasso_defaults.py --single``; ``benchmarks/measured/NOTES.md``, session 63), at a
+    duality gap ``tol * D0`` that is 100x tighter than scikit-learn's default ``1e-4 * D0``.
 
     Precision: with ``jax_enable_x64`` off, a float64 (or integer) NumPy ``X``
     would be rounded to float32 entry by entry, so an offset column (epoch
