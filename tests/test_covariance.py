@@ -586,16 +586,29 @@ def test_host_containers_estimate_the_covariance_of_their_plain_copy():
             empirical_covariance(masked)
 
 
+def _genotype_table(rng, n=15):
+    """Columns of a genotype table with a bool covariate (sex) and a float one (age): int8, bool, float64."""
+    return rng.integers(0, 3, n).astype(np.int8), rng.integers(0, 2, n) == 1, rng.uniform(20, 80, n)
+
+
+def test_object_array_with_bool_entries_is_its_numbers():
+    # np.asarray of such a table (a DataFrame's .to_numpy()) is an object array of np.int8 / np.bool_ / floats,
+    # refused as "X must be a numeric array, got dtype object" although a bool X is its 0/1 (scikit-learn's
+    # check_array takes it); a bool in an object array that is not data stays refused. Without pandas, so CI runs it
+    g, sex, age = _genotype_table(np.random.default_rng(0))
+    X = np.empty((g.size, 3), dtype=object)
+    X[:, 0], X[:, 1], X[:, 2] = list(g), list(sex), list(age)
+    ref = np.asarray(ledoit_wolf(np.column_stack([g, sex, age]).astype(float)).covariance)
+    np.testing.assert_array_equal(np.asarray(ledoit_wolf(X).covariance), ref)
+    with pytest.raises(TypeError, match="Sigma must be a numeric array, got dtype object"):
+        to_correlation(np.array([[True, 0.5], [0.5, 1.0]], dtype=object))
+
+
 def test_frame_with_a_bool_column_is_its_numbers():
-    # a genotype table with a bool covariate (sex): np.asarray of the frame is an object array of np.bool_ /
-    # np.int8 / floats, refused as "X must be a numeric array, got dtype object" although a bool X is its 0/1
-    # (scikit-learn's check_array takes the frame); a bool in an object array that is not data stays refused
+    # the same table as a pandas DataFrame, and its .to_numpy()
     pd = pytest.importorskip("pandas")
-    rng = np.random.default_rng(0)
-    frame = pd.DataFrame({"g": rng.integers(0, 3, 15).astype(np.int8), "sex": rng.integers(0, 2, 15) == 1})
-    frame["age"] = rng.uniform(20, 80, 15)
+    g, sex, age = _genotype_table(np.random.default_rng(0))
+    frame = pd.DataFrame({"g": g, "sex": sex, "age": age})
     ref = np.asarray(ledoit_wolf(frame.to_numpy(dtype=float)).covariance)
     for Xv in (frame, frame.to_numpy()):
         np.testing.assert_array_equal(np.asarray(ledoit_wolf(Xv).covariance), ref)
-    with pytest.raises(TypeError, match="Sigma must be a numeric array, got dtype object"):
-        to_correlation(np.array([[True, 0.5], [0.5, 1.0]], dtype=object))
