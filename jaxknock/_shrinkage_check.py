@@ -75,7 +75,7 @@ class Inflation(NamedTuple):
     shrinkage: jax.Array  # delta
 
 
-def inflation_bound(Sigma, delta, X=None) -> Inflation:
+def inflation_bound(Sigma, delta, S=None) -> Inflation:
     r"""A lower bound on the factor by which a Ledoit-Wolf estimate multiplies each feature's conditional variance.
 
     ``Sigma = (1 - delta) S + delta mu I`` (:func:`jaxknock.ledoit_wolf` of standardised columns, ``(p, p)``),
@@ -85,11 +85,12 @@ def inflation_bound(Sigma, delta, X=None) -> Inflation:
     ``+-1`` to rounding gives ``inf``. Jittable.
 
     ``r_jk`` is recovered from ``Sigma``, which cannot hold it at ``delta = 1`` (``Sigma = mu I``; the bound
-    was then 0). With the data ``X`` (``(n, p)``, the rows the estimate came from) it is their sample
-    correlation wherever ``delta >= 1/2`` (computed only there; an extra ``O(n p^2)`` product), so a full
-    shrinkage is bounded too: ``1 / (1 - r_jk^2)``. Heavy-tailed or rare-variant columns drive ``delta`` to 1
-    (their fourth moments dominate its numerator): p = 80 with 40 columns of one or two non-zeros and 5
-    signal / null pairs correlated ~0.99 gave FDR 0.175 +- 0.016 at ``fdr = 0.1``, 0 of 30 warned (session 63).
+    was then 0). With the sample covariance ``S`` that ``Sigma`` shrinks (``(p, p)``, any positive scale:
+    :func:`jaxknock.covariance.ledoit_wolf_and_sample` returns it at no extra cost) it is ``S``'s
+    correlation, so a full shrinkage is bounded too: ``1 / (1 - r_jk^2)``. Heavy-tailed or rare-variant
+    columns drive ``delta`` to 1 (their fourth moments dominate its numerator): p = 80 with 40 columns of one
+    or two non-zeros and 5 signal / null pairs correlated ~0.99 gave FDR 0.175 +- 0.016 at ``fdr = 0.1``, 0 of
+    30 warned without the sample's correlations (session 63).
     """
     p = Sigma.shape[-1]
     dt = Sigma.dtype
@@ -101,27 +102,26 @@ def inflation_bound(Sigma, delta, X=None) -> Inflation:
     floor = delta * mu
     sample_var = jnp.maximum(d - floor, jnp.finfo(dt).tiny)  # (1 - delta) S_jj
     r = Sigma / jnp.sqrt(sample_var[:, None] * sample_var[None, :])
-    if X is not None:  # near delta = 1 the recovery above divides by (1 - delta) mu: none left at 1
-        r = jax.lax.cond(delta >= 0.5, _sample_correlation, lambda X, r: r, X, r)
+    if S is not None:  # the recovery above divides by (1 - delta) mu: nothing left of r at delta = 1
+        r = _correlation(S).astype(dt)
     r = jnp.where(jnp.eye(p, dtype=bool), 0.0, jnp.clip(r, -1.0, 1.0))
     partner = jnp.argmax(jnp.abs(r), axis=1)
     r_max = jnp.take_along_axis(r, partner[:, None], axis=1)[:, 0]
     residual = 1.0 - r_max * r_max  # >= v_j, the sample conditional variance
     lower = floor / d  # <= v^_j, the estimate's
     ratio = jnp.where(residual > 0, lower / jnp.where(residual > 0, residual, 1.0), jnp.inf)
-    # delta = 1 without X: no correlation survives in Sigma to compare
-    ratio = jnp.where((delta > 0) & ((delta < 1) | (X is not None)), ratio, 0.0)
+    # delta = 1 without S: no correlation survives in Sigma to compare
+    ratio = jnp.where((delta > 0) & ((delta < 1) | (S is not None)), ratio, 0.0)
     j = jnp.argmax(ratio)
     count = jnp.sum(ratio >= WARN_AT).astype(jnp.int32)
     return Inflation(ratio[j], j.astype(jnp.int32), partner[j].astype(jnp.int32), r_max[j], count, delta)
 
 
-def _sample_correlation(X, r):
-    """The sample correlation of the columns of ``X`` (``r``: the estimate's recovery, same shape, unused)."""
-    Xc = X - jnp.mean(X, axis=0)
-    G = jnp.matmul(Xc.T, Xc, precision=jax.lax.Precision.HIGHEST)
-    scale = jnp.sqrt(jnp.maximum(jnp.diagonal(G), jnp.finfo(G.dtype).tiny))
-    return (G / scale[:, None] / scale[None, :]).astype(r.dtype)
+def _correlation(S):
+    """``S_jk / sqrt(S_jj S_kk)``; a zero variance counts as the smallest normal number (its correlations are
+    0, not NaN: a constant column has no partner)."""
+    scale = jnp.sqrt(jnp.maximum(jnp.diagonal(S), jnp.finfo(S.dtype).tiny))
+    return S / scale[:, None] / scale[None, :]
 
 
 def warn_if_inflated(info: Inflation, fdr: float) -> None:

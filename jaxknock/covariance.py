@@ -293,6 +293,10 @@ def _lw_shrinkage(X):
 
 @partial(jax.jit, static_argnums=1)
 def _ledoit_wolf(X, assume_centered):
+    return _ledoit_wolf_and_sample(X, assume_centered)[0]
+
+
+def _ledoit_wolf_and_sample(X, assume_centered):
     # on X / 2^e (max |X / 2^e| < 1), scaled back by 4^e: the fourth powers and ||S||_F^2 of the shrinkage
     # left the floating range from |X| ~ 1e77 (NaN shrinkage) or ~ 1e-77 (shrinkage 0); the estimator is
     # equivariant to a global scale, and scaling by a power of two changes no bit where all was in range
@@ -302,7 +306,26 @@ def _ledoit_wolf(X, assume_centered):
         X = X - jnp.mean(X, axis=0)
     S, mu, shrink = _lw_shrinkage(X)
     p = X.shape[1]
-    return LedoitWolf(scale_pow2((1.0 - shrink) * S + shrink * mu * jnp.eye(p, dtype=S.dtype), 2 * e), shrink)
+    estimate = LedoitWolf(scale_pow2((1.0 - shrink) * S + shrink * mu * jnp.eye(p, dtype=S.dtype), 2 * e), shrink)
+    return estimate, S
+
+
+def ledoit_wolf_and_sample(X) -> tuple[LedoitWolf, jax.Array]:
+    """:func:`ledoit_wolf` of ``X`` (its columns centred) and the sample covariance ``S`` it shrinks.
+
+    ``S`` is ``(X - mean)^T (X - mean) / n`` divided by ``4^e`` (``2^e`` the power of two above
+    ``max |X|``, as inside :func:`ledoit_wolf`): its correlations are the sample's, and it costs no
+    second ``O(n p^2)`` product. For a caller that needs both the estimate and the data's own
+    correlations (:func:`jaxknock.knockoff_filter`'s near-duplicate check, inside its jitted
+    covariance stage). Jittable; ``X`` is not validated (``ledoit_wolf`` validates), which is why it is
+    not exported.
+
+    Example:
+        >>> (Sigma, delta), S = ledoit_wolf_and_sample(jnp.arange(12.0).reshape(4, 3) ** 2)
+        >>> S.shape
+        (3, 3)
+    """
+    return _ledoit_wolf_and_sample(X, False)
 
 
 def to_correlation(Sigma) -> jax.Array:

@@ -45,7 +45,7 @@ from jaxknock._s_methods import (
 from jaxknock._scaling import standardise_columns
 from jaxknock._shrinkage_check import inflation_bound, warn_if_inflated
 from jaxknock._solution import RESULTS, Solution
-from jaxknock.covariance import FactorFit, FactorModel, factor_model_from_data, ledoit_wolf, to_correlation
+from jaxknock.covariance import FactorFit, FactorModel, factor_model_from_data, ledoit_wolf_and_sample, to_correlation
 from jaxknock.distributed import shard_batch
 from jaxknock.l1 import cv as _cv
 from jaxknock.svector import equicorrelated, mvr, sdp
@@ -291,11 +291,11 @@ def _lw_correlation(Xs):
     """The Ledoit-Wolf estimate of ``Xs`` as a correlation matrix, and the bound on how much it inflates the
     conditional variance of near-duplicate features (:func:`jaxknock._shrinkage_check.inflation_bound`; 0 at
     ``p >= n``), in one program."""
-    Sigma, delta = ledoit_wolf(Xs)
+    (Sigma, delta), S = ledoit_wolf_and_sample(Xs)
     n, p = Xs.shape
     # at p >= n the sample covariance is singular (every conditional variance 0 to it): the shrinkage is what
     # makes a law at all, and there is nothing to compare it with
-    return to_correlation(Sigma), inflation_bound(Sigma, delta if n > p else jnp.zeros_like(delta), Xs)
+    return to_correlation(Sigma), inflation_bound(Sigma, delta if n > p else jnp.zeros_like(delta), S)
 
 
 def has_low_rank(model: FactorModel) -> bool:

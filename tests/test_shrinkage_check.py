@@ -9,6 +9,7 @@ import pytest
 import jaxknock
 from jaxknock._scaling import standardise_columns
 from jaxknock._shrinkage_check import WARN_AT, inflation_bound
+from jaxknock.covariance import ledoit_wolf_and_sample
 
 
 def paired(n, p, rho, seed=0):
@@ -44,8 +45,12 @@ def actual_inflation(X):
 def test_bound_is_below_the_actual_inflation(X):
     """The O(p^2) bound never exceeds the actual inflation of the worst feature (computed from both inverses),
     reports that feature's sample correlation with its partner, and separates the twins from AR(1)."""
-    Sigma, delta = jaxknock.ledoit_wolf(standardise_columns(jax.numpy.asarray(X)))
+    (Sigma, delta), S = ledoit_wolf_and_sample(standardise_columns(jax.numpy.asarray(X)))
     info = inflation_bound(Sigma, delta)
+    # the sample's own correlations (what the filter passes) give the same bound where delta < 1
+    with_sample = inflation_bound(Sigma, delta, S)
+    assert float(with_sample.bound) == pytest.approx(float(info.bound), rel=1e-9)
+    assert int(with_sample.feature) == int(info.feature) and int(with_sample.count) == int(info.count)
     actual = actual_inflation(X)
     assert 0 < float(info.bound) <= actual * (1 + 1e-9)
     j, k = int(info.feature), int(info.partner)
@@ -102,10 +107,11 @@ def test_full_shrinkage_is_bounded_from_the_data():
     correlation, 1 / (1 - r^2) for the twins (it was 0 at delta = 1, so the filter never warned there)."""
     X = spiky_with_twins()
     Xs = standardise_columns(jax.numpy.asarray(X))
-    Sigma, delta = jaxknock.ledoit_wolf(Xs)
+    (Sigma, delta), S = ledoit_wolf_and_sample(Xs)
     assert float(delta) == 1.0
+    np.testing.assert_array_equal(np.asarray(Sigma), np.asarray(jaxknock.ledoit_wolf(Xs).covariance))
     r = np.corrcoef(X[:, 18], X[:, 19])[0, 1]
-    info = jax.jit(inflation_bound)(Sigma, delta, Xs)
+    info = jax.jit(inflation_bound)(Sigma, delta, S)
     assert {int(info.feature), int(info.partner)} == {18, 19}
     assert float(info.correlation) == pytest.approx(r, abs=1e-12)
     assert float(info.bound) == pytest.approx(1 / (1 - r**2), rel=1e-10) and int(info.count) == 2
