@@ -128,7 +128,7 @@ def test_default_s_method_is_dense_for_tall_and_factor_for_wide_designs(key):
     factor-model MVR when p >= n
     (before, the default raised for p >= n: a user had to know to ask for sdp_factor; then it was
     sdp_factor, whose FDR under the estimated law was 0.16 at fdr=0.1 on AR(1) 0.9, n = 150, p = 200)."""
-    X, y, beta = make_data(n=300, p=30, amp=1.5)
+    X, y, beta = make_data(n=400, p=30, amp=1.5)  # n = 400: the shapes of the other tests' filters
     tall = knockoff_filter(key, X, y, fdr=0.2, statistic="lcd", lam=0.05)
     assert tall.settings["s_method"] == "mvr"
     same = knockoff_filter(key, X, y, fdr=0.2, s_method="mvr", statistic="lcd", lam=0.05)
@@ -399,7 +399,7 @@ def test_float64_host_input_with_a_large_offset_is_not_rounded_by_the_float32_ca
     seconds (``1.7e9``, float32 spacing 128) that vary by minutes were rounded to a few levels, and the
     statistics depended on the offset. The shift now comes out in float64 first (``_precision.centre_before_cast``)."""
     rng = np.random.default_rng(0)
-    n, p = 300, 40
+    n, p = 300, 30  # the shape of the float32 filters below (their programs)
     X = rng.standard_normal((n, p)) * 60.0
     y = X[:, :6] @ np.full(6, 0.02) + rng.standard_normal(n)
     shifted = X + 1.7e9  # float64: exact to ~2e-7
@@ -655,7 +655,7 @@ def test_half_precision_input_runs_as_float32():
     (no argument named). Half precision is exact in float32, which every stage supports: the same answers."""
     from jaxknock import lasso, ledoit_wolf
 
-    X, y, _ = make_data(n=80, p=12)
+    X, y, _ = make_data(n=300, p=30)  # the shape of the float32 filters above (their programs)
     X16 = X.astype(np.float16)
     X32 = X16.astype(np.float32)
     with jax.enable_x64(False):
@@ -712,7 +712,7 @@ def test_a_known_factor_model_with_as_many_factors_as_features_runs_the_dense_cr
     from jaxknock import FactorModel
 
     rng = np.random.default_rng(5)
-    n, p = 40, 8
+    n, p = 60, 8  # the shape of the known-law filters below (their programs)
     X = rng.standard_normal((n, p))
     y = 2.0 * X[:, 0] + rng.standard_normal(n)
     model = FactorModel(jnp.ones(p), jnp.asarray(0.3 * rng.standard_normal((p, 10))))
@@ -756,10 +756,12 @@ def test_a_factor_method_with_a_known_dense_sigma_runs_its_dense_criterion(key):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, p)) @ np.linalg.cholesky(C).T
     y = X[:, 0] + rng.standard_normal(n)
-    run = lambda m: knockoff_filter(key, X, y, Sigma=C, s_method=m, statistic="correlation")
+    s = {}  # each filter run once ("mvr_factor" was run twice)
+    for m in ("mvr_factor", "mvr", "sdp_factor", "sdp"):
+        s[m] = knockoff_filter(key, X, y, Sigma=C, s_method=m, statistic="correlation").s_solution.value
     for factor, dense in (("mvr_factor", "mvr"), ("sdp_factor", "sdp")):
-        np.testing.assert_allclose(run(factor).s_solution.value, run(dense).s_solution.value, rtol=1e-6)
-    assert np.all(np.asarray(run("mvr_factor").s_solution.value) < 0.6)  # the MVR's s, not the SDP's 1
+        np.testing.assert_allclose(s[factor], s[dense], rtol=1e-6)
+    assert np.all(np.asarray(s["mvr_factor"]) < 0.6)  # the MVR's s, not the SDP's 1
 
 
 def test_a_known_factor_law_is_prepared_in_two_programs():
