@@ -87,7 +87,7 @@ def equi_matrix(p, rho):
 
 
 def test_identity_gives_ones():
-    sol = sdp(np.eye(7))
+    sol = sdp(np.eye(12))  # p = 12: the closed-form tests' shape (one compiled program)
     np.testing.assert_allclose(sol.value, 1.0, atol=1e-8)
     assert int(sol.result) == RESULTS.successful
 
@@ -199,7 +199,7 @@ def test_sdp_factor_matches_dense(p):
 
 
 def test_jit_equals_eager_and_no_retrace():
-    C = factor_correlation(20, 2, 9)
+    C = factor_correlation(30, 2, 9)  # p = 30: the eager solve is the other tests' program
     eager = sdp(C)
     traces = []
 
@@ -209,7 +209,7 @@ def test_jit_equals_eager_and_no_retrace():
 
     jf = jax.jit(f)
     np.testing.assert_allclose(jf(C), eager.value, atol=1e-12)
-    jf(factor_correlation(20, 2, 10))
+    jf(factor_correlation(30, 2, 10))
     assert len(traces) == 1
 
 
@@ -251,7 +251,7 @@ def test_batched_newton_sdp_solves_one_matrix_at_a_time_on_cpu():
 
 @pytest.mark.parametrize("method", ["newton", "coordinate"])
 def test_vmap_equals_loop(method):
-    Cs = np.stack([factor_correlation(24, 2, i) for i in range(3)])
+    Cs = np.stack([factor_correlation(12, 2, i) for i in range(3)])  # p = 12: single solves shared with other tests
     batched = sdp(Cs, method=method)
     via_vmap = jax.vmap(lambda S: sdp(S, method=method).value)(jnp.asarray(Cs))
     loop = np.stack([np.asarray(sdp(C, method=method).value) for C in Cs])
@@ -259,8 +259,8 @@ def test_vmap_equals_loop(method):
     np.testing.assert_allclose(via_vmap, loop, atol=1e-9)
     assert batched.result.shape == (3,)
     rng = np.random.default_rng(1)
-    ds = jnp.asarray(rng.uniform(0.2, 1, (2, 30)))
-    Us = jnp.asarray(0.4 * rng.standard_normal((2, 30, 2)))
+    ds = jnp.asarray(rng.uniform(0.2, 1, (2, 12)))
+    Us = jnp.asarray(0.4 * rng.standard_normal((2, 12, 2)))
     fb = sdp_factor(FactorModel(ds, Us))
     for i in range(2):
         np.testing.assert_allclose(fb.value[i], sdp_factor(FactorModel(ds[i], Us[i])).value, atol=1e-9)
@@ -1059,7 +1059,7 @@ _MODEL12 = FactorModel(jnp.linspace(0.5, 1.0, 12), jnp.asarray(np.random.default
             lambda: sdp(_C12, method="coordinate"),
             lambda: sdp(_C12, method="coordinate", tol=3e-5, decay=0.7, lam0=0.4, max_steps=400),
         ),
-        (lambda: sdp(np.stack([_C12, _C12])), lambda: sdp(np.stack([_C12, _C12]), tol=3e-5)),
+        (lambda: sdp(np.stack([_C12] * 3)), lambda: sdp(np.stack([_C12] * 3), tol=3e-5)),
         (lambda: sdp_factor(_MODEL12), lambda: sdp_factor(_MODEL12, tol=3e-5, decay=0.5, lam0=0.3)),
         (lambda: asdp(_C12, block_size=5), lambda: asdp(_C12, block_size=5, tol=3e-5, max_steps=400)),
         (
@@ -1209,7 +1209,7 @@ def test_numeric_settings_of_any_scalar_type_share_one_program():
     model = FactorModel(*(jnp.asarray(a) for a in random_factor_model(1, 12, 2)))
     runs = {
         "sdp": lambda t, k, d, l: sdp(C, tol=t, max_steps=k, decay=d, lam0=l).value,
-        "asdp": lambda t, k, d, l: asdp(C, block_size=6, tol=t, max_steps=k).value,
+        "asdp": lambda t, k, d, l: asdp(C, block_size=5, tol=t, max_steps=k).value,
         "sdp_factor": lambda t, k, d, l: sdp_factor(model, tol=t, max_steps=k, decay=d, lam0=l).value,
     }
     typed = [
@@ -1249,8 +1249,9 @@ def test_step_settings_of_any_scalar_type_share_one_program():
     per type). They go in as Python floats now: one program, the same state to the bit."""
     from helpers import count_compiles, random_factor_model
 
-    C = jnp.asarray(ar1_correlation(12, 0.5))
-    model = FactorModel(*(jnp.asarray(a) for a in random_factor_model(1, 12, 2)))
+    # the shapes of the step tests above (p = 30; a 40 x 3 factor model): their programs, compiled once
+    C = jnp.asarray(factor_correlation(30, 2, 1))
+    model = FactorModel(*(jnp.asarray(a) for a in random_factor_model(1, 40, 3)))
     st, b = sdp_init(C)
     nst, fst = newton_init(C), sdp_factor_init(model)
     runs = {
