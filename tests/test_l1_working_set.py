@@ -128,7 +128,7 @@ def test_lockstep_batch_too_large_for_memory_runs_in_chunks(monkeypatch):
 
 
 def test_cv_early_stop_same_choice():
-    X, y = _data(200, 60, seed=2)
+    X, y = _data(200, 50, seed=2)  # the shape of the whole-grid float64 tests below: their programs are shared
     full = l1_cv(X, y, folds=5, early_stop=False)
     early = l1_cv(X, y, folds=5)
     assert int(early.stats["lam_index"]) == int(full.stats["lam_index"])
@@ -421,68 +421,6 @@ def test_homotopy_float32_same_choice_as_float64():
         assert np.array_equal(b32[big] != 0, b64[big] != 0)
 
 
-def _homotopy_rows(monkeypatch, X, y, rows_dtype, guard=True):
-    """The homotopy CV with the kinks of a float64 design reading their Gram rows in ``rows_dtype``."""
-    from jaxknock.l1 import _ws_homotopy
-
-    monkeypatch.setattr(_ws_homotopy, "FAST_ROWS", rows_dtype)
-    monkeypatch.setattr(_ws_homotopy, "FAST_ROWS_MIN_BYTES", 0)  # these small rows would stay float64
-    if not guard:  # no grid step is ever judged off the path, so none is redone in float64
-        monkeypatch.setattr(_ws_homotopy, "off_path", lambda mem, *_: jnp.zeros(mem.used.shape[:1], bool))
-    jax.clear_caches()  # the dtype is read when the engine is traced
-    return l1_cv(X, y, folds=4, num_lambdas=40, eps=1e-3, method="homotopy", early_stop=False)
-
-
-@pytest.mark.parametrize("n, m, dup", [(150, 60, 0), (60, 240, 5)], ids=["dense", "wide-collinear"])
-def test_homotopy_kinks_on_float32_rows_follow_the_float64_path(monkeypatch, n, m, dup):
-    """Float32 Gram rows in the kinks of a float64 design (the default once the rows leave the cache,
-    ``_ws_homotopy.rows_dtype``; forced here on small rows) give the all-float64 path."""
-    X, y = _data(n, m, seed=5, dup=dup)
-    exact = _homotopy_rows(monkeypatch, X, y, jnp.float64)
-    fast = _homotopy_rows(monkeypatch, X, y, jnp.float32)
-    for sol in (exact, fast):
-        assert int(sol.result) == RESULTS.successful and float(sol.stats["kkt"]) < 1e-10
-    assert int(fast.stats["lam_index"]) == int(exact.stats["lam_index"])
-    np.testing.assert_allclose(np.asarray(fast.stats["cv_error"]), np.asarray(exact.stats["cv_error"]), rtol=1e-9)
-    pf, pe = np.asarray(fast.stats["coef_path"]), np.asarray(exact.stats["coef_path"])
-    np.testing.assert_allclose(pf @ X.T, pe @ X.T, atol=1e-9)  # fitted values (duplicates: not the split)
-    if not dup:
-        np.testing.assert_allclose(pf, pe, atol=1e-10)
-
-
-def test_homotopy_grid_steps_off_the_path_are_redone_in_float64(monkeypatch):
-    """Kinks on bfloat16 rows (8-bit mantissa) end many grid steps off the path; the exact check after each
-    grid step redoes them with float64 rows, so the result is the float64 path's. Without the check the
-    same run is visibly wrong (this is what makes the float32 rows safe)."""
-    X, y = _data(150, 60, seed=6)
-    exact = _homotopy_rows(monkeypatch, X, y, jnp.float64)
-    rough = _homotopy_rows(monkeypatch, X, y, jnp.bfloat16)
-    assert int(rough.result) == RESULTS.successful and float(rough.stats["kkt"]) < 1e-10
-    assert int(rough.stats["num_steps"]) > int(exact.stats["num_steps"])  # the redone grid steps' kinks
-    np.testing.assert_allclose(np.asarray(rough.stats["coef_path"]), np.asarray(exact.stats["coef_path"]), atol=1e-10)
-    unguarded = _homotopy_rows(monkeypatch, X, y, jnp.bfloat16, guard=False)
-    off = np.abs(np.asarray(unguarded.stats["coef_path"]) - np.asarray(exact.stats["coef_path"])).max()
-    assert off > 1e-6 or float(unguarded.stats["kkt"]) > 1e-6
-
-
-def test_extrapolated_gradients_admit_the_joining_features_up_front(monkeypatch):
-    """On a coarse grid many features join per grid step; admitting the ones whose extrapolated gradient
-    reaches the next penalty saves the redone grid steps (fewer kinks), with the same path."""
-    from jaxknock.l1 import _ws_driver
-
-    X, y = _data(300, 600, seed=2)
-    sols = {}
-    for margin in (-np.inf, _ws_driver.AHEAD_MARGIN):
-        monkeypatch.setattr(_ws_driver, "AHEAD_MARGIN", margin)
-        jax.clear_caches()
-        sols[margin] = l1_cv(X, y, folds=5, num_lambdas=15, eps=1e-2, method="homotopy", early_stop=False)
-    strong, ahead = sols.values()
-    assert int(ahead.result) == RESULTS.successful and float(ahead.stats["kkt"]) < 1e-10
-    assert int(ahead.stats["num_steps"]) < 0.8 * int(strong.stats["num_steps"])
-    np.testing.assert_allclose(np.asarray(ahead.stats["cv_error"]), np.asarray(strong.stats["cv_error"]), rtol=1e-9)
-    np.testing.assert_allclose(np.asarray(ahead.stats["coef_path"]), np.asarray(strong.stats["coef_path"]), atol=1e-10)
-
-
 @pytest.mark.parametrize("method, m", [("homotopy", 1), ("cov", 3), ("naive", 5)])
 def test_fewer_features_than_a_candidate_chunk(method, m):
     """m < 8 (the engine's smallest chunk of strong-rule candidates): failed in lax.top_k before; = LassoCV."""
@@ -634,7 +572,7 @@ def test_a_float32_response_far_from_zero_keeps_the_cv_path_certified():
     of size 1e6 (x 1e6 for ``var``), which cancel. The engine read a KKT violation of 0.36 as optimal
     (result successful). Now the mean of ``y`` is taken out first. Reference: the float64 engine on the
     same (float32-rounded) response, and a float64 KKT check of the float32 fit."""
-    n, m = 200, 40
+    n, m = 200, 50  # the shape of the float32 / float64 whole-grid tests above: their programs are shared
     X, y = _data(n, m, seed=5)
     X32, y32 = X.astype(np.float32), (y + 1e6).astype(np.float32)
     ids, _ = fold_rows(5, n)
@@ -1116,3 +1054,81 @@ def test_the_engine_does_not_read_back_a_response_its_caller_checked(monkeypatch
     assert seen == [(40,), (40,)]  # each front end's own check, once
     with pytest.raises(ValueError, match="y is constant"):
         l1_cv(X[0], np.ones(40), folds=3, num_lambdas=10)
+
+
+# The tests below clear JAX's caches (a monkeypatched setting is read when the engine is traced): last in
+# the module, so that the programs compiled above stay for the tests that share them.
+
+
+def _homotopy_rows(monkeypatch, X, y, rows_dtype, guard=True):
+    """The homotopy CV with the kinks of a float64 design reading their Gram rows in ``rows_dtype``."""
+    from jaxknock.l1 import _ws_homotopy
+
+    monkeypatch.setattr(_ws_homotopy, "FAST_ROWS", rows_dtype)
+    monkeypatch.setattr(_ws_homotopy, "FAST_ROWS_MIN_BYTES", 0)  # these small rows would stay float64
+    if not guard:  # no grid step is ever judged off the path, so none is redone in float64
+        monkeypatch.setattr(_ws_homotopy, "off_path", lambda mem, *_: jnp.zeros(mem.used.shape[:1], bool))
+    jax.clear_caches()  # the dtype is read when the engine is traced
+    return l1_cv(X, y, folds=4, num_lambdas=40, eps=1e-3, method="homotopy", early_stop=False)
+
+
+_EXACT_ROWS = {}
+
+
+def _homotopy_exact_rows(monkeypatch, n, m, seed, dup=0):
+    """``_homotopy_rows`` in float64 on ``_data(n, m, seed, dup)``, fitted once per module: the tests below share it."""
+    key = (n, m, seed, dup)
+    if key not in _EXACT_ROWS:
+        X, y = _data(n, m, seed=seed, dup=dup)
+        _EXACT_ROWS[key] = _homotopy_rows(monkeypatch, X, y, jnp.float64)
+    return _EXACT_ROWS[key]
+
+
+@pytest.mark.parametrize("n, m, dup", [(150, 60, 0), (60, 240, 5)], ids=["dense", "wide-collinear"])
+def test_homotopy_kinks_on_float32_rows_follow_the_float64_path(monkeypatch, n, m, dup):
+    """Float32 Gram rows in the kinks of a float64 design (the default once the rows leave the cache,
+    ``_ws_homotopy.rows_dtype``; forced here on small rows) give the all-float64 path."""
+    X, y = _data(n, m, seed=5, dup=dup)
+    exact = _homotopy_exact_rows(monkeypatch, n, m, 5, dup)
+    fast = _homotopy_rows(monkeypatch, X, y, jnp.float32)
+    for sol in (exact, fast):
+        assert int(sol.result) == RESULTS.successful and float(sol.stats["kkt"]) < 1e-10
+    assert int(fast.stats["lam_index"]) == int(exact.stats["lam_index"])
+    np.testing.assert_allclose(np.asarray(fast.stats["cv_error"]), np.asarray(exact.stats["cv_error"]), rtol=1e-9)
+    pf, pe = np.asarray(fast.stats["coef_path"]), np.asarray(exact.stats["coef_path"])
+    np.testing.assert_allclose(pf @ X.T, pe @ X.T, atol=1e-9)  # fitted values (duplicates: not the split)
+    if not dup:
+        np.testing.assert_allclose(pf, pe, atol=1e-10)
+
+
+def test_homotopy_grid_steps_off_the_path_are_redone_in_float64(monkeypatch):
+    """Kinks on bfloat16 rows (8-bit mantissa) end many grid steps off the path; the exact check after each
+    grid step redoes them with float64 rows, so the result is the float64 path's. Without the check the
+    same run is visibly wrong (this is what makes the float32 rows safe)."""
+    X, y = _data(150, 60, seed=5)  # the design of the float32-rows test above: its float64 fit is shared
+    exact = _homotopy_exact_rows(monkeypatch, 150, 60, 5)
+    rough = _homotopy_rows(monkeypatch, X, y, jnp.bfloat16)
+    assert int(rough.result) == RESULTS.successful and float(rough.stats["kkt"]) < 1e-10
+    assert int(rough.stats["num_steps"]) > int(exact.stats["num_steps"])  # the redone grid steps' kinks
+    np.testing.assert_allclose(np.asarray(rough.stats["coef_path"]), np.asarray(exact.stats["coef_path"]), atol=1e-10)
+    unguarded = _homotopy_rows(monkeypatch, X, y, jnp.bfloat16, guard=False)
+    off = np.abs(np.asarray(unguarded.stats["coef_path"]) - np.asarray(exact.stats["coef_path"])).max()
+    assert off > 1e-6 or float(unguarded.stats["kkt"]) > 1e-6
+
+
+def test_extrapolated_gradients_admit_the_joining_features_up_front(monkeypatch):
+    """On a coarse grid many features join per grid step; admitting the ones whose extrapolated gradient
+    reaches the next penalty saves the redone grid steps (fewer kinks), with the same path."""
+    from jaxknock.l1 import _ws_driver
+
+    X, y = _data(300, 600, seed=2)
+    sols = {}
+    for margin in (-np.inf, _ws_driver.AHEAD_MARGIN):
+        monkeypatch.setattr(_ws_driver, "AHEAD_MARGIN", margin)
+        jax.clear_caches()
+        sols[margin] = l1_cv(X, y, folds=5, num_lambdas=15, eps=1e-2, method="homotopy", early_stop=False)
+    strong, ahead = sols.values()
+    assert int(ahead.result) == RESULTS.successful and float(ahead.stats["kkt"]) < 1e-10
+    assert int(ahead.stats["num_steps"]) < 0.8 * int(strong.stats["num_steps"])
+    np.testing.assert_allclose(np.asarray(ahead.stats["cv_error"]), np.asarray(strong.stats["cv_error"]), rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(ahead.stats["coef_path"]), np.asarray(strong.stats["coef_path"]), atol=1e-10)
