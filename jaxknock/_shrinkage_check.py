@@ -100,9 +100,10 @@ def inflation_bound(Sigma, delta, S=None) -> Inflation:
     mu = jnp.trace(Sigma) / p
     d = jnp.diagonal(Sigma)
     floor = delta * mu
-    sample_var = jnp.maximum(d - floor, jnp.finfo(dt).tiny)  # (1 - delta) S_jj
-    r = Sigma / jnp.sqrt(sample_var[:, None] * sample_var[None, :])
-    if S is not None:  # the recovery above divides by (1 - delta) mu: nothing left of r at delta = 1
+    if S is None:  # recovered from Sigma: divides by (1 - delta) mu, so nothing is left of r at delta = 1
+        sample_var = jnp.maximum(d - floor, jnp.finfo(dt).tiny)  # (1 - delta) S_jj
+        r = Sigma / jnp.sqrt(sample_var[:, None] * sample_var[None, :])
+    else:
         r = _correlation(S).astype(dt)
     r = jnp.where(jnp.eye(p, dtype=bool), 0.0, jnp.clip(r, -1.0, 1.0))
     partner = jnp.argmax(jnp.abs(r), axis=1)
