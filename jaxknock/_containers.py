@@ -48,12 +48,7 @@ def object_numbers_as_float(x, *, bools: bool = False):
     bool indicator columns (an object array of ``np.bool_`` / ``np.int8`` / floats) is its numbers."""
     if not (isinstance(x, np.ndarray) and x.dtype == object and x.size):
         return x
-    flags = (bool, np.bool_)
-    if any(
-        (isinstance(v, flags) and not bools)
-        or not isinstance(v, (int, float, np.integer, np.floating, *(flags if bools else ())))
-        for v in x.flat
-    ):
+    if not all(_is_number(v, bools) for v in x.flat):
         return x
     if all(isinstance(v, (int, np.integer)) for v in x.flat):
         try:
@@ -61,6 +56,13 @@ def object_numbers_as_float(x, *, bools: bool = False):
         except OverflowError:
             pass
     return x.astype(np.float64)
+
+
+def _is_number(v, bools: bool) -> bool:
+    """A real number; a boolean (Python's is an ``int``) only with ``bools``."""
+    if isinstance(v, (bool, np.bool_)):
+        return bools
+    return isinstance(v, (int, float, np.integer, np.floating))
 
 
 def unmasked(x, name: str):
