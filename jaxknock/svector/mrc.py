@@ -402,7 +402,11 @@ def _mrc_jit(Sigma, tol, max_steps, m, *, kind, b, method):
     return _common.solve_stack(one, Sigma, tol, max_steps, m)  # a stack: one matrix at a time on CPU
 
 
-def _solve(kind, Sigma, num_knockoffs, tol, max_steps, block_size, method, throw):
+def solve_kind(kind, Sigma, num_knockoffs, tol, max_steps, block_size, method, throw):
+    """:func:`mvr` (``kind="mvr"``) or :func:`maxent` (``kind="maxent"``) with every argument given.
+
+    Their shared body; also the dense rescue of :mod:`jaxknock.svector.mrc_factor`.
+    """
     _checks.check_choice(method, SOLVER_METHODS, "method")
     tol, max_steps, _, _ = _common.check_settings(tol, max_steps, 0.5, None)
     m = _checks.check_num_knockoffs(num_knockoffs)
@@ -573,7 +577,7 @@ def mvr(
     (knockpy's ``solve_mvr`` for ``m = 1``, Knockoffs.jl's MVR for general ``m``).
     The certified gap is ``sum_j (m - s_j ||A^{-1} e_j||)^2 / (m s_j)``.
     """
-    return _solve("mvr", Sigma, num_knockoffs, tol, max_steps, block_size, method, throw)
+    return solve_kind("mvr", Sigma, num_knockoffs, tol, max_steps, block_size, method, throw)
 
 
 def maxent(
@@ -595,7 +599,7 @@ def maxent(
     for ``m = 1``, Knockoffs.jl's default). The certified gap is
     ``m sum_j [t_j - 1 - log t_j]`` with ``t_j = s_j (A^{-1})_jj / m``.
     """
-    return _solve("maxent", Sigma, num_knockoffs, tol, max_steps, block_size, method, throw)
+    return solve_kind("maxent", Sigma, num_knockoffs, tol, max_steps, block_size, method, throw)
 
 
 _EXAMPLE_MVR = """

@@ -217,7 +217,7 @@ def dense_rescue(sol: Solution, model: FactorModel, kind: str, m: int, tol, max_
         return sol
     Sigma = jnp.diag(model.d) + jnp.matmul(model.U, model.U.T, precision=HIGHEST)
     Sigma = 0.5 * (Sigma + Sigma.T)
-    alt = mrc._solve(kind, Sigma, m, tol, max_steps, None, "newton", False)
+    alt = mrc.solve_kind(kind, Sigma, m, tol, max_steps, None, "newton", False)
     alt_code = int(alt.result)
     gap, alt_gap = float(sol.stats["gap"]), float(alt.stats["gap"])
     better = alt_code in (RESULTS.stagnated, RESULTS.max_steps_reached) and (
