@@ -173,34 +173,38 @@ def member_kink(mem: Member, v, Cf, Gr, g, act, skip, valid, lam_t, banned, done
     do_enter = enter & ~sat & ~full
     blocked = enter & ~sat & full  # no free slot: stay put (the caller gives more slots, or reports the overflow)
     t = jnp.where(done | blocked, 0, jnp.minimum(tg, jnp.minimum(tin[j], tl[i])))
-    e = (jnp.arange(A) == slot).astype(dt)
+    ar = jnp.arange(A)
+    e = (ar == slot).astype(dt)
     gi = mem.Ginv[:, i]
     x = jnp.where(leave, gi, jnp.where(do_enter, u - e, 0))
     alpha = jnp.where(leave, -1 / jnp.where(gi[i] != 0, gi[i], 1), jnp.where(do_enter, 1 / jnp.where(sat, 1, sigma), 0))
+    drop, add = jnp.where(leave, i, A), jnp.where(do_enter, slot, A)  # out of range: no slot
     Ginv = mem.Ginv + alpha * jnp.outer(x, x)
-    drop = jnp.where(leave, i, A)  # out of range: no-op
+    # the inverse's row and column stay scatters: with a select fused into the rank-one update, lock-step
+    # chunks of two designs and the whole batch of three differed in the last bit (test_l1_working_set.py)
     Ginv = Ginv.at[drop, :].set(0, mode="drop").at[:, drop].set(0, mode="drop")
+    # the vectors' updates are selects, not scatters: each scatter was a kernel of its own in every kink
+    # (and in every copy of the kink loop), a select fuses with its neighbours; the values are the same bits
+    at_drop, at_add = ar == drop, ar == add
 
     sbeta = jnp.where(mem.used, mem.sbeta + t * v, 0)
     g = g - t * w
     lam_new = jnp.where(done | blocked, lam, jnp.where(grid, lam_t, lam - t))
-    add = jnp.where(do_enter, slot, A)
-    used = mem.used.at[drop].set(False, mode="drop").at[add].set(True, mode="drop")
-    sg = mem.sgn.at[drop].set(0, mode="drop").at[add].set(jnp.sign(g[j]), mode="drop")
-    sbeta = sbeta.at[drop].set(0, mode="drop")
+    used = (mem.used & ~at_drop) | at_add
+    sg = jnp.where(at_add, jnp.sign(g[j]), jnp.where(at_drop, 0, mem.sgn))
+    sbeta = jnp.where(at_drop, 0, sbeta)
     v = jnp.where(used, v + alpha * jnp.dot(x, jnp.where(leave, mem.sgn, sg)) * x, 0)
-    slot_c = mem.slot_c.at[add].set(j.astype(jnp.int32), mode="drop")
-    Gr = Gr.at[add, :].set(col.astype(Gr.dtype), mode="drop")
-    Wc = act.shape[0]
-    act = act.at[jnp.where(leave, mem.slot_c[i], Wc)].set(False, mode="drop")
-    act = act.at[jnp.where(do_enter, j, Wc)].set(True, mode="drop")
+    slot_c = jnp.where(at_add, j.astype(jnp.int32), mem.slot_c)
+    Gr = Gr.at[add, :].set(col.astype(Gr.dtype), mode="drop")  # a row of the cache: a scatter
+    cw = jnp.arange(act.shape[0])
+    act = (act & ~(leave & (cw == mem.slot_c[i]))) | (do_enter & (cw == j))
     banned = (
         jnp.where(leave, mem.slot_c[i], jnp.where(done | blocked, ban_j, -1)),
         jnp.where(leave, mem.sgn[i], jnp.where(done | blocked, ban_s, 0)),
     )
     # a feature in the span of the active ones (duplicates, or |A| = rank) cannot join:
     # it is skipped for the rest of this grid step (its gradient follows the active ones')
-    skip = skip.at[jnp.where(enter & sat, j, Wc)].set(True, mode="drop")
+    skip = skip | (enter & sat & (cw == j))
     mem = Member(slot_c, used, sg, sbeta, Ginv, lam_new)
     return mem, v, Gr, g, act, skip, banned, done | grid, blocked
 
